@@ -1,0 +1,2 @@
+//! config (in progress)
+pub mod load;

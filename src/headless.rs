@@ -1,0 +1,1 @@
+//! headless (in progress)

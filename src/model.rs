@@ -1,0 +1,37 @@
+//! Decoder-only transformer models: shapes, parameters, forward pass, KV cache, tokenizers, and
+//! Hugging Face directories in and out.
+//!
+//! Owns everything needed to turn token ids into logits. It must not know about sampling, training
+//! loops or RL: those live in `rollout`, `train` and `algo`.
+
+pub mod config;
+pub mod hf_dir;
+pub mod kv_cache;
+pub mod params;
+pub mod tokenizer;
+pub mod transformer;
+
+use std::path::{Path, PathBuf};
+
+pub use config::{Arch, ModelConfig};
+pub use hf_dir::{LoadedModel, init_model_dir, load_model_dir, save_model_dir};
+pub use kv_cache::KvCache;
+pub use params::ParamStore;
+pub use transformer::{Numerics, Transformer, attention_mask};
+
+/// Why a model directory could not be read or written. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("model file '{}': {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("model weights in '{origin}' do not match its config.json:\n  {}", problems.join("\n  "))]
+    Weights { origin: String, problems: Vec<String> },
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] tokenizer::TokenizerError),
+}
+
+impl LoadError {
+    pub fn io(path: &Path, e: impl std::fmt::Display) -> Self {
+        LoadError::File { path: path.to_path_buf(), message: e.to_string() }
+    }
+}

@@ -1,0 +1,169 @@
+//! Hugging Face model directories: `config.json`, `*.safetensors` (single or sharded),
+//! `tokenizer.json` + `tokenizer_config.json`, `generation_config.json`.
+//!
+//! Loading checks every tensor name and shape against the config and reports all mismatches at once;
+//! saving writes the same layout back so that HF transformers can load what we train.
+
+use std::path::Path;
+
+use candle_core::{DType, Device};
+
+use super::config::{Arch, ModelConfig};
+use super::params::{ParamStore, read_safetensors_dir};
+use super::tokenizer::{self, TokenizerFiles};
+use super::transformer::Transformer;
+use super::LoadError;
+
+/// A model ready to run: the network, its tokenizer and the token ids that end a generation.
+pub struct LoadedModel {
+    pub transformer: Transformer,
+    pub tokenizer: TokenizerFiles,
+    /// Union of generation_config.json, config.json and the tokenizer's eos token.
+    pub eos_ids: Vec<u32>,
+    /// Token used to fill padding positions (never attended to).
+    pub pad_id: u32,
+}
+
+impl LoadedModel {
+    pub fn config(&self) -> &ModelConfig {
+        self.transformer.config()
+    }
+}
+
+fn dtype_of(name: &str) -> DType {
+    if name == "bfloat16" { DType::BF16 } else { DType::F32 }
+}
+
+/// Load `dir`. `dtype` overrides the stored dtype (e.g. train a bf16 checkpoint in f32).
+pub fn load_model_dir(dir: &Path, dtype: Option<DType>, device: &Device) -> Result<LoadedModel, LoadError> {
+    if !dir.is_dir() {
+        return Err(LoadError::io(dir, "not a directory"));
+    }
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
+    let cfg = ModelConfig::from_hf_json(&text, &config_path.display().to_string())
+        .map_err(|message| LoadError::File { path: config_path.clone(), message })?;
+    let dtype = dtype.unwrap_or_else(|| dtype_of(&cfg.torch_dtype));
+    let mut tensors = read_safetensors_dir(dir, device)?;
+    if cfg.tie_word_embeddings {
+        tensors.remove("lm_head.weight");
+    }
+    tensors.retain(|name, _| !name.ends_with("rotary_emb.inv_freq"));
+    let tensors = tensors
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.to_dtype(dtype)?)))
+        .collect::<candle_core::Result<_>>()
+        .map_err(|e| LoadError::io(dir, e))?;
+    let params = ParamStore::from_tensors(tensors).map_err(|e| LoadError::io(dir, e))?;
+    params.check_against(&cfg, &dir.display().to_string())?;
+    let tok = tokenizer::load_tokenizer_dir(dir)?;
+    let vocab = tok.tokenizer.get_vocab_size(true);
+    if vocab > cfg.vocab_size {
+        return Err(LoadError::File {
+            path: dir.join("tokenizer.json"),
+            message: format!("tokenizer has {vocab} tokens but config.json vocab_size is {}", cfg.vocab_size),
+        });
+    }
+    let mut eos_ids = tokenizer::read_generation_eos(dir)?;
+    eos_ids.extend(cfg.eos_token_ids.iter().copied());
+    if let Some(id) = tok.eos_token.as_deref().and_then(|t| tok.tokenizer.token_to_id(t)) {
+        eos_ids.push(id);
+    }
+    eos_ids.sort_unstable();
+    eos_ids.dedup();
+    let pad_id = tok
+        .pad_token
+        .as_deref()
+        .and_then(|t| tok.tokenizer.token_to_id(t))
+        .or_else(|| eos_ids.first().copied())
+        .unwrap_or(0);
+    let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::io(dir, e))?;
+    Ok(LoadedModel { transformer, tokenizer: tok, eos_ids, pad_id })
+}
+
+/// Write `model` as a HF directory, weights in `torch_dtype` of its config.
+pub fn save_model_dir(dir: &Path, model: &LoadedModel) -> Result<(), LoadError> {
+    std::fs::create_dir_all(dir).map_err(|e| LoadError::io(dir, e))?;
+    let cfg = model.config();
+    let write_json = |name: &str, value: &serde_json::Value| -> Result<(), LoadError> {
+        let path = dir.join(name);
+        let text = serde_json::to_string_pretty(value).map_err(|e| LoadError::io(&path, e))?;
+        std::fs::write(&path, text).map_err(|e| LoadError::io(&path, e))
+    };
+    write_json("config.json", &cfg.to_hf_json())?;
+    write_json(
+        "generation_config.json",
+        &serde_json::json!({ "bos_token_id": cfg.bos_token_id, "eos_token_id": model.eos_ids,
+                             "pad_token_id": model.pad_id }),
+    )?;
+    // Write to a temporary name and rename, so a crash never leaves a truncated model.safetensors.
+    let tmp = dir.join("model.safetensors.partial");
+    model.transformer.params().save_safetensors(&tmp, dtype_of(&cfg.torch_dtype))?;
+    let final_path = dir.join("model.safetensors");
+    std::fs::rename(&tmp, &final_path).map_err(|e| LoadError::io(&final_path, e))?;
+    tokenizer::save_tokenizer_dir(dir, &model.tokenizer)?;
+    Ok(())
+}
+
+/// Shape options for a freshly initialised model.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    pub arch: Arch,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub intermediate: usize,
+    pub head_dim: Option<usize>,
+    pub tie_embeddings: bool,
+    pub max_positions: usize,
+    pub rope_theta: f64,
+    /// Characters of the character-level tokenizer (one token each).
+    pub chars: String,
+    pub dtype: String,
+    pub seed: u64,
+}
+
+/// Special tokens of our character-level tokenizer, ids 0, 1, 2.
+pub const CHAR_SPECIALS: [&str; 3] = ["<pad>", "<eos>", "<unk>"];
+
+/// Create a random-initialised model with a character-level tokenizer (no download needed).
+pub fn init_model_dir(dir: &Path, opts: &InitOptions) -> Result<LoadedModel, LoadError> {
+    let tokenizer = tokenizer::build_char_tokenizer(&opts.chars, &CHAR_SPECIALS)?;
+    let vocab = tokenizer.get_vocab_size(true);
+    let cfg = ModelConfig {
+        arch: opts.arch,
+        vocab_size: vocab,
+        hidden_size: opts.hidden,
+        intermediate_size: opts.intermediate,
+        num_hidden_layers: opts.layers,
+        num_attention_heads: opts.heads,
+        num_key_value_heads: opts.kv_heads,
+        head_dim: opts.head_dim.unwrap_or(opts.hidden / opts.heads.max(1)),
+        rope_theta: opts.rope_theta,
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: opts.tie_embeddings,
+        max_position_embeddings: opts.max_positions,
+        bos_token_id: None,
+        eos_token_ids: vec![1],
+        torch_dtype: opts.dtype.clone(),
+    };
+    cfg.check().map_err(|message| LoadError::File { path: dir.join("config.json"), message })?;
+    let params = ParamStore::init(&cfg, opts.seed, dtype_of(&cfg.torch_dtype), &Device::Cpu)
+        .map_err(|e| LoadError::io(dir, e))?;
+    let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::io(dir, e))?;
+    let model = LoadedModel {
+        transformer,
+        tokenizer: TokenizerFiles {
+            tokenizer,
+            chat_template: None,
+            bos_token: None,
+            eos_token: Some(CHAR_SPECIALS[1].into()),
+            pad_token: Some(CHAR_SPECIALS[0].into()),
+        },
+        eos_ids: vec![1],
+        pad_id: 0,
+    };
+    save_model_dir(dir, &model)?;
+    Ok(model)
+}

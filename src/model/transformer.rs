@@ -1,0 +1,285 @@
+//! The decoder-only transformer forward pass (Qwen2 / Qwen3 / Llama), built from ops that candle can
+//! differentiate, plus a fast path using candle's fused kernels for inference.
+//!
+//! Owns numerics only: it takes token ids, per-token positions and an attention mask and returns hidden
+//! states or logits. Batch layout, sampling and training live elsewhere.
+
+use candle_core::{D, DType, Device, Result, Tensor};
+
+use super::config::ModelConfig;
+use super::kv_cache::KvCache;
+use super::params::ParamStore;
+
+/// Which kernels to use. candle's fused rms_norm / softmax / rope have no backward pass, so training
+/// must use `Differentiable`; generation and scoring use `Fast` (same values to ~1e-6 in f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numerics {
+    Fast,
+    Differentiable,
+}
+
+/// Value used for masked attention scores. Finite (not -inf) so that a fully masked row (a padding
+/// query) gives a uniform softmax instead of NaN, which would poison gradients even when masked later.
+pub const MASKED: f32 = -1e9;
+
+struct LayerWeights {
+    input_norm: Tensor,
+    post_norm: Tensor,
+    q_w: Tensor,
+    k_w: Tensor,
+    v_w: Tensor,
+    o_w: Tensor,
+    qkv_b: Option<(Tensor, Tensor, Tensor)>,
+    qk_norm: Option<(Tensor, Tensor)>,
+    gate_w: Tensor,
+    up_w: Tensor,
+    down_w: Tensor,
+}
+
+/// A model: config, parameters, and rotary tables. Cloning is cheap (tensors are shared).
+pub struct Transformer {
+    cfg: ModelConfig,
+    params: ParamStore,
+    embed: Tensor,
+    lm_head: Tensor,
+    final_norm: Tensor,
+    layers: Vec<LayerWeights>,
+    /// (max_positions, head_dim / 2), f32.
+    cos: Tensor,
+    sin: Tensor,
+    dtype: DType,
+}
+
+impl Transformer {
+    /// Build from parameters that were checked against `cfg` (see [`ParamStore::check_against`]).
+    pub fn new(cfg: ModelConfig, params: ParamStore) -> Result<Self> {
+        let embed = params.tensor("model.embed_tokens.weight")?;
+        let dtype = embed.dtype();
+        let device = embed.device().clone();
+        let lm_head = if cfg.tie_word_embeddings {
+            embed.clone()
+        } else {
+            params.tensor("lm_head.weight")?
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let p = |s: &str| params.tensor(&format!("model.layers.{l}.{s}"));
+            layers.push(LayerWeights {
+                input_norm: p("input_layernorm.weight")?,
+                post_norm: p("post_attention_layernorm.weight")?,
+                q_w: p("self_attn.q_proj.weight")?,
+                k_w: p("self_attn.k_proj.weight")?,
+                v_w: p("self_attn.v_proj.weight")?,
+                o_w: p("self_attn.o_proj.weight")?,
+                qkv_b: if cfg.arch.qkv_bias() {
+                    Some((p("self_attn.q_proj.bias")?, p("self_attn.k_proj.bias")?, p("self_attn.v_proj.bias")?))
+                } else {
+                    None
+                },
+                qk_norm: if cfg.arch.qk_norm() {
+                    Some((p("self_attn.q_norm.weight")?, p("self_attn.k_norm.weight")?))
+                } else {
+                    None
+                },
+                gate_w: p("mlp.gate_proj.weight")?,
+                up_w: p("mlp.up_proj.weight")?,
+                down_w: p("mlp.down_proj.weight")?,
+            });
+        }
+        let (cos, sin) = rope_tables(&cfg, &device)?;
+        Ok(Transformer {
+            final_norm: params.tensor("model.norm.weight")?,
+            cfg,
+            params,
+            embed,
+            lm_head,
+            layers,
+            cos,
+            sin,
+            dtype,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> &Device {
+        self.embed.device()
+    }
+
+    /// Hidden states after the final norm.
+    ///
+    /// input_ids: (b, t) u32; positions: (b, t) u32 (rotary position of each token);
+    /// mask: (b, 1, g*t, past+t) additive f32 from [`attention_mask`] with g = heads / kv_heads;
+    /// cache: keys/values of the `past` earlier columns, extended in place. -> (b, t, hidden)
+    pub fn forward_hidden(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<&mut KvCache>,
+        numerics: Numerics,
+    ) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        let mut x = self.embed.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, ()))?;
+        let flat_pos = positions.flatten_all()?;
+        let half = self.cfg.head_dim / 2;
+        let cos = self.cos.index_select(&flat_pos, 0)?.reshape((b, t, half))?.to_dtype(self.dtype)?;
+        let sin = self.sin.index_select(&flat_pos, 0)?.reshape((b, t, half))?.to_dtype(self.dtype)?;
+        let mask = mask.to_dtype(self.dtype)?;
+        for (l, w) in self.layers.iter().enumerate() {
+            let h = rms_norm(&x, &w.input_norm, self.cfg.rms_norm_eps, numerics)?;
+            let layer_cache = cache.as_deref_mut().map(|c| (c, l));
+            let attn = self.attention(&h, w, &cos, &sin, &mask, layer_cache, numerics)?;
+            x = (x + attn)?;
+            let h = rms_norm(&x, &w.post_norm, self.cfg.rms_norm_eps, numerics)?;
+            let gate = linear(&h, &w.gate_w, None)?;
+            let up = linear(&h, &w.up_w, None)?;
+            x = (x + linear(&(gate.silu()? * up)?, &w.down_w, None)?)?;
+        }
+        rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps, numerics)
+    }
+
+    /// hidden: (b, t, hidden) -> logits (b, t, vocab), in f32 whatever the weight dtype.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        linear(hidden, &self.lm_head, None)?.to_dtype(DType::F32)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        x: &Tensor,
+        w: &LayerWeights,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut KvCache, usize)>,
+        numerics: Numerics,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim);
+        let (qb, kb, vb) = match &w.qkv_b {
+            Some((q, k, v)) => (Some(q), Some(k), Some(v)),
+            None => (None, None, None),
+        };
+        let split = |y: Tensor, heads: usize| y.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous();
+        let mut q = split(linear(x, &w.q_w, qb)?, nh)?;
+        let mut k = split(linear(x, &w.k_w, kb)?, nkv)?;
+        let v = split(linear(x, &w.v_w, vb)?, nkv)?;
+        if let Some((qn, kn)) = &w.qk_norm {
+            q = rms_norm(&q, qn, self.cfg.rms_norm_eps, numerics)?;
+            k = rms_norm(&k, kn, self.cfg.rms_norm_eps, numerics)?;
+        }
+        let q = rope(&q, cos, sin, numerics)?;
+        let k = rope(&k, cos, sin, numerics)?;
+        let (k, v) = match cache {
+            Some((c, layer)) => c.append(layer, k, v)?,
+            None => (k, v),
+        };
+        // GQA without copying keys: query heads h = kv * groups + r share kv head `kv`, so
+        // (b, nh, t, hd) viewed as (b, nkv, groups * t, hd) lines each group up with its keys.
+        let groups = nh / nkv;
+        let q = q.reshape((b, nkv, groups * t, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
+        let probs = match numerics {
+            Numerics::Fast => candle_nn::ops::softmax_last_dim(&scores)?,
+            Numerics::Differentiable => candle_nn::ops::softmax(&scores, D::Minus1)?,
+        };
+        let out = probs.matmul(&v)?.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        linear(&out, &w.o_w, None)
+    }
+}
+
+/// x: (..., in) @ w: (out, in)^T + b: (out) -> (..., out)
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let inner = dims[dims.len() - 1];
+    let rows = x.elem_count() / inner.max(1);
+    let y = x.reshape((rows, inner))?.matmul(&w.t()?)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_dims = dims;
+    let last = out_dims.len() - 1;
+    out_dims[last] = w.dim(0)?;
+    y.reshape(out_dims)
+}
+
+/// RMSNorm over the last dim, computed in f32 like HF (`weight * normed.to(input_dtype)`).
+fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, numerics: Numerics) -> Result<Tensor> {
+    match numerics {
+        Numerics::Fast => candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32),
+        Numerics::Differentiable => {
+            let dtype = x.dtype();
+            let x32 = x.to_dtype(DType::F32)?;
+            let inv = (x32.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?.recip()?;
+            x32.broadcast_mul(&inv)?.to_dtype(dtype)?.broadcast_mul(weight)
+        }
+    }
+}
+
+/// Rotary embedding, HF "rotate_half" layout. x: (b, h, t, d); cos/sin: (b, t, d/2).
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, numerics: Numerics) -> Result<Tensor> {
+    match numerics {
+        Numerics::Fast => candle_nn::rotary_emb::rope(x, cos, sin),
+        Numerics::Differentiable => {
+            let half = x.dim(D::Minus1)? / 2;
+            let cos = Tensor::cat(&[cos, cos], D::Minus1)?.unsqueeze(1)?;
+            let sin = Tensor::cat(&[sin, sin], D::Minus1)?.unsqueeze(1)?;
+            let x1 = x.narrow(D::Minus1, 0, half)?;
+            let x2 = x.narrow(D::Minus1, half, half)?;
+            let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
+            x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?
+        }
+    }
+}
+
+/// cos/sin tables (max_positions, head_dim/2) in f32, computed in f64 like HF's inv_freq.
+fn rope_tables(cfg: &ModelConfig, device: &Device) -> Result<(Tensor, Tensor)> {
+    let half = cfg.head_dim / 2;
+    let n = cfg.max_position_embeddings.max(1);
+    let mut cos = Vec::with_capacity(n * half);
+    let mut sin = Vec::with_capacity(n * half);
+    for p in 0..n {
+        for k in 0..half {
+            let inv_freq = 1.0 / cfg.rope_theta.powf((2 * k) as f64 / cfg.head_dim as f64);
+            // HF computes the angle in f32; doing the same keeps long positions bit-close.
+            let angle = (p as f32) * (inv_freq as f32);
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    Ok((Tensor::from_vec(cos, (n, half), device)?, Tensor::from_vec(sin, (n, half), device)?))
+}
+
+/// Additive attention mask (b, 1, groups*t, past+t): query i of row n (at column past+i) may attend
+/// key column j iff `valid_from[n] <= j <= past + i`. Columns before `valid_from[n]` are left padding.
+pub fn attention_mask(valid_from: &[usize], past: usize, t: usize, groups: usize, device: &Device) -> Result<Tensor> {
+    let total = past + t;
+    let b = valid_from.len();
+    let mut data = vec![0f32; b * groups * t * total];
+    for (n, &start) in valid_from.iter().enumerate() {
+        for g in 0..groups {
+            for i in 0..t {
+                let row = ((n * groups + g) * t + i) * total;
+                for j in 0..total {
+                    if j < start || j > past + i {
+                        data[row + j] = MASKED;
+                    }
+                }
+            }
+        }
+    }
+    Tensor::from_vec(data, (b, 1, groups * t, total), device)
+}

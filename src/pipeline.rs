@@ -1,0 +1,1 @@
+//! pipeline (in progress)

@@ -1,0 +1,128 @@
+//! Rule rewards: turn a model response and a ground truth into a score.
+//!
+//! Owns the verifiable, rule-based reward functions, one per file: [`math_rule`] (final numeric answer,
+//! compared exactly as rationals) and [`exact_match`] (trimmed string equality). Every function here is
+//! pure and total: any response, however malformed or truncated, gets a [`RewardOutcome`], never a panic
+//! or an error, because a bad sample is data to show in the TUI, not a failure of the run.
+//!
+//! This module must not do IO, know about workers or tokenizers, or shape rewards (normalisation,
+//! clipping and KL penalties belong to `algo`).
+
+pub mod exact_match;
+pub mod math_rule;
+
+use serde::{Deserialize, Serialize};
+
+/// Which rule scores a domain's responses; the YAML name is the snake_case variant (`math_rule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardKind {
+    /// Final answer (last `\boxed{...}`, else the last number) compared numerically.
+    MathRule,
+    /// `response.trim() == ground_truth.trim()`.
+    ExactMatch,
+}
+
+impl RewardKind {
+    /// Every kind, in declaration order (for help text and config suggestions).
+    pub const ALL: [RewardKind; 2] = [RewardKind::MathRule, RewardKind::ExactMatch];
+
+    /// The stable snake_case name used in configs and metric keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RewardKind::MathRule => "math_rule",
+            RewardKind::ExactMatch => "exact_match",
+        }
+    }
+}
+
+impl std::fmt::Display for RewardKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The verdict on one response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewardOutcome {
+    /// 1.0 when correct, 0.0 otherwise.
+    pub score: f32,
+    /// The extracted answer matched the ground truth.
+    pub correct: bool,
+    /// An answer could be extracted at all (a `\boxed{}` or a number for `math_rule`; a non-empty
+    /// response for `exact_match`). Tracked apart from `correct` so format collapse is visible.
+    pub format_ok: bool,
+    /// The answer as extracted from the response, before normalisation.
+    pub extracted: Option<String>,
+}
+
+impl RewardOutcome {
+    /// No answer could be extracted: score 0, `format_ok` false.
+    pub fn unformatted() -> Self {
+        RewardOutcome {
+            score: 0.0,
+            correct: false,
+            format_ok: false,
+            extracted: None,
+        }
+    }
+
+    /// An answer was extracted and judged.
+    pub fn graded(extracted: String, correct: bool) -> Self {
+        RewardOutcome {
+            score: if correct { 1.0 } else { 0.0 },
+            correct,
+            format_ok: true,
+            extracted: Some(extracted),
+        }
+    }
+}
+
+/// Scores `response` against `ground_truth` with the rule `kind`.
+pub fn score(kind: RewardKind, response: &str, ground_truth: &str) -> RewardOutcome {
+    match kind {
+        RewardKind::MathRule => math_rule::score(response, ground_truth),
+        RewardKind::ExactMatch => exact_match::score(response, ground_truth),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatches_by_kind() {
+        // "46" and "46.0" are the same number but not the same string.
+        let math = score(RewardKind::MathRule, "so \\boxed{46.0}", "46");
+        assert!(math.correct);
+        assert_eq!(math.score, 1.0);
+        let exact = score(RewardKind::ExactMatch, "46.0", "46");
+        assert!(!exact.correct);
+        assert_eq!(exact.score, 0.0);
+        assert!(exact.format_ok);
+    }
+
+    #[test]
+    fn kind_serde_names_are_snake_case() {
+        for kind in RewardKind::ALL {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+            let back: RewardKind = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, kind);
+        }
+        assert!(serde_json::from_str::<RewardKind>("\"math\"").is_err());
+    }
+
+    #[test]
+    fn outcome_constructors() {
+        let none = RewardOutcome::unformatted();
+        assert_eq!(
+            (none.score, none.correct, none.format_ok, none.extracted),
+            (0.0, false, false, None)
+        );
+        let wrong = RewardOutcome::graded("3".into(), false);
+        assert_eq!((wrong.score, wrong.format_ok), (0.0, true));
+        let right = RewardOutcome::graded("3".into(), true);
+        assert_eq!((right.score, right.correct), (1.0, true));
+    }
+}

@@ -1,0 +1,280 @@
+//! AdamW with warmup + constant/cosine learning-rate schedules, gradient accumulation across
+//! micro-batches, and global gradient-norm clipping.
+
+use std::collections::BTreeMap;
+
+use candle_core::{DType, Result, Tensor, Var, backprop::GradStore};
+use serde::{Deserialize, Serialize};
+
+/// Learning-rate schedule after warmup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    #[default]
+    Constant,
+    /// Cosine decay from `lr` to `lr * min_lr_ratio` at `total_steps`.
+    Cosine,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimizerConfig {
+    pub lr: f64,
+    pub betas: [f64; 2],
+    pub eps: f64,
+    /// Decoupled weight decay, applied to matrices only (not to norms or biases).
+    pub weight_decay: f64,
+    pub warmup_steps: usize,
+    pub schedule: Schedule,
+    pub min_lr_ratio: f64,
+    /// Clip the global gradient L2 norm to this value (null = no clipping).
+    pub max_grad_norm: Option<f64>,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig {
+            lr: 1e-5,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.0,
+            warmup_steps: 0,
+            schedule: Schedule::Constant,
+            min_lr_ratio: 0.0,
+            max_grad_norm: Some(1.0),
+        }
+    }
+}
+
+impl OptimizerConfig {
+    pub fn validate(&self, at: &str, problems: &mut Vec<String>) {
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            problems.push(format!("{at}.lr must be positive, got {}", self.lr));
+        }
+        if self.betas.iter().any(|b| !(0.0..1.0).contains(b)) {
+            problems.push(format!("{at}.betas must be in [0, 1), got {:?}", self.betas));
+        }
+        if self.eps <= 0.0 {
+            problems.push(format!("{at}.eps must be positive, got {}", self.eps));
+        }
+        if self.weight_decay < 0.0 {
+            problems.push(format!("{at}.weight_decay must be >= 0, got {}", self.weight_decay));
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            problems.push(format!("{at}.min_lr_ratio must be in [0, 1], got {}", self.min_lr_ratio));
+        }
+        if let Some(n) = self.max_grad_norm
+            && n <= 0.0
+        {
+            problems.push(format!("{at}.max_grad_norm must be positive or null, got {n}"));
+        }
+    }
+
+    /// Learning rate for optimizer step `step` (0-based) of `total_steps`.
+    pub fn lr_at(&self, step: usize, total_steps: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        match self.schedule {
+            Schedule::Constant => self.lr,
+            Schedule::Cosine => {
+                let span = total_steps.saturating_sub(self.warmup_steps).max(1) as f64;
+                let progress = ((step - self.warmup_steps) as f64 / span).min(1.0);
+                let min = self.lr * self.min_lr_ratio;
+                min + (self.lr - min) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+        }
+    }
+}
+
+/// Sums gradients of several micro-batches (each loss already scaled by its share of the batch).
+#[derive(Default)]
+pub struct GradAccumulator {
+    grads: BTreeMap<String, Tensor>,
+}
+
+impl GradAccumulator {
+    pub fn add(&mut self, vars: &[(String, Var)], grads: &GradStore) -> Result<()> {
+        for (name, var) in vars {
+            if let Some(g) = grads.get(var.as_tensor()) {
+                let g = g.to_dtype(DType::F32)?;
+                let sum = match self.grads.remove(name) {
+                    Some(prev) => (prev + g)?,
+                    None => g,
+                };
+                self.grads.insert(name.clone(), sum);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grads.is_empty()
+    }
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, Copy)]
+pub struct StepStats {
+    /// Global L2 norm of the gradient before clipping.
+    pub grad_norm: f64,
+    pub lr: f64,
+}
+
+/// Decoupled-weight-decay Adam. Moments are kept in f32 whatever the parameter dtype.
+pub struct AdamW {
+    cfg: OptimizerConfig,
+    vars: Vec<(String, Var)>,
+    m: Vec<Tensor>,
+    v: Vec<Tensor>,
+    step: usize,
+    total_steps: usize,
+}
+
+impl AdamW {
+    pub fn new(vars: Vec<(String, Var)>, cfg: OptimizerConfig, total_steps: usize) -> Result<Self> {
+        let zeros = |v: &Var| Tensor::zeros(v.shape(), DType::F32, v.device());
+        let m = vars.iter().map(|(_, v)| zeros(v)).collect::<Result<_>>()?;
+        let v = vars.iter().map(|(_, v)| zeros(v)).collect::<Result<_>>()?;
+        Ok(AdamW { cfg, vars, m, v, step: 0, total_steps })
+    }
+
+    pub fn vars(&self) -> &[(String, Var)] {
+        &self.vars
+    }
+
+    pub fn steps_taken(&self) -> usize {
+        self.step
+    }
+
+    pub fn current_lr(&self) -> f64 {
+        self.cfg.lr_at(self.step, self.total_steps)
+    }
+
+    /// Clip by global norm and apply one AdamW update; consumes the accumulated gradients.
+    pub fn step(&mut self, acc: GradAccumulator) -> Result<StepStats> {
+        let mut sq = 0f64;
+        for g in acc.grads.values() {
+            sq += g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+        }
+        let grad_norm = sq.sqrt();
+        let clip = match self.cfg.max_grad_norm {
+            Some(max) if grad_norm > max => max / (grad_norm + 1e-6),
+            _ => 1.0,
+        };
+        let lr = self.cfg.lr_at(self.step, self.total_steps);
+        self.step += 1;
+        if !grad_norm.is_finite() {
+            // A NaN/inf gradient would destroy the weights: skip the update, report the norm.
+            return Ok(StepStats { grad_norm, lr });
+        }
+        let [b1, b2] = self.cfg.betas;
+        let t = self.step as i32;
+        let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        for (i, (name, var)) in self.vars.iter().enumerate() {
+            let Some(g) = acc.grads.get(name) else { continue };
+            let g = (g * clip)?;
+            self.m[i] = ((&self.m[i] * b1)? + (&g * (1.0 - b1))?)?;
+            self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+            let m_hat = (&self.m[i] / c1)?;
+            let v_hat = (&self.v[i] / c2)?;
+            let mut update = (m_hat / (v_hat.sqrt()? + self.cfg.eps)?)?;
+            let theta = var.as_tensor().to_dtype(DType::F32)?;
+            if self.cfg.weight_decay > 0.0 && var.rank() >= 2 {
+                update = (update + (&theta * self.cfg.weight_decay)?)?;
+            }
+            let new = (theta - (update * lr)?)?.to_dtype(var.dtype())?;
+            var.set(&new)?;
+        }
+        Ok(StepStats { grad_norm, lr })
+    }
+
+    /// Moments and step count, for checkpoints.
+    pub fn state(&self) -> (usize, Vec<(String, Tensor, Tensor)>) {
+        let moments = self
+            .vars
+            .iter()
+            .zip(self.m.iter().zip(&self.v))
+            .map(|((n, _), (m, v))| (n.clone(), m.clone(), v.clone()))
+            .collect();
+        (self.step, moments)
+    }
+
+    /// Restore what [`AdamW::state`] returned; names and shapes must match.
+    pub fn restore(&mut self, step: usize, moments: &BTreeMap<String, (Tensor, Tensor)>) -> Result<()> {
+        for (i, (name, var)) in self.vars.iter().enumerate() {
+            let Some((m, v)) = moments.get(name) else {
+                candle_core::bail!("optimizer state has no moments for '{name}'");
+            };
+            if m.dims() != var.dims() || v.dims() != var.dims() {
+                candle_core::bail!("optimizer state for '{name}' has shape {:?}, expected {:?}", m.dims(), var.dims());
+            }
+            self.m[i] = m.to_dtype(DType::F32)?;
+            self.v[i] = v.to_dtype(DType::F32)?;
+        }
+        self.step = step;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn warmup_then_cosine() {
+        let cfg = OptimizerConfig {
+            lr: 1.0,
+            warmup_steps: 2,
+            schedule: Schedule::Cosine,
+            min_lr_ratio: 0.1,
+            ..Default::default()
+        };
+        // warmup: (s+1)/2; then cosine over 10-2=8 steps from 1.0 to 0.1.
+        assert!((cfg.lr_at(0, 10) - 0.5).abs() < 1e-12);
+        assert!((cfg.lr_at(1, 10) - 1.0).abs() < 1e-12);
+        assert!((cfg.lr_at(2, 10) - 1.0).abs() < 1e-12);
+        // halfway (step 6 = 4 of 8): 0.1 + 0.9 * 0.5 * (1 + cos(pi/2)) = 0.55
+        assert!((cfg.lr_at(6, 10) - 0.55).abs() < 1e-12);
+        assert!((cfg.lr_at(10, 10) - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn first_adamw_step_moves_each_weight_by_lr_times_sign() {
+        // With bias correction, step 1 gives m_hat = g, v_hat = g^2, so the update is lr * g/(|g|+eps).
+        let w = Var::from_tensor(&Tensor::new(&[[1.0f32, -2.0]], &Device::Cpu).unwrap()).unwrap();
+        let vars = vec![("w".to_string(), w.clone())];
+        let cfg = OptimizerConfig { lr: 0.1, weight_decay: 0.5, max_grad_norm: None, ..Default::default() };
+        let mut opt = AdamW::new(vars.clone(), cfg, 10).unwrap();
+        // loss = sum(w * [3, -4]) => grad [3, -4]
+        let loss = (w.as_tensor() * Tensor::new(&[[3.0f32, -4.0]], &Device::Cpu).unwrap()).unwrap().sum_all().unwrap();
+        let mut acc = GradAccumulator::default();
+        acc.add(&vars, &loss.backward().unwrap()).unwrap();
+        let stats = opt.step(acc).unwrap();
+        assert!((stats.grad_norm - 5.0).abs() < 1e-6);
+        // w1 = 1 - 0.1 * (1 + 0.5 * 1) = 0.85; w2 = -2 - 0.1 * (-1 + 0.5 * -2) = -1.8
+        let got = w.as_tensor().to_vec2::<f32>().unwrap();
+        assert!((got[0][0] - 0.85).abs() < 1e-6 && (got[0][1] - -1.8).abs() < 1e-6, "{got:?}");
+    }
+
+    #[test]
+    fn clipping_scales_the_gradient_to_max_norm() {
+        let w = Var::from_tensor(&Tensor::new(&[0.0f32, 0.0], &Device::Cpu).unwrap()).unwrap();
+        let vars = vec![("w".to_string(), w.clone())];
+        let cfg = OptimizerConfig { lr: 1.0, max_grad_norm: Some(1.0), ..Default::default() };
+        let mut opt = AdamW::new(vars.clone(), cfg, 1).unwrap();
+        let loss = (w.as_tensor() * Tensor::new(&[30.0f32, 40.0], &Device::Cpu).unwrap()).unwrap().sum_all().unwrap();
+        let mut acc = GradAccumulator::default();
+        acc.add(&vars, &loss.backward().unwrap()).unwrap();
+        let stats = opt.step(acc).unwrap();
+        assert!((stats.grad_norm - 50.0).abs() < 1e-4);
+        // clipped g = [30, 40] * 1/50 = [0.6, 0.8]; first moment m = (1 - 0.9) * g = [0.06, 0.08]
+        let (_, moments) = opt.state();
+        let m = moments[0].1.to_vec1::<f32>().unwrap();
+        assert!((m[0] - 0.06).abs() < 1e-6 && (m[1] - 0.08).abs() < 1e-6, "{m:?}");
+        // m_hat / sqrt(v_hat) = g / |g| = 1 per coordinate, so w = 0 - lr * 1 = -1
+        let got = w.as_tensor().to_vec1::<f32>().unwrap();
+        assert!((got[0] + 1.0).abs() < 1e-5 && (got[1] + 1.0).abs() < 1e-5, "{got:?}");
+    }
+}
