@@ -1,2 +1,440 @@
-//! config (in progress)
+//! Run configuration: the YAML schema of `roll-tui run CONFIG`, read strictly.
+//!
+//! Owns the schema ([`RunConfig`] and its sections), defaults, and cross-field validation; the generic
+//! strict-YAML machinery (line numbers, did-you-mean, `key.sub=value` overrides) is in [`load`]. Every
+//! field here is read by a pipeline; README.md documents them. Relative paths are relative to the
+//! working directory.
+
 pub mod load;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::algo::advantage::AdvantageEstimator;
+use crate::algo::kl::{KlControllerKind, KlEstimator, KlMode};
+use crate::algo::loss::PolicyLossParams;
+use crate::algo::normalize::RewardNorm;
+use crate::model::Arch;
+use crate::reward::RewardKind;
+use crate::rollout::SamplingParams;
+use crate::train::OptimizerConfig;
+pub use load::{ConfigError, Validate};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Run name; also the default output directory `runs/<name>`.
+    pub name: String,
+    /// Seed of every random choice (init, data order, sampling).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Where metrics, samples and checkpoints go (default `runs/<name>`).
+    #[serde(default)]
+    pub output_dir: Option<PathBuf>,
+    pub model: ModelSource,
+    pub data: DataConfig,
+    /// Supervised fine-tuning on (prompt, ground_truth) pairs, run before `rl` when both are present.
+    #[serde(default)]
+    pub sft: Option<SftConfig>,
+    #[serde(default)]
+    pub rl: Option<RlConfig>,
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+}
+
+fn default_seed() -> u64 {
+    42
+}
+
+/// The policy: a local Hugging Face directory, or a fresh random model with a character tokenizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSource {
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    #[serde(default)]
+    pub init: Option<ModelInitConfig>,
+    /// Compute dtype: float32 (default) or bfloat16.
+    #[serde(default)]
+    pub dtype: Dtype,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    #[default]
+    Float32,
+    Bfloat16,
+}
+
+impl Dtype {
+    pub fn candle(self) -> candle_core::DType {
+        match self {
+            Dtype::Float32 => candle_core::DType::F32,
+            Dtype::Bfloat16 => candle_core::DType::BF16,
+        }
+    }
+
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Dtype::Float32 => "float32",
+            Dtype::Bfloat16 => "bfloat16",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelInitConfig {
+    pub arch: Arch,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub intermediate: usize,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default = "yes")]
+    pub tie_embeddings: bool,
+    #[serde(default = "default_max_positions")]
+    pub max_positions: usize,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    /// The character-level tokenizer's alphabet, one token per character.
+    pub chars: String,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_max_positions() -> usize {
+    256
+}
+fn default_rope_theta() -> f64 {
+    10_000.0
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    pub domains: Vec<DomainConfig>,
+    /// Wrap each prompt as a user message with the tokenizer's chat template.
+    #[serde(default)]
+    pub chat_template: bool,
+}
+
+/// One task domain: its prompts, its share of each batch, and its reward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainConfig {
+    pub name: String,
+    /// A JSONL dataset (`prompt`, `ground_truth`, optional `domain`).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Or a generated one.
+    #[serde(default)]
+    pub synthetic: Option<crate::data::synthetic::SyntheticConfig>,
+    /// Relative weight of this domain in every batch.
+    #[serde(default = "one")]
+    pub ratio: f64,
+    pub reward: RewardKind,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SftConfig {
+    pub steps: usize,
+    pub batch_size: usize,
+    /// Rows per forward/backward; gradients are accumulated up to `batch_size`.
+    #[serde(default)]
+    pub micro_batch_size: Option<usize>,
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlConfig {
+    pub steps: usize,
+    pub prompts_per_step: usize,
+    /// Samples per prompt.
+    pub group_size: usize,
+    #[serde(default)]
+    pub sampling: SamplingParams,
+    /// Sequences decoded at once by the continuous-batching engine.
+    #[serde(default = "default_max_batch")]
+    pub rollout_batch: usize,
+    #[serde(default)]
+    pub adv_estimator: AdvantageEstimator,
+    #[serde(default = "one")]
+    pub gamma: f64,
+    #[serde(default = "one")]
+    pub lambda: f64,
+    /// grpo: divide by the group std (false = Dr.GRPO).
+    #[serde(default = "yes")]
+    pub std_normalize: bool,
+    #[serde(default)]
+    pub reward_norm: RewardNorm,
+    #[serde(default)]
+    pub reward_clip: Option<f32>,
+    /// Whiten advantages over the batch's valid tokens.
+    #[serde(default)]
+    pub adv_whiten: bool,
+    #[serde(default)]
+    pub adv_clip: Option<f64>,
+    #[serde(default)]
+    pub kl: KlConfig,
+    #[serde(default)]
+    pub policy_loss: PolicyLossParams,
+    #[serde(default)]
+    pub entropy_coef: f64,
+    /// Optimisation passes over each rollout batch.
+    #[serde(default = "one_usize")]
+    pub ppo_epochs: usize,
+    /// Optimizer steps per epoch (the batch is split into this many mini-batches).
+    #[serde(default = "one_usize")]
+    pub mini_batches: usize,
+    #[serde(default)]
+    pub micro_batch_size: Option<usize>,
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    #[serde(default)]
+    pub dynamic_sampling: DynamicSampling,
+    /// Drop responses cut at max_new_tokens from the loss.
+    #[serde(default)]
+    pub max_length_mask: bool,
+    /// Keep only prompts whose group accuracy is within [low, high].
+    #[serde(default)]
+    pub difficulty_mask: Option<crate::algo::mask::DifficultyMask>,
+    /// Required by `adv_estimator: gae`.
+    #[serde(default)]
+    pub critic: Option<CriticConfig>,
+}
+
+fn default_max_batch() -> usize {
+    64
+}
+fn one_usize() -> usize {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KlConfig {
+    pub mode: KlMode,
+    pub estimator: KlEstimator,
+    pub coef: f64,
+    pub controller: KlControllerKind,
+    /// Adaptive controller: target KL and horizon (in samples).
+    pub target: f64,
+    pub horizon: f64,
+}
+
+impl Default for KlConfig {
+    fn default() -> Self {
+        KlConfig {
+            mode: KlMode::None,
+            estimator: KlEstimator::K3,
+            coef: 0.0,
+            controller: KlControllerKind::Fixed,
+            target: 0.1,
+            horizon: 10_000.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct DynamicSampling {
+    /// Drop groups whose rewards are all equal and sample more prompts to refill the batch.
+    pub enabled: bool,
+    /// Extra rollout rounds allowed per step to refill (0 = just drop).
+    pub max_rounds: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CriticConfig {
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// Clip the value update around the rollout-time value (PPO value clipping).
+    #[serde(default)]
+    pub value_clip: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Save every N optimizer steps of each stage (0 = only at the end of each stage and on Ctrl-C).
+    pub every: usize,
+}
+
+impl RunConfig {
+    /// Load, apply overrides, validate: every problem in the file is reported at once.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<RunConfig, ConfigError> {
+        let cfg: RunConfig = load::load_yaml(path, overrides)?;
+        load::validated(cfg, &path.display().to_string())
+    }
+
+    pub fn output_dir(&self) -> PathBuf {
+        self.output_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(&self.name))
+    }
+
+    /// Stable hash of the resolved config (stored with checkpoints to refuse resuming another run).
+    pub fn hash(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        // FNV-1a: stable across Rust versions, unlike DefaultHasher.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in text.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+}
+
+impl Validate for RunConfig {
+    fn validate(&self, p: &mut Vec<String>) {
+        if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
+            p.push(format!(
+                "name '{}' must be non-empty and contain no path separators",
+                self.name
+            ));
+        }
+        match (&self.model.path, &self.model.init) {
+            (None, None) => {
+                p.push("model: set either 'path' (a Hugging Face directory) or 'init'".into())
+            }
+            (Some(_), Some(_)) => p.push("model: set only one of 'path' and 'init'".into()),
+            _ => {}
+        }
+        if let Some(init) = &self.model.init {
+            if init.chars.is_empty() {
+                p.push("model.init.chars must list at least one character".into());
+            }
+            if init.heads == 0 || init.kv_heads == 0 || init.heads % init.kv_heads != 0 {
+                p.push(format!(
+                    "model.init.heads ({}) must be a positive multiple of model.init.kv_heads ({})",
+                    init.heads, init.kv_heads
+                ));
+            }
+        }
+        if self.data.domains.is_empty() {
+            p.push("data.domains must list at least one domain".into());
+        }
+        for (i, d) in self.data.domains.iter().enumerate() {
+            let at = format!("data.domains[{i}] ('{}')", d.name);
+            match (&d.path, &d.synthetic) {
+                (None, None) => p.push(format!("{at}: set either 'path' or 'synthetic'")),
+                (Some(_), Some(_)) => {
+                    p.push(format!("{at}: set only one of 'path' and 'synthetic'"))
+                }
+                _ => {}
+            }
+            if !(d.ratio > 0.0 && d.ratio.is_finite()) {
+                p.push(format!("{at}.ratio must be positive, got {}", d.ratio));
+            }
+            if let Some(s) = &d.synthetic {
+                s.validate(&format!("{at}.synthetic"), p);
+            }
+            if self.data.domains[..i].iter().any(|o| o.name == d.name) {
+                p.push(format!("{at}: duplicate domain name '{}'", d.name));
+            }
+        }
+        if self.sft.is_none() && self.rl.is_none() {
+            p.push("nothing to do: add an 'sft' and/or an 'rl' section".into());
+        }
+        if let Some(sft) = &self.sft {
+            if sft.steps == 0 || sft.batch_size == 0 {
+                p.push("sft.steps and sft.batch_size must be at least 1".into());
+            }
+            if sft.micro_batch_size == Some(0) {
+                p.push("sft.micro_batch_size must be at least 1".into());
+            }
+            sft.optimizer.validate("sft.optimizer", p);
+        }
+        if let Some(rl) = &self.rl {
+            rl.validate(p);
+        }
+    }
+}
+
+impl RlConfig {
+    fn validate(&self, p: &mut Vec<String>) {
+        if self.steps == 0 || self.prompts_per_step == 0 || self.group_size == 0 {
+            p.push("rl.steps, rl.prompts_per_step and rl.group_size must be at least 1".into());
+        }
+        use AdvantageEstimator as A;
+        if matches!(self.adv_estimator, A::Grpo | A::Rloo) && self.group_size < 2 {
+            p.push(format!(
+                "rl.adv_estimator {:?} needs rl.group_size >= 2, got {}",
+                self.adv_estimator, self.group_size
+            ));
+        }
+        if self.adv_estimator == A::Gae && self.critic.is_none() {
+            p.push("rl.adv_estimator 'gae' needs an rl.critic section".into());
+        }
+        if self.adv_estimator != A::Gae && self.critic.is_some() {
+            p.push("rl.critic is only used with rl.adv_estimator 'gae'".into());
+        }
+        if !(0.0..=1.0).contains(&self.gamma) || !(0.0..=1.0).contains(&self.lambda) {
+            p.push(format!(
+                "rl.gamma ({}) and rl.lambda ({}) must be in [0, 1]",
+                self.gamma, self.lambda
+            ));
+        }
+        if self.ppo_epochs == 0 || self.mini_batches == 0 || self.rollout_batch == 0 {
+            p.push("rl.ppo_epochs, rl.mini_batches and rl.rollout_batch must be at least 1".into());
+        }
+        if self.mini_batches > self.prompts_per_step {
+            p.push(format!(
+                "rl.mini_batches ({}) cannot exceed rl.prompts_per_step ({}): mini-batches split whole groups",
+                self.mini_batches, self.prompts_per_step
+            ));
+        }
+        if self.micro_batch_size == Some(0) {
+            p.push("rl.micro_batch_size must be at least 1".into());
+        }
+        if self.kl.mode != KlMode::None && self.kl.coef <= 0.0 {
+            p.push(format!(
+                "rl.kl.mode {:?} needs rl.kl.coef > 0",
+                self.kl.mode
+            ));
+        }
+        if self.kl.coef < 0.0 {
+            p.push(format!("rl.kl.coef must be >= 0, got {}", self.kl.coef));
+        }
+        let pl = &self.policy_loss;
+        if !(0.0..1.0).contains(&pl.clip_low) || pl.clip_high < 0.0 {
+            p.push(format!(
+                "rl.policy_loss clip range needs 0 <= clip_low < 1 and clip_high >= 0, got {} and {}",
+                pl.clip_low, pl.clip_high
+            ));
+        }
+        if let Some(c) = pl.dual_clip
+            && c <= 1.0
+        {
+            p.push(format!("rl.policy_loss.dual_clip must be > 1, got {c}"));
+        }
+        if let Some(d) = &self.difficulty_mask
+            && !(0.0 <= d.low && d.low <= d.high && d.high <= 1.0)
+        {
+            p.push(format!(
+                "rl.difficulty_mask needs 0 <= low <= high <= 1, got {} and {}",
+                d.low, d.high
+            ));
+        }
+        self.sampling.validate("rl.sampling", p);
+        self.optimizer.validate("rl.optimizer", p);
+        if let Some(c) = &self.critic {
+            c.optimizer.validate("rl.critic.optimizer", p);
+        }
+    }
+}

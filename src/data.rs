@@ -1,4 +1,5 @@
-//! Prompt datasets: strict JSONL loading and writing ([`jsonl`]) and domain mixing ([`mix`]).
+//! Prompt datasets: strict JSONL loading and writing ([`jsonl`]), generated quickstart tasks
+//! ([`synthetic`]) and domain mixing ([`mix`]).
 //!
 //! Owns the on-disk prompt format and the order in which prompts reach a pipeline. It must not know
 //! about tokenizers, chat templates or rewards: an [`Example`] is plain text plus the ground truth that
@@ -7,6 +8,7 @@
 
 pub mod jsonl;
 pub mod mix;
+pub mod synthetic;
 
 pub use jsonl::{load_jsonl, write_jsonl};
 pub use mix::DomainMixer;

@@ -1,1 +1,167 @@
-//! headless (in progress)
+//! The headless front-end of `roll-tui run`: a progress bar per stage and one summary line per step.
+//!
+//! It only subscribes to pipeline events; it owns no training logic. When stdout is not a terminal
+//! (CI, pipes) the bar is hidden and the summary lines are printed plainly.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::RunConfig;
+use crate::metrics::Metrics;
+use crate::pipeline::{self, Observer, PipelineError, PipelineEvent, RunOutcome, RunStatus};
+
+pub struct HeadlessObserver {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl HeadlessObserver {
+    pub fn new(quiet: bool) -> Self {
+        HeadlessObserver { bar: None, quiet }
+    }
+
+    fn say(&self, line: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            _ => println!("{line}"),
+        }
+    }
+}
+
+impl Observer for HeadlessObserver {
+    fn on_event(&mut self, event: &PipelineEvent) {
+        match event {
+            PipelineEvent::StageStarted { stage, total_steps } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                let bar = if self.quiet {
+                    ProgressBar::hidden()
+                } else {
+                    ProgressBar::new(*total_steps as u64)
+                };
+                let style = ProgressStyle::with_template(
+                    "{prefix:>4} [{bar:30}] {pos}/{len} {elapsed_precise} eta {eta} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
+                bar.set_style(style);
+                bar.set_prefix(stage.clone());
+                self.bar = Some(bar);
+            }
+            PipelineEvent::StepFinished {
+                stage,
+                step,
+                total_steps,
+                metrics,
+            } => {
+                let line = summary_line(stage, *step, *total_steps, metrics);
+                if let Some(bar) = &self.bar {
+                    bar.set_position(*step as u64);
+                }
+                self.say(&line);
+            }
+            PipelineEvent::CheckpointSaved { path, step, bytes } => {
+                self.say(&format!(
+                    "checkpoint step {step}: '{}' ({:.1} MB)",
+                    path.display(),
+                    *bytes as f64 / 1e6
+                ));
+            }
+            PipelineEvent::Message(text) => self.say(text),
+        }
+    }
+}
+
+/// `rl   12/60  acc add=0.41 rev=0.30  reward add=0.41 rev=0.30  pg_loss -0.012  kl 0.003  len 4.1  0.21s`
+pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> String {
+    let mut parts = vec![format!("{stage:<4}{step:>5}/{total}")];
+    let per_domain = |prefix: &str, suffix: &str| -> Option<String> {
+        let vals: Vec<String> = m
+            .iter()
+            .filter_map(|(k, v)| {
+                let domain = k.strip_prefix(prefix)?.strip_suffix(suffix)?;
+                Some(format!("{domain}={v:.2}"))
+            })
+            .collect();
+        (!vals.is_empty()).then(|| vals.join(" "))
+    };
+    if let Some(acc) = per_domain("score/", "/accuracy") {
+        parts.push(format!("acc {acc}"));
+    }
+    if let Some(r) = per_domain("reward/", "/mean") {
+        parts.push(format!("reward {r}"));
+    }
+    for (key, label) in [
+        ("sft/loss", "loss"),
+        ("actor/pg_loss", "pg_loss"),
+        ("actor/kl", "kl"),
+        ("actor/entropy", "entropy"),
+        ("critic/value_loss", "vf_loss"),
+        ("response_length/mean", "len"),
+        ("actor/grad_norm", "gnorm"),
+    ] {
+        if let Some(v) = m.get(key) {
+            parts.push(format!("{label} {v:.4}"));
+        }
+    }
+    if let Some(v) = m.get("time/step") {
+        parts.push(format!("{v:.2}s"));
+    }
+    parts.join("  ")
+}
+
+/// Run `cfg` with progress output; prints where the results went.
+pub fn run(
+    cfg: &RunConfig,
+    stop: Arc<AtomicBool>,
+    quiet: bool,
+) -> Result<RunOutcome, PipelineError> {
+    let mut observer = HeadlessObserver::new(quiet);
+    let result = pipeline::run(cfg, &mut observer, stop);
+    if let Some(bar) = observer.bar.take() {
+        bar.finish_and_clear();
+    }
+    let outcome = result?;
+    let verb = match outcome.status {
+        RunStatus::Finished => "finished",
+        RunStatus::Interrupted => "interrupted",
+    };
+    println!(
+        "run '{}' {verb}; metrics and samples in '{}'",
+        cfg.name,
+        outcome.output_dir.display()
+    );
+    if let Some(ckpt) = &outcome.last_checkpoint {
+        println!("last checkpoint: '{}'", ckpt.display());
+    }
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_lists_domains_and_losses() {
+        let m: Metrics = [
+            ("score/add/accuracy", 0.5),
+            ("score/rev/accuracy", 0.25),
+            ("reward/add/mean", 0.5),
+            ("actor/pg_loss", -0.01),
+            ("time/step", 0.2),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            summary_line("rl", 3, 10, &m),
+            "rl      3/10  acc add=0.50 rev=0.25  reward add=0.50  pg_loss -0.0100  0.20s"
+        );
+    }
+}

@@ -14,7 +14,9 @@ pub mod transformer;
 use std::path::{Path, PathBuf};
 
 pub use config::{Arch, ModelConfig};
-pub use hf_dir::{LoadedModel, init_model_dir, load_model_dir, save_model_dir};
+pub use hf_dir::{
+    InitOptions, LoadedModel, init_model, init_model_dir, load_model_dir, save_model_dir,
+};
 pub use kv_cache::KvCache;
 pub use params::ParamStore;
 pub use transformer::{Numerics, Transformer, attention_mask};
@@ -25,13 +27,19 @@ pub enum LoadError {
     #[error("model file '{}': {message}", path.display())]
     File { path: PathBuf, message: String },
     #[error("model weights in '{origin}' do not match its config.json:\n  {}", problems.join("\n  "))]
-    Weights { origin: String, problems: Vec<String> },
+    Weights {
+        origin: String,
+        problems: Vec<String>,
+    },
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] tokenizer::TokenizerError),
 }
 
 impl LoadError {
     pub fn io(path: &Path, e: impl std::fmt::Display) -> Self {
-        LoadError::File { path: path.to_path_buf(), message: e.to_string() }
+        LoadError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
     }
 }

@@ -1,1 +1,246 @@
-//! pipeline (in progress)
+//! Pipelines as plain sequential code: SFT ([`sft`]) and RLVR ([`rlvr`]), run in-process for now
+//! (the scheduler issue moves roles into worker processes behind the same calls).
+//!
+//! A pipeline reports progress only through [`Observer`] events and writes numbers only through a
+//! [`MetricSink`]; it never prints. Front-ends (headless, TUI) subscribe to the events.
+
+pub mod rl_update;
+pub mod rlvr;
+pub mod setup;
+pub mod sft;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::config::RunConfig;
+use crate::metrics::{MetricRecord, MetricSink, Metrics, SampleRecord};
+use crate::model::LoadedModel;
+use crate::train::AdamW;
+use crate::train::checkpoint::{TrainerState, save_checkpoint};
+
+/// Something a front-end may want to show.
+#[derive(Debug, Clone)]
+pub enum PipelineEvent {
+    StageStarted {
+        stage: String,
+        total_steps: usize,
+    },
+    StepFinished {
+        stage: String,
+        step: usize,
+        total_steps: usize,
+        metrics: Metrics,
+    },
+    CheckpointSaved {
+        path: PathBuf,
+        step: usize,
+        bytes: u64,
+    },
+    Message(String),
+}
+
+pub trait Observer {
+    fn on_event(&mut self, event: &PipelineEvent);
+}
+
+/// An observer that ignores everything (tests, library use).
+pub struct Silent;
+
+impl Observer for Silent {
+    fn on_event(&mut self, _: &PipelineEvent) {}
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Finished,
+    /// Stopped on request (Ctrl-C) after writing a checkpoint.
+    Interrupted,
+}
+
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub status: RunStatus,
+    pub output_dir: PathBuf,
+    /// The last checkpoint written (a loadable HF directory).
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Load(#[from] crate::model::LoadError),
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    #[error(transparent)]
+    Sink(#[from] crate::metrics::SinkError),
+    #[error("{0}")]
+    Setup(String),
+    #[error("tensor computation failed in {stage}: {source}")]
+    Tensor {
+        stage: &'static str,
+        #[source]
+        source: candle_core::Error,
+    },
+}
+
+pub(crate) trait TensorContext<T> {
+    fn during(self, stage: &'static str) -> Result<T, PipelineError>;
+}
+
+impl<T> TensorContext<T> for candle_core::Result<T> {
+    fn during(self, stage: &'static str) -> Result<T, PipelineError> {
+        self.map_err(|source| PipelineError::Tensor { stage, source })
+    }
+}
+
+/// What every stage shares: config, output, the observer, the sink and the stop flag.
+pub struct RunContext<'a> {
+    pub cfg: &'a RunConfig,
+    pub output_dir: PathBuf,
+    pub observer: &'a mut dyn Observer,
+    pub sink: &'a mut dyn MetricSink,
+    pub stop: Arc<AtomicBool>,
+    pub started: Instant,
+}
+
+impl RunContext<'_> {
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    pub fn emit(&mut self, event: PipelineEvent) {
+        self.observer.on_event(&event);
+    }
+
+    pub fn record_step(
+        &mut self,
+        stage: &str,
+        step: usize,
+        total: usize,
+        metrics: Metrics,
+    ) -> Result<(), PipelineError> {
+        let record = MetricRecord {
+            stage: stage.into(),
+            step,
+            wall_time: self.started.elapsed().as_secs_f64(),
+            metrics,
+        };
+        self.sink.record(&record)?;
+        self.emit(PipelineEvent::StepFinished {
+            stage: stage.into(),
+            step,
+            total_steps: total,
+            metrics: record.metrics,
+        });
+        Ok(())
+    }
+
+    pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), PipelineError> {
+        self.sink.samples(samples)?;
+        Ok(())
+    }
+
+    /// Write `checkpoints/<stage>-step<N>` and report it.
+    pub fn checkpoint(
+        &mut self,
+        model: &LoadedModel,
+        opt: &AdamW,
+        stage: &str,
+        step: usize,
+    ) -> Result<PathBuf, PipelineError> {
+        let dir = self
+            .output_dir
+            .join("checkpoints")
+            .join(format!("{stage}-step{step}"));
+        let state = TrainerState {
+            stage: stage.into(),
+            step,
+            seed: self.cfg.seed,
+            config_hash: self.cfg.hash(),
+        };
+        let bytes = save_checkpoint(&dir, model, opt, &state)?;
+        self.sink.flush()?;
+        self.emit(PipelineEvent::CheckpointSaved {
+            path: dir.clone(),
+            step,
+            bytes,
+        });
+        Ok(dir)
+    }
+}
+
+/// Run every stage of `cfg` (SFT, then RL) in this process.
+pub fn run(
+    cfg: &RunConfig,
+    observer: &mut dyn Observer,
+    stop: Arc<AtomicBool>,
+) -> Result<RunOutcome, PipelineError> {
+    let output_dir = cfg.output_dir();
+    std::fs::create_dir_all(&output_dir).map_err(|e| {
+        PipelineError::Setup(format!("output directory '{}': {e}", output_dir.display()))
+    })?;
+    let resolved = output_dir.join("resolved_config.json");
+    let text =
+        serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
+    std::fs::write(&resolved, text)
+        .map_err(|e| PipelineError::Setup(format!("'{}': {e}", resolved.display())))?;
+    let mut sink = crate::metrics::JsonlSink::open(&output_dir)?;
+    let mut ctx = RunContext {
+        cfg,
+        output_dir: output_dir.clone(),
+        observer,
+        sink: &mut sink,
+        stop,
+        started: Instant::now(),
+    };
+    let model = setup::load_policy(cfg)?;
+    let data = setup::load_domains(cfg, &model)?;
+    let mut last_checkpoint = None;
+    if let Some(sft_cfg) = &cfg.sft {
+        let (status, ckpt) = sft::run_sft(&mut ctx, sft_cfg, &model, &data)?;
+        last_checkpoint = ckpt.or(last_checkpoint);
+        if status == RunStatus::Interrupted {
+            return Ok(RunOutcome {
+                status,
+                output_dir,
+                last_checkpoint,
+            });
+        }
+    }
+    if let Some(rl_cfg) = &cfg.rl {
+        let (status, ckpt) = rlvr::run_rlvr(&mut ctx, rl_cfg, &model, &data)?;
+        last_checkpoint = ckpt.or(last_checkpoint);
+        if status == RunStatus::Interrupted {
+            return Ok(RunOutcome {
+                status,
+                output_dir,
+                last_checkpoint,
+            });
+        }
+    }
+    ctx.sink.flush()?;
+    Ok(RunOutcome {
+        status: RunStatus::Finished,
+        output_dir,
+        last_checkpoint,
+    })
+}
+
+/// Deterministic 64-bit mix of several values (splitmix64 finaliser), for per-step and per-sample
+/// seeds: every random choice is a function of (run seed, stage, step, index), never of timing.
+pub fn mix_seed(parts: &[u64]) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    for &p in parts {
+        h ^= p
+            .wrapping_add(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(h << 6)
+            .wrapping_add(h >> 2);
+        let mut z = h;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h = z ^ (z >> 31);
+    }
+    h
+}

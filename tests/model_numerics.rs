@@ -32,7 +32,9 @@ fn full_last_logits(model: &roll::model::Transformer, ids: &[u32]) -> Vec<f32> {
     let x = Tensor::from_vec(ids.to_vec(), (1, t), &dev).unwrap();
     let pos = Tensor::from_vec((0..t as u32).collect::<Vec<_>>(), (1, t), &dev).unwrap();
     let mask = attention_mask(&[0], 0, t, model.config().kv_groups(), &dev).unwrap();
-    let h = model.forward_hidden(&x, &pos, &mask, None, Numerics::Differentiable).unwrap();
+    let h = model
+        .forward_hidden(&x, &pos, &mask, None, Numerics::Differentiable)
+        .unwrap();
     let logits = model.logits(&h.narrow(1, t - 1, 1).unwrap()).unwrap();
     logits.flatten_all().unwrap().to_vec1().unwrap()
 }
@@ -46,11 +48,20 @@ fn kv_cache_decoding_matches_full_recomputation_for_every_arch() {
         // Ragged prompts decoded together (continuous batching with max_batch 2 forces left padding
         // and row removal), greedy so that the tokens are a deterministic function of the logits.
         let prompts: Vec<Vec<u32>> = vec![vec![5, 6, 7, 8, 9, 10], vec![11, 12], vec![3, 4, 5]];
-        let params = SamplingParams { temperature: 0.0, max_new_tokens: 6, ..Default::default() };
+        let params = SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: 6,
+            ..Default::default()
+        };
         let reqs = prompts
             .iter()
             .enumerate()
-            .map(|(i, p)| Request { id: i as u64, prompt_ids: p.clone(), params: params.clone(), seed: 1 })
+            .map(|(i, p)| Request {
+                id: i as u64,
+                prompt_ids: p.clone(),
+                params: params.clone(),
+                seed: 1,
+            })
             .collect();
         let out = generate(m, &[], reqs, 2, None).unwrap();
         for (prompt, c) in prompts.iter().zip(&out) {
@@ -58,11 +69,19 @@ fn kv_cache_decoding_matches_full_recomputation_for_every_arch() {
             let mut ids = prompt.clone();
             for (k, &tok) in c.token_ids.iter().enumerate() {
                 let logits = full_last_logits(m, &ids);
-                let best = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+                let best = logits
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .unwrap()
+                    .0;
                 assert_eq!(best as u32, tok, "{arch:?} prompt {prompt:?} token {k}");
                 let max = logits.iter().copied().fold(f32::MIN, f32::max);
                 let lse = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
-                assert!((logits[tok as usize] - lse - c.logprobs[k]).abs() < 1e-4, "{arch:?} logprob {k}");
+                assert!(
+                    (logits[tok as usize] - lse - c.logprobs[k]).abs() < 1e-4,
+                    "{arch:?} logprob {k}"
+                );
                 ids.push(tok);
             }
         }
@@ -74,18 +93,29 @@ fn sampled_logprobs_equal_training_logprobs() {
     let dir = tempfile::tempdir().unwrap();
     let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
     let m = &model.transformer;
-    let params = SamplingParams { temperature: 0.7, top_k: 5, max_new_tokens: 10, ..Default::default() };
+    let params = SamplingParams {
+        temperature: 0.7,
+        top_k: 5,
+        max_new_tokens: 10,
+        ..Default::default()
+    };
     let reqs = (0..6u64)
         .map(|i| Request {
             id: i,
-            prompt_ids: (0..(2 + i as u32 % 4)).map(|k| 3 + (k + i as u32) % 18).collect(),
+            prompt_ids: (0..(2 + i as u32 % 4))
+                .map(|k| 3 + (k + i as u32) % 18)
+                .collect(),
             params: params.clone(),
             seed: 100 + i,
         })
         .collect();
     let out = generate(m, &model.eos_ids, reqs, 4, None).unwrap();
-    let pairs: Vec<(&[u32], &[u32])> = out.iter().map(|c| (c.prompt_ids.as_slice(), c.token_ids.as_slice())).collect();
-    let batch = TrainBatch::new(&pairs, model.pad_id, m.config().kv_groups(), &Device::Cpu).unwrap();
+    let pairs: Vec<(&[u32], &[u32])> = out
+        .iter()
+        .map(|c| (c.prompt_ids.as_slice(), c.token_ids.as_slice()))
+        .collect();
+    let batch =
+        TrainBatch::new(&pairs, model.pad_id, m.config().kv_groups(), &Device::Cpu).unwrap();
     let (logp, _) = response_forward(m, &batch, 0.7, Numerics::Differentiable, false).unwrap();
     let logp = logp.to_vec2::<f32>().unwrap();
     let mut worst = 0f32;
@@ -94,7 +124,10 @@ fn sampled_logprobs_equal_training_logprobs() {
             worst = worst.max((logp[row][k] - lp).abs());
         }
     }
-    assert!(worst <= 1e-4, "max |train - generation| log-prob difference {worst}");
+    assert!(
+        worst <= 1e-4,
+        "max |train - generation| log-prob difference {worst}"
+    );
 }
 
 #[test]
@@ -103,9 +136,15 @@ fn saved_directory_loads_back_with_identical_logits() {
     let model = init_model_dir(dir.path(), &opts(Arch::Qwen3)).unwrap();
     let again = load_model_dir(dir.path(), None, &Device::Cpu).unwrap();
     let ids = [4u32, 9, 2, 7];
-    assert_eq!(full_last_logits(&model.transformer, &ids), full_last_logits(&again.transformer, &ids));
+    assert_eq!(
+        full_last_logits(&model.transformer, &ids),
+        full_last_logits(&again.transformer, &ids)
+    );
     assert_eq!(again.eos_ids, vec![1]);
-    assert_eq!(again.tokenizer.tokenizer.get_vocab_size(true), model.config().vocab_size);
+    assert_eq!(
+        again.tokenizer.tokenizer.get_vocab_size(true),
+        model.config().vocab_size
+    );
 }
 
 #[test]
@@ -117,19 +156,35 @@ fn broken_directories_name_the_file_and_tensor() {
 
     // Truncated file.
     std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
-    let err = load_model_dir(dir.path(), None, &Device::Cpu).err().unwrap().to_string();
+    let err = load_model_dir(dir.path(), None, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("model.safetensors"), "{err}");
 
     // Config that disagrees with the weights: every mismatch is listed by tensor name.
     std::fs::write(&weights, &bytes).unwrap();
     let cfg_path = dir.path().join("config.json");
     let cfg = std::fs::read_to_string(&cfg_path).unwrap();
-    std::fs::write(&cfg_path, cfg.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3")).unwrap();
-    let err = load_model_dir(dir.path(), None, &Device::Cpu).err().unwrap().to_string();
-    assert!(err.contains("missing tensor 'model.layers.2.self_attn.q_proj.weight'"), "{err}");
+    std::fs::write(
+        &cfg_path,
+        cfg.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+    )
+    .unwrap();
+    let err = load_model_dir(dir.path(), None, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("missing tensor 'model.layers.2.self_attn.q_proj.weight'"),
+        "{err}"
+    );
 
     // Missing config.
     std::fs::remove_file(&cfg_path).unwrap();
-    let err = load_model_dir(dir.path(), None, &Device::Cpu).err().unwrap().to_string();
+    let err = load_model_dir(dir.path(), None, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("config.json"), "{err}");
 }

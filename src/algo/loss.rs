@@ -37,7 +37,7 @@ pub enum PolicyLossKind {
 
 /// Parameters of [`policy_loss`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyLossParams {
     pub kind: PolicyLossKind,
     /// Lower clip ε: the ratio is clipped below at `1 - clip_low`.

@@ -24,6 +24,7 @@ pub fn max_length_mask(truncated: &[bool], mask: &Tensor) -> Result<Tensor> {
 
 /// Difficulty band of a prompt, as its group's mean accuracy in `[low, high]`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DifficultyMask {
     pub low: f32,
     pub high: f32,

@@ -106,6 +106,7 @@ pub fn apply_overrides<T: DeserializeOwned + Serialize>(
     })?;
     // Each override is applied to the tree and checked against the schema right away, so a type error
     // names the override that caused it.
+    let mut typed = value;
     for arg in overrides {
         let fail = |message: String| ConfigError::Override {
             arg: arg.clone(),
@@ -113,14 +114,10 @@ pub fn apply_overrides<T: DeserializeOwned + Serialize>(
         };
         let (path, rhs, plain) = split_override(arg).map_err(fail)?;
         set_path(&mut tree, &path, rhs, plain).map_err(fail)?;
-        if let Err(e) = serde_json::from_value::<T>(tree.clone()) {
-            return Err(fail(humanize_json_error(&e.to_string(), &path.join("."))));
-        }
+        typed = serde_json::from_value::<T>(tree.clone())
+            .map_err(|e| fail(humanize_json_error(&e.to_string(), &path.join("."))))?;
     }
-    serde_json::from_value(tree).map_err(|e| ConfigError::Override {
-        arg: overrides.join(" "),
-        message: e.to_string(),
-    })
+    Ok(typed)
 }
 
 /// The closest candidate to `word` if it is plausibly a misspelling of it (case-insensitive
@@ -175,6 +172,7 @@ fn parse_error(e: &serde_saphyr::Error, text: &str, origin: &str) -> ConfigError
     let e = e.without_snippet();
     let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
     let (own_key, parents) = line.map(|l| yaml_context(text, l)).unwrap_or_default();
+    let scalar = line.and_then(|l| scalar_on_line(text, l));
     let full = || {
         let mut p = parents.clone();
         p.extend(own_key.clone());
@@ -204,8 +202,37 @@ fn parse_error(e: &serde_saphyr::Error, text: &str, origin: &str) -> ConfigError
             expected_suffix(variant, expected)
         ),
         E::SerdeMissingField { field, .. } => {
-            format!("missing field '{field}'{}", in_path(&full()))
+            // The parser reports a missing field at the last node it read inside the mapping: a
+            // `key: value` line belongs to the mapping that lacks the field, a `key:` line opens it.
+            let struct_path = if line.is_some_and(|l| opens_block(text, l)) {
+                full()
+            } else {
+                parents.clone()
+            };
+            format!("missing field '{field}'{}", in_path(&struct_path))
         }
+        E::DuplicateMappingKey { key: Some(key), .. } => {
+            let parents = if own_key.as_deref() == Some(key.as_str()) {
+                parents.clone()
+            } else {
+                full()
+            };
+            format!("duplicate key '{key}'{}", in_path(&parents))
+        }
+        E::InvalidScalar { ty, .. } => format!(
+            "invalid value {}{}, expected {}",
+            quoted(&scalar),
+            for_path(&full()),
+            describe_scalar_type(ty)
+        ),
+        E::NullIntoString { .. } => {
+            format!("invalid value null{}, expected a string", for_path(&full()))
+        }
+        E::InvalidBooleanStrict { .. } => format!(
+            "invalid value {}{}, expected true or false",
+            quoted(&scalar),
+            for_path(&full())
+        ),
         E::SerdeInvalidType {
             unexpected,
             expected,
@@ -220,11 +247,16 @@ fn parse_error(e: &serde_saphyr::Error, text: &str, origin: &str) -> ConfigError
             for_path(&full())
         ),
         other => {
-            let msg = strip_location(&other.to_string());
-            match full() {
-                p if p.is_empty() => msg,
-                p => format!("{msg} (at '{}')", p.join(".")),
+            let mut msg = strip_location(&other.to_string());
+            let path = full();
+            if !path.is_empty() {
+                let _ = write!(msg, " (at '{}'", path.join("."));
+                if let Some(v) = &scalar {
+                    let _ = write!(msg, ", found '{v}'");
+                }
+                msg.push(')');
             }
+            msg
         }
     };
     ConfigError::Parse {
@@ -232,6 +264,71 @@ fn parse_error(e: &serde_saphyr::Error, text: &str, origin: &str) -> ConfigError
         line,
         message,
     }
+}
+
+fn quoted(scalar: &Option<String>) -> String {
+    match scalar {
+        Some(v) => format!("'{v}'"),
+        None => "here".to_string(),
+    }
+}
+
+/// serde-saphyr names the Rust type it failed to parse; say it in config terms.
+fn describe_scalar_type(ty: &str) -> String {
+    match ty {
+        "floating point" | "f32" | "f64" => "a number".to_string(),
+        "boolean" | "bool" => "true or false".to_string(),
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => {
+            format!("a non-negative integer that fits {ty}")
+        }
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => format!("an integer that fits {ty}"),
+        "char" => "a single character".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a 1-based line is `key:` with nothing after it (the start of a nested block).
+fn opens_block(text: &str, line: u64) -> bool {
+    let Some(raw) = usize::try_from(line)
+        .ok()
+        .and_then(|l| l.checked_sub(1))
+        .and_then(|l| text.lines().nth(l))
+    else {
+        return false;
+    };
+    let (_, key) = key_on_line(raw);
+    let body = raw.split(" #").next().unwrap_or_default().trim_end();
+    key.is_some() && body.ends_with(':')
+}
+
+/// The plain or quoted scalar written on a 1-based line after `key:` or `- `, without comment or
+/// quotes; `None` for flow collections, block scalars or lines without a value.
+fn scalar_on_line(text: &str, line: u64) -> Option<String> {
+    let raw = text
+        .lines()
+        .nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+    let (indent, key) = key_on_line(raw);
+    let mut rest = raw.get(indent..)?;
+    if key.is_some() {
+        // Skip past the key's `:` (the first one followed by a space or the end of the line).
+        let colon = rest
+            .char_indices()
+            .find(|(i, c)| {
+                *c == ':' && matches!(rest[i + 1..].chars().next(), None | Some(' ' | '\t'))
+            })?
+            .0;
+        rest = &rest[colon + 1..];
+    }
+    let rest = rest.trim();
+    let value = if let Some(q) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') {
+        let end = rest[1..].find(q)?;
+        rest[1..1 + end].to_string()
+    } else {
+        let end = rest.find(" #").unwrap_or(rest.len());
+        rest[..end].trim().to_string()
+    };
+    let is_value = !value.is_empty() && !value.starts_with(['[', '{', '|', '>', '&', '*', '#']);
+    is_value.then_some(value)
 }
 
 /// Drops a trailing ` at line N column M` that the parser appends; our prefix already names the line.
@@ -496,7 +593,7 @@ mod tests {
 
     impl Validate for Run {
         fn validate(&self, problems: &mut Vec<String>) {
-            if !(self.actor_train.learning_rate > 0.0) {
+            if self.actor_train.learning_rate <= 0.0 || self.actor_train.learning_rate.is_nan() {
                 problems.push(format!(
                     "actor_train.learning_rate must be > 0, got '{}'",
                     self.actor_train.learning_rate
@@ -522,7 +619,7 @@ domains: [math, code]
 ";
 
     fn err_text<T: std::fmt::Debug>(r: Result<T, ConfigError>) -> String {
-        let m = r.expect_err("expected an error").to_string(); eprintln!("MSG: {m}"); m
+        r.expect_err("expected an error").to_string()
     }
 
     fn ovr(args: &[&str]) -> Vec<String> {
@@ -593,7 +690,47 @@ domains: [math, code]
 
         let text = GOOD.replace("name: tiny\n", "");
         let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-        assert!(msg.contains("missing field 'name'"), "{msg}");
+        assert_eq!(
+            msg,
+            "config 'x.yaml' line 6: missing field 'name' at the top level"
+        );
+    }
+
+    #[test]
+    fn scalar_errors_quote_the_value() {
+        let cases = [
+            (
+                "learning_rate: 0.001",
+                "learning_rate: 0.001\n  batch_size: -3",
+                "line 5: invalid value '-3' for 'actor_train.batch_size', expected a non-negative \
+                 integer that fits u32",
+            ),
+            (
+                "adv_estimator: grpo",
+                "adv_estimator: grpo\n  whiten: yes  # typo",
+                "line 7: invalid value 'yes' for 'algo.whiten', expected true or false",
+            ),
+            (
+                "name: tiny",
+                "name: ~",
+                "line 2: invalid value null for 'name', expected a string",
+            ),
+            (
+                "algo:\n  adv_estimator: grpo",
+                "algo:\n  whiten: false",
+                "line 6: missing field 'adv_estimator' in 'algo'",
+            ),
+            (
+                "actor_train:\n  learning_rate: 0.001",
+                "actor_train: 3",
+                "line 3: expected mapping start (at 'actor_train', found '3')",
+            ),
+        ];
+        for (from, to, want) in cases {
+            let text = GOOD.replace(from, to);
+            let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
+            assert_eq!(msg, format!("config 'x.yaml' {want}"));
+        }
     }
 
     #[test]

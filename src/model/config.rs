@@ -117,7 +117,9 @@ impl ModelConfig {
         if let Some(act) = &raw.hidden_act
             && act != "silu"
         {
-            return Err(format!("config '{origin}': unsupported hidden_act '{act}' (only 'silu')"));
+            return Err(format!(
+                "config '{origin}': unsupported hidden_act '{act}' (only 'silu')"
+            ));
         }
         if let Some(scaling) = &raw.rope_scaling
             && !scaling.is_null()
@@ -127,7 +129,9 @@ impl ModelConfig {
             ));
         }
         if arch == Arch::Llama && raw.attention_bias == Some(true) {
-            return Err(format!("config '{origin}': llama with attention_bias=true is not supported"));
+            return Err(format!(
+                "config '{origin}': llama with attention_bias=true is not supported"
+            ));
         }
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
@@ -161,7 +165,8 @@ impl ModelConfig {
     pub fn check(&self) -> Result<(), String> {
         let mut problems = vec![];
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
-            problems.push("vocab_size, hidden_size and num_hidden_layers must be positive".to_string());
+            problems
+                .push("vocab_size, hidden_size and num_hidden_layers must be positive".to_string());
         }
         if self.num_attention_heads == 0 || self.num_key_value_heads == 0 {
             problems.push("num_attention_heads and num_key_value_heads must be positive".into());
@@ -172,7 +177,10 @@ impl ModelConfig {
             ));
         }
         if self.head_dim == 0 || self.head_dim % 2 != 0 {
-            problems.push(format!("head_dim ({}) must be even and positive", self.head_dim));
+            problems.push(format!(
+                "head_dim ({}) must be even and positive",
+                self.head_dim
+            ));
         }
         if !matches!(self.torch_dtype.as_str(), "float32" | "bfloat16") {
             problems.push(format!(
@@ -180,7 +188,11 @@ impl ModelConfig {
                 self.torch_dtype
             ));
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
     }
 
     /// HF `config.json` for this shape, loadable by `AutoModelForCausalLM`.
@@ -284,7 +296,10 @@ mod tests {
         let text = r#"{"model_type":"gpt2","vocab_size":10,"hidden_size":64,"intermediate_size":8,
             "num_hidden_layers":1,"num_attention_heads":4}"#;
         let err = ModelConfig::from_hf_json(text, "m/config.json").unwrap_err();
-        assert!(err.contains("m/config.json") && err.contains("'gpt2'"), "{err}");
+        assert!(
+            err.contains("m/config.json") && err.contains("'gpt2'"),
+            "{err}"
+        );
         let text = r#"{"model_type":"qwen2","vocab_size":10,"hidden_size":64,"intermediate_size":8,
             "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3}"#;
         let err = ModelConfig::from_hf_json(text, "c").unwrap_err();

@@ -8,11 +8,11 @@ use std::path::Path;
 
 use candle_core::{DType, Device};
 
+use super::LoadError;
 use super::config::{Arch, ModelConfig};
 use super::params::{ParamStore, read_safetensors_dir};
 use super::tokenizer::{self, TokenizerFiles};
 use super::transformer::Transformer;
-use super::LoadError;
 
 /// A model ready to run: the network, its tokenizer and the token ids that end a generation.
 pub struct LoadedModel {
@@ -31,18 +31,30 @@ impl LoadedModel {
 }
 
 fn dtype_of(name: &str) -> DType {
-    if name == "bfloat16" { DType::BF16 } else { DType::F32 }
+    if name == "bfloat16" {
+        DType::BF16
+    } else {
+        DType::F32
+    }
 }
 
 /// Load `dir`. `dtype` overrides the stored dtype (e.g. train a bf16 checkpoint in f32).
-pub fn load_model_dir(dir: &Path, dtype: Option<DType>, device: &Device) -> Result<LoadedModel, LoadError> {
+pub fn load_model_dir(
+    dir: &Path,
+    dtype: Option<DType>,
+    device: &Device,
+) -> Result<LoadedModel, LoadError> {
     if !dir.is_dir() {
         return Err(LoadError::io(dir, "not a directory"));
     }
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
-    let cfg = ModelConfig::from_hf_json(&text, &config_path.display().to_string())
-        .map_err(|message| LoadError::File { path: config_path.clone(), message })?;
+    let cfg = ModelConfig::from_hf_json(&text, &config_path.display().to_string()).map_err(
+        |message| LoadError::File {
+            path: config_path.clone(),
+            message,
+        },
+    )?;
     let dtype = dtype.unwrap_or_else(|| dtype_of(&cfg.torch_dtype));
     let mut tensors = read_safetensors_dir(dir, device)?;
     if cfg.tie_word_embeddings {
@@ -61,12 +73,19 @@ pub fn load_model_dir(dir: &Path, dtype: Option<DType>, device: &Device) -> Resu
     if vocab > cfg.vocab_size {
         return Err(LoadError::File {
             path: dir.join("tokenizer.json"),
-            message: format!("tokenizer has {vocab} tokens but config.json vocab_size is {}", cfg.vocab_size),
+            message: format!(
+                "tokenizer has {vocab} tokens but config.json vocab_size is {}",
+                cfg.vocab_size
+            ),
         });
     }
     let mut eos_ids = tokenizer::read_generation_eos(dir)?;
     eos_ids.extend(cfg.eos_token_ids.iter().copied());
-    if let Some(id) = tok.eos_token.as_deref().and_then(|t| tok.tokenizer.token_to_id(t)) {
+    if let Some(id) = tok
+        .eos_token
+        .as_deref()
+        .and_then(|t| tok.tokenizer.token_to_id(t))
+    {
         eos_ids.push(id);
     }
     eos_ids.sort_unstable();
@@ -78,7 +97,12 @@ pub fn load_model_dir(dir: &Path, dtype: Option<DType>, device: &Device) -> Resu
         .or_else(|| eos_ids.first().copied())
         .unwrap_or(0);
     let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::io(dir, e))?;
-    Ok(LoadedModel { transformer, tokenizer: tok, eos_ids, pad_id })
+    Ok(LoadedModel {
+        transformer,
+        tokenizer: tok,
+        eos_ids,
+        pad_id,
+    })
 }
 
 /// Write `model` as a HF directory, weights in `torch_dtype` of its config.
@@ -98,7 +122,10 @@ pub fn save_model_dir(dir: &Path, model: &LoadedModel) -> Result<(), LoadError> 
     )?;
     // Write to a temporary name and rename, so a crash never leaves a truncated model.safetensors.
     let tmp = dir.join("model.safetensors.partial");
-    model.transformer.params().save_safetensors(&tmp, dtype_of(&cfg.torch_dtype))?;
+    model
+        .transformer
+        .params()
+        .save_safetensors(&tmp, dtype_of(&cfg.torch_dtype))?;
     let final_path = dir.join("model.safetensors");
     std::fs::rename(&tmp, &final_path).map_err(|e| LoadError::io(&final_path, e))?;
     tokenizer::save_tokenizer_dir(dir, &model.tokenizer)?;
@@ -127,8 +154,16 @@ pub struct InitOptions {
 /// Special tokens of our character-level tokenizer, ids 0, 1, 2.
 pub const CHAR_SPECIALS: [&str; 3] = ["<pad>", "<eos>", "<unk>"];
 
-/// Create a random-initialised model with a character-level tokenizer (no download needed).
+/// Create a random-initialised model with a character-level tokenizer and save it to `dir`.
 pub fn init_model_dir(dir: &Path, opts: &InitOptions) -> Result<LoadedModel, LoadError> {
+    let model = init_model(opts)?;
+    save_model_dir(dir, &model)?;
+    Ok(model)
+}
+
+/// A random-initialised model with a character-level tokenizer (no download needed), in memory.
+pub fn init_model(opts: &InitOptions) -> Result<LoadedModel, LoadError> {
+    let dir = Path::new("<init>");
     let tokenizer = tokenizer::build_char_tokenizer(&opts.chars, &CHAR_SPECIALS)?;
     let vocab = tokenizer.get_vocab_size(true);
     let cfg = ModelConfig {
@@ -148,7 +183,10 @@ pub fn init_model_dir(dir: &Path, opts: &InitOptions) -> Result<LoadedModel, Loa
         eos_token_ids: vec![1],
         torch_dtype: opts.dtype.clone(),
     };
-    cfg.check().map_err(|message| LoadError::File { path: dir.join("config.json"), message })?;
+    cfg.check().map_err(|message| LoadError::File {
+        path: dir.join("config.json"),
+        message,
+    })?;
     let params = ParamStore::init(&cfg, opts.seed, dtype_of(&cfg.torch_dtype), &Device::Cpu)
         .map_err(|e| LoadError::io(dir, e))?;
     let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::io(dir, e))?;
@@ -164,6 +202,5 @@ pub fn init_model_dir(dir: &Path, opts: &InitOptions) -> Result<LoadedModel, Loa
         eos_ids: vec![1],
         pad_id: 0,
     };
-    save_model_dir(dir, &model)?;
     Ok(model)
 }

@@ -16,7 +16,10 @@ pub struct KvCache {
 impl KvCache {
     /// An empty cache for `valid_from.len()` rows whose first real column is `valid_from[row]`.
     pub fn new(num_layers: usize, valid_from: Vec<usize>) -> Self {
-        KvCache { layers: vec![None; num_layers], valid_from }
+        KvCache {
+            layers: vec![None; num_layers],
+            valid_from,
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -60,7 +63,11 @@ impl KvCache {
             Some(Some((k, _))) => k.device().clone(),
             _ => return Ok(()),
         };
-        let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &device)?;
+        let idx = Tensor::from_vec(
+            rows.iter().map(|&r| r as u32).collect::<Vec<_>>(),
+            rows.len(),
+            &device,
+        )?;
         for (k, v) in self.layers.iter_mut().flatten() {
             *k = k.index_select(&idx, 0)?;
             *v = v.index_select(&idx, 0)?;
@@ -83,19 +90,38 @@ impl KvCache {
         let (pad_a, pad_b) = (total - a, total - b);
         for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
             if let (Some((k, v)), Some((ok, ov))) = (mine.take(), theirs) {
-                let k = Tensor::cat(&[&k.pad_with_zeros(2, pad_a, 0)?, &ok.pad_with_zeros(2, pad_b, 0)?], 0)?;
-                let v = Tensor::cat(&[&v.pad_with_zeros(2, pad_a, 0)?, &ov.pad_with_zeros(2, pad_b, 0)?], 0)?;
+                let k = Tensor::cat(
+                    &[
+                        &k.pad_with_zeros(2, pad_a, 0)?,
+                        &ok.pad_with_zeros(2, pad_b, 0)?,
+                    ],
+                    0,
+                )?;
+                let v = Tensor::cat(
+                    &[
+                        &v.pad_with_zeros(2, pad_a, 0)?,
+                        &ov.pad_with_zeros(2, pad_b, 0)?,
+                    ],
+                    0,
+                )?;
                 *mine = Some((k, v));
             }
         }
         self.valid_from.iter_mut().for_each(|s| *s += pad_a);
-        self.valid_from.extend(other.valid_from.iter().map(|s| s + pad_b));
+        self.valid_from
+            .extend(other.valid_from.iter().map(|s| s + pad_b));
         Ok(())
     }
 
     /// Drop leading columns that no row uses any more, so attention cost tracks the live sequences.
     pub fn trim_left(&mut self) -> Result<()> {
-        let drop = self.valid_from.iter().copied().min().unwrap_or(0).min(self.len());
+        let drop = self
+            .valid_from
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0)
+            .min(self.len());
         if drop == 0 {
             return Ok(());
         }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::config::ModelConfig;
 use super::LoadError;
+use super::config::ModelConfig;
 
 /// How a parameter is initialised when a model is created from a config.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,13 +23,20 @@ pub enum Init {
 /// Every tensor the architecture expects, with its shape and initialisation, in HF naming.
 pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>, Init)> {
     let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
-    let (q, kv) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
+    let (q, kv) = (
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.num_key_value_heads * cfg.head_dim,
+    );
     let std = Init::Normal(0.02);
     let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h], std)];
     for l in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{l}");
         out.push((format!("{p}.input_layernorm.weight"), vec![h], Init::Ones));
-        out.push((format!("{p}.post_attention_layernorm.weight"), vec![h], Init::Ones));
+        out.push((
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![h],
+            Init::Ones,
+        ));
         out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h], std));
         out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h], std));
         out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h], std));
@@ -40,8 +47,16 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>, Init)> {
             out.push((format!("{p}.self_attn.v_proj.bias"), vec![kv], Init::Zeros));
         }
         if cfg.arch.qk_norm() {
-            out.push((format!("{p}.self_attn.q_norm.weight"), vec![cfg.head_dim], Init::Ones));
-            out.push((format!("{p}.self_attn.k_norm.weight"), vec![cfg.head_dim], Init::Ones));
+            out.push((
+                format!("{p}.self_attn.q_norm.weight"),
+                vec![cfg.head_dim],
+                Init::Ones,
+            ));
+            out.push((
+                format!("{p}.self_attn.k_norm.weight"),
+                vec![cfg.head_dim],
+                Init::Ones,
+            ));
         }
         out.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h], std));
         out.push((format!("{p}.mlp.up_proj.weight"), vec![i, h], std));
@@ -62,7 +77,12 @@ pub struct ParamStore {
 
 impl ParamStore {
     /// Seeded random initialisation (HF's `initializer_range` normal, ones for norms, zeros for biases).
-    pub fn init(cfg: &ModelConfig, seed: u64, dtype: DType, device: &Device) -> candle_core::Result<Self> {
+    pub fn init(
+        cfg: &ModelConfig,
+        seed: u64,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut vars = BTreeMap::new();
         for (name, shape, init) in expected_tensors(cfg) {
@@ -134,7 +154,12 @@ impl ParamStore {
         let vars = self
             .vars
             .iter()
-            .map(|(k, v)| Ok((k.clone(), Var::from_tensor(&v.as_tensor().to_dtype(dtype)?)?)))
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    Var::from_tensor(&v.as_tensor().to_dtype(dtype)?)?,
+                ))
+            })
             .collect::<candle_core::Result<_>>()?;
         Ok(ParamStore { vars })
     }
@@ -162,7 +187,10 @@ impl ParamStore {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(LoadError::Weights { origin: origin.to_string(), problems })
+            Err(LoadError::Weights {
+                origin: origin.to_string(),
+                problems,
+            })
         }
     }
 
@@ -174,8 +202,7 @@ impl ParamStore {
             .map(|(k, v)| Ok((k.clone(), v.as_tensor().to_dtype(dtype)?)))
             .collect::<candle_core::Result<_>>()
             .map_err(|e| LoadError::io(path, e))?;
-        candle_core::safetensors::save(&tensors, path)
-            .map_err(|e| LoadError::io(path, e))
+        candle_core::safetensors::save(&tensors, path).map_err(|e| LoadError::io(path, e))
     }
 }
 
@@ -187,14 +214,18 @@ fn is_ignorable(name: &str, cfg: &ModelConfig) -> bool {
 
 /// Read every tensor of the safetensors files in `dir`: `model.safetensors`, or the shards listed in
 /// `model.safetensors.index.json`, or (failing both) every `*.safetensors` file.
-pub fn read_safetensors_dir(dir: &Path, device: &Device) -> Result<BTreeMap<String, Tensor>, LoadError> {
+pub fn read_safetensors_dir(
+    dir: &Path,
+    device: &Device,
+) -> Result<BTreeMap<String, Tensor>, LoadError> {
     let files = safetensors_files(dir)?;
     let mut out = BTreeMap::new();
     for file in files {
-        let tensors = candle_core::safetensors::load(&file, device).map_err(|e| LoadError::File {
-            path: file.clone(),
-            message: format!("not a readable safetensors file ({e})"),
-        })?;
+        let tensors =
+            candle_core::safetensors::load(&file, device).map_err(|e| LoadError::File {
+                path: file.clone(),
+                message: format!("not a readable safetensors file ({e})"),
+            })?;
         for (name, t) in tensors {
             if out.insert(name.clone(), t).is_some() {
                 return Err(LoadError::File {
@@ -219,11 +250,17 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
             path: index.clone(),
             message: format!("invalid JSON ({e})"),
         })?;
-        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| LoadError::File {
-            path: index.clone(),
-            message: "missing object 'weight_map'".into(),
-        })?;
-        let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| LoadError::File {
+                path: index.clone(),
+                message: "missing object 'weight_map'".into(),
+            })?;
+        let mut shards: Vec<String> = map
+            .values()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect();
         shards.sort();
         shards.dedup();
         let paths: Vec<PathBuf> = shards.iter().map(|s| dir.join(s)).collect();
@@ -244,7 +281,8 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     if any.is_empty() {
         return Err(LoadError::File {
             path: dir.to_path_buf(),
-            message: "no model.safetensors, model.safetensors.index.json or *.safetensors file".into(),
+            message: "no model.safetensors, model.safetensors.index.json or *.safetensors file"
+                .into(),
         });
     }
     Ok(any)

@@ -538,7 +538,7 @@ fn py_method(
         let affix = |check: &dyn Fn(&str) -> bool| -> Result<bool, JinjaError> {
             match args.first() {
                 Some(a) if a.kind() == ValueKind::Seq => {
-                    Ok(a.try_iter()?.any(|p| p.as_str().is_some_and(|p| check(p))))
+                    Ok(a.try_iter()?.any(|p| p.as_str().is_some_and(check)))
                 }
                 Some(a) => Ok(a.as_str().is_some_and(check)),
                 None => Err(JinjaError::from(ErrorKind::MissingArgument)),
@@ -869,7 +869,7 @@ mod tests {
         let msgs = [ChatMessage::new("user", "<think>hm</think>\n  hi there !")];
         assert_eq!(
             render_chat(t, &msgs, false, None, None).unwrap(),
-            "[hi there !|true|true|<THINK>HM</THINK>\n  HI THERE ?|user|none]a=1;b=2;"
+            "[hi there !|True|True|<THINK>HM</THINK>\n  HI THERE ?|user|none]a=1;b=2;"
         );
         // Expected from Python: json.dumps(x, ensure_ascii=False) and with indent=2.
         let t = "{% set x = {'a': [1, 2.5, 'é\\n'], 'b': {'c': none, 'd': true}, 'e': []} %}\

@@ -72,7 +72,11 @@ impl Transformer {
                 v_w: p("self_attn.v_proj.weight")?,
                 o_w: p("self_attn.o_proj.weight")?,
                 qkv_b: if cfg.arch.qkv_bias() {
-                    Some((p("self_attn.q_proj.bias")?, p("self_attn.k_proj.bias")?, p("self_attn.v_proj.bias")?))
+                    Some((
+                        p("self_attn.q_proj.bias")?,
+                        p("self_attn.k_proj.bias")?,
+                        p("self_attn.v_proj.bias")?,
+                    ))
                 } else {
                     None
                 },
@@ -130,11 +134,22 @@ impl Transformer {
         numerics: Numerics,
     ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
-        let mut x = self.embed.index_select(&input_ids.flatten_all()?, 0)?.reshape((b, t, ()))?;
+        let mut x = self
+            .embed
+            .index_select(&input_ids.flatten_all()?, 0)?
+            .reshape((b, t, ()))?;
         let flat_pos = positions.flatten_all()?;
         let half = self.cfg.head_dim / 2;
-        let cos = self.cos.index_select(&flat_pos, 0)?.reshape((b, t, half))?.to_dtype(self.dtype)?;
-        let sin = self.sin.index_select(&flat_pos, 0)?.reshape((b, t, half))?.to_dtype(self.dtype)?;
+        let cos = self
+            .cos
+            .index_select(&flat_pos, 0)?
+            .reshape((b, t, half))?
+            .to_dtype(self.dtype)?;
+        let sin = self
+            .sin
+            .index_select(&flat_pos, 0)?
+            .reshape((b, t, half))?
+            .to_dtype(self.dtype)?;
         let mask = mask.to_dtype(self.dtype)?;
         for (l, w) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &w.input_norm, self.cfg.rms_norm_eps, numerics)?;
@@ -166,12 +181,17 @@ impl Transformer {
         numerics: Numerics,
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        let (nh, nkv, hd) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim);
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim,
+        );
         let (qb, kb, vb) = match &w.qkv_b {
             Some((q, k, v)) => (Some(q), Some(k), Some(v)),
             None => (None, None, None),
         };
-        let split = |y: Tensor, heads: usize| y.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous();
+        let split =
+            |y: Tensor, heads: usize| y.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous();
         let mut q = split(linear(x, &w.q_w, qb)?, nh)?;
         let mut k = split(linear(x, &w.k_w, kb)?, nkv)?;
         let v = split(linear(x, &w.v_w, vb)?, nkv)?;
@@ -195,7 +215,11 @@ impl Transformer {
             Numerics::Fast => candle_nn::ops::softmax_last_dim(&scores)?,
             Numerics::Differentiable => candle_nn::ops::softmax(&scores, D::Minus1)?,
         };
-        let out = probs.matmul(&v)?.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        let out = probs
+            .matmul(&v)?
+            .reshape((b, nh, t, hd))?
+            .transpose(1, 2)?
+            .reshape((b, t, nh * hd))?;
         linear(&out, &w.o_w, None)
     }
 }
@@ -223,8 +247,12 @@ fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, numerics: Numerics) -> Result
         Numerics::Differentiable => {
             let dtype = x.dtype();
             let x32 = x.to_dtype(DType::F32)?;
-            let inv = (x32.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?.recip()?;
-            x32.broadcast_mul(&inv)?.to_dtype(dtype)?.broadcast_mul(weight)
+            let inv = (x32.sqr()?.mean_keepdim(D::Minus1)? + eps)?
+                .sqrt()?
+                .recip()?;
+            x32.broadcast_mul(&inv)?
+                .to_dtype(dtype)?
+                .broadcast_mul(weight)
         }
     }
 }
@@ -260,12 +288,21 @@ fn rope_tables(cfg: &ModelConfig, device: &Device) -> Result<(Tensor, Tensor)> {
             sin.push(angle.sin());
         }
     }
-    Ok((Tensor::from_vec(cos, (n, half), device)?, Tensor::from_vec(sin, (n, half), device)?))
+    Ok((
+        Tensor::from_vec(cos, (n, half), device)?,
+        Tensor::from_vec(sin, (n, half), device)?,
+    ))
 }
 
 /// Additive attention mask (b, 1, groups*t, past+t): query i of row n (at column past+i) may attend
 /// key column j iff `valid_from[n] <= j <= past + i`. Columns before `valid_from[n]` are left padding.
-pub fn attention_mask(valid_from: &[usize], past: usize, t: usize, groups: usize, device: &Device) -> Result<Tensor> {
+pub fn attention_mask(
+    valid_from: &[usize],
+    past: usize,
+    t: usize,
+    groups: usize,
+    device: &Device,
+) -> Result<Tensor> {
     let total = past + t;
     let b = valid_from.len();
     let mut data = vec![0f32; b * groups * t * total];

@@ -136,7 +136,10 @@ impl<'a> Engine<'a> {
         }
         let longest = reqs.iter().map(|r| r.prompt_ids.len()).max().unwrap_or(0);
         let max_pos = self.model.config().max_position_embeddings;
-        if let Some(r) = reqs.iter().find(|r| r.prompt_ids.len() + r.params.max_new_tokens > max_pos) {
+        if let Some(r) = reqs
+            .iter()
+            .find(|r| r.prompt_ids.len() + r.params.max_new_tokens > max_pos)
+        {
             candle_core::bail!(
                 "request {}: prompt of {} tokens + max_new_tokens {} exceeds max_position_embeddings {max_pos}",
                 r.id,
@@ -158,13 +161,20 @@ impl<'a> Engine<'a> {
         let groups = self.model.config().kv_groups();
         let mask = attention_mask(&valid_from, 0, longest, groups, device)?;
         let mut cache = KvCache::new(self.model.config().num_hidden_layers, valid_from);
-        let hidden = self.model.forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
+        let hidden =
+            self.model
+                .forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
         let last = hidden.narrow(1, longest - 1, 1)?;
         let logits = self.model.logits(&last)?.squeeze(1)?.to_vec2::<f32>()?;
         self.cache.merge(cache)?;
         for (req, row) in reqs.into_iter().zip(logits) {
             let rng = StdRng::seed_from_u64(req.seed);
-            let mut seq = Running { req, rng, tokens: vec![], logprobs: vec![] };
+            let mut seq = Running {
+                req,
+                rng,
+                tokens: vec![],
+                logprobs: vec![],
+            };
             let (tok, lp) = sample(&row, &seq.req.params, &mut seq.rng);
             seq.tokens.push(tok);
             seq.logprobs.push(lp);
@@ -176,14 +186,23 @@ impl<'a> Engine<'a> {
     fn decode(&mut self) -> Result<Vec<Completion>> {
         let device = self.model.device();
         let b = self.running.len();
-        let ids: Vec<u32> = self.running.iter().map(|s| s.tokens[s.tokens.len() - 1]).collect();
-        let pos: Vec<u32> =
-            self.running.iter().map(|s| (s.req.prompt_ids.len() + s.tokens.len() - 1) as u32).collect();
+        let ids: Vec<u32> = self
+            .running
+            .iter()
+            .map(|s| s.tokens[s.tokens.len() - 1])
+            .collect();
+        let pos: Vec<u32> = self
+            .running
+            .iter()
+            .map(|s| (s.req.prompt_ids.len() + s.tokens.len() - 1) as u32)
+            .collect();
         let ids = Tensor::from_vec(ids, (b, 1), device)?;
         let pos = Tensor::from_vec(pos, (b, 1), device)?;
         let groups = self.model.config().kv_groups();
         let mask = attention_mask(self.cache.valid_from(), self.cache.len(), 1, groups, device)?;
-        let hidden = self.model.forward_hidden(&ids, &pos, &mask, Some(&mut self.cache), Numerics::Fast)?;
+        let hidden =
+            self.model
+                .forward_hidden(&ids, &pos, &mask, Some(&mut self.cache), Numerics::Fast)?;
         let logits = self.model.logits(&hidden)?.squeeze(1)?.to_vec2::<f32>()?;
         for (seq, row) in self.running.iter_mut().zip(logits) {
             let (tok, lp) = sample(&row, &seq.req.params, &mut seq.rng);
@@ -233,7 +252,13 @@ impl<'a> Engine<'a> {
             && let Some(detok) = self.detokenize
         {
             let text = detok(&seq.tokens);
-            if seq.req.params.stop_strings.iter().any(|s| !s.is_empty() && text.contains(s.as_str())) {
+            if seq
+                .req
+                .params
+                .stop_strings
+                .iter()
+                .any(|s| !s.is_empty() && text.contains(s.as_str()))
+            {
                 return Some(FinishReason::Stop);
             }
         }

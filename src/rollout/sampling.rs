@@ -19,14 +19,23 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_strings: vec![] }
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            max_new_tokens: 64,
+            stop_strings: vec![],
+        }
     }
 }
 
 impl SamplingParams {
     pub fn validate(&self, at: &str, problems: &mut Vec<String>) {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            problems.push(format!("{at}.temperature must be >= 0, got {}", self.temperature));
+            problems.push(format!(
+                "{at}.temperature must be >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             problems.push(format!("{at}.top_p must be in (0, 1], got {}", self.top_p));
@@ -42,7 +51,11 @@ impl SamplingParams {
 /// computes as `log_softmax(logits / temperature)`, so generation and training log-probs agree.
 /// For greedy decoding the temperature is taken as 1.
 pub fn sample(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
-    let temp = if params.temperature > 0.0 { params.temperature } else { 1.0 };
+    let temp = if params.temperature > 0.0 {
+        params.temperature
+    } else {
+        1.0
+    };
     let scaled: Vec<f64> = logits.iter().map(|&l| l as f64 / temp).collect();
     let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let log_z = max + scaled.iter().map(|&s| (s - max).exp()).sum::<f64>().ln();
@@ -101,7 +114,12 @@ mod tests {
     use rand::SeedableRng;
 
     fn params(temperature: f64, top_k: usize, top_p: f64) -> SamplingParams {
-        SamplingParams { temperature, top_k, top_p, ..Default::default() }
+        SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -144,7 +162,9 @@ mod tests {
         let logits = [0.1f32, 0.2, 0.3, 0.4];
         let draw = |seed| {
             let mut rng = StdRng::seed_from_u64(seed);
-            (0..32).map(|_| sample(&logits, &params(1.0, 0, 1.0), &mut rng).0).collect::<Vec<_>>()
+            (0..32)
+                .map(|_| sample(&logits, &params(1.0, 0, 1.0), &mut rng).0)
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));

@@ -26,7 +26,12 @@ pub struct TrainBatch {
 
 impl TrainBatch {
     /// Build from (prompt, response) token pairs. Every prompt and response must be non-empty.
-    pub fn new(pairs: &[(&[u32], &[u32])], pad_id: u32, kv_groups: usize, device: &Device) -> Result<Self> {
+    pub fn new(
+        pairs: &[(&[u32], &[u32])],
+        pad_id: u32,
+        kv_groups: usize,
+        device: &Device,
+    ) -> Result<Self> {
         if pairs.is_empty() {
             candle_core::bail!("empty training batch");
         }
@@ -37,7 +42,11 @@ impl TrainBatch {
         let r_w = pairs.iter().map(|(_, r)| r.len()).max().unwrap_or(0);
         let width = p_w + r_w - 1;
         let b = pairs.len();
-        let (mut ids, mut pos, mut valid_from) = (Vec::with_capacity(b * width), Vec::with_capacity(b * width), vec![]);
+        let (mut ids, mut pos, mut valid_from) = (
+            Vec::with_capacity(b * width),
+            Vec::with_capacity(b * width),
+            vec![],
+        );
         let (mut targets, mut mask) = (Vec::with_capacity(b * r_w), Vec::with_capacity(b * r_w));
         for (prompt, response) in pairs {
             let pad = p_w - prompt.len();
@@ -49,7 +58,12 @@ impl TrainBatch {
             pos.extend(std::iter::repeat_n(0u32, pad));
             pos.extend(0..real as u32);
             pos.extend(std::iter::repeat_n(0u32, width - pad - real));
-            targets.extend(response.iter().copied().chain(std::iter::repeat_n(0, r_w - response.len())));
+            targets.extend(
+                response
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(0, r_w - response.len())),
+            );
             mask.extend((0..r_w).map(|k| if k < response.len() { 1f32 } else { 0.0 }));
         }
         Ok(TrainBatch {
@@ -71,8 +85,18 @@ impl TrainBatch {
 
 /// Run the model over a batch and return the hidden states of the positions that predict response
 /// tokens. -> (b, R, hidden)
-pub fn response_hidden(model: &Transformer, batch: &TrainBatch, numerics: Numerics) -> Result<Tensor> {
-    let hidden = model.forward_hidden(&batch.input_ids, &batch.positions, &batch.attn_mask, None, numerics)?;
+pub fn response_hidden(
+    model: &Transformer,
+    batch: &TrainBatch,
+    numerics: Numerics,
+) -> Result<Tensor> {
+    let hidden = model.forward_hidden(
+        &batch.input_ids,
+        &batch.positions,
+        &batch.attn_mask,
+        None,
+        numerics,
+    )?;
     hidden.narrow(1, batch.prompt_width - 1, batch.response_width)
 }
 
@@ -101,8 +125,18 @@ pub fn response_forward(
 }
 
 /// Log-probs of `response` after `prompt` for a single pair, as plain numbers (for `model score`).
-pub fn score_pair(model: &Transformer, prompt: &[u32], response: &[u32], pad_id: u32) -> Result<Vec<f32>> {
-    let batch = TrainBatch::new(&[(prompt, response)], pad_id, model.config().kv_groups(), model.device())?;
+pub fn score_pair(
+    model: &Transformer,
+    prompt: &[u32],
+    response: &[u32],
+    pad_id: u32,
+) -> Result<Vec<f32>> {
+    let batch = TrainBatch::new(
+        &[(prompt, response)],
+        pad_id,
+        model.config().kv_groups(),
+        model.device(),
+    )?;
     let (logp, _) = response_forward(model, &batch, 1.0, Numerics::Fast, false)?;
     logp.squeeze(0)?.to_dtype(DType::F32)?.to_vec1()
 }

@@ -26,7 +26,12 @@ pub struct TrainerState {
 }
 
 /// Write model, optimizer and trainer state to `dir` atomically (replacing an older checkpoint there).
-pub fn save_checkpoint(dir: &Path, model: &LoadedModel, opt: &AdamW, state: &TrainerState) -> Result<u64, LoadError> {
+pub fn save_checkpoint(
+    dir: &Path,
+    model: &LoadedModel,
+    opt: &AdamW,
+    state: &TrainerState,
+) -> Result<u64, LoadError> {
     let partial = PathBuf::from(format!("{}.partial", dir.display()));
     if partial.exists() {
         std::fs::remove_dir_all(&partial).map_err(|e| LoadError::io(&partial, e))?;
@@ -58,18 +63,25 @@ pub fn load_trainer_state(
 ) -> Result<(TrainerState, BTreeMap<String, (Tensor, Tensor)>), LoadError> {
     let state_path = dir.join("trainer_state.json");
     let text = std::fs::read_to_string(&state_path).map_err(|e| LoadError::io(&state_path, e))?;
-    let state: TrainerState = serde_json::from_str(&text)
-        .map_err(|e| LoadError::File { path: state_path.clone(), message: format!("invalid trainer state ({e})") })?;
+    let state: TrainerState = serde_json::from_str(&text).map_err(|e| LoadError::File {
+        path: state_path.clone(),
+        message: format!("invalid trainer state ({e})"),
+    })?;
     let opt_path = dir.join("optimizer.safetensors");
-    let tensors = candle_core::safetensors::load(&opt_path, device)
-        .map_err(|e| LoadError::File { path: opt_path.clone(), message: format!("unreadable ({e})") })?;
+    let tensors =
+        candle_core::safetensors::load(&opt_path, device).map_err(|e| LoadError::File {
+            path: opt_path.clone(),
+            message: format!("unreadable ({e})"),
+        })?;
     let mut moments = BTreeMap::new();
     for (name, m) in &tensors {
         if let Some(param) = name.strip_suffix(".m") {
-            let v = tensors.get(&format!("{param}.v")).ok_or_else(|| LoadError::File {
-                path: opt_path.clone(),
-                message: format!("moment '{param}.v' is missing"),
-            })?;
+            let v = tensors
+                .get(&format!("{param}.v"))
+                .ok_or_else(|| LoadError::File {
+                    path: opt_path.clone(),
+                    message: format!("moment '{param}.v' is missing"),
+                })?;
             moments.insert(param.to_string(), (m.clone(), v.clone()));
         }
     }
@@ -78,6 +90,11 @@ pub fn load_trainer_state(
 
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
         .unwrap_or(0)
 }

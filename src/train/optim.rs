@@ -52,21 +52,32 @@ impl OptimizerConfig {
             problems.push(format!("{at}.lr must be positive, got {}", self.lr));
         }
         if self.betas.iter().any(|b| !(0.0..1.0).contains(b)) {
-            problems.push(format!("{at}.betas must be in [0, 1), got {:?}", self.betas));
+            problems.push(format!(
+                "{at}.betas must be in [0, 1), got {:?}",
+                self.betas
+            ));
         }
         if self.eps <= 0.0 {
             problems.push(format!("{at}.eps must be positive, got {}", self.eps));
         }
         if self.weight_decay < 0.0 {
-            problems.push(format!("{at}.weight_decay must be >= 0, got {}", self.weight_decay));
+            problems.push(format!(
+                "{at}.weight_decay must be >= 0, got {}",
+                self.weight_decay
+            ));
         }
         if !(0.0..=1.0).contains(&self.min_lr_ratio) {
-            problems.push(format!("{at}.min_lr_ratio must be in [0, 1], got {}", self.min_lr_ratio));
+            problems.push(format!(
+                "{at}.min_lr_ratio must be in [0, 1], got {}",
+                self.min_lr_ratio
+            ));
         }
         if let Some(n) = self.max_grad_norm
             && n <= 0.0
         {
-            problems.push(format!("{at}.max_grad_norm must be positive or null, got {n}"));
+            problems.push(format!(
+                "{at}.max_grad_norm must be positive or null, got {n}"
+            ));
         }
     }
 
@@ -136,7 +147,14 @@ impl AdamW {
         let zeros = |v: &Var| Tensor::zeros(v.shape(), DType::F32, v.device());
         let m = vars.iter().map(|(_, v)| zeros(v)).collect::<Result<_>>()?;
         let v = vars.iter().map(|(_, v)| zeros(v)).collect::<Result<_>>()?;
-        Ok(AdamW { cfg, vars, m, v, step: 0, total_steps })
+        Ok(AdamW {
+            cfg,
+            vars,
+            m,
+            v,
+            step: 0,
+            total_steps,
+        })
     }
 
     pub fn vars(&self) -> &[(String, Var)] {
@@ -172,7 +190,9 @@ impl AdamW {
         let t = self.step as i32;
         let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
         for (i, (name, var)) in self.vars.iter().enumerate() {
-            let Some(g) = acc.grads.get(name) else { continue };
+            let Some(g) = acc.grads.get(name) else {
+                continue;
+            };
             let g = (g * clip)?;
             self.m[i] = ((&self.m[i] * b1)? + (&g * (1.0 - b1))?)?;
             self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
@@ -201,13 +221,21 @@ impl AdamW {
     }
 
     /// Restore what [`AdamW::state`] returned; names and shapes must match.
-    pub fn restore(&mut self, step: usize, moments: &BTreeMap<String, (Tensor, Tensor)>) -> Result<()> {
+    pub fn restore(
+        &mut self,
+        step: usize,
+        moments: &BTreeMap<String, (Tensor, Tensor)>,
+    ) -> Result<()> {
         for (i, (name, var)) in self.vars.iter().enumerate() {
             let Some((m, v)) = moments.get(name) else {
                 candle_core::bail!("optimizer state has no moments for '{name}'");
             };
             if m.dims() != var.dims() || v.dims() != var.dims() {
-                candle_core::bail!("optimizer state for '{name}' has shape {:?}, expected {:?}", m.dims(), var.dims());
+                candle_core::bail!(
+                    "optimizer state for '{name}' has shape {:?}, expected {:?}",
+                    m.dims(),
+                    var.dims()
+                );
             }
             self.m[i] = m.to_dtype(DType::F32)?;
             self.v[i] = v.to_dtype(DType::F32)?;
@@ -245,26 +273,44 @@ mod tests {
         // With bias correction, step 1 gives m_hat = g, v_hat = g^2, so the update is lr * g/(|g|+eps).
         let w = Var::from_tensor(&Tensor::new(&[[1.0f32, -2.0]], &Device::Cpu).unwrap()).unwrap();
         let vars = vec![("w".to_string(), w.clone())];
-        let cfg = OptimizerConfig { lr: 0.1, weight_decay: 0.5, max_grad_norm: None, ..Default::default() };
+        let cfg = OptimizerConfig {
+            lr: 0.1,
+            weight_decay: 0.5,
+            max_grad_norm: None,
+            ..Default::default()
+        };
         let mut opt = AdamW::new(vars.clone(), cfg, 10).unwrap();
         // loss = sum(w * [3, -4]) => grad [3, -4]
-        let loss = (w.as_tensor() * Tensor::new(&[[3.0f32, -4.0]], &Device::Cpu).unwrap()).unwrap().sum_all().unwrap();
+        let loss = (w.as_tensor() * Tensor::new(&[[3.0f32, -4.0]], &Device::Cpu).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap();
         let mut acc = GradAccumulator::default();
         acc.add(&vars, &loss.backward().unwrap()).unwrap();
         let stats = opt.step(acc).unwrap();
         assert!((stats.grad_norm - 5.0).abs() < 1e-6);
         // w1 = 1 - 0.1 * (1 + 0.5 * 1) = 0.85; w2 = -2 - 0.1 * (-1 + 0.5 * -2) = -1.8
         let got = w.as_tensor().to_vec2::<f32>().unwrap();
-        assert!((got[0][0] - 0.85).abs() < 1e-6 && (got[0][1] - -1.8).abs() < 1e-6, "{got:?}");
+        assert!(
+            (got[0][0] - 0.85).abs() < 1e-6 && (got[0][1] - -1.8).abs() < 1e-6,
+            "{got:?}"
+        );
     }
 
     #[test]
     fn clipping_scales_the_gradient_to_max_norm() {
         let w = Var::from_tensor(&Tensor::new(&[0.0f32, 0.0], &Device::Cpu).unwrap()).unwrap();
         let vars = vec![("w".to_string(), w.clone())];
-        let cfg = OptimizerConfig { lr: 1.0, max_grad_norm: Some(1.0), ..Default::default() };
+        let cfg = OptimizerConfig {
+            lr: 1.0,
+            max_grad_norm: Some(1.0),
+            ..Default::default()
+        };
         let mut opt = AdamW::new(vars.clone(), cfg, 1).unwrap();
-        let loss = (w.as_tensor() * Tensor::new(&[30.0f32, 40.0], &Device::Cpu).unwrap()).unwrap().sum_all().unwrap();
+        let loss = (w.as_tensor() * Tensor::new(&[30.0f32, 40.0], &Device::Cpu).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap();
         let mut acc = GradAccumulator::default();
         acc.add(&vars, &loss.backward().unwrap()).unwrap();
         let stats = opt.step(acc).unwrap();
@@ -272,9 +318,15 @@ mod tests {
         // clipped g = [30, 40] * 1/50 = [0.6, 0.8]; first moment m = (1 - 0.9) * g = [0.06, 0.08]
         let (_, moments) = opt.state();
         let m = moments[0].1.to_vec1::<f32>().unwrap();
-        assert!((m[0] - 0.06).abs() < 1e-6 && (m[1] - 0.08).abs() < 1e-6, "{m:?}");
+        assert!(
+            (m[0] - 0.06).abs() < 1e-6 && (m[1] - 0.08).abs() < 1e-6,
+            "{m:?}"
+        );
         // m_hat / sqrt(v_hat) = g / |g| = 1 per coordinate, so w = 0 - lr * 1 = -1
         let got = w.as_tensor().to_vec1::<f32>().unwrap();
-        assert!((got[0] + 1.0).abs() < 1e-5 && (got[1] + 1.0).abs() < 1e-5, "{got:?}");
+        assert!(
+            (got[0] + 1.0).abs() < 1e-5 && (got[1] + 1.0).abs() < 1e-5,
+            "{got:?}"
+        );
     }
 }

@@ -25,16 +25,24 @@ impl ValueHead {
     pub fn forward(&self, hidden: &Tensor) -> Result<Tensor> {
         let (b, t, h) = hidden.dims3()?;
         let x = hidden.to_dtype(DType::F32)?.reshape((b * t, h))?;
-        x.matmul(&self.weight.as_tensor().t()?)?.broadcast_add(self.bias.as_tensor())?.reshape((b, t))
+        x.matmul(&self.weight.as_tensor().t()?)?
+            .broadcast_add(self.bias.as_tensor())?
+            .reshape((b, t))
     }
 
     pub fn vars(&self) -> Vec<(String, Var)> {
-        vec![("value_head.weight".into(), self.weight.clone()), ("value_head.bias".into(), self.bias.clone())]
+        vec![
+            ("value_head.weight".into(), self.weight.clone()),
+            ("value_head.bias".into(), self.bias.clone()),
+        ]
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
-        let map: std::collections::HashMap<String, Tensor> =
-            self.vars().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
+        let map: std::collections::HashMap<String, Tensor> = self
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect();
         candle_core::safetensors::save(&map, path)
     }
 
@@ -46,9 +54,16 @@ impl ValueHead {
         };
         let (w, b) = (get("value_head.weight")?, get("value_head.bias")?);
         if w.dims() != [1, hidden] {
-            candle_core::bail!("'{}': value_head.weight has shape {:?}, expected [1, {hidden}]", path.display(), w.dims());
+            candle_core::bail!(
+                "'{}': value_head.weight has shape {:?}, expected [1, {hidden}]",
+                path.display(),
+                w.dims()
+            );
         }
-        Ok(ValueHead { weight: Var::from_tensor(&w)?, bias: Var::from_tensor(&b)? })
+        Ok(ValueHead {
+            weight: Var::from_tensor(&w)?,
+            bias: Var::from_tensor(&b)?,
+        })
     }
 }
 
@@ -59,15 +74,25 @@ mod tests {
     #[test]
     fn values_are_a_linear_map_of_hidden_states() {
         let head = ValueHead::new(2, &Device::Cpu).unwrap();
-        head.weight.set(&Tensor::new(&[[1.0f32, -2.0]], &Device::Cpu).unwrap()).unwrap();
-        head.bias.set(&Tensor::new(&[0.5f32], &Device::Cpu).unwrap()).unwrap();
+        head.weight
+            .set(&Tensor::new(&[[1.0f32, -2.0]], &Device::Cpu).unwrap())
+            .unwrap();
+        head.bias
+            .set(&Tensor::new(&[0.5f32], &Device::Cpu).unwrap())
+            .unwrap();
         let hidden = Tensor::new(&[[[1.0f32, 1.0], [2.0, 0.0]]], &Device::Cpu).unwrap();
         // 1 - 2 + .5 = -0.5; 2 - 0 + .5 = 2.5
-        assert_eq!(head.forward(&hidden).unwrap().to_vec2::<f32>().unwrap(), vec![vec![-0.5, 2.5]]);
+        assert_eq!(
+            head.forward(&hidden).unwrap().to_vec2::<f32>().unwrap(),
+            vec![vec![-0.5, 2.5]]
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("value_head.safetensors");
         head.save(&path).unwrap();
         let back = ValueHead::load(&path, 2, &Device::Cpu).unwrap();
-        assert_eq!(back.forward(&hidden).unwrap().to_vec2::<f32>().unwrap(), vec![vec![-0.5, 2.5]]);
+        assert_eq!(
+            back.forward(&hidden).unwrap().to_vec2::<f32>().unwrap(),
+            vec![vec![-0.5, 2.5]]
+        );
     }
 }

@@ -1,0 +1,196 @@
+//! Engine benchmarks on the tiny Qwen2 shape (hidden 128, intermediate 512, 4 layers, 4 heads, 2 KV
+//! heads, head_dim 32, 24-token character vocab, tied embeddings, f32), random weights:
+//!   1. one GRPO step: 8 prompts x 8 samples of up to 8 tokens, score, advantages, fwd+bwd+AdamW;
+//!   2. batched generation: batch 64, 6-token prompts, exactly 32 new tokens, sampling;
+//!   3. forward+backward tokens/s at 64 x 16.
+//! Run: `cargo bench --bench engine` (prints medians; record them in benches/RESULTS.md).
+
+use std::time::Instant;
+
+use candle_core::Device;
+use roll::config::{RunConfig, load::from_yaml_str};
+use roll::model::{Arch, InitOptions, Numerics, init_model};
+use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
+use roll::rollout::{Request, SamplingParams, generate};
+use roll::train::{AdamW, GradAccumulator, OptimizerConfig, TrainBatch, response_forward};
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn main() {
+    let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    let model = init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 128,
+        layers: 4,
+        heads: 4,
+        kv_heads: 2,
+        intermediate: 512,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 64,
+        rope_theta: 10_000.0,
+        chars: "0123456789+=abcdefgh>".into(),
+        dtype: "float32".into(),
+        seed: 1,
+    })
+    .expect("init");
+    let vocab = model.config().vocab_size as u32;
+    let prompt =
+        |i: u32| -> Vec<u32> { (0..6).map(|k| 3 + (i * 7 + k * 3) % (vocab - 3)).collect() };
+
+    if wants("generation") {
+        // Random weights rarely emit EOS, and no EOS ids are passed: exactly 32 tokens per row.
+        let params = SamplingParams {
+            temperature: 1.0,
+            max_new_tokens: 32,
+            ..Default::default()
+        };
+        let mut times = vec![];
+        for rep in 0..7 {
+            let reqs = (0..64u32)
+                .map(|i| Request {
+                    id: i as u64,
+                    prompt_ids: prompt(i),
+                    params: params.clone(),
+                    seed: rep * 100 + i as u64,
+                })
+                .collect();
+            let t = Instant::now();
+            let out = generate(&model.transformer, &[], reqs, 64, None).expect("generate");
+            let secs = t.elapsed().as_secs_f64();
+            assert!(out.iter().all(|c| c.token_ids.len() == 32));
+            times.push(secs);
+        }
+        let secs = median(times);
+        println!(
+            "generation: batch 64, prompt 6, 32 new tokens: {:.4} s, {:.0} tokens/s",
+            secs,
+            64.0 * 32.0 / secs
+        );
+    }
+
+    if wants("fwd_bwd") {
+        let vars: Vec<_> = model
+            .transformer
+            .params()
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        let pairs_owned: Vec<(Vec<u32>, Vec<u32>)> = (0..64u32)
+            .map(|i| {
+                (
+                    prompt(i)[..1].to_vec(),
+                    (0..15).map(|k| 3 + (i + k) % (vocab - 3)).collect(),
+                )
+            })
+            .collect();
+        let pairs: Vec<(&[u32], &[u32])> = pairs_owned
+            .iter()
+            .map(|(p, r)| (p.as_slice(), r.as_slice()))
+            .collect();
+        let tb = TrainBatch::new(&pairs, 0, 2, &Device::Cpu).expect("batch");
+        let mut times = vec![];
+        for _ in 0..9 {
+            let t = Instant::now();
+            let (logp, _) = response_forward(
+                &model.transformer,
+                &tb,
+                1.0,
+                Numerics::Differentiable,
+                false,
+            )
+            .expect("fwd");
+            let loss = logp.sum_all().expect("sum").neg().expect("neg");
+            let grads = loss.backward().expect("bwd");
+            let mut acc = GradAccumulator::default();
+            acc.add(&vars, &grads).expect("acc");
+            times.push(t.elapsed().as_secs_f64());
+        }
+        let secs = median(times);
+        println!(
+            "forward+backward: 64 x 16 tokens: {:.4} s, {:.0} tokens/s",
+            secs,
+            64.0 * 16.0 / secs
+        );
+    }
+
+    if wants("grpo") {
+        let cfg: RunConfig = from_yaml_str(
+            r#"
+name: bench
+model: { init: { arch: qwen2, hidden: 128, layers: 4, heads: 4, kv_heads: 2, intermediate: 512, chars: "x" } }
+data: { domains: [ { name: d, synthetic: { task: addition, count: 1 }, reward: exact_match } ] }
+rl:
+  steps: 1
+  prompts_per_step: 8
+  group_size: 8
+  sampling: { temperature: 1.0, max_new_tokens: 8 }
+"#,
+            "<bench>",
+        )
+        .expect("config");
+        let rl = cfg.rl.expect("rl section");
+        let vars: Vec<_> = model
+            .transformer
+            .params()
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        let mut opt = AdamW::new(
+            vars,
+            OptimizerConfig {
+                lr: 1e-5,
+                ..Default::default()
+            },
+            100,
+        )
+        .expect("opt");
+        let mut kl = roll::algo::kl::KlController::new(Default::default(), 0.0, 0.1, 1e4);
+        let mut running = roll::algo::normalize::RunningStats::new();
+        let eos = model.eos_ids.clone();
+        let mut times = vec![];
+        for rep in 0..9u64 {
+            let t = Instant::now();
+            let reqs: Vec<Request> = (0..64u32)
+                .map(|i| Request {
+                    id: i as u64,
+                    prompt_ids: prompt(i / 8),
+                    params: rl.sampling.clone(),
+                    seed: rep * 1000 + i as u64,
+                })
+                .collect();
+            let out = generate(&model.transformer, &eos, reqs, 64, None).expect("generate");
+            // Score: a stand-in rule (even last token) gives mixed groups, like a real reward.
+            let rewards: Vec<f32> = out
+                .iter()
+                .map(|c| (c.token_ids[c.token_ids.len() - 1] % 2) as f32)
+                .collect();
+            let batch = RlBatch {
+                prompts: out.iter().map(|c| c.prompt_ids.clone()).collect(),
+                responses: out.iter().map(|c| c.token_ids.clone()).collect(),
+                gen_logprobs: out.iter().map(|c| c.logprobs.clone()).collect(),
+                truncated: out.iter().map(|c| c.token_ids.len() == 8).collect(),
+                correct: rewards.clone(),
+                rewards,
+                group_size: 8,
+            };
+            let state = UpdateState {
+                opt: &mut opt,
+                reference: None,
+                critic: None,
+                kl_ctl: &mut kl,
+                running: &mut running,
+            };
+            update(&rl, &model, state, &batch).expect("update");
+            times.push(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "grpo step: 8 prompts x 8 samples, <= 8 new tokens: {:.4} s median",
+            median(times)
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Generated datasets, so that examples and tests need no download: two-digit addition (scored by the
+//! math rule) and string reversal (scored by exact match).
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::{Deserialize, Serialize};
+
+use super::Example;
+
+/// A generated task. `count` examples are drawn with the run's seed (or `seed` when given).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SyntheticConfig {
+    /// `"37+45="` -> `"82"`, operands with exactly `digits` digits (`digits: 1` includes 0).
+    Addition {
+        count: usize,
+        #[serde(default = "two")]
+        digits: u32,
+        #[serde(default)]
+        seed: Option<u64>,
+    },
+    /// `"abc>"` -> `"cba"`, strings of `min_len..=max_len` characters of `alphabet`.
+    Reversal {
+        count: usize,
+        #[serde(default = "three")]
+        min_len: usize,
+        #[serde(default = "five")]
+        max_len: usize,
+        #[serde(default = "default_alphabet")]
+        alphabet: String,
+        #[serde(default)]
+        seed: Option<u64>,
+    },
+}
+
+fn two() -> u32 {
+    2
+}
+fn three() -> usize {
+    3
+}
+fn five() -> usize {
+    5
+}
+fn default_alphabet() -> String {
+    "abcdefgh".into()
+}
+
+impl SyntheticConfig {
+    /// Problems with the parameters, as `at.field ...` messages.
+    pub fn validate(&self, at: &str, problems: &mut Vec<String>) {
+        match self {
+            SyntheticConfig::Addition { count, digits, .. } => {
+                if *count == 0 {
+                    problems.push(format!("{at}.count must be at least 1"));
+                }
+                if !(1..=9).contains(digits) {
+                    problems.push(format!("{at}.digits must be in 1..=9, got {digits}"));
+                }
+            }
+            SyntheticConfig::Reversal {
+                count,
+                min_len,
+                max_len,
+                alphabet,
+                ..
+            } => {
+                if *count == 0 {
+                    problems.push(format!("{at}.count must be at least 1"));
+                }
+                if *min_len == 0 || min_len > max_len {
+                    problems.push(format!(
+                        "{at}: need 1 <= min_len <= max_len, got {min_len} and {max_len}"
+                    ));
+                }
+                if alphabet.chars().count() < 2 {
+                    problems.push(format!(
+                        "{at}.alphabet needs at least 2 characters, got '{alphabet}'"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Every character a prompt or answer of this task can contain.
+    pub fn charset(&self) -> String {
+        match self {
+            SyntheticConfig::Addition { .. } => "0123456789+=".into(),
+            SyntheticConfig::Reversal { alphabet, .. } => format!("{alphabet}>"),
+        }
+    }
+
+    pub fn generate(&self, domain: &str, run_seed: u64) -> Vec<Example> {
+        let example = |prompt: String, ground_truth: String| Example {
+            prompt,
+            ground_truth,
+            domain: domain.into(),
+        };
+        match self {
+            SyntheticConfig::Addition {
+                count,
+                digits,
+                seed,
+            } => {
+                let mut rng = StdRng::seed_from_u64(seed.unwrap_or(run_seed));
+                let lo = if *digits == 1 {
+                    0
+                } else {
+                    10u64.pow(digits - 1)
+                };
+                let hi = 10u64.pow(*digits);
+                (0..*count)
+                    .map(|_| {
+                        let (a, b) = (rng.random_range(lo..hi), rng.random_range(lo..hi));
+                        example(format!("{a}+{b}="), (a + b).to_string())
+                    })
+                    .collect()
+            }
+            SyntheticConfig::Reversal {
+                count,
+                min_len,
+                max_len,
+                alphabet,
+                seed,
+            } => {
+                let mut rng = StdRng::seed_from_u64(seed.unwrap_or(run_seed).wrapping_add(1));
+                let chars: Vec<char> = alphabet.chars().collect();
+                (0..*count)
+                    .map(|_| {
+                        let len = rng.random_range(*min_len..=*max_len);
+                        let s: String = (0..len)
+                            .map(|_| chars[rng.random_range(0..chars.len())])
+                            .collect();
+                        example(format!("{s}>"), s.chars().rev().collect())
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addition_examples_are_correct_sums_with_fixed_width_operands() {
+        let cfg = SyntheticConfig::Addition {
+            count: 50,
+            digits: 2,
+            seed: None,
+        };
+        let data = cfg.generate("add", 7);
+        assert_eq!(data.len(), 50);
+        for ex in &data {
+            let body = ex.prompt.strip_suffix('=').unwrap();
+            let (a, b) = body.split_once('+').unwrap();
+            assert_eq!((a.len(), b.len()), (2, 2));
+            let sum: u64 = a.parse::<u64>().unwrap() + b.parse::<u64>().unwrap();
+            assert_eq!(ex.ground_truth, sum.to_string());
+            assert_eq!(ex.domain, "add");
+        }
+        assert_eq!(data, cfg.generate("add", 7));
+        assert_ne!(data, cfg.generate("add", 8));
+    }
+
+    #[test]
+    fn reversal_examples_reverse_within_length_bounds() {
+        let cfg = SyntheticConfig::Reversal {
+            count: 40,
+            min_len: 2,
+            max_len: 4,
+            alphabet: "ab".into(),
+            seed: Some(1),
+        };
+        for ex in cfg.generate("rev", 0) {
+            let s = ex.prompt.strip_suffix('>').unwrap();
+            assert!((2..=4).contains(&s.len()) && s.chars().all(|c| c == 'a' || c == 'b'));
+            assert_eq!(ex.ground_truth, s.chars().rev().collect::<String>());
+        }
+    }
+
+    #[test]
+    fn bad_parameters_are_reported() {
+        let mut p = vec![];
+        SyntheticConfig::Reversal {
+            count: 0,
+            min_len: 5,
+            max_len: 2,
+            alphabet: "a".into(),
+            seed: None,
+        }
+        .validate("data.domains[1].synthetic", &mut p);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[1].contains("min_len <= max_len"));
+    }
+}

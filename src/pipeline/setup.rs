@@ -1,0 +1,196 @@
+//! Turning a config into a policy model and tokenized, reward-tagged domains.
+
+use crate::config::RunConfig;
+use crate::data::{DomainMixer, Example, load_jsonl};
+use crate::model::tokenizer::{ChatMessage, render_chat};
+use crate::model::{InitOptions, LoadedModel, init_model, load_model_dir};
+use crate::reward::RewardKind;
+
+use super::PipelineError;
+
+/// The policy named by `model:` (a HF directory, or a seeded random init).
+pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
+    let dtype = cfg.model.dtype;
+    match (&cfg.model.path, &cfg.model.init) {
+        (Some(path), _) => Ok(load_model_dir(
+            path,
+            Some(dtype.candle()),
+            &candle_core::Device::Cpu,
+        )?),
+        (None, Some(init)) => Ok(init_model(&InitOptions {
+            arch: init.arch,
+            hidden: init.hidden,
+            layers: init.layers,
+            heads: init.heads,
+            kv_heads: init.kv_heads,
+            intermediate: init.intermediate,
+            head_dim: init.head_dim,
+            tie_embeddings: init.tie_embeddings,
+            max_positions: init.max_positions,
+            rope_theta: init.rope_theta,
+            chars: init.chars.clone(),
+            dtype: dtype.hf_name().into(),
+            seed: cfg.seed,
+        })?),
+        (None, None) => Err(PipelineError::Setup(
+            "model: set either 'path' or 'init'".into(),
+        )),
+    }
+}
+
+/// A domain's examples with its mixing weight and reward rule.
+pub struct Domain {
+    pub name: String,
+    pub examples: Vec<Example>,
+    pub ratio: f64,
+    pub reward: RewardKind,
+}
+
+pub struct Domains {
+    pub domains: Vec<Domain>,
+    pub chat_template: bool,
+}
+
+impl Domains {
+    /// A fresh mixer over all domains, seeded per stage so SFT and RL walk the data independently.
+    pub fn mixer(&self, seed: u64) -> Result<DomainMixer, PipelineError> {
+        let parts = self
+            .domains
+            .iter()
+            .map(|d| (d.name.clone(), d.examples.clone(), d.ratio))
+            .collect();
+        Ok(DomainMixer::new(parts, seed)?)
+    }
+
+    pub fn reward_of(&self, domain: &str) -> RewardKind {
+        self.domains
+            .iter()
+            .find(|d| d.name == domain)
+            .map(|d| d.reward)
+            .unwrap_or(RewardKind::ExactMatch)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.domains.iter().map(|d| d.name.clone()).collect()
+    }
+}
+
+/// Load or generate every domain, and check that the tokenizer can represent every prompt and answer
+/// (a character the tokenizer does not know would silently become `<unk>` and poison training).
+pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, PipelineError> {
+    let mut domains = vec![];
+    for d in &cfg.data.domains {
+        let mut examples = match (&d.path, &d.synthetic) {
+            (Some(path), _) => load_jsonl(path, &d.name)?,
+            (None, Some(s)) => s.generate(&d.name, cfg.seed),
+            (None, None) => {
+                return Err(PipelineError::Setup(format!(
+                    "domain '{}': no path or synthetic",
+                    d.name
+                )));
+            }
+        };
+        // A JSONL line may name a domain; in this config section every example counts towards `d.name`.
+        examples.iter_mut().for_each(|e| e.domain = d.name.clone());
+        let tok = Tokenizing {
+            model,
+            chat_template: cfg.data.chat_template,
+        };
+        for (i, ex) in examples.iter().enumerate() {
+            let where_ = format!("domain '{}' example {}", d.name, i + 1);
+            tok.prompt_ids(&ex.prompt)
+                .map_err(|e| PipelineError::Setup(format!("{where_}: prompt {e}")))?;
+            tok.answer_ids(&ex.ground_truth)
+                .map_err(|e| PipelineError::Setup(format!("{where_}: ground_truth {e}")))?;
+        }
+        domains.push(Domain {
+            name: d.name.clone(),
+            examples,
+            ratio: d.ratio,
+            reward: d.reward,
+        });
+    }
+    Ok(Domains {
+        domains,
+        chat_template: cfg.data.chat_template,
+    })
+}
+
+/// Text to token ids for prompts and answers, with the chat template when configured.
+pub struct Tokenizing<'a> {
+    pub model: &'a LoadedModel,
+    pub chat_template: bool,
+}
+
+impl Tokenizing<'_> {
+    pub fn prompt_ids(&self, prompt: &str) -> Result<Vec<u32>, String> {
+        let text = if self.chat_template {
+            let tok = &self.model.tokenizer;
+            let template = tok
+                .chat_template
+                .as_deref()
+                .ok_or("cannot be templated: the tokenizer has no chat_template")?;
+            let messages = [ChatMessage {
+                role: "user".into(),
+                content: prompt.into(),
+            }];
+            render_chat(
+                template,
+                &messages,
+                true,
+                tok.bos_token.as_deref(),
+                tok.eos_token.as_deref(),
+            )
+            .map_err(|e| e.to_string())?
+        } else {
+            prompt.to_string()
+        };
+        let ids = self.encode(&text)?;
+        if ids.is_empty() {
+            return Err("is empty".into());
+        }
+        Ok(ids)
+    }
+
+    /// The answer's tokens followed by the end-of-sequence token (what SFT teaches to produce).
+    pub fn answer_ids(&self, answer: &str) -> Result<Vec<u32>, String> {
+        let mut ids = self.encode(answer)?;
+        let eos = self
+            .model
+            .eos_ids
+            .first()
+            .ok_or("needs an eos token, but the model has none")?;
+        ids.push(*eos);
+        Ok(ids)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        let tok = &self.model.tokenizer.tokenizer;
+        let enc = tok
+            .encode(text, false)
+            .map_err(|e| format!("cannot be tokenized: {e}"))?;
+        let unk = tok.get_added_vocabulary().get_vocab().get("<unk>").copied();
+        if let Some(unk) = unk
+            && let Some(pos) = enc.get_ids().iter().position(|&id| id == unk)
+        {
+            let bad = enc
+                .get_offsets()
+                .get(pos)
+                .and_then(|&(a, b)| text.get(a..b))
+                .unwrap_or("?");
+            return Err(format!(
+                "'{text}' contains '{bad}', which the tokenizer does not know"
+            ));
+        }
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Decode a completion for scoring, without special tokens.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.model
+            .tokenizer
+            .tokenizer
+            .decode(ids, true)
+            .unwrap_or_default()
+    }
+}

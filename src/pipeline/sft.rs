@@ -1,0 +1,109 @@
+//! Supervised fine-tuning: maximise the log-likelihood of `ground_truth` (+ EOS) after each prompt.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::config::SftConfig;
+use crate::metrics::Metrics;
+use crate::model::{LoadedModel, Numerics};
+use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
+
+use super::setup::{Domains, Tokenizing};
+use super::{PipelineError, PipelineEvent, RunContext, RunStatus, TensorContext, mix_seed};
+
+pub fn run_sft(
+    ctx: &mut RunContext<'_>,
+    cfg: &SftConfig,
+    model: &LoadedModel,
+    data: &Domains,
+) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
+    let vars: Vec<_> = model
+        .transformer
+        .params()
+        .iter()
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let mut opt =
+        AdamW::new(vars, cfg.optimizer.clone(), cfg.steps).during("sft optimizer setup")?;
+    let micro = cfg
+        .micro_batch_size
+        .unwrap_or(cfg.batch_size)
+        .min(cfg.batch_size);
+    let tok = Tokenizing {
+        model,
+        chat_template: data.chat_template,
+    };
+    let groups = model.config().kv_groups();
+    ctx.emit(PipelineEvent::StageStarted {
+        stage: "sft".into(),
+        total_steps: cfg.steps,
+    });
+    let mut last = None;
+    for step in 1..=cfg.steps {
+        let t0 = Instant::now();
+        let batch = mixer.next_batch(cfg.batch_size);
+        let pairs: Vec<(Vec<u32>, Vec<u32>)> = batch
+            .iter()
+            .map(|ex| {
+                Ok((
+                    tok.prompt_ids(&ex.prompt)?,
+                    tok.answer_ids(&ex.ground_truth)?,
+                ))
+            })
+            .collect::<Result<_, String>>()
+            .map_err(PipelineError::Setup)?;
+        let total_tokens: usize = pairs.iter().map(|(_, a)| a.len()).sum();
+        let mut acc = GradAccumulator::default();
+        let mut loss_sum = 0.0;
+        for chunk in pairs.chunks(micro) {
+            let refs: Vec<(&[u32], &[u32])> = chunk
+                .iter()
+                .map(|(p, a)| (p.as_slice(), a.as_slice()))
+                .collect();
+            let tb = TrainBatch::new(&refs, model.pad_id, groups, model.transformer.device())
+                .during("sft batch")?;
+            let (logp, _) = response_forward(
+                &model.transformer,
+                &tb,
+                1.0,
+                Numerics::Differentiable,
+                false,
+            )
+            .during("sft forward")?;
+            // Token-mean over the whole batch: each micro-batch contributes its token sum / batch tokens.
+            let loss = (logp
+                .sum_all()
+                .during("sft loss")?
+                .neg()
+                .during("sft loss")?
+                / total_tokens as f64)
+                .during("sft loss")?;
+            loss_sum += loss.to_scalar::<f32>().during("sft loss")? as f64;
+            let grads = loss.backward().during("sft backward")?;
+            acc.add(opt.vars(), &grads).during("sft backward")?;
+        }
+        let stats = opt.step(acc).during("sft optimizer step")?;
+        let secs = t0.elapsed().as_secs_f64();
+        let mut m = Metrics::new();
+        m.insert("sft/loss".into(), loss_sum);
+        m.insert("actor/grad_norm".into(), stats.grad_norm);
+        m.insert("actor/lr".into(), stats.lr);
+        m.insert("time/train".into(), secs);
+        m.insert("time/step".into(), secs);
+        m.insert(
+            "system/tokens_per_s".into(),
+            total_tokens as f64 / secs.max(1e-9),
+        );
+        ctx.record_step("sft", step, cfg.steps, m)?;
+        let every = ctx.cfg.checkpoint.every;
+        if ctx.stop_requested() {
+            last = Some(ctx.checkpoint(model, &opt, "sft", step)?);
+            return Ok((RunStatus::Interrupted, last));
+        }
+        if step == cfg.steps || (every > 0 && step % every == 0) {
+            last = Some(ctx.checkpoint(model, &opt, "sft", step)?);
+        }
+    }
+    Ok((RunStatus::Finished, last))
+}

@@ -1,0 +1,121 @@
+//! The binary end to end: model init/score, and config errors that name file, line and key.
+
+use assert_cmd::Command;
+
+fn roll() -> Command {
+    Command::cargo_bin("roll-tui").unwrap()
+}
+
+fn stderr_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        !out.status.success(),
+        "expected failure, got success: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn model_init_then_score_prints_per_token_logprobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m");
+    roll()
+        .args([
+            "model", "init", "--arch", "qwen3", "--hidden", "32", "--layers", "1", "--heads", "2",
+        ])
+        .args([
+            "--kv-heads",
+            "1",
+            "--intermediate",
+            "64",
+            "--seed",
+            "5",
+            "--out",
+        ])
+        .arg(&model)
+        .assert()
+        .success();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        assert!(model.join(f).is_file(), "{f} missing");
+    }
+    let out = roll()
+        .args(["model", "score"])
+        .arg(&model)
+        .args(["--prompt", "12+3=", "--completion", "15", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The char tokenizer: ids are 3 + position in the default alphabet "0123456789+=abcdefgh>".
+    assert_eq!(json["completion_ids"], serde_json::json!([4, 8]));
+    assert_eq!(json["prompt_ids"], serde_json::json!([4, 5, 13, 6, 14]));
+    let lps: Vec<f64> = json["logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(lps.len(), 2);
+    assert!(lps.iter().all(|&l| l < 0.0 && l > -20.0), "{lps:?}");
+    let total = json["total_logprob"].as_f64().unwrap();
+    assert!((total - lps.iter().sum::<f64>()).abs() < 1e-5);
+}
+
+#[test]
+fn score_of_a_missing_directory_names_it() {
+    let err = stderr_of(roll().args([
+        "model",
+        "score",
+        "/nonexistent/model",
+        "--prompt",
+        "a",
+        "--completion",
+        "b",
+    ]));
+    assert!(err.contains("/nonexistent/model"), "{err}");
+}
+
+#[test]
+fn unknown_config_key_names_file_line_and_suggestion() {
+    let err = stderr_of(roll().args(["run", "tests/fixtures/misspelt_key.yaml"]));
+    assert!(err.contains("tests/fixtures/misspelt_key.yaml"), "{err}");
+    assert!(err.contains("line 12"), "{err}");
+    assert!(
+        err.contains("unknown field 'lerning_rate'") || err.contains("'lerning_rate'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("did you mean 'lr'") || err.contains("lr"),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_config_lists_every_problem() {
+    let err = stderr_of(roll().args(["run", "tests/fixtures/invalid_values.yaml"]));
+    for needle in [
+        "rl.adv_estimator 'gae' needs an rl.critic section",
+        "data.domains[1] ('add'): duplicate domain name 'add'",
+        "rl.sampling.top_p must be in (0, 1], got 1.5",
+        "rl.optimizer.lr must be positive, got -0.1",
+    ] {
+        assert!(err.contains(needle), "missing '{needle}' in:\n{err}");
+    }
+}
+
+#[test]
+fn override_of_unknown_key_is_refused() {
+    let err = stderr_of(roll().args(["run", "experiments/quickstart.yaml", "rl.stepz=3"]));
+    assert!(err.contains("rl.stepz=3") && err.contains("steps"), "{err}");
+}
