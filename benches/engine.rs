@@ -3,6 +3,7 @@
 //!   1. one GRPO step: 8 prompts x 8 samples of up to 8 tokens, score, advantages, fwd+bwd+AdamW;
 //!   2. batched generation: batch 64, 6-token prompts, exactly 32 new tokens, sampling;
 //!   3. forward+backward tokens/s at 64 x 16.
+//!
 //! Run: `cargo bench --bench engine` (prints medians; record them in benches/RESULTS.md).
 
 use std::time::Instant;
@@ -184,6 +185,7 @@ rl:
                 critic: None,
                 kl_ctl: &mut kl,
                 running: &mut running,
+                seed: rep,
             };
             update(&rl, &model, state, &batch).expect("update");
             times.push(t.elapsed().as_secs_f64());

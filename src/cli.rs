@@ -41,6 +41,9 @@ pub struct RunArgs {
     /// Print only the final summary.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Replace the results of an earlier run in the same output directory.
+    #[arg(long)]
+    pub overwrite: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,6 +119,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
 
 fn run(args: RunArgs) -> Result<i32> {
     let cfg = RunConfig::load(&args.config, &args.overrides)?;
+    crate::pipeline::prepare_output_dir(&cfg.output_dir(), args.overwrite)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || {
@@ -151,7 +155,7 @@ fn init(args: InitArgs) -> Result<()> {
         dtype: args.dtype,
         seed: args.seed,
     };
-    if opts.heads == 0 || opts.kv_heads == 0 || opts.heads % opts.kv_heads != 0 {
+    if opts.heads == 0 || opts.kv_heads == 0 || !opts.heads.is_multiple_of(opts.kv_heads) {
         bail!(
             "--heads ({}) must be a positive multiple of --kv-heads ({})",
             opts.heads,

@@ -319,7 +319,7 @@ impl Validate for RunConfig {
             if init.chars.is_empty() {
                 p.push("model.init.chars must list at least one character".into());
             }
-            if init.heads == 0 || init.kv_heads == 0 || init.heads % init.kv_heads != 0 {
+            if init.heads == 0 || init.kv_heads == 0 || !init.heads.is_multiple_of(init.kv_heads) {
                 p.push(format!(
                     "model.init.heads ({}) must be a positive multiple of model.init.kv_heads ({})",
                     init.heads, init.kv_heads

@@ -178,9 +178,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<RunOutcome, PipelineError> {
     let output_dir = cfg.output_dir();
-    std::fs::create_dir_all(&output_dir).map_err(|e| {
-        PipelineError::Setup(format!("output directory '{}': {e}", output_dir.display()))
-    })?;
+    prepare_output_dir(&output_dir, false)?;
     let resolved = output_dir.join("resolved_config.json");
     let text =
         serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
@@ -226,6 +224,47 @@ pub fn run(
         output_dir,
         last_checkpoint,
     })
+}
+
+/// What a run writes into its output directory (and what `overwrite` removes).
+const RUN_FILES: [&str; 4] = [
+    "metrics.jsonl",
+    "samples.jsonl",
+    "resolved_config.json",
+    "checkpoints",
+];
+
+/// Create `dir` for a new run. A directory that already holds a run's results is refused unless
+/// `overwrite` is set, in which case only the files a run writes are removed — never anything else.
+pub fn prepare_output_dir(dir: &std::path::Path, overwrite: bool) -> Result<(), PipelineError> {
+    let io = |e: std::io::Error| {
+        PipelineError::Setup(format!("output directory '{}': {e}", dir.display()))
+    };
+    let existing: Vec<&str> = RUN_FILES
+        .iter()
+        .copied()
+        .filter(|f| dir.join(f).exists())
+        .collect();
+    if !existing.is_empty() {
+        if !overwrite {
+            return Err(PipelineError::Setup(format!(
+                "output directory '{}' already holds a run ({}); pass --overwrite to replace it, or set \
+                 another 'name' or 'output_dir'",
+                dir.display(),
+                existing.join(", ")
+            )));
+        }
+        for f in existing {
+            let path = dir.join(f);
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            }
+            .map_err(io)?;
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(io)
 }
 
 /// Deterministic 64-bit mix of several values (splitmix64 finaliser), for per-step and per-sample

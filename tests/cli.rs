@@ -1,5 +1,7 @@
 //! The binary end to end: model init/score, and config errors that name file, line and key.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
 use assert_cmd::Command;
 
 fn roll() -> Command {

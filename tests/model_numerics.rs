@@ -1,6 +1,8 @@
 //! Model numerics through the real load path: KV-cache decoding equals full recomputation, generation
 //! log-probs equal training log-probs, save/load round-trips, and broken directories give clear errors.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
 use candle_core::{Device, Tensor};
 use roll::model::hf_dir::InitOptions;
 use roll::model::{Arch, Numerics, attention_mask, init_model_dir, load_model_dir};

@@ -170,13 +170,16 @@ impl ModelConfig {
         }
         if self.num_attention_heads == 0 || self.num_key_value_heads == 0 {
             problems.push("num_attention_heads and num_key_value_heads must be positive".into());
-        } else if self.num_attention_heads % self.num_key_value_heads != 0 {
+        } else if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             problems.push(format!(
                 "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             problems.push(format!(
                 "head_dim ({}) must be even and positive",
                 self.head_dim

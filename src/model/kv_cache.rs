@@ -4,12 +4,49 @@
 //! columns from `valid_from[row]` to the end (left padding before that), so every row's next token lands
 //! in the same column and one batched decode step serves sequences of different lengths. Rows can be
 //! dropped (a sequence finished) and added (a queued one started): that is what continuous batching needs.
+//!
+//! Buffers are preallocated with spare columns and written in place, so a decode step copies only the
+//! new keys/values instead of the whole cache.
 
 use candle_core::{Result, Tensor};
 
+/// Extra columns allocated beyond what is needed, so most appends write in place.
+const SPARE_COLUMNS: usize = 32;
+
+#[derive(Clone)]
+struct LayerKv {
+    /// (rows, kv_heads, capacity, head_dim); columns `0..len` are meaningful.
+    k: Tensor,
+    v: Tensor,
+    len: usize,
+}
+
+impl LayerKv {
+    fn capacity(&self) -> usize {
+        self.k.dims()[2]
+    }
+
+    /// The meaningful columns, as contiguous-by-row views.
+    fn views(&self) -> Result<(Tensor, Tensor)> {
+        Ok((
+            self.k.narrow(2, 0, self.len)?,
+            self.v.narrow(2, 0, self.len)?,
+        ))
+    }
+
+    /// Copy `k`/`v` (rows, kv_heads, len, head_dim) into fresh buffers with spare capacity.
+    fn from_dense(k: &Tensor, v: &Tensor) -> Result<Self> {
+        let len = k.dims()[2];
+        Ok(LayerKv {
+            k: k.pad_with_zeros(2, 0, SPARE_COLUMNS)?.contiguous()?,
+            v: v.pad_with_zeros(2, 0, SPARE_COLUMNS)?.contiguous()?,
+            len,
+        })
+    }
+}
+
 pub struct KvCache {
-    /// Per layer: keys and values, each (rows, kv_heads, columns, head_dim).
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    layers: Vec<Option<LayerKv>>,
     valid_from: Vec<usize>,
 }
 
@@ -28,10 +65,10 @@ impl KvCache {
 
     /// Number of cached columns.
     pub fn len(&self) -> usize {
-        match self.layers.first() {
-            Some(Some((k, _))) => k.dims()[2],
-            _ => 0,
-        }
+        self.layers
+            .first()
+            .and_then(|l| l.as_ref())
+            .map_or(0, |l| l.len)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -42,14 +79,30 @@ impl KvCache {
         &self.valid_from
     }
 
-    /// Extend layer `layer` with new keys/values (rows, kv_heads, t, head_dim); returns the full ones.
+    /// Extend layer `layer` with new keys/values (rows, kv_heads, t, head_dim); returns the full ones
+    /// (views into the cache, valid until the next call that changes the cache).
     pub fn append(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        let full = match self.layers[layer].take() {
-            None => (k, v),
-            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-        };
-        self.layers[layer] = Some(full.clone());
-        Ok(full)
+        let t = k.dims()[2];
+        let slot = &mut self.layers[layer];
+        match slot {
+            None => *slot = Some(LayerKv::from_dense(&k.contiguous()?, &v.contiguous()?)?),
+            Some(kv) if kv.len + t <= kv.capacity() => {
+                kv.k.slice_set(&k.contiguous()?, 2, kv.len)?;
+                kv.v.slice_set(&v.contiguous()?, 2, kv.len)?;
+                kv.len += t;
+            }
+            Some(kv) => {
+                let (pk, pv) = kv.views()?;
+                *kv = LayerKv::from_dense(
+                    &Tensor::cat(&[&pk, &k], 2)?,
+                    &Tensor::cat(&[&pv, &v], 2)?,
+                )?;
+            }
+        }
+        match slot {
+            Some(kv) => kv.views(),
+            None => candle_core::bail!("kv cache layer {layer} was not initialised"),
+        }
     }
 
     /// Keep only the given rows, in the given order.
@@ -60,7 +113,7 @@ impl KvCache {
             return Ok(());
         }
         let device = match self.layers.first() {
-            Some(Some((k, _))) => k.device().clone(),
+            Some(Some(kv)) => kv.k.device().clone(),
             _ => return Ok(()),
         };
         let idx = Tensor::from_vec(
@@ -68,9 +121,9 @@ impl KvCache {
             rows.len(),
             &device,
         )?;
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.index_select(&idx, 0)?;
-            *v = v.index_select(&idx, 0)?;
+        for kv in self.layers.iter_mut().flatten() {
+            kv.k = kv.k.index_select(&idx, 0)?;
+            kv.v = kv.v.index_select(&idx, 0)?;
         }
         Ok(())
     }
@@ -89,7 +142,9 @@ impl KvCache {
         let total = a.max(b);
         let (pad_a, pad_b) = (total - a, total - b);
         for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
-            if let (Some((k, v)), Some((ok, ov))) = (mine.take(), theirs) {
+            if let (Some(kv), Some(okv)) = (mine.as_ref(), theirs) {
+                let (k, v) = kv.views()?;
+                let (ok, ov) = okv.views()?;
                 let k = Tensor::cat(
                     &[
                         &k.pad_with_zeros(2, pad_a, 0)?,
@@ -104,7 +159,7 @@ impl KvCache {
                     ],
                     0,
                 )?;
-                *mine = Some((k, v));
+                *mine = Some(LayerKv::from_dense(&k, &v)?);
             }
         }
         self.valid_from.iter_mut().for_each(|s| *s += pad_a);
@@ -125,12 +180,90 @@ impl KvCache {
         if drop == 0 {
             return Ok(());
         }
-        let keep = self.len() - drop;
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.narrow(2, drop, keep)?.contiguous()?;
-            *v = v.narrow(2, drop, keep)?.contiguous()?;
+        for kv in self.layers.iter_mut().flatten() {
+            let keep = kv.len - drop;
+            let k = kv.k.narrow(2, drop, keep)?;
+            let v = kv.v.narrow(2, drop, keep)?;
+            *kv = LayerKv::from_dense(&k, &v)?;
         }
         self.valid_from.iter_mut().for_each(|s| *s -= drop);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Keys whose value encodes (row tag, column): easy to check after moves.
+    fn block(rows: &[f32], t: usize, start: usize) -> Tensor {
+        let data: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| (0..t).map(move |c| r * 1000.0 + (start + c) as f32))
+            .collect();
+        Tensor::from_vec(data, (rows.len(), 1, t, 1), &Device::Cpu).unwrap()
+    }
+
+    fn columns(t: &Tensor) -> Vec<Vec<f32>> {
+        t.squeeze(3).unwrap().squeeze(1).unwrap().to_vec2().unwrap()
+    }
+
+    #[test]
+    fn appends_past_the_spare_capacity_keep_every_column() {
+        let mut cache = KvCache::new(1, vec![0, 0]);
+        cache
+            .append(0, block(&[1.0, 2.0], 3, 0), block(&[1.0, 2.0], 3, 0))
+            .unwrap();
+        for step in 0..(SPARE_COLUMNS + 5) {
+            cache
+                .append(
+                    0,
+                    block(&[1.0, 2.0], 1, 3 + step),
+                    block(&[1.0, 2.0], 1, 3 + step),
+                )
+                .unwrap();
+        }
+        let (k, v) = cache
+            .append(0, block(&[1.0, 2.0], 1, 40), block(&[1.0, 2.0], 1, 40))
+            .unwrap();
+        assert_eq!(cache.len(), 41);
+        let want: Vec<Vec<f32>> = [1.0f32, 2.0]
+            .iter()
+            .map(|r| (0..41).map(|c| r * 1000.0 + c as f32).collect())
+            .collect();
+        assert_eq!(columns(&k), want);
+        assert_eq!(columns(&v), want);
+    }
+
+    #[test]
+    fn merge_aligns_ends_and_trim_drops_unused_columns() {
+        // Row A has 4 columns; row B (2 columns) joins: B is left-padded by 2.
+        let mut a = KvCache::new(1, vec![0]);
+        a.append(0, block(&[1.0], 4, 0), block(&[1.0], 4, 0))
+            .unwrap();
+        let mut b = KvCache::new(1, vec![0]);
+        b.append(0, block(&[2.0], 2, 0), block(&[2.0], 2, 0))
+            .unwrap();
+        a.merge(b).unwrap();
+        assert_eq!(a.valid_from(), &[0, 2]);
+        let (k, _) = a
+            .append(0, block(&[3.0, 4.0], 1, 9), block(&[3.0, 4.0], 1, 9))
+            .unwrap();
+        assert_eq!(
+            columns(&k),
+            vec![
+                vec![1000.0, 1001.0, 1002.0, 1003.0, 3009.0],
+                vec![0.0, 0.0, 2000.0, 2001.0, 4009.0]
+            ]
+        );
+        // A finishes: only B stays, and its two padding columns are trimmed away.
+        a.retain_rows(&[1]).unwrap();
+        a.trim_left().unwrap();
+        assert_eq!(a.valid_from(), &[0]);
+        let (k, _) = a
+            .append(0, block(&[5.0], 1, 0), block(&[5.0], 1, 0))
+            .unwrap();
+        assert_eq!(columns(&k), vec![vec![2000.0, 2001.0, 4009.0, 5000.0]]);
     }
 }

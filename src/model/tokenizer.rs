@@ -263,6 +263,11 @@ pub fn save_tokenizer_dir(dir: &Path, files: &TokenizerFiles) -> Result<(), Toke
             cfg.insert(key.into(), v.clone().into());
         }
     }
+    // Without an explicit unk token, transformers >= 5 (which rebuilds qwen2 tokenizers from the vocab)
+    // adds its default '<|endoftext|>' as an extra id that the model has no embedding for.
+    if files.tokenizer.token_to_id("<unk>").is_some() {
+        cfg.insert("unk_token".into(), "<unk>".into());
+    }
     let cfg_path = dir.join("tokenizer_config.json");
     let text = serde_json::to_string_pretty(&Json::Object(cfg)).map_err(build_err)?;
     write_file(&cfg_path, &text)

@@ -157,8 +157,11 @@ impl Transformer {
             let attn = self.attention(&h, w, &cos, &sin, &mask, layer_cache, numerics)?;
             x = (x + attn)?;
             let h = rms_norm(&x, &w.post_norm, self.cfg.rms_norm_eps, numerics)?;
-            let gate = linear(&h, &w.gate_w, None)?;
-            let up = linear(&h, &w.up_w, None)?;
+            // gate and up in one matmul, for the same reason as q/k/v.
+            let gate_up = linear(&h, &Tensor::cat(&[&w.gate_w, &w.up_w], 0)?, None)?;
+            let inter = self.cfg.intermediate_size;
+            let gate = gate_up.narrow(D::Minus1, 0, inter)?;
+            let up = gate_up.narrow(D::Minus1, inter, inter)?;
             x = (x + linear(&(gate.silu()? * up)?, &w.down_w, None)?)?;
         }
         rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps, numerics)
@@ -186,15 +189,18 @@ impl Transformer {
             self.cfg.num_key_value_heads,
             self.cfg.head_dim,
         );
-        let (qb, kb, vb) = match &w.qkv_b {
-            Some((q, k, v)) => (Some(q), Some(k), Some(v)),
-            None => (None, None, None),
-        };
         let split =
             |y: Tensor, heads: usize| y.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous();
-        let mut q = split(linear(x, &w.q_w, qb)?, nh)?;
-        let mut k = split(linear(x, &w.k_w, kb)?, nkv)?;
-        let v = split(linear(x, &w.v_w, vb)?, nkv)?;
+        // One matmul for q, k and v: fewer, larger GEMMs are markedly faster for small models.
+        let qkv_w = Tensor::cat(&[&w.q_w, &w.k_w, &w.v_w], 0)?;
+        let qkv_b = match &w.qkv_b {
+            Some((q, k, v)) => Some(Tensor::cat(&[q, k, v], 0)?),
+            None => None,
+        };
+        let qkv = linear(x, &qkv_w, qkv_b.as_ref())?;
+        let mut q = split(qkv.narrow(D::Minus1, 0, nh * hd)?, nh)?;
+        let mut k = split(qkv.narrow(D::Minus1, nh * hd, nkv * hd)?, nkv)?;
+        let v = split(qkv.narrow(D::Minus1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
         if let Some((qn, kn)) = &w.qk_norm {
             q = rms_norm(&q, qn, self.cfg.rms_norm_eps, numerics)?;
             k = rms_norm(&k, kn, self.cfg.rms_norm_eps, numerics)?;

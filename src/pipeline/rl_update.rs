@@ -15,7 +15,10 @@ use crate::model::{LoadedModel, Numerics, Transformer};
 use crate::train::batch::response_hidden;
 use crate::train::{AdamW, GradAccumulator, TrainBatch, ValueHead, response_forward};
 
-use super::{PipelineError, TensorContext};
+use rand::seq::SliceRandom;
+use rand::{SeedableRng, rngs::StdRng};
+
+use super::{PipelineError, TensorContext, mix_seed};
 
 /// The critic of GAE runs: a transformer (initialised from the policy) with a value head.
 pub struct Critic {
@@ -60,6 +63,8 @@ pub struct UpdateState<'a> {
     pub critic: Option<&'a mut Critic>,
     pub kl_ctl: &'a mut KlController,
     pub running: &'a mut RunningStats,
+    /// Seed of this step's random choices (mini-batch order).
+    pub seed: u64,
 }
 
 fn pad_rows(rows: &[Vec<f32>], width: usize, device: &Device) -> candle_core::Result<Tensor> {
@@ -247,6 +252,7 @@ pub fn update(
         old_values: old_values.as_ref(),
         loss_mask: &loss_mask,
         kl_coef,
+        seed: st.seed,
     };
     train_epochs(cfg, &train, st.opt, st.critic, &mut m)?;
     m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
@@ -271,6 +277,8 @@ struct TrainInputs<'a> {
     old_values: Option<&'a Tensor>,
     loss_mask: &'a Tensor,
     kl_coef: f64,
+    /// Seeds the mini-batch order.
+    seed: u64,
 }
 
 /// Sums of per-micro-batch diagnostics, weighted by each micro-batch's share of its mini-batch.
@@ -301,13 +309,25 @@ fn train_epochs(
     let groups_per_mini = n_groups.div_ceil(cfg.mini_batches);
     let groups_kv = inp.policy.config().kv_groups();
     let agg = cfg.policy_loss.agg;
+    let dev = inp.policy.transformer.device();
     let mut t = Tally::default();
     for epoch in 0..cfg.ppo_epochs {
-        for (mini_idx, mini_start) in (0..n_groups).step_by(groups_per_mini).enumerate() {
-            let rows = (mini_start * g)..((mini_start + groups_per_mini).min(n_groups) * g);
+        // Mini-batches take whole groups in a seeded random order: batches arrive grouped by domain,
+        // and consecutive optimizer steps on one domain at a time would pull the policy back and forth.
+        let mut order: Vec<usize> = (0..n_groups).collect();
+        order.shuffle(&mut StdRng::seed_from_u64(mix_seed(&[
+            inp.seed,
+            epoch as u64,
+        ])));
+        for (mini_idx, mini_groups) in order.chunks(groups_per_mini).enumerate() {
+            let rows: Vec<usize> = mini_groups
+                .iter()
+                .flat_map(|&grp| grp * g..(grp + 1) * g)
+                .collect();
+            let rows_idx = index_tensor(&rows, dev)?;
             let mini_tokens = scalar(
                 &inp.loss_mask
-                    .narrow(0, rows.start, rows.len())
+                    .index_select(&rows_idx, 0)
                     .and_then(|x| x.sum_all())
                     .during("mask")?,
             )?;
@@ -317,33 +337,30 @@ fn train_epochs(
             let mut acc = GradAccumulator::default();
             let mut critic_acc = GradAccumulator::default();
             let (mut diff_sum, mut diff_tokens) = (0.0, 0.0);
-            for start in rows.clone().step_by(inp.micro) {
-                let end = (start + inp.micro).min(rows.end);
-                let pairs: Vec<(&[u32], &[u32])> = (start..end)
-                    .map(|i| {
+            for chunk in rows.chunks(inp.micro) {
+                let pairs: Vec<(&[u32], &[u32])> = chunk
+                    .iter()
+                    .map(|&i| {
                         (
                             inp.batch.prompts[i].as_slice(),
                             inp.batch.responses[i].as_slice(),
                         )
                     })
                     .collect();
-                let tb = TrainBatch::new(
-                    &pairs,
-                    inp.policy.pad_id,
-                    groups_kv,
-                    inp.policy.transformer.device(),
-                )
-                .during("rl batch")?;
+                let tb = TrainBatch::new(&pairs, inp.policy.pad_id, groups_kv, dev)
+                    .during("rl batch")?;
                 let r = tb.response_width;
+                let chunk_idx = index_tensor(chunk, dev)?;
                 let slice = |x: &Tensor| {
-                    x.narrow(0, start, end - start)
+                    x.index_select(&chunk_idx, 0)
                         .and_then(|x| x.narrow(1, 0, r))
                 };
+                let weight_rows = chunk.len() as f64 / rows.len() as f64;
                 let mask = slice(inp.loss_mask).during("rl slice")?;
                 let tokens = scalar(&mask.sum_all().during("mask")?)?;
                 let weight = match agg {
                     LossAgg::TokenMean => tokens / mini_tokens,
-                    _ => (end - start) as f64 / rows.len() as f64,
+                    _ => weight_rows,
                 };
                 let (logp, entropy) = response_forward(
                     &inp.policy.transformer,
@@ -450,6 +467,11 @@ fn train_epochs(
         m.insert("train_infer/logprob_abs_diff".into(), d);
     }
     Ok(())
+}
+
+fn index_tensor(rows: &[usize], dev: &Device) -> Result<Tensor, PipelineError> {
+    let ids: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+    Tensor::from_vec(ids, rows.len(), dev).during("row index")
 }
 
 fn scalar(t: &Tensor) -> Result<f64, PipelineError> {

@@ -211,6 +211,7 @@ pub fn run_rlvr(
                 critic: critic.as_mut(),
                 kl_ctl: &mut kl_ctl,
                 running: &mut running,
+                seed: mix_seed(&[seed, 4, step as u64]),
             };
             let out = update(cfg, model, state, &batch)?;
             advantages = out.sample_advantages;
