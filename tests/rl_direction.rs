@@ -1,0 +1,76 @@
+//! One RL update moves the policy the right way: the rewarded completion becomes more likely and the
+//! unrewarded one less likely, for every policy loss.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use roll::algo::kl::KlController;
+use roll::algo::normalize::RunningStats;
+use roll::config::RunConfig;
+use roll::config::load::{apply_overrides, from_yaml_str};
+use roll::model::{Arch, InitOptions, init_model};
+use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
+use roll::train::AdamW;
+use roll::train::batch::score_pair;
+
+const CFG: &str = r#"
+name: direction
+model: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 2, kv_heads: 1, intermediate: 64, chars: "x" } }
+data: { domains: [ { name: d, synthetic: { task: addition, count: 1 }, reward: exact_match } ] }
+rl: { steps: 1, prompts_per_step: 1, group_size: 4, sampling: { temperature: 1.0, max_new_tokens: 4 }, optimizer: { lr: 0.001, max_grad_norm: null } }
+"#;
+
+#[test]
+fn rewarded_completions_gain_probability() {
+    for kind in ["ppo", "gspo", "tis", "topr", "cispo", "raft_pp", "vanilla"] {
+        let model = init_model(&InitOptions {
+            arch: Arch::Qwen2,
+            hidden: 32,
+            layers: 2,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 64,
+            head_dim: None,
+            tie_embeddings: true,
+            max_positions: 32,
+            rope_theta: 10_000.0,
+            chars: "0123456789+=".into(),
+            dtype: "float32".into(),
+            seed: 5,
+        })
+        .unwrap();
+        let cfg: RunConfig = from_yaml_str(CFG, "<test>").unwrap();
+        let cfg = apply_overrides(cfg, &[format!("rl.policy_loss.kind={kind}")]).unwrap();
+        let rl = cfg.rl.unwrap();
+        let prompt = vec![4u32, 5, 13, 6, 14];
+        let responses: Vec<Vec<u32>> = vec![vec![7, 8, 1], vec![9, 9, 1], vec![7, 8, 1], vec![3, 1]];
+        let rewards = vec![1.0f32, 0.0, 1.0, 0.0];
+        let before: Vec<f32> =
+            responses.iter().map(|r| score_pair(&model.transformer, &prompt, r, 0).unwrap().iter().sum()).collect();
+        let batch = RlBatch {
+            prompts: vec![prompt.clone(); 4],
+            responses: responses.clone(),
+            gen_logprobs: responses
+                .iter()
+                .map(|r| score_pair(&model.transformer, &prompt, r, 0).unwrap())
+                .collect(),
+            truncated: vec![false; 4],
+            correct: rewards.clone(),
+            rewards,
+            group_size: 4,
+        };
+        let vars: Vec<_> = model.transformer.params().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let mut opt = AdamW::new(vars, rl.optimizer.clone(), 1).unwrap();
+        let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
+        let mut running = RunningStats::new();
+        let state = UpdateState { opt: &mut opt, reference: None, critic: None, kl_ctl: &mut kl, running: &mut running, seed: 0 };
+        update(&rl, &model, state, &batch).unwrap();
+        let after: Vec<f32> =
+            responses.iter().map(|r| score_pair(&model.transformer, &prompt, r, 0).unwrap().iter().sum()).collect();
+        assert!(after[0] > before[0], "{kind}: rewarded completion lost probability: {before:?} -> {after:?}");
+        if kind != "raft_pp" {
+            // RAFT++ trains on positive samples only; the others push the unrewarded ones down.
+            assert!(after[1] < before[1], "{kind}: unrewarded completion gained: {before:?} -> {after:?}");
+            assert!(after[3] < before[3], "{kind}: unrewarded completion gained: {before:?} -> {after:?}");
+        }
+    }
+}
