@@ -25,6 +25,10 @@ pub struct Example {
     pub ground_truth: String,
     /// Which domain this prompt counts towards (metric keys, mixing ratios).
     pub domain: String,
+    /// A demonstration to imitate in SFT when it differs from the bare answer (e.g. a worked solution
+    /// ending in the answer); SFT uses `ground_truth` when absent. RL never reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
 }
 
 /// Errors of dataset files and domain mixes; messages say which file and line, and quote values.
@@ -80,6 +84,7 @@ mod tests {
 
     fn ex(prompt: &str, domain: &str) -> Example {
         Example {
+            response: None,
             prompt: prompt.into(),
             ground_truth: "0".into(),
             domain: domain.into(),

@@ -42,10 +42,18 @@ fn rewarded_completions_gain_probability() {
         let cfg = apply_overrides(cfg, &[format!("rl.policy_loss.kind={kind}")]).unwrap();
         let rl = cfg.rl.unwrap();
         let prompt = vec![4u32, 5, 13, 6, 14];
-        let responses: Vec<Vec<u32>> = vec![vec![7, 8, 1], vec![9, 9, 1], vec![7, 8, 1], vec![3, 1]];
+        let responses: Vec<Vec<u32>> =
+            vec![vec![7, 8, 1], vec![9, 9, 1], vec![7, 8, 1], vec![3, 1]];
         let rewards = vec![1.0f32, 0.0, 1.0, 0.0];
-        let before: Vec<f32> =
-            responses.iter().map(|r| score_pair(&model.transformer, &prompt, r, 0).unwrap().iter().sum()).collect();
+        let before: Vec<f32> = responses
+            .iter()
+            .map(|r| {
+                score_pair(&model.transformer, &prompt, r, 0)
+                    .unwrap()
+                    .iter()
+                    .sum()
+            })
+            .collect();
         let batch = RlBatch {
             prompts: vec![prompt.clone(); 4],
             responses: responses.clone(),
@@ -58,19 +66,47 @@ fn rewarded_completions_gain_probability() {
             rewards,
             group_size: 4,
         };
-        let vars: Vec<_> = model.transformer.params().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let vars: Vec<_> = model
+            .transformer
+            .params()
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
         let mut opt = AdamW::new(vars, rl.optimizer.clone(), 1).unwrap();
         let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
         let mut running = RunningStats::new();
-        let state = UpdateState { opt: &mut opt, reference: None, critic: None, kl_ctl: &mut kl, running: &mut running, seed: 0 };
+        let state = UpdateState {
+            opt: &mut opt,
+            reference: None,
+            critic: None,
+            kl_ctl: &mut kl,
+            running: &mut running,
+            seed: 0,
+        };
         update(&rl, &model, state, &batch).unwrap();
-        let after: Vec<f32> =
-            responses.iter().map(|r| score_pair(&model.transformer, &prompt, r, 0).unwrap().iter().sum()).collect();
-        assert!(after[0] > before[0], "{kind}: rewarded completion lost probability: {before:?} -> {after:?}");
+        let after: Vec<f32> = responses
+            .iter()
+            .map(|r| {
+                score_pair(&model.transformer, &prompt, r, 0)
+                    .unwrap()
+                    .iter()
+                    .sum()
+            })
+            .collect();
+        assert!(
+            after[0] > before[0],
+            "{kind}: rewarded completion lost probability: {before:?} -> {after:?}"
+        );
         if kind != "raft_pp" {
             // RAFT++ trains on positive samples only; the others push the unrewarded ones down.
-            assert!(after[1] < before[1], "{kind}: unrewarded completion gained: {before:?} -> {after:?}");
-            assert!(after[3] < before[3], "{kind}: unrewarded completion gained: {before:?} -> {after:?}");
+            assert!(
+                after[1] < before[1],
+                "{kind}: unrewarded completion gained: {before:?} -> {after:?}"
+            );
+            assert!(
+                after[3] < before[3],
+                "{kind}: unrewarded completion gained: {before:?} -> {after:?}"
+            );
         }
     }
 }

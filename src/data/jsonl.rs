@@ -2,7 +2,8 @@
 //!
 //! Fields: `prompt` (string, required, non-empty), `ground_truth` (string, or a JSON number which is
 //! kept as its JSON text: `42`, `0.5`, `-3`), `domain` (string, optional; the caller's default
-//! otherwise; non-empty and without `/`, because it becomes part of metric keys). Any other field is an
+//! otherwise; non-empty and without `/`, because it becomes part of metric keys), `response` (string,
+//! optional: the demonstration SFT imitates, when it is more than the bare answer). Any other field is an
 //! error that names it, so a typo such as `promt` is never silently dropped. Blank lines are skipped; a
 //! UTF-8 byte-order mark is ignored. Errors stop at the first bad line and quote file and line.
 
@@ -12,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::{DataError, Example};
 
-const FIELDS: [&str; 3] = ["prompt", "ground_truth", "domain"];
+const FIELDS: [&str; 4] = ["prompt", "ground_truth", "domain", "response"];
 
 /// Reads every example of `path`; `default_domain` applies to lines without a `domain`.
 /// An existing file without a single example is an error.
@@ -103,10 +104,21 @@ fn parse_line(line: &str, default_domain: &str) -> Result<Example, String> {
             ));
         }
     };
+    let response = match object.remove("response") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r),
+        Some(other) => {
+            return Err(format!(
+                "field 'response' must be a string, got {}",
+                kind(&other)
+            ));
+        }
+    };
     Ok(Example {
         prompt,
         ground_truth,
         domain,
+        response,
     })
 }
 
@@ -146,7 +158,7 @@ fn unknown_fields_message(unknown: &[&String]) -> String {
         .filter_map(|k| closest_field(k).map(|f| (k.as_str(), f)))
         .collect();
     match suggestions.as_slice() {
-        [] => format!("{message} (expected 'prompt', 'ground_truth', 'domain')"),
+        [] => format!("{message} (expected 'prompt', 'ground_truth', 'domain', 'response')"),
         [(_, field)] if unknown.len() == 1 => format!("{message} (did you mean '{field}'?)"),
         many => {
             let pairs: Vec<String> = many
@@ -296,7 +308,7 @@ mod tests {
         let text = "{\"prompt\":\"a\",\"ground_truth\":\"1\",\"id\":7,\"source\":\"gsm8k\"}\n";
         assert_eq!(
             load_err(text),
-            "dataset 'x.jsonl' line 1: unknown fields 'id', 'source' (expected 'prompt', 'ground_truth', 'domain')"
+            "dataset 'x.jsonl' line 1: unknown fields 'id', 'source' (expected 'prompt', 'ground_truth', 'domain', 'response')"
         );
         let text = "{\"promt\":\"a\",\"ground_truht\":\"1\"}\n";
         assert_eq!(
@@ -367,11 +379,13 @@ mod tests {
                 prompt: "line one\nline \"two\" ✓".into(),
                 ground_truth: "\\frac{1}{2}".into(),
                 domain: "math".into(),
+                response: None,
             },
             Example {
                 prompt: "p".into(),
                 ground_truth: "".into(),
                 domain: "code".into(),
+                response: Some("worked solution: 1".into()),
             },
         ];
         write_jsonl(&path, &examples).unwrap();

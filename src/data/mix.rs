@@ -194,6 +194,7 @@ mod tests {
                 prompt: format!("{domain}-{i}"),
                 ground_truth: i.to_string(),
                 domain: domain.to_string(),
+                response: None,
             })
             .collect()
     }

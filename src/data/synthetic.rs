@@ -1,5 +1,10 @@
-//! Generated datasets, so that examples and tests need no download: two-digit addition (scored by the
-//! math rule) and string reversal (scored by exact match).
+//! Generated datasets, so that examples and tests need no download: addition (scored by the math rule)
+//! and string reversal (scored by exact match).
+//!
+//! `demo_noise` makes the SFT demonstrations imperfect, as real ones are: that fraction of examples
+//! carries a `response` from a distractor behaviour (the difference instead of the sum; the input copied
+//! instead of reversed), while `ground_truth` — what rewards check — stays correct. SFT then learns both
+//! behaviours, and RL with the verifier has to find and keep the right one.
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
@@ -15,6 +20,9 @@ pub enum SyntheticConfig {
         count: usize,
         #[serde(default = "two")]
         digits: u32,
+        /// Fraction of SFT demonstrations that show |a-b| instead of a+b.
+        #[serde(default)]
+        demo_noise: f64,
         #[serde(default)]
         seed: Option<u64>,
     },
@@ -27,6 +35,9 @@ pub enum SyntheticConfig {
         max_len: usize,
         #[serde(default = "default_alphabet")]
         alphabet: String,
+        /// Fraction of SFT demonstrations that copy the string instead of reversing it.
+        #[serde(default)]
+        demo_noise: f64,
         #[serde(default)]
         seed: Option<u64>,
     },
@@ -49,7 +60,13 @@ impl SyntheticConfig {
     /// Problems with the parameters, as `at.field ...` messages.
     pub fn validate(&self, at: &str, problems: &mut Vec<String>) {
         match self {
-            SyntheticConfig::Addition { count, digits, .. } => {
+            SyntheticConfig::Addition {
+                count,
+                digits,
+                demo_noise,
+                ..
+            } => {
+                check_noise(at, *demo_noise, problems);
                 if *count == 0 {
                     problems.push(format!("{at}.count must be at least 1"));
                 }
@@ -62,8 +79,10 @@ impl SyntheticConfig {
                 min_len,
                 max_len,
                 alphabet,
+                demo_noise,
                 ..
             } => {
+                check_noise(at, *demo_noise, problems);
                 if *count == 0 {
                     problems.push(format!("{at}.count must be at least 1"));
                 }
@@ -90,15 +109,17 @@ impl SyntheticConfig {
     }
 
     pub fn generate(&self, domain: &str, run_seed: u64) -> Vec<Example> {
-        let example = |prompt: String, ground_truth: String| Example {
+        let example = |prompt: String, ground_truth: String, response: Option<String>| Example {
             prompt,
             ground_truth,
             domain: domain.into(),
+            response,
         };
         match self {
             SyntheticConfig::Addition {
                 count,
                 digits,
+                demo_noise,
                 seed,
             } => {
                 let mut rng = StdRng::seed_from_u64(seed.unwrap_or(run_seed));
@@ -111,7 +132,9 @@ impl SyntheticConfig {
                 (0..*count)
                     .map(|_| {
                         let (a, b) = (rng.random_range(lo..hi), rng.random_range(lo..hi));
-                        example(format!("{a}+{b}="), (a + b).to_string())
+                        let noisy = rng.random_bool(demo_noise.clamp(0.0, 1.0));
+                        let demo = noisy.then(|| a.abs_diff(b).to_string());
+                        example(format!("{a}+{b}="), (a + b).to_string(), demo)
                     })
                     .collect()
             }
@@ -120,6 +143,7 @@ impl SyntheticConfig {
                 min_len,
                 max_len,
                 alphabet,
+                demo_noise,
                 seed,
             } => {
                 let mut rng = StdRng::seed_from_u64(seed.unwrap_or(run_seed).wrapping_add(1));
@@ -130,11 +154,22 @@ impl SyntheticConfig {
                         let s: String = (0..len)
                             .map(|_| chars[rng.random_range(0..chars.len())])
                             .collect();
-                        example(format!("{s}>"), s.chars().rev().collect())
+                        let noisy = rng.random_bool(demo_noise.clamp(0.0, 1.0));
+                        example(
+                            format!("{s}>"),
+                            s.chars().rev().collect(),
+                            noisy.then(|| s.clone()),
+                        )
                     })
                     .collect()
             }
         }
+    }
+}
+
+fn check_noise(at: &str, noise: f64, problems: &mut Vec<String>) {
+    if !(0.0..=1.0).contains(&noise) {
+        problems.push(format!("{at}.demo_noise must be in [0, 1], got {noise}"));
     }
 }
 
@@ -147,6 +182,7 @@ mod tests {
         let cfg = SyntheticConfig::Addition {
             count: 50,
             digits: 2,
+            demo_noise: 0.0,
             seed: None,
         };
         let data = cfg.generate("add", 7);
@@ -170,6 +206,7 @@ mod tests {
             min_len: 2,
             max_len: 4,
             alphabet: "ab".into(),
+            demo_noise: 0.0,
             seed: Some(1),
         };
         for ex in cfg.generate("rev", 0) {
@@ -187,10 +224,46 @@ mod tests {
             min_len: 5,
             max_len: 2,
             alphabet: "a".into(),
+            demo_noise: 1.5,
             seed: None,
         }
         .validate("data.domains[1].synthetic", &mut p);
-        assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p[1].contains("min_len <= max_len"));
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p[0].contains("demo_noise must be in [0, 1], got 1.5"));
+        assert!(p[2].contains("min_len <= max_len"));
+    }
+
+    #[test]
+    fn demo_noise_replaces_that_fraction_of_demonstrations_but_never_the_answer() {
+        let cfg = SyntheticConfig::Addition {
+            count: 2000,
+            digits: 1,
+            demo_noise: 0.25,
+            seed: None,
+        };
+        let data = cfg.generate("add", 3);
+        let noisy: Vec<&Example> = data.iter().filter(|e| e.response.is_some()).collect();
+        // Binomial(2000, 0.25): mean 500, sd ~19.
+        assert!((440..=560).contains(&noisy.len()), "{}", noisy.len());
+        for ex in noisy {
+            let (a, b) = ex.prompt.trim_end_matches('=').split_once('+').unwrap();
+            let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
+            assert_eq!(ex.ground_truth, (a + b).to_string());
+            assert_eq!(
+                ex.response.as_deref(),
+                Some(a.abs_diff(b).to_string().as_str())
+            );
+        }
+        let rev = SyntheticConfig::Reversal {
+            count: 100,
+            min_len: 3,
+            max_len: 3,
+            alphabet: "abc".into(),
+            demo_noise: 1.0,
+            seed: None,
+        };
+        for ex in rev.generate("rev", 1) {
+            assert_eq!(ex.response.as_deref(), ex.prompt.strip_suffix('>'));
+        }
     }
 }

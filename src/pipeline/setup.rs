@@ -102,6 +102,10 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
                 .map_err(|e| PipelineError::Setup(format!("{where_}: prompt {e}")))?;
             tok.answer_ids(&ex.ground_truth)
                 .map_err(|e| PipelineError::Setup(format!("{where_}: ground_truth {e}")))?;
+            if let Some(r) = &ex.response {
+                tok.answer_ids(r)
+                    .map_err(|e| PipelineError::Setup(format!("{where_}: response {e}")))?;
+            }
         }
         domains.push(Domain {
             name: d.name.clone(),

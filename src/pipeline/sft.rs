@@ -48,7 +48,7 @@ pub fn run_sft(
             .map(|ex| {
                 Ok((
                     tok.prompt_ids(&ex.prompt)?,
-                    tok.answer_ids(&ex.ground_truth)?,
+                    tok.answer_ids(ex.response.as_deref().unwrap_or(&ex.ground_truth))?,
                 ))
             })
             .collect::<Result<_, String>>()
