@@ -6,6 +6,7 @@
 //! working directory.
 
 pub mod load;
+pub mod overrides;
 
 use std::path::{Path, PathBuf};
 

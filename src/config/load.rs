@@ -1,16 +1,18 @@
-//! Strict YAML loading, `key.sub=value` overrides and aggregated validation, for any config schema.
+//! Strict YAML loading and aggregated validation, for any config schema.
 //!
 //! This module owns the generic machinery only: reading a file, deserializing it strictly (the schema's
 //! structs carry `#[serde(deny_unknown_fields)]`), turning parser errors into messages that name the file,
-//! the line and the key path, applying command-line overrides and collecting every validation problem.
-//! It must not know any particular schema; the run config lives in the parent module.
+//! the line and the key path, and collecting every validation problem. Command-line `key.sub=value`
+//! overrides live in [`super::overrides`] (re-exported here). It must not know any particular schema;
+//! the run config lives in the parent module.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+
+pub use super::overrides::apply_overrides;
 
 /// Everything that can go wrong between a YAML file (plus overrides) and a typed, validated config.
 #[derive(Debug, thiserror::Error)]
@@ -91,35 +93,6 @@ pub fn from_yaml_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T,
     serde_saphyr::from_str_with_options(text, options).map_err(|e| parse_error(&e, text, origin))
 }
 
-/// Applies `key.sub=value` overrides to an already typed config. Each right-hand side is read as a YAML
-/// scalar or flow value (`3`, `0.5`, `true`, `grpo`, `[1, 2]`, `null`, `'quoted'`).
-pub fn apply_overrides<T: DeserializeOwned + Serialize>(
-    value: T,
-    overrides: &[String],
-) -> Result<T, ConfigError> {
-    if overrides.is_empty() {
-        return Ok(value);
-    }
-    let mut tree = serde_json::to_value(&value).map_err(|e| ConfigError::Override {
-        arg: overrides[0].clone(),
-        message: format!("cannot represent the config as a tree: {e}"),
-    })?;
-    // Each override is applied to the tree and checked against the schema right away, so a type error
-    // names the override that caused it.
-    let mut typed = value;
-    for arg in overrides {
-        let fail = |message: String| ConfigError::Override {
-            arg: arg.clone(),
-            message,
-        };
-        let (path, rhs, plain) = split_override(arg).map_err(fail)?;
-        set_path(&mut tree, &path, rhs, plain).map_err(fail)?;
-        typed = serde_json::from_value::<T>(tree.clone())
-            .map_err(|e| fail(humanize_json_error(&e.to_string(), &path.join("."))))?;
-    }
-    Ok(typed)
-}
-
 /// The closest candidate to `word` if it is plausibly a misspelling of it (case-insensitive
 /// Jaro-Winkler similarity of at least 0.8).
 pub fn did_you_mean<'a>(
@@ -136,13 +109,16 @@ pub fn did_you_mean<'a>(
         .map(|(_, c)| c)
 }
 
-fn suggestion_suffix<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn suggestion_suffix<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> String {
     did_you_mean(word, candidates)
         .map(|s| format!(" (did you mean '{s}'?)"))
         .unwrap_or_default()
 }
 
-fn expected_suffix(word: &str, expected: &[&str]) -> String {
+pub(crate) fn expected_suffix(word: &str, expected: &[&str]) -> String {
     let mut out = format!(" (expected one of: {}", expected.join(", "));
     if let Some(s) = did_you_mean(word, expected.iter().copied()) {
         let _ = write!(out, "; did you mean '{s}'?");
@@ -332,7 +308,7 @@ fn scalar_on_line(text: &str, line: u64) -> Option<String> {
 }
 
 /// Drops a trailing ` at line N column M` that the parser appends; our prefix already names the line.
-fn strip_location(msg: &str) -> String {
+pub(crate) fn strip_location(msg: &str) -> String {
     let msg = msg.trim();
     match msg.rfind(" at line ") {
         Some(i) if msg[i..].chars().any(|c| c.is_ascii_digit()) => msg[..i].trim_end().to_string(),
@@ -401,490 +377,6 @@ fn yaml_context(text: &str, line: u64) -> (Option<String>, Vec<String>) {
     (own, parents)
 }
 
-fn split_override(arg: &str) -> Result<(Vec<&str>, Value, Option<String>), String> {
-    let Some((key, rhs)) = arg.split_once('=') else {
-        return Err("expected 'key.sub=value'".to_string());
-    };
-    let key = key.trim();
-    let path: Vec<&str> = key.split('.').collect();
-    if path.iter().any(|s| s.is_empty()) {
-        return Err(format!("key '{key}' has an empty segment"));
-    }
-    let rhs = rhs.trim();
-    if rhs.is_empty() {
-        return Err("missing value (write null for none, or '' for an empty string)".to_string());
-    }
-    let value: Value = serde_saphyr::from_str(rhs).map_err(|e| {
-        format!(
-            "cannot read value '{rhs}': {}",
-            strip_location(&e.to_string())
-        )
-    })?;
-    // A bare `123` or `true` given to a string field means its text, as YAML itself would store it
-    // in a `String`; keep the text for that case.
-    let plain = match value {
-        Value::Number(_) | Value::Bool(_) if !rhs.starts_with(['"', '\'']) => Some(rhs.to_string()),
-        _ => None,
-    };
-    Ok((path, value, plain))
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "list",
-        Value::Object(_) => "section",
-    }
-}
-
-fn set_path(
-    root: &mut Value,
-    path: &[&str],
-    value: Value,
-    plain: Option<String>,
-) -> Result<(), String> {
-    let mut cur = root;
-    // Inside a section that was absent (an `Option` that was `None`) any key may be created; the
-    // schema check after the override reports what does not belong.
-    let mut fresh = false;
-    for (i, seg) in path.iter().enumerate() {
-        let here = path[..i].join(".");
-        if cur.is_null() {
-            *cur = Value::Object(serde_json::Map::new());
-            fresh = true;
-        }
-        cur = match cur {
-            Value::Object(map) => {
-                if !map.contains_key(*seg) {
-                    if !fresh {
-                        return Err(unknown_key(seg, &here, map.keys().map(String::as_str)));
-                    }
-                    map.insert((*seg).to_string(), Value::Null);
-                }
-                match map.get_mut(*seg) {
-                    Some(v) => v,
-                    None => return Err(format!("cannot set '{seg}'")),
-                }
-            }
-            Value::Array(items) => {
-                let len = items.len();
-                match seg.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
-                    Some(v) => v,
-                    None => {
-                        return Err(format!(
-                            "'{seg}' is not an index of list '{here}' ({len} items)"
-                        ));
-                    }
-                }
-            }
-            other => {
-                return Err(format!(
-                    "'{here}' is a {}, not a section, so it has no key '{seg}'",
-                    kind_of(other)
-                ));
-            }
-        };
-    }
-    *cur = match plain {
-        Some(text) if cur.is_string() => Value::String(text),
-        _ => value,
-    };
-    Ok(())
-}
-
-fn unknown_key<'a>(seg: &str, here: &str, keys: impl Iterator<Item = &'a str> + Clone) -> String {
-    let place = if here.is_empty() {
-        String::new()
-    } else {
-        format!(" in '{here}'")
-    };
-    match did_you_mean(seg, keys.clone()) {
-        Some(s) => format!("unknown key '{seg}'{place} (did you mean '{s}'?)"),
-        None => format!(
-            "unknown key '{seg}'{place} (known keys: {})",
-            keys.collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
-
-/// Rewrites serde_json's "unknown variant `x`, expected one of `a`, `b`" into our quoting style, with a
-/// suggestion; other messages pass through.
-fn humanize_json_error(msg: &str, key: &str) -> String {
-    let ticked = |s: &str| -> Vec<String> {
-        s.split('`')
-            .skip(1)
-            .step_by(2)
-            .map(str::to_string)
-            .collect()
-    };
-    for kind in ["unknown variant", "unknown field"] {
-        if let Some(rest) = msg.strip_prefix(kind)
-            && let Some((bad, expected)) = rest.split_once(", expected")
-            && let Some(bad) = ticked(bad).into_iter().next()
-        {
-            let expected = ticked(expected);
-            let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
-            return if kind == "unknown variant" {
-                format!(
-                    "invalid value '{bad}' for '{key}'{}",
-                    expected_suffix(&bad, &expected)
-                )
-            } else {
-                format!(
-                    "unknown field '{bad}' in the value for '{key}'{}",
-                    suggestion_suffix(&bad, expected)
-                )
-            };
-        }
-    }
-    msg.to_string()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde::Deserialize;
-
-    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-    #[serde(rename_all = "snake_case")]
-    enum Estimator {
-        Gae,
-        Reinforce,
-        Grpo,
-        ReinforcePlusPlus,
-    }
-
-    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Algo {
-        adv_estimator: Estimator,
-        #[serde(default)]
-        whiten: bool,
-    }
-
-    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Train {
-        learning_rate: f64,
-        #[serde(default = "default_batch")]
-        batch_size: u32,
-        #[serde(default)]
-        warmup_steps: Option<u32>,
-    }
-
-    fn default_batch() -> u32 {
-        8
-    }
-
-    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Run {
-        name: String,
-        #[serde(default)]
-        seed: Option<u64>,
-        actor_train: Train,
-        algo: Algo,
-        #[serde(default)]
-        domains: Vec<String>,
-    }
-
-    impl Validate for Run {
-        fn validate(&self, problems: &mut Vec<String>) {
-            if self.actor_train.learning_rate <= 0.0 || self.actor_train.learning_rate.is_nan() {
-                problems.push(format!(
-                    "actor_train.learning_rate must be > 0, got '{}'",
-                    self.actor_train.learning_rate
-                ));
-            }
-            if self.actor_train.batch_size == 0 {
-                problems.push("actor_train.batch_size must be > 0, got '0'".to_string());
-            }
-            if self.name.is_empty() {
-                problems.push("name must not be empty".to_string());
-            }
-        }
-    }
-
-    const GOOD: &str = "\
-# a run
-name: tiny
-actor_train:
-  learning_rate: 0.001
-algo:
-  adv_estimator: grpo
-domains: [math, code]
-";
-
-    fn err_text<T: std::fmt::Debug>(r: Result<T, ConfigError>) -> String {
-        r.expect_err("expected an error").to_string()
-    }
-
-    fn ovr(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn good_config_with_defaults() {
-        let run: Run = from_yaml_str(GOOD, "good.yaml").unwrap();
-        assert_eq!(run.name, "tiny");
-        assert_eq!(run.seed, None);
-        assert_eq!(run.actor_train.batch_size, 8);
-        assert_eq!(run.actor_train.warmup_steps, None);
-        assert_eq!(run.algo.adv_estimator, Estimator::Grpo);
-        assert!(!run.algo.whiten);
-        assert_eq!(run.domains, vec!["math", "code"]);
-    }
-
-    #[test]
-    fn unknown_nested_key_names_line_parent_and_suggestion() {
-        let text = GOOD.replace(
-            "  learning_rate: 0.001",
-            "  learning_rate: 0.001\n  lerning_rate: 3",
-        );
-        let msg = err_text(from_yaml_str::<Run>(&text, "configs/x.yaml"));
-        assert_eq!(
-            msg,
-            "config 'configs/x.yaml' line 5: unknown field 'lerning_rate' in 'actor_train' \
-             (did you mean 'learning_rate'?)"
-        );
-    }
-
-    #[test]
-    fn unknown_top_level_key() {
-        let text = format!("{GOOD}sede: 3\n");
-        let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-        assert!(
-            msg.starts_with("config 'x.yaml' line 8: unknown field 'sede'"),
-            "{msg}"
-        );
-        assert!(msg.contains("(did you mean 'seed'?)"), "{msg}");
-    }
-
-    #[test]
-    fn bad_enum_value_lists_choices_and_suggests() {
-        let text = GOOD.replace("adv_estimator: grpo", "adv_estimator: gpro");
-        let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-        assert!(
-            msg.starts_with(
-                "config 'x.yaml' line 6: invalid value 'gpro' for 'algo.adv_estimator'"
-            ),
-            "{msg}"
-        );
-        assert!(
-            msg.contains("expected one of: gae, reinforce, grpo, reinforce_plus_plus"),
-            "{msg}"
-        );
-        assert!(msg.contains("did you mean 'grpo'?"), "{msg}");
-    }
-
-    #[test]
-    fn wrong_type_and_missing_field() {
-        let text = GOOD.replace("learning_rate: 0.001", "learning_rate: fast");
-        let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-        assert!(msg.starts_with("config 'x.yaml' line 4: "), "{msg}");
-        assert!(msg.contains("'actor_train.learning_rate'"), "{msg}");
-        assert!(msg.contains("fast"), "{msg}");
-
-        let text = GOOD.replace("name: tiny\n", "");
-        let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-        assert_eq!(
-            msg,
-            "config 'x.yaml' line 6: missing field 'name' at the top level"
-        );
-    }
-
-    #[test]
-    fn scalar_errors_quote_the_value() {
-        let cases = [
-            (
-                "learning_rate: 0.001",
-                "learning_rate: 0.001\n  batch_size: -3",
-                "line 5: invalid value '-3' for 'actor_train.batch_size', expected a non-negative \
-                 integer that fits u32",
-            ),
-            (
-                "adv_estimator: grpo",
-                "adv_estimator: grpo\n  whiten: yes  # typo",
-                "line 7: invalid value 'yes' for 'algo.whiten', expected true or false",
-            ),
-            (
-                "name: tiny",
-                "name: ~",
-                "line 2: invalid value null for 'name', expected a string",
-            ),
-            (
-                "algo:\n  adv_estimator: grpo",
-                "algo:\n  whiten: false",
-                "line 6: missing field 'adv_estimator' in 'algo'",
-            ),
-            (
-                "actor_train:\n  learning_rate: 0.001",
-                "actor_train: 3",
-                "line 3: expected mapping start (at 'actor_train', found '3')",
-            ),
-        ];
-        for (from, to, want) in cases {
-            let text = GOOD.replace(from, to);
-            let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-            assert_eq!(msg, format!("config 'x.yaml' {want}"));
-        }
-    }
-
-    #[test]
-    fn yaml_syntax_error_names_file_and_line() {
-        let msg = err_text(from_yaml_str::<Run>("name: [tiny\nalgo: {", "broken.yaml"));
-        assert!(msg.starts_with("config 'broken.yaml'"), "{msg}");
-    }
-
-    #[test]
-    fn duplicate_key_is_an_error() {
-        let text = format!("{GOOD}name: again\n");
-        let msg = err_text(from_yaml_str::<Run>(&text, "x.yaml"));
-        assert!(msg.starts_with("config 'x.yaml' line 8:"), "{msg}");
-    }
-
-    #[test]
-    fn unreadable_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("missing.yaml");
-        let msg = err_text(load_yaml::<Run>(&path, &[]));
-        assert!(
-            msg.starts_with(&format!("config '{}': cannot read: ", path.display())),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn overrides_set_nested_scalars_enums_bools_lists_and_null() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run.yaml");
-        std::fs::write(&path, GOOD).unwrap();
-        let run: Run = load_yaml(
-            &path,
-            &ovr(&[
-                "actor_train.learning_rate=0.5",
-                "actor_train.batch_size=3",
-                "actor_train.warmup_steps=10",
-                "algo.adv_estimator=reinforce_plus_plus",
-                "algo.whiten=true",
-                "seed=7",
-                "domains=[a, b, c]",
-                "name=123",
-            ]),
-        )
-        .unwrap();
-        assert_eq!(run.actor_train.learning_rate, 0.5);
-        assert_eq!(run.actor_train.batch_size, 3);
-        assert_eq!(run.actor_train.warmup_steps, Some(10));
-        assert_eq!(run.algo.adv_estimator, Estimator::ReinforcePlusPlus);
-        assert!(run.algo.whiten);
-        assert_eq!(run.seed, Some(7));
-        assert_eq!(run.domains, vec!["a", "b", "c"]);
-        // A bare number given to a string field is its text.
-        assert_eq!(run.name, "123");
-
-        let run: Run = load_yaml(
-            &path,
-            &ovr(&[
-                "actor_train.warmup_steps=null",
-                "name='quoted'",
-                "domains.1=prose",
-                "actor_train.learning_rate=1e-6",
-            ]),
-        )
-        .unwrap();
-        assert_eq!(run.actor_train.warmup_steps, None);
-        assert_eq!(run.name, "quoted");
-        assert_eq!(run.domains, vec!["math", "prose"]);
-        assert_eq!(run.actor_train.learning_rate, 1e-6);
-    }
-
-    #[test]
-    fn override_errors_name_the_override() {
-        let run: Run = from_yaml_str(GOOD, "x.yaml").unwrap();
-
-        let msg = err_text(apply_overrides(
-            run.clone(),
-            &ovr(&["actor_train.lerning_rate=1"]),
-        ));
-        assert_eq!(
-            msg,
-            "override 'actor_train.lerning_rate=1': unknown key 'lerning_rate' in 'actor_train' \
-             (did you mean 'learning_rate'?)"
-        );
-
-        let msg = err_text(apply_overrides(
-            run.clone(),
-            &ovr(&["trian.learning_rate=1"]),
-        ));
-        assert!(msg.contains("unknown key 'trian' (known keys: "), "{msg}");
-
-        let msg = err_text(apply_overrides(
-            run.clone(),
-            &ovr(&["actor_train.learning_rate=abc"]),
-        ));
-        assert!(
-            msg.starts_with("override 'actor_train.learning_rate=abc': "),
-            "{msg}"
-        );
-        assert!(msg.contains("abc"), "{msg}");
-
-        let msg = err_text(apply_overrides(
-            run.clone(),
-            &ovr(&["algo.adv_estimator=gpro"]),
-        ));
-        assert!(
-            msg.starts_with(
-                "override 'algo.adv_estimator=gpro': invalid value 'gpro' for 'algo.adv_estimator' \
-                 (expected one of: gae, reinforce, grpo, reinforce_plus_plus; did you mean 'grpo'?)"
-            ),
-            "{msg}"
-        );
-
-        let msg = err_text(apply_overrides(run.clone(), &ovr(&["name.first=x"])));
-        assert!(msg.contains("'name' is a string, not a section"), "{msg}");
-
-        let msg = err_text(apply_overrides(run.clone(), &ovr(&["seed"])));
-        assert!(msg.contains("expected 'key.sub=value'"), "{msg}");
-
-        let msg = err_text(apply_overrides(run, &ovr(&["seed="])));
-        assert!(msg.contains("missing value"), "{msg}");
-    }
-
-    #[test]
-    fn validation_reports_every_problem() {
-        let text = GOOD
-            .replace("learning_rate: 0.001", "learning_rate: -1\n  batch_size: 0")
-            .replace("name: tiny", "name: ''");
-        let run: Run = from_yaml_str(&text, "x.yaml").unwrap();
-        let msg = err_text(validated(run, "x.yaml"));
-        assert_eq!(
-            msg,
-            "config 'x.yaml' is invalid:\n  \
-             - actor_train.learning_rate must be > 0, got '-1'\n  \
-             - actor_train.batch_size must be > 0, got '0'\n  \
-             - name must not be empty"
-        );
-        let ok: Run = from_yaml_str(GOOD, "x.yaml").unwrap();
-        assert!(validated(ok, "x.yaml").is_ok());
-    }
-
-    #[test]
-    fn context_heuristic_handles_lists() {
-        let text = "a:\n  items:\n    - name: x\n      sub:\n        k: 1\n";
-        assert_eq!(
-            yaml_context(text, 5),
-            (
-                Some("k".to_string()),
-                vec!["a".into(), "items".into(), "sub".into()]
-            )
-        );
-        assert_eq!(
-            yaml_context(text, 3),
-            (Some("name".to_string()), vec!["a".into(), "items".into()])
-        );
-    }
-}
+#[path = "load_tests.rs"]
+pub(crate) mod tests;
