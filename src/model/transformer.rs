@@ -157,11 +157,20 @@ impl Transformer {
             let attn = self.attention(&h, w, &cos, &sin, &mask, layer_cache, numerics)?;
             x = (x + attn)?;
             let h = rms_norm(&x, &w.post_norm, self.cfg.rms_norm_eps, numerics)?;
-            // gate and up in one matmul, for the same reason as q/k/v.
-            let gate_up = linear(&h, &Tensor::cat(&[&w.gate_w, &w.up_w], 0)?, None)?;
-            let inter = self.cfg.intermediate_size;
-            let gate = gate_up.narrow(D::Minus1, 0, inter)?;
-            let up = gate_up.narrow(D::Minus1, inter, inter)?;
+            let (gate, up) = match numerics {
+                // gate and up in one matmul at inference, for the same reason as q/k/v.
+                Numerics::Fast => {
+                    let gate_up = linear(&h, &Tensor::cat(&[&w.gate_w, &w.up_w], 0)?, None)?;
+                    let inter = self.cfg.intermediate_size;
+                    (
+                        gate_up.narrow(D::Minus1, 0, inter)?,
+                        gate_up.narrow(D::Minus1, inter, inter)?,
+                    )
+                }
+                Numerics::Differentiable => {
+                    (linear(&h, &w.gate_w, None)?, linear(&h, &w.up_w, None)?)
+                }
+            };
             x = (x + linear(&(gate.silu()? * up)?, &w.down_w, None)?)?;
         }
         rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps, numerics)
@@ -191,16 +200,31 @@ impl Transformer {
         );
         let split =
             |y: Tensor, heads: usize| y.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous();
-        // One matmul for q, k and v: fewer, larger GEMMs are markedly faster for small models.
-        let qkv_w = Tensor::cat(&[&w.q_w, &w.k_w, &w.v_w], 0)?;
-        let qkv_b = match &w.qkv_b {
-            Some((q, k, v)) => Some(Tensor::cat(&[q, k, v], 0)?),
-            None => None,
+        let (mut q, mut k, v) = match numerics {
+            // One matmul for q, k and v: fewer, larger GEMMs are faster for small models. Training
+            // keeps them apart, because the backward pass of each narrow would allocate the full width.
+            Numerics::Fast => {
+                let qkv_w = Tensor::cat(&[&w.q_w, &w.k_w, &w.v_w], 0)?;
+                let qkv_b = match &w.qkv_b {
+                    Some((q, k, v)) => Some(Tensor::cat(&[q, k, v], 0)?),
+                    None => None,
+                };
+                let qkv = linear(x, &qkv_w, qkv_b.as_ref())?;
+                (
+                    split(qkv.narrow(D::Minus1, 0, nh * hd)?, nh)?,
+                    split(qkv.narrow(D::Minus1, nh * hd, nkv * hd)?, nkv)?,
+                    split(qkv.narrow(D::Minus1, (nh + nkv) * hd, nkv * hd)?, nkv)?,
+                )
+            }
+            Numerics::Differentiable => {
+                let b = |i: usize| w.qkv_b.as_ref().map(|(q, k, v)| [q, k, v][i]);
+                (
+                    split(linear(x, &w.q_w, b(0))?, nh)?,
+                    split(linear(x, &w.k_w, b(1))?, nkv)?,
+                    split(linear(x, &w.v_w, b(2))?, nkv)?,
+                )
+            }
         };
-        let qkv = linear(x, &qkv_w, qkv_b.as_ref())?;
-        let mut q = split(qkv.narrow(D::Minus1, 0, nh * hd)?, nh)?;
-        let mut k = split(qkv.narrow(D::Minus1, nh * hd, nkv * hd)?, nkv)?;
-        let v = split(qkv.narrow(D::Minus1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
         if let Some((qn, kn)) = &w.qk_norm {
             q = rms_norm(&q, qn, self.cfg.rms_norm_eps, numerics)?;
             k = rms_norm(&k, kn, self.cfg.rms_norm_eps, numerics)?;
