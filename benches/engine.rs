@@ -75,12 +75,7 @@ fn main() {
     }
 
     if wants("fwd_bwd") {
-        let vars: Vec<_> = model
-            .transformer
-            .params()
-            .iter()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
+        let vars: Vec<_> = model.transformer.params().named_vars();
         let pairs_owned: Vec<(Vec<u32>, Vec<u32>)> = (0..64u32)
             .map(|i| {
                 (
@@ -135,12 +130,7 @@ rl:
         )
         .expect("config");
         let rl = cfg.rl.expect("rl section");
-        let vars: Vec<_> = model
-            .transformer
-            .params()
-            .iter()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
+        let vars: Vec<_> = model.transformer.params().named_vars();
         let mut opt = AdamW::new(
             vars,
             OptimizerConfig {

@@ -142,6 +142,24 @@ impl RunContext<'_> {
         Ok(())
     }
 
+    /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
+    /// or when a stop was requested. Returns true when the stage must stop now.
+    pub fn after_step(
+        &mut self,
+        model: &LoadedModel,
+        opt: &AdamW,
+        stage: &str,
+        (step, total): (usize, usize),
+        last: &mut Option<PathBuf>,
+    ) -> Result<bool, PipelineError> {
+        let every = self.cfg.checkpoint.every;
+        let stop = self.stop_requested();
+        if stop || step == total || (every > 0 && step % every == 0) {
+            *last = Some(self.checkpoint(model, opt, stage, step)?);
+        }
+        Ok(stop)
+    }
+
     /// Write `checkpoints/<stage>-step<N>` and report it.
     pub fn checkpoint(
         &mut self,

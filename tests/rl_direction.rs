@@ -66,12 +66,7 @@ fn rewarded_completions_gain_probability() {
             rewards,
             group_size: 4,
         };
-        let vars: Vec<_> = model
-            .transformer
-            .params()
-            .iter()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
+        let vars: Vec<_> = model.transformer.params().named_vars();
         let mut opt = AdamW::new(vars, rl.optimizer.clone(), 1).unwrap();
         let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
         let mut running = RunningStats::new();

@@ -122,6 +122,14 @@ impl ParamStore {
         self.vars.iter()
     }
 
+    /// (name, variable) pairs in sorted order, as optimizers take them.
+    pub fn named_vars(&self) -> Vec<(String, Var)> {
+        self.vars
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect()
+    }
+
     pub fn vars(&self) -> Vec<Var> {
         self.vars.values().cloned().collect()
     }

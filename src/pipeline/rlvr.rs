@@ -20,6 +20,7 @@ use super::setup::{Domains, Tokenizing};
 use super::{PipelineError, PipelineEvent, RunContext, RunStatus, TensorContext, mix_seed};
 
 /// One scored sample.
+#[derive(Clone)]
 struct Scored {
     example: Example,
     prompt_ids: Vec<u32>,
@@ -37,12 +38,7 @@ pub fn run_rlvr(
     let seed = ctx.cfg.seed;
     let mut mixer = data.mixer(mix_seed(&[seed, 2]))?;
     let updates_per_step = cfg.ppo_epochs * cfg.mini_batches;
-    let vars: Vec<_> = model
-        .transformer
-        .params()
-        .iter()
-        .map(|(n, v)| (n.clone(), v.clone()))
-        .collect();
+    let vars: Vec<_> = model.transformer.params().named_vars();
     let mut opt = AdamW::new(vars, cfg.optimizer.clone(), cfg.steps * updates_per_step)
         .during("rl optimizer setup")?;
     let frozen_copy = || -> Result<Transformer, PipelineError> {
@@ -63,11 +59,7 @@ pub fn run_rlvr(
             let net = frozen_copy()?;
             let head = ValueHead::new(model.config().hidden_size, model.transformer.device())
                 .during("value head")?;
-            let mut vars: Vec<_> = net
-                .params()
-                .iter()
-                .map(|(n, v)| (n.clone(), v.clone()))
-                .collect();
+            let mut vars: Vec<_> = net.params().named_vars();
             vars.extend(head.vars());
             let opt = AdamW::new(vars, c.optimizer.clone(), cfg.steps * updates_per_step)
                 .during("critic optimizer")?;
@@ -174,7 +166,7 @@ pub fn run_rlvr(
             }
         }
         // Rollout statistics cover every sample generated this step, kept or dropped.
-        all_scored.extend(groups.iter().map(|g| g.iter().map(clone_scored).collect()));
+        all_scored.extend(groups.iter().cloned());
         rollout_metrics(&mut m, &all_scored, cfg);
         m.insert("group/dropped".into(), dropped as f64);
         m.insert("time/rollout".into(), t_rollout);
@@ -242,26 +234,11 @@ pub fn run_rlvr(
             .collect();
         ctx.record_samples(&samples)?;
         ctx.record_step("rl", step, cfg.steps, m)?;
-        let every = ctx.cfg.checkpoint.every;
-        if ctx.stop_requested() {
-            last = Some(ctx.checkpoint(model, &opt, "rl", step)?);
+        if ctx.after_step(model, &opt, "rl", (step, cfg.steps), &mut last)? {
             return Ok((RunStatus::Interrupted, last));
-        }
-        if step == cfg.steps || (every > 0 && step % every == 0) {
-            last = Some(ctx.checkpoint(model, &opt, "rl", step)?);
         }
     }
     Ok((RunStatus::Finished, last))
-}
-
-fn clone_scored(s: &Scored) -> Scored {
-    Scored {
-        example: s.example.clone(),
-        prompt_ids: s.prompt_ids.clone(),
-        completion: s.completion.clone(),
-        text: s.text.clone(),
-        outcome: s.outcome.clone(),
-    }
 }
 
 /// Per-domain reward and accuracy, response lengths, and the share of groups without signal.

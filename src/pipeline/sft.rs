@@ -18,12 +18,7 @@ pub fn run_sft(
     data: &Domains,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
-    let vars: Vec<_> = model
-        .transformer
-        .params()
-        .iter()
-        .map(|(n, v)| (n.clone(), v.clone()))
-        .collect();
+    let vars: Vec<_> = model.transformer.params().named_vars();
     let mut opt =
         AdamW::new(vars, cfg.optimizer.clone(), cfg.steps).during("sft optimizer setup")?;
     let micro = cfg
@@ -96,13 +91,8 @@ pub fn run_sft(
             total_tokens as f64 / secs.max(1e-9),
         );
         ctx.record_step("sft", step, cfg.steps, m)?;
-        let every = ctx.cfg.checkpoint.every;
-        if ctx.stop_requested() {
-            last = Some(ctx.checkpoint(model, &opt, "sft", step)?);
+        if ctx.after_step(model, &opt, "sft", (step, cfg.steps), &mut last)? {
             return Ok((RunStatus::Interrupted, last));
-        }
-        if step == cfg.steps || (every > 0 && step % every == 0) {
-            last = Some(ctx.checkpoint(model, &opt, "sft", step)?);
         }
     }
     Ok((RunStatus::Finished, last))
