@@ -119,3 +119,65 @@ fn override_of_unknown_key_is_refused() {
     let err = stderr_of(roll().args(["run", "experiments/quickstart.yaml", "rl.stepz=3"]));
     assert!(err.contains("rl.stepz=3") && err.contains("steps"), "{err}");
 }
+
+#[test]
+fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+        .args([
+            "run",
+            "experiments/quickstart.yaml",
+            "--quiet",
+            "sft.steps=100000",
+            "sft.batch_size=4",
+        ])
+        .args([
+            "model.init.hidden=32",
+            "model.init.layers=1",
+            "model.init.intermediate=64",
+        ])
+        .arg(format!("output_dir={}", out.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until the first step is recorded, then interrupt.
+    let metrics = out.join("metrics.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&metrics)
+        .map(|m| m.len() == 0)
+        .unwrap_or(true)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no step recorded within 60 s"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("run exited early ({status}): {err}");
+        }
+        std::thread::yield_now();
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let ckpts: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(ckpts.len(), 1, "{ckpts:?}");
+    let name = ckpts[0].to_string_lossy().into_owned();
+    assert!(name.starts_with("sft-step"), "{name}");
+    assert!(
+        out.join("checkpoints")
+            .join(&name)
+            .join("model.safetensors")
+            .is_file()
+    );
+}

@@ -190,3 +190,43 @@ fn broken_directories_name_the_file_and_tensor() {
         .to_string();
     assert!(err.contains("config.json"), "{err}");
 }
+
+#[test]
+fn bfloat16_models_run_and_stay_close_to_float32() {
+    let mut o = opts(Arch::Qwen2);
+    let dir32 = tempfile::tempdir().unwrap();
+    let m32 = init_model_dir(dir32.path(), &o).unwrap();
+    o.dtype = "bfloat16".into();
+    let dir16 = tempfile::tempdir().unwrap();
+    init_model_dir(dir16.path(), &o).unwrap();
+    let m16 = load_model_dir(dir16.path(), None, &Device::Cpu).unwrap();
+    assert_eq!(m16.transformer.dtype(), candle_core::DType::BF16);
+    let ids = [4u32, 9, 2, 7, 11];
+    let (a, b) = (
+        full_last_logits(&m32.transformer, &ids),
+        full_last_logits(&m16.transformer, &ids),
+    );
+    // Same seeded weights rounded to bf16 (8-bit mantissa): logits agree to a few 1e-2.
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        b.iter().all(|x| x.is_finite()) && worst < 0.05,
+        "max |f32 - bf16| logit difference {worst}"
+    );
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 4,
+        ..Default::default()
+    };
+    let req = Request {
+        id: 0,
+        prompt_ids: ids.to_vec(),
+        params,
+        seed: 0,
+    };
+    let out = generate(&m16.transformer, &[], vec![req], 1, None).unwrap();
+    assert_eq!(out[0].token_ids.len(), 4);
+}

@@ -98,3 +98,97 @@ fn dir_bytes(dir: &Path) -> u64 {
         })
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Arch, InitOptions, init_model, load_model_dir};
+    use crate::train::{GradAccumulator, OptimizerConfig};
+
+    #[test]
+    fn checkpoint_round_trips_model_optimizer_and_state() {
+        let model = init_model(&InitOptions {
+            arch: Arch::Llama,
+            hidden: 16,
+            layers: 1,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 32,
+            head_dim: None,
+            tie_embeddings: false,
+            max_positions: 16,
+            rope_theta: 10_000.0,
+            chars: "abc".into(),
+            dtype: "float32".into(),
+            seed: 9,
+        })
+        .unwrap();
+        let vars = model.transformer.params().named_vars();
+        let mut opt = AdamW::new(vars.clone(), OptimizerConfig::default(), 10).unwrap();
+        // One real step so the moments are non-zero.
+        let loss = model
+            .transformer
+            .params()
+            .tensor("lm_head.weight")
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        let mut acc = GradAccumulator::default();
+        acc.add(&vars, &loss.backward().unwrap()).unwrap();
+        opt.step(acc).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("sft-step1");
+        let state = TrainerState {
+            stage: "sft".into(),
+            step: 1,
+            seed: 9,
+            config_hash: "abc".into(),
+        };
+        assert!(save_checkpoint(&ckpt, &model, &opt, &state).unwrap() > 0);
+        assert!(!dir.path().join("sft-step1.partial").exists());
+
+        let (back, moments) = load_trainer_state(&ckpt, &Device::Cpu).unwrap();
+        assert_eq!(back, state);
+        let reloaded = load_model_dir(&ckpt, None, &Device::Cpu).unwrap();
+        let mut opt2 = AdamW::new(
+            reloaded.transformer.params().named_vars(),
+            OptimizerConfig::default(),
+            10,
+        )
+        .unwrap();
+        opt2.restore(back.step, &moments).unwrap();
+        assert_eq!(opt2.steps_taken(), 1);
+        let (_, a) = opt.state();
+        let (_, b) = opt2.state();
+        for ((n1, m1, v1), (n2, m2, v2)) in a.iter().zip(&b) {
+            assert_eq!(n1, n2);
+            assert_eq!(
+                m1.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                m2.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                "{n1}"
+            );
+            assert_eq!(
+                v1.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                v2.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            );
+        }
+        let w1 = model
+            .transformer
+            .params()
+            .tensor("lm_head.weight")
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        let w2 = reloaded
+            .transformer
+            .params()
+            .tensor("lm_head.weight")
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(w1, w2);
+    }
+}
