@@ -45,15 +45,13 @@ fn rewarded_completions_gain_probability() {
         let responses: Vec<Vec<u32>> =
             vec![vec![7, 8, 1], vec![9, 9, 1], vec![7, 8, 1], vec![3, 1]];
         let rewards = vec![1.0f32, 0.0, 1.0, 0.0];
-        let before: Vec<f32> = responses
-            .iter()
-            .map(|r| {
-                score_pair(&model.transformer, &prompt, r, 0)
-                    .unwrap()
-                    .iter()
-                    .sum()
-            })
-            .collect();
+        let seq_logprob = |r: &Vec<u32>| -> f32 {
+            score_pair(&model.transformer, &prompt, r, 0)
+                .unwrap()
+                .iter()
+                .sum()
+        };
+        let before: Vec<f32> = responses.iter().map(seq_logprob).collect();
         let batch = RlBatch {
             prompts: vec![prompt.clone(); 4],
             responses: responses.clone(),
@@ -79,15 +77,7 @@ fn rewarded_completions_gain_probability() {
             seed: 0,
         };
         update(&rl, &model, state, &batch).unwrap();
-        let after: Vec<f32> = responses
-            .iter()
-            .map(|r| {
-                score_pair(&model.transformer, &prompt, r, 0)
-                    .unwrap()
-                    .iter()
-                    .sum()
-            })
-            .collect();
+        let after: Vec<f32> = responses.iter().map(seq_logprob).collect();
         assert!(
             after[0] > before[0],
             "{kind}: rewarded completion lost probability: {before:?} -> {after:?}"

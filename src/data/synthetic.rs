@@ -59,33 +59,34 @@ fn default_alphabet() -> String {
 impl SyntheticConfig {
     /// Problems with the parameters, as `at.field ...` messages.
     pub fn validate(&self, at: &str, problems: &mut Vec<String>) {
-        match self {
+        let (count, demo_noise) = match self {
             SyntheticConfig::Addition {
-                count,
-                digits,
-                demo_noise,
-                ..
-            } => {
-                check_noise(at, *demo_noise, problems);
-                if *count == 0 {
-                    problems.push(format!("{at}.count must be at least 1"));
-                }
+                count, demo_noise, ..
+            }
+            | SyntheticConfig::Reversal {
+                count, demo_noise, ..
+            } => (*count, *demo_noise),
+        };
+        if count == 0 {
+            problems.push(format!("{at}.count must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&demo_noise) {
+            problems.push(format!(
+                "{at}.demo_noise must be in [0, 1], got {demo_noise}"
+            ));
+        }
+        match self {
+            SyntheticConfig::Addition { digits, .. } => {
                 if !(1..=9).contains(digits) {
                     problems.push(format!("{at}.digits must be in 1..=9, got {digits}"));
                 }
             }
             SyntheticConfig::Reversal {
-                count,
                 min_len,
                 max_len,
                 alphabet,
-                demo_noise,
                 ..
             } => {
-                check_noise(at, *demo_noise, problems);
-                if *count == 0 {
-                    problems.push(format!("{at}.count must be at least 1"));
-                }
                 if *min_len == 0 || min_len > max_len {
                     problems.push(format!(
                         "{at}: need 1 <= min_len <= max_len, got {min_len} and {max_len}"
@@ -164,12 +165,6 @@ impl SyntheticConfig {
                     .collect()
             }
         }
-    }
-}
-
-fn check_noise(at: &str, noise: f64, problems: &mut Vec<String>) {
-    if !(0.0..=1.0).contains(&noise) {
-        problems.push(format!("{at}.demo_noise must be in [0, 1], got {noise}"));
     }
 }
 
