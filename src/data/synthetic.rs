@@ -67,13 +67,13 @@ impl SyntheticConfig {
                 count, demo_noise, ..
             } => (*count, *demo_noise),
         };
-        if count == 0 {
-            problems.push(format!("{at}.count must be at least 1"));
-        }
         if !(0.0..=1.0).contains(&demo_noise) {
             problems.push(format!(
                 "{at}.demo_noise must be in [0, 1], got {demo_noise}"
             ));
+        }
+        if count == 0 {
+            problems.push(format!("{at}.count must be at least 1"));
         }
         match self {
             SyntheticConfig::Addition { digits, .. } => {
