@@ -1,15 +1,16 @@
-//! Command-line definitions and dispatch for the `roll-tui` binary.
+//! Command-line definitions and dispatch for the `roll-tui` binary; the commands live in `cli/`.
+
+mod model_cmd;
+mod run_cmd;
+mod store_cmd;
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::RunConfig;
-use crate::model::{Arch, InitOptions, init_model_dir, load_model_dir};
-use crate::pipeline::RunStatus;
+use crate::model::Arch;
+use crate::plot::ExportFormat;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -19,6 +20,9 @@ use crate::pipeline::RunStatus;
 )]
 #[command(arg_required_else_help = true)]
 pub struct Cli {
+    /// The experiment store (an SQLite file; created by `run` when missing).
+    #[arg(long, global = true, env = crate::store::STORE_ENV, default_value = crate::store::DEFAULT_STORE)]
+    pub store: PathBuf,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -27,6 +31,16 @@ pub struct Cli {
 pub enum Command {
     /// Run a config headless: SFT and/or RL with a progress bar and one summary line per step.
     Run(RunArgs),
+    /// Continue an interrupted or failed run from its last checkpoint.
+    Resume(ResumeArgs),
+    /// List the runs in the store, or delete, tag and annotate one.
+    Runs(RunsArgs),
+    /// Print a run's metric series (a summary, or every point as CSV or JSON).
+    Metrics(MetricsArgs),
+    /// Print a run's scored samples.
+    Samples(SamplesArgs),
+    /// Write a run's curves as PNG/SVG plots and CSV files.
+    Export(ExportArgs),
     /// Create, inspect and score models.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -41,9 +55,107 @@ pub struct RunArgs {
     /// Print only the final summary.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Replace the results of an earlier run in the same output directory.
+    /// Replace an earlier run of the same name (its store records and its output directory).
     #[arg(long)]
     pub overwrite: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// Run name or id.
+    pub run: String,
+    /// Print only the final summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub command: Option<RunsCommand>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RunsCommand {
+    /// Show one run: config, status, checkpoints, events.
+    Show {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a run and everything recorded for it (its checkpoint files stay on disk).
+    Rm {
+        run: String,
+        /// Really delete (without it, only says what would be deleted).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Add tags to a run (or remove them with --remove).
+    Tag {
+        run: String,
+        #[arg(required = true)]
+        tags: Vec<String>,
+        #[arg(long)]
+        remove: bool,
+    },
+    /// Set a run's notes (an empty string clears them).
+    Note { run: String, text: String },
+}
+
+#[derive(Args, Debug)]
+pub struct MetricsArgs {
+    /// Run name or id.
+    pub run: String,
+    /// Only keys matching this glob (e.g. 'reward/*/mean').
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Every point as CSV (stage,key,step,wall_time,value).
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// Every point as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SamplesArgs {
+    /// Run name or id.
+    pub run: String,
+    #[arg(long)]
+    pub step: Option<u64>,
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// "sft" or "rl".
+    #[arg(long)]
+    pub stage: Option<String>,
+    /// At most this many samples.
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Run name or id.
+    pub run: String,
+    /// Output directory (created).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Comma-separated formats.
+    #[arg(long, value_delimiter = ',', default_value = "png,svg,csv")]
+    pub format: Vec<ExportFormat>,
+    /// Plot width in pixels.
+    #[arg(long, default_value_t = 1200)]
+    pub width: u32,
+    /// Plot height in pixels.
+    #[arg(long, default_value_t = 700)]
+    pub height: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -110,118 +222,15 @@ pub struct ScoreArgs {
 pub const EXIT_INTERRUPTED: i32 = 130;
 
 pub fn main_with(cli: Cli) -> Result<i32> {
+    let store = cli.store;
     match cli.command {
-        Command::Run(args) => run(args),
-        Command::Model(ModelCommand::Init(args)) => init(args).map(|_| 0),
-        Command::Model(ModelCommand::Score(args)) => score(args).map(|_| 0),
+        Command::Run(args) => run_cmd::run(&store, args),
+        Command::Resume(args) => run_cmd::resume(&store, args),
+        Command::Runs(args) => store_cmd::runs(&store, args),
+        Command::Metrics(args) => store_cmd::metrics(&store, args).map(|_| 0),
+        Command::Samples(args) => store_cmd::samples(&store, args).map(|_| 0),
+        Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
+        Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
+        Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
     }
-}
-
-fn run(args: RunArgs) -> Result<i32> {
-    let cfg = RunConfig::load(&args.config, &args.overrides)?;
-    crate::pipeline::prepare_output_dir(&cfg.output_dir(), args.overwrite)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            // Second Ctrl-C: the user does not want to wait for the checkpoint.
-            eprintln!("\nstopping now without a checkpoint");
-            std::process::exit(EXIT_INTERRUPTED);
-        }
-        eprintln!("\nstopping after this step (a checkpoint will be written); press Ctrl-C again to quit now");
-    })
-    .context("installing the Ctrl-C handler")?;
-    let outcome = crate::headless::run(&cfg, stop, args.quiet)?;
-    Ok(if outcome.status == RunStatus::Interrupted {
-        EXIT_INTERRUPTED
-    } else {
-        0
-    })
-}
-
-fn init(args: InitArgs) -> Result<()> {
-    let opts = InitOptions {
-        arch: args.arch,
-        hidden: args.hidden,
-        layers: args.layers,
-        heads: args.heads,
-        kv_heads: args.kv_heads,
-        intermediate: args.intermediate,
-        head_dim: args.head_dim,
-        tie_embeddings: !args.untied,
-        max_positions: args.max_positions,
-        rope_theta: args.rope_theta,
-        chars: args.chars,
-        dtype: args.dtype,
-        seed: args.seed,
-    };
-    if opts.heads == 0 || opts.kv_heads == 0 || !opts.heads.is_multiple_of(opts.kv_heads) {
-        bail!(
-            "--heads ({}) must be a positive multiple of --kv-heads ({})",
-            opts.heads,
-            opts.kv_heads
-        );
-    }
-    let model = init_model_dir(&args.out, &opts)?;
-    let cfg = model.config();
-    println!(
-        "wrote {} to '{}': {} parameters, vocab {}, hidden {}, {} layers, {} heads ({} kv), head_dim {}",
-        cfg.arch.model_type(),
-        args.out.display(),
-        model.transformer.params().num_params(),
-        cfg.vocab_size,
-        cfg.hidden_size,
-        cfg.num_hidden_layers,
-        cfg.num_attention_heads,
-        cfg.num_key_value_heads,
-        cfg.head_dim
-    );
-    Ok(())
-}
-
-fn score(args: ScoreArgs) -> Result<()> {
-    let model = load_model_dir(
-        &args.dir,
-        Some(candle_core::DType::F32),
-        &candle_core::Device::Cpu,
-    )?;
-    let tok = &model.tokenizer.tokenizer;
-    let encode = |text: &str, what: &str| -> Result<Vec<u32>> {
-        let enc = tok
-            .encode(text, false)
-            .map_err(|e| anyhow::anyhow!("cannot tokenize the {what}: {e}"))?;
-        if enc.is_empty() {
-            bail!("the {what} is empty after tokenization");
-        }
-        Ok(enc.get_ids().to_vec())
-    };
-    let prompt = encode(&args.prompt, "prompt")?;
-    let completion = encode(&args.completion, "completion")?;
-    let logprobs =
-        crate::train::batch::score_pair(&model.transformer, &prompt, &completion, model.pad_id)?;
-    let tokens: Vec<String> = completion
-        .iter()
-        .map(|&id| tok.id_to_token(id).unwrap_or_else(|| format!("<{id}>")))
-        .collect();
-    let total: f64 = logprobs.iter().map(|&l| l as f64).sum();
-    if args.json {
-        let out = serde_json::json!({
-            "prompt_ids": prompt,
-            "completion_ids": completion,
-            "tokens": tokens,
-            "logprobs": logprobs,
-            "total_logprob": total,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        println!(
-            "{:>5}  {:>8}  {:<12}  {:>12}",
-            "pos", "id", "token", "logprob"
-        );
-        for (i, ((id, t), lp)) in completion.iter().zip(&tokens).zip(&logprobs).enumerate() {
-            println!("{i:>5}  {id:>8}  {:<12}  {lp:>12.6}", format!("{t:?}"));
-        }
-        println!("total log-prob {total:.6} over {} tokens", completion.len());
-    }
-    Ok(())
 }

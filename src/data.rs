@@ -63,6 +63,8 @@ pub enum DataError {
     EmptyDomain { domain: String },
     #[error("domain mix: domain '{domain}' is listed twice")]
     DuplicateDomain { domain: String },
+    #[error("resume: {0}")]
+    Resume(String),
 }
 
 /// Splits examples by domain, keeping the order in which domains first appear and the order of the

@@ -8,9 +8,11 @@ use std::sync::atomic::AtomicBool;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::config::RunConfig;
+use std::path::Path;
+
+use crate::launch::{self, LaunchError, Recorded, Start};
 use crate::metrics::Metrics;
-use crate::pipeline::{self, Observer, PipelineError, PipelineEvent, RunOutcome, RunStatus};
+use crate::pipeline::{Observer, PipelineEvent, RunStatus};
 
 pub struct HeadlessObserver {
     bar: Option<ProgressBar>,
@@ -36,7 +38,11 @@ impl HeadlessObserver {
 impl Observer for HeadlessObserver {
     fn on_event(&mut self, event: &PipelineEvent) {
         match event {
-            PipelineEvent::StageStarted { stage, total_steps } => {
+            PipelineEvent::StageStarted {
+                stage,
+                total_steps,
+                done_steps,
+            } => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
                 }
@@ -52,6 +58,7 @@ impl Observer for HeadlessObserver {
                 .progress_chars("=> ");
                 bar.set_style(style);
                 bar.set_prefix(stage.clone());
+                bar.set_position(*done_steps as u64);
                 self.bar = Some(bar);
             }
             PipelineEvent::StepFinished {
@@ -116,31 +123,45 @@ pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> Stri
     parts.join("  ")
 }
 
-/// Run `cfg` with progress output; prints where the results went.
+/// Run (or resume) with progress output, recording into the store at `store`; prints where the
+/// results went.
 pub fn run(
-    cfg: &RunConfig,
+    store: &Path,
+    start: Start,
     stop: Arc<AtomicBool>,
     quiet: bool,
-) -> Result<RunOutcome, PipelineError> {
+) -> Result<Recorded, LaunchError> {
     let mut observer = HeadlessObserver::new(quiet);
-    let result = pipeline::run(cfg, &mut observer, stop);
+    let result = launch::run_recorded(store, start, &mut observer, stop);
     if let Some(bar) = observer.bar.take() {
         bar.finish_and_clear();
     }
-    let outcome = result?;
-    let verb = match outcome.status {
+    let rec = result?;
+    let verb = match rec.outcome.status {
         RunStatus::Finished => "finished",
         RunStatus::Interrupted => "interrupted",
     };
+    if let Some((stage, step, dropped)) = &rec.resumed_from {
+        println!(
+            "resumed run '{}' from {stage} step {step} ({dropped} metric points recorded after that \
+             checkpoint were recomputed)",
+            rec.name
+        );
+    }
     println!(
-        "run '{}' {verb}; metrics and samples in '{}'",
-        cfg.name,
-        outcome.output_dir.display()
+        "run '{}' (id {}) {verb}; metrics and samples in store '{}', checkpoints in '{}'",
+        rec.name,
+        rec.run,
+        store.display(),
+        rec.outcome.output_dir.display()
     );
-    if let Some(ckpt) = &outcome.last_checkpoint {
+    if let Some(ckpt) = &rec.outcome.last_checkpoint {
         println!("last checkpoint: '{}'", ckpt.display());
     }
-    Ok(outcome)
+    if rec.outcome.status == RunStatus::Interrupted {
+        println!("continue it with: roll-tui resume {}", rec.name);
+    }
+    Ok(rec)
 }
 
 #[cfg(test)]

@@ -9,8 +9,11 @@
 //! - [`algo`]: pure RL math on tensors — advantages, KL, policy losses, aggregation, masks, filters.
 //! - [`reward`]: rule rewards (math answer, exact match).
 //! - [`data`]: JSONL prompt datasets, domain mixing, synthetic quickstart tasks.
-//! - [`metrics`]: metric sinks (JSONL for now).
+//! - [`metrics`]: the shapes of metrics, samples and checkpoints, and the sink trait pipelines write to.
+//! - [`store`]: the SQLite experiment store (runs, metric series, samples, trajectories, events).
 //! - [`pipeline`]: SFT and RLVR pipelines as plain sequential code.
+//! - [`plot`]: export a run's metric series as PNG/SVG line charts and a long-format CSV.
+//! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
 //! - [`cli`]: command-line definitions and dispatch.
 //!
@@ -21,9 +24,12 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod headless;
+pub mod launch;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod plot;
 pub mod reward;
 pub mod rollout;
+pub mod store;
 pub mod train;

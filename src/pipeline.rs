@@ -2,7 +2,10 @@
 //! (the scheduler issue moves roles into worker processes behind the same calls).
 //!
 //! A pipeline reports progress only through [`Observer`] events and writes numbers only through a
-//! [`MetricSink`]; it never prints. Front-ends (headless, TUI) subscribe to the events.
+//! [`MetricSink`]; it never prints. Front-ends (headless, TUI) subscribe to the events. A run can start
+//! from a checkpoint ([`Resume`]): it then continues the stage the checkpoint belongs to from the next
+//! step, with the same weights, optimizer moments, data cursor and RL state, so it computes the same
+//! numbers an uninterrupted run would have.
 
 pub mod rl_update;
 pub mod rlvr;
@@ -15,10 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::config::RunConfig;
-use crate::metrics::{MetricRecord, MetricSink, Metrics, SampleRecord};
+use crate::data::mix::MixerState;
+use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
 use crate::model::LoadedModel;
 use crate::train::AdamW;
-use crate::train::checkpoint::{TrainerState, save_checkpoint};
+use crate::train::checkpoint::{
+    RlResumeState, TrainerState, save_checkpoint, save_moments, save_vars,
+};
+use rl_update::Critic;
 
 /// Something a front-end may want to show.
 #[derive(Debug, Clone)]
@@ -26,6 +33,8 @@ pub enum PipelineEvent {
     StageStarted {
         stage: String,
         total_steps: usize,
+        /// Steps already done (a resumed stage starts after them).
+        done_steps: usize,
     },
     StepFinished {
         stage: String,
@@ -95,6 +104,54 @@ impl<T> TensorContext<T> for candle_core::Result<T> {
     }
 }
 
+/// Where a resumed run starts: a checkpoint directory and its trainer state.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    pub dir: PathBuf,
+    pub state: TrainerState,
+}
+
+impl Resume {
+    /// Read `trainer_state.json` of checkpoint `dir` and check it belongs to `cfg` and can be resumed.
+    pub fn load(dir: &std::path::Path, cfg: &RunConfig) -> Result<Resume, PipelineError> {
+        let (state, _) =
+            crate::train::checkpoint::load_trainer_state(dir, &candle_core::Device::Cpu)?;
+        let bad =
+            |why: String| PipelineError::Setup(format!("checkpoint '{}': {why}", dir.display()));
+        if state.config_hash != cfg.hash() {
+            return Err(bad(format!(
+                "it belongs to config {} but the run's config is {}",
+                state.config_hash,
+                cfg.hash()
+            )));
+        }
+        if state.mixer.is_none() {
+            return Err(bad("it has no data cursor (written by an older roll-tui); it cannot be resumed exactly".into()));
+        }
+        if state.stage == "rl" && state.rl.is_none() {
+            return Err(bad(
+                "it has no RL state (KL controller, reward statistics)".into()
+            ));
+        }
+        Ok(Resume {
+            dir: dir.to_path_buf(),
+            state,
+        })
+    }
+
+    /// The state when resuming `stage`, `None` when the resume point is in another stage.
+    pub fn for_stage(resume: Option<&Resume>, stage: &str) -> Option<Resume> {
+        resume.filter(|r| r.state.stage == stage).cloned()
+    }
+}
+
+/// What a stage adds to its checkpoints besides the policy and its optimizer.
+pub struct CheckpointExtras<'a> {
+    pub mixer: MixerState,
+    pub rl: Option<RlResumeState>,
+    pub critic: Option<&'a Critic>,
+}
+
 /// What every stage shares: config, output, the observer, the sink and the stop flag.
 pub struct RunContext<'a> {
     pub cfg: &'a RunConfig,
@@ -103,9 +160,23 @@ pub struct RunContext<'a> {
     pub sink: &'a mut dyn MetricSink,
     pub stop: Arc<AtomicBool>,
     pub started: Instant,
+    /// Wall time already spent before this process (a resumed run continues its clock).
+    pub wall_offset: f64,
 }
 
 impl RunContext<'_> {
+    /// Seconds since the run started, across resumes.
+    pub fn wall_time(&self) -> f64 {
+        self.wall_offset + self.started.elapsed().as_secs_f64()
+    }
+
+    /// A notice for the user that is also kept with the run.
+    pub fn warn(&mut self, text: String) -> Result<(), PipelineError> {
+        self.sink.message(&text)?;
+        self.emit(PipelineEvent::Message(text));
+        Ok(())
+    }
+
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -124,7 +195,7 @@ impl RunContext<'_> {
         let record = MetricRecord {
             stage: stage.into(),
             step,
-            wall_time: self.started.elapsed().as_secs_f64(),
+            wall_time: self.wall_time(),
             metrics,
         };
         self.sink.record(&record)?;
@@ -144,18 +215,19 @@ impl RunContext<'_> {
 
     /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
     /// or when a stop was requested. Returns true when the stage must stop now.
-    pub fn after_step(
+    pub fn after_step<'a2>(
         &mut self,
         model: &LoadedModel,
         opt: &AdamW,
         stage: &str,
         (step, total): (usize, usize),
         last: &mut Option<PathBuf>,
+        extras: impl FnOnce() -> CheckpointExtras<'a2>,
     ) -> Result<bool, PipelineError> {
         let every = self.cfg.checkpoint.every;
         let stop = self.stop_requested();
         if stop || step == total || (every > 0 && step % every == 0) {
-            *last = Some(self.checkpoint(model, opt, stage, step)?);
+            *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
         }
         Ok(stop)
     }
@@ -167,19 +239,39 @@ impl RunContext<'_> {
         opt: &AdamW,
         stage: &str,
         step: usize,
+        extras: CheckpointExtras<'_>,
     ) -> Result<PathBuf, PipelineError> {
-        let dir = self
-            .output_dir
-            .join("checkpoints")
-            .join(format!("{stage}-step{step}"));
+        let dir = checkpoint_dir(&self.output_dir, stage, step);
         let state = TrainerState {
             stage: stage.into(),
             step,
             seed: self.cfg.seed,
             config_hash: self.cfg.hash(),
+            optimizer_steps: opt.steps_taken(),
+            wall_time: self.wall_time(),
+            mixer: Some(extras.mixer),
+            rl: extras.rl,
         };
-        let bytes = save_checkpoint(&dir, model, opt, &state)?;
+        let critic = extras.critic;
+        let write_critic = |dir: &std::path::Path| -> Result<(), crate::model::LoadError> {
+            if let Some(c) = critic {
+                let mut vars = c.model.params().named_vars();
+                vars.extend(c.head.vars());
+                save_vars(&vars, &dir.join("critic.safetensors"))?;
+                save_moments(&c.opt, &dir.join("critic_optimizer.safetensors"))?;
+            }
+            Ok(())
+        };
+        let bytes = save_checkpoint(&dir, model, opt, &state, Some(&write_critic))?;
+        // Metrics up to this step first, then the checkpoint row: the store never points at a
+        // checkpoint whose steps it has not recorded.
         self.sink.flush()?;
+        self.sink.checkpoint(&CheckpointRecord {
+            stage: stage.into(),
+            step,
+            path: dir.clone(),
+            bytes,
+        })?;
         self.emit(PipelineEvent::CheckpointSaved {
             path: dir.clone(),
             step,
@@ -189,33 +281,53 @@ impl RunContext<'_> {
     }
 }
 
-/// Run every stage of `cfg` (SFT, then RL) in this process.
+/// `checkpoints/<stage>-step<N>` under a run's output directory.
+pub fn checkpoint_dir(output_dir: &std::path::Path, stage: &str, step: usize) -> PathBuf {
+    output_dir
+        .join("checkpoints")
+        .join(format!("{stage}-step{step}"))
+}
+
+/// Run every stage of `cfg` (SFT, then RL) in this process, writing results to `sink`; with `resume`,
+/// continue from that checkpoint instead of starting over. A new run's output directory must have
+/// been prepared ([`prepare_output_dir`]).
 pub fn run(
     cfg: &RunConfig,
     observer: &mut dyn Observer,
     stop: Arc<AtomicBool>,
+    sink: &mut dyn MetricSink,
+    resume: Option<&Resume>,
 ) -> Result<RunOutcome, PipelineError> {
     let output_dir = cfg.output_dir();
-    prepare_output_dir(&output_dir, false)?;
-    let resolved = output_dir.join("resolved_config.json");
-    let text =
-        serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
-    std::fs::write(&resolved, text)
-        .map_err(|e| PipelineError::Setup(format!("'{}': {e}", resolved.display())))?;
-    let mut sink = crate::metrics::JsonlSink::open(&output_dir)?;
+    if resume.is_none() {
+        std::fs::create_dir_all(&output_dir).map_err(|e| {
+            PipelineError::Setup(format!("output directory '{}': {e}", output_dir.display()))
+        })?;
+        let resolved = output_dir.join("resolved_config.json");
+        let text =
+            serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
+        std::fs::write(&resolved, text)
+            .map_err(|e| PipelineError::Setup(format!("'{}': {e}", resolved.display())))?;
+    }
     let mut ctx = RunContext {
         cfg,
         output_dir: output_dir.clone(),
         observer,
-        sink: &mut sink,
+        sink,
         stop,
         started: Instant::now(),
+        wall_offset: resume.map(|r| r.state.wall_time).unwrap_or(0.0),
     };
-    let model = setup::load_policy(cfg)?;
+    let model = match resume {
+        Some(r) => setup::load_checkpoint_policy(cfg, &r.dir)?,
+        None => setup::load_policy(cfg)?,
+    };
     let data = setup::load_domains(cfg, &model)?;
-    let mut last_checkpoint = None;
-    if let Some(sft_cfg) = &cfg.sft {
-        let (status, ckpt) = sft::run_sft(&mut ctx, sft_cfg, &model, &data)?;
+    let mut last_checkpoint = resume.map(|r| r.dir.clone());
+    let resuming_rl = resume.is_some_and(|r| r.state.stage == "rl");
+    if let Some(sft_cfg) = cfg.sft.as_ref().filter(|_| !resuming_rl) {
+        let from = Resume::for_stage(resume, "sft");
+        let (status, ckpt) = sft::run_sft(&mut ctx, sft_cfg, &model, &data, from.as_ref())?;
         last_checkpoint = ckpt.or(last_checkpoint);
         if status == RunStatus::Interrupted {
             return Ok(RunOutcome {
@@ -226,7 +338,8 @@ pub fn run(
         }
     }
     if let Some(rl_cfg) = &cfg.rl {
-        let (status, ckpt) = rlvr::run_rlvr(&mut ctx, rl_cfg, &model, &data)?;
+        let from = Resume::for_stage(resume, "rl");
+        let (status, ckpt) = rlvr::run_rlvr(&mut ctx, rl_cfg, &model, &data, from.as_ref())?;
         last_checkpoint = ckpt.or(last_checkpoint);
         if status == RunStatus::Interrupted {
             return Ok(RunOutcome {
@@ -245,12 +358,7 @@ pub fn run(
 }
 
 /// What a run writes into its output directory (and what `overwrite` removes).
-const RUN_FILES: [&str; 4] = [
-    "metrics.jsonl",
-    "samples.jsonl",
-    "resolved_config.json",
-    "checkpoints",
-];
+const RUN_FILES: [&str; 2] = ["resolved_config.json", "checkpoints"];
 
 /// Create `dir` for a new run. A directory that already holds a run's results is refused unless
 /// `overwrite` is set, in which case only the files a run writes are removed — never anything else.

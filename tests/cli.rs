@@ -122,13 +122,16 @@ fn override_of_unknown_key_is_refused() {
 
 #[test]
 fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
+    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
+    let store = dir.path().join("roll.db");
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+        .arg("--store")
+        .arg(&store)
         .args([
             "run",
             "experiments/quickstart.yaml",
-            "--quiet",
             "sft.steps=100000",
             "sft.batch_size=4",
         ])
@@ -138,35 +141,30 @@ fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
             "model.init.intermediate=64",
         ])
         .arg(format!("output_dir={}", out.display()))
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait (bounded) until the first step is recorded, then interrupt.
-    let metrics = out.join("metrics.jsonl");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::fs::metadata(&metrics)
-        .map(|m| m.len() == 0)
-        .unwrap_or(true)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no step recorded within 60 s"
-        );
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            panic!("run exited early ({status}): {err}");
-        }
-        std::thread::yield_now();
-    }
+    // Wait until the first step is reported (stdout is not a terminal: one plain line per step).
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("sft "));
+    assert!(first.is_some(), "the run ended before its first step");
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("roll-tui resume quickstart")),
+        "{rest:?}"
+    );
     let ckpts: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -180,4 +178,14 @@ fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
             .join("model.safetensors")
             .is_file()
     );
+    // The store knows the run stopped, and where.
+    let runs = roll()
+        .arg("--store")
+        .arg(&store)
+        .args(["runs", "--json"])
+        .output()
+        .unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted");
+    assert_eq!(runs[0]["name"], "quickstart");
 }

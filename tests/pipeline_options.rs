@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use roll::config::RunConfig;
 use roll::config::load::{apply_overrides, from_yaml_str, validated};
-use roll::metrics::JsonlSink;
+use roll::metrics::MemorySink;
 use roll::pipeline::{RunStatus, Silent, run};
 
 const BASE: &str = r#"
@@ -37,10 +37,12 @@ fn run_with(overrides: &[&str]) -> roll::metrics::Metrics {
     all.push(format!("output_dir={}", dir.path().display()));
     let cfg: RunConfig = from_yaml_str(BASE, "<test>").unwrap();
     let cfg = validated(apply_overrides(cfg, &all).unwrap(), "<test>").unwrap();
-    let outcome = run(&cfg, &mut Silent, Arc::new(AtomicBool::new(false))).unwrap();
+    let mut sink = MemorySink::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = run(&cfg, &mut Silent, stop, &mut sink, None).unwrap();
     assert_eq!(outcome.status, RunStatus::Finished);
-    let records = JsonlSink::read_metrics(&dir.path().join("metrics.jsonl")).unwrap();
-    let last = records
+    let last = sink
+        .records
         .into_iter()
         .rev()
         .find(|r| r.stage == "rl")
@@ -194,7 +196,16 @@ fn checkpoint_every_n_steps_and_same_seed_repeats() {
         ],
     )
     .unwrap();
-    run(&cfg, &mut Silent, Arc::new(AtomicBool::new(false))).unwrap();
+    let mut sink = MemorySink::default();
+    run(
+        &cfg,
+        &mut Silent,
+        Arc::new(AtomicBool::new(false)),
+        &mut sink,
+        None,
+    )
+    .unwrap();
+    assert_eq!(sink.checkpoints.len(), 4, "{:?}", sink.checkpoints);
     for name in ["sft-step1", "sft-step2", "rl-step1", "rl-step2"] {
         let ckpt = dir.path().join("checkpoints").join(name);
         assert!(

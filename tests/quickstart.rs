@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use roll::config::RunConfig;
-use roll::metrics::JsonlSink;
+use roll::metrics::MemorySink;
 use roll::pipeline::{RunStatus, Silent, run};
 
 /// The quickstart's own model, data and SFT; only the GRPO stage is shortened (40 of 150 steps).
@@ -22,11 +22,13 @@ fn shortened_quickstart_raises_reward() {
         format!("output_dir={}", dir.path().display()),
     ];
     let cfg = RunConfig::load(Path::new("experiments/quickstart.yaml"), &overrides).unwrap();
-    let outcome = run(&cfg, &mut Silent, Arc::new(AtomicBool::new(false))).unwrap();
+    let mut sink = MemorySink::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = run(&cfg, &mut Silent, stop, &mut sink, None).unwrap();
     assert_eq!(outcome.status, RunStatus::Finished);
 
-    let records = JsonlSink::read_metrics(&dir.path().join("metrics.jsonl")).unwrap();
-    let reward: Vec<f64> = records
+    let reward: Vec<f64> = sink
+        .records
         .iter()
         .filter(|r| r.stage == "rl")
         .map(|r| (r.metrics["reward/add/mean"] + r.metrics["reward/reverse/mean"]) / 2.0)

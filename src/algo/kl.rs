@@ -85,6 +85,11 @@ impl KlController {
         self.coef
     }
 
+    /// Continue from a coefficient saved in a checkpoint.
+    pub fn set_coef(&mut self, coef: f64) {
+        self.coef = coef;
+    }
+
     /// Adaptive: `err = clip(kl / target - 1, -0.2, 0.2)`, `coef *= 1 + err * n_steps / horizon`.
     /// Fixed: no change. A non-positive target or horizon leaves the coefficient unchanged.
     pub fn update(&mut self, current_kl: f64, n_steps: usize) {

@@ -7,15 +7,32 @@
 //! the share is a whole number). Within a domain the mixer walks a shuffled order of its examples and
 //! reshuffles when it has used them all (one epoch), so every example is seen once per epoch.
 //!
-//! Everything is deterministic for a given seed. Each domain shuffles with its own generator, seeded
-//! from the mixer seed and the domain's name, so adding or reordering domains does not change the order
-//! in which an existing domain's examples come out.
+//! Everything is deterministic for a given seed. Each epoch of a domain is a fresh shuffle seeded from
+//! the mixer seed, the domain's name and the epoch number, so adding or reordering domains does not
+//! change the order in which an existing domain's examples come out, and the mixer's whole position is
+//! a few numbers per domain ([`MixerState`]) that a checkpoint stores and a resume restores exactly.
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
+use serde::{Deserialize, Serialize};
+
 use super::{DataError, Example};
+
+/// Where a mixer stands: enough to continue exactly where it left off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MixerState {
+    pub domains: Vec<DomainCursor>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DomainCursor {
+    pub name: String,
+    pub epoch: u64,
+    pub cursor: usize,
+    pub credit: f64,
+}
 
 /// Remainders closer than this are ties: 1/3 + 1/3 + 1/3 must not lose to floating-point noise.
 const EPS: f64 = 1e-9;
@@ -37,7 +54,8 @@ struct DomainState {
     order: Vec<usize>,
     cursor: usize,
     epoch: u64,
-    rng: StdRng,
+    /// Seeds every epoch's shuffle (with the epoch number).
+    seed: u64,
 }
 
 impl DomainMixer {
@@ -69,22 +87,68 @@ impl DomainMixer {
         let domains = domains
             .into_iter()
             .map(|(name, examples, weight)| {
-                let mut rng = StdRng::seed_from_u64(seed ^ fnv1a(name.as_bytes()));
-                let mut order: Vec<usize> = (0..examples.len()).collect();
-                order.shuffle(&mut rng);
+                let seed = seed ^ fnv1a(name.as_bytes());
                 DomainState {
+                    order: epoch_order(examples.len(), seed, 0),
                     name,
                     examples,
                     share: weight / total,
                     credit: 0.0,
-                    order,
                     cursor: 0,
                     epoch: 0,
-                    rng,
+                    seed,
                 }
             })
             .collect();
         Ok(DomainMixer { domains })
+    }
+
+    /// The mixer's position, for checkpoints.
+    pub fn state(&self) -> MixerState {
+        MixerState {
+            domains: self
+                .domains
+                .iter()
+                .map(|d| DomainCursor {
+                    name: d.name.clone(),
+                    epoch: d.epoch,
+                    cursor: d.cursor,
+                    credit: d.credit,
+                })
+                .collect(),
+        }
+    }
+
+    /// Continue from `state` (taken from a mixer over the same domains and seed).
+    pub fn restore(&mut self, state: &MixerState) -> Result<(), DataError> {
+        let names: Vec<&str> = state.domains.iter().map(|d| d.name.as_str()).collect();
+        if names
+            != self
+                .domains
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+        {
+            return Err(DataError::Resume(format!(
+                "the checkpoint's data cursor is for domains {names:?}, the config has {:?}",
+                self.domains()
+            )));
+        }
+        for (d, c) in self.domains.iter_mut().zip(&state.domains) {
+            if c.cursor > d.examples.len() {
+                return Err(DataError::Resume(format!(
+                    "the checkpoint's data cursor for domain '{}' is at example {} but it has only {}",
+                    d.name,
+                    c.cursor,
+                    d.examples.len()
+                )));
+            }
+            d.order = epoch_order(d.examples.len(), d.seed, c.epoch);
+            d.epoch = c.epoch;
+            d.cursor = c.cursor;
+            d.credit = c.credit;
+        }
+        Ok(())
     }
 
     /// Domain names in the order given to [`DomainMixer::new`].
@@ -166,14 +230,26 @@ impl DomainMixer {
 impl DomainState {
     fn draw(&mut self) -> Example {
         if self.cursor == self.order.len() {
-            self.order.shuffle(&mut self.rng);
-            self.cursor = 0;
             self.epoch += 1;
+            self.order = epoch_order(self.examples.len(), self.seed, self.epoch);
+            self.cursor = 0;
         }
         let example = self.examples[self.order[self.cursor]].clone();
         self.cursor += 1;
         example
     }
+}
+
+/// The order of a domain's `n` examples in `epoch`: a shuffle of its own, independent of earlier epochs.
+fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let seed = if epoch == 0 {
+        seed
+    } else {
+        crate::pipeline::mix_seed(&[seed, epoch])
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(seed));
+    order
 }
 
 /// FNV-1a, 64 bit: a hash that is stable across Rust versions (unlike `DefaultHasher`).
@@ -305,6 +381,31 @@ mod tests {
         let mut m3 = mixer(&spec, 43);
         let run3: Vec<Vec<Example>> = (0..10).map(|_| m3.next_batch(6)).collect();
         assert_ne!(run1, run3);
+    }
+
+    #[test]
+    fn restored_state_continues_the_same_stream() {
+        let spec = [("math", 7, 2.0), ("code", 5, 1.0)];
+        let mut whole = mixer(&spec, 3);
+        let mut first = mixer(&spec, 3);
+        // Uneven batch sizes (as dynamic sampling makes) and several epochs.
+        for n in [5, 1, 4, 7, 2] {
+            assert_eq!(whole.next_batch(n), first.next_batch(n));
+        }
+        let json = serde_json::to_string(&first.state()).unwrap();
+        let mut resumed = mixer(&spec, 3);
+        resumed
+            .restore(&serde_json::from_str(&json).unwrap())
+            .unwrap();
+        for n in [3, 6, 1, 9, 4, 4] {
+            assert_eq!(whole.next_batch(n), resumed.next_batch(n));
+        }
+        let other = mixer(&[("math", 7, 1.0)], 3).state();
+        let err = resumed.restore(&other).unwrap_err().to_string();
+        assert!(
+            err.starts_with("resume: the checkpoint's data cursor is for domains"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,7 +17,11 @@ use crate::train::{AdamW, ValueHead};
 
 use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
 use super::setup::{Domains, Tokenizing};
-use super::{PipelineError, PipelineEvent, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{
+    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
+    mix_seed,
+};
+use crate::train::checkpoint::{RlResumeState, load_moments, load_trainer_state, load_vars};
 
 /// One scored sample.
 #[derive(Clone)]
@@ -34,6 +38,7 @@ pub fn run_rlvr(
     cfg: &RlConfig,
     model: &LoadedModel,
     data: &Domains,
+    resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     let seed = ctx.cfg.seed;
     let mut mixer = data.mixer(mix_seed(&[seed, 2]))?;
@@ -49,10 +54,11 @@ pub fn run_rlvr(
             .during("copying the policy")?;
         Transformer::new(model.config().clone(), params).during("copying the policy")
     };
-    let reference = if cfg.kl.mode != KlMode::None {
-        Some(frozen_copy()?)
-    } else {
-        None
+    // The reference is the policy as the stage began; a resumed stage reloads it from disk.
+    let reference = match (cfg.kl.mode != KlMode::None, resume) {
+        (false, _) => None,
+        (true, None) => Some(frozen_copy()?),
+        (true, Some(_)) => Some(super::setup::rl_start_policy(ctx.cfg)?.transformer),
     };
     let mut critic = match (&cfg.critic, needs_critic(cfg.adv_estimator)) {
         (Some(c), true) => {
@@ -78,6 +84,31 @@ pub fn run_rlvr(
         cfg.kl.horizon,
     );
     let mut running = RunningStats::new();
+    let mut first_step = 1;
+    if let Some(r) = resume {
+        let device = model.transformer.device();
+        let (_, moments) = load_trainer_state(&r.dir, device)?;
+        opt.restore(r.state.optimizer_steps, &moments)
+            .during("restoring the rl optimizer")?;
+        if let Some(m) = &r.state.mixer {
+            mixer.restore(m)?;
+        }
+        let rl = r.state.rl.as_ref().ok_or_else(|| {
+            PipelineError::Setup(format!("checkpoint '{}' has no RL state", r.dir.display()))
+        })?;
+        kl_ctl.set_coef(rl.kl_coef);
+        running = rl.running_reward.clone();
+        if let Some(c) = critic.as_mut() {
+            let mut vars = c.model.params().named_vars();
+            vars.extend(c.head.vars());
+            load_vars(&vars, &r.dir.join("critic.safetensors"))?;
+            let moments = load_moments(&r.dir.join("critic_optimizer.safetensors"), device)?;
+            c.opt
+                .restore(rl.critic_optimizer_steps.unwrap_or(0), &moments)
+                .during("restoring the critic optimizer")?;
+        }
+        first_step = r.state.step + 1;
+    }
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
@@ -86,9 +117,10 @@ pub fn run_rlvr(
     ctx.emit(PipelineEvent::StageStarted {
         stage: "rl".into(),
         total_steps: cfg.steps,
+        done_steps: first_step - 1,
     });
     let mut last = None;
-    for step in 1..=cfg.steps {
+    for step in first_step..=cfg.steps {
         let t_step = Instant::now();
         let mut m = Metrics::new();
         // Rollout, with dynamic-sampling refills of groups that carry no signal.
@@ -209,9 +241,9 @@ pub fn run_rlvr(
             advantages = out.sample_advantages;
             m.extend(out.metrics);
         } else {
-            ctx.emit(PipelineEvent::Message(format!(
+            ctx.warn(format!(
                 "rl step {step}: every group had equal rewards; no update"
-            )));
+            ))?;
         }
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
         let samples: Vec<SampleRecord> = groups
@@ -226,7 +258,21 @@ pub fn run_rlvr(
                 ground_truth: s.example.ground_truth.clone(),
                 reward: s.outcome.score,
                 correct: s.outcome.correct,
+                breakdown: [
+                    (
+                        "correct".to_string(),
+                        f64::from(u8::from(s.outcome.correct)),
+                    ),
+                    (
+                        "format_ok".to_string(),
+                        f64::from(u8::from(s.outcome.format_ok)),
+                    ),
+                ]
+                .into_iter()
+                .collect(),
                 advantage: *a,
+                stage: "rl".into(),
+                prompt_tokens: s.prompt_ids.len(),
                 response_tokens: s.completion.token_ids.len(),
                 finish_reason: format!("{:?}", s.completion.finish).to_lowercase(),
                 policy_version: step - 1,
@@ -234,7 +280,16 @@ pub fn run_rlvr(
             .collect();
         ctx.record_samples(&samples)?;
         ctx.record_step("rl", step, cfg.steps, m)?;
-        if ctx.after_step(model, &opt, "rl", (step, cfg.steps), &mut last)? {
+        let extras = || CheckpointExtras {
+            mixer: mixer.state(),
+            rl: Some(RlResumeState {
+                kl_coef: kl_ctl.coef(),
+                running_reward: running.clone(),
+                critic_optimizer_steps: critic.as_ref().map(|c| c.opt.steps_taken()),
+            }),
+            critic: critic.as_ref(),
+        };
+        if ctx.after_step(model, &opt, "rl", (step, cfg.steps), &mut last, extras)? {
             return Ok((RunStatus::Interrupted, last));
         }
     }

@@ -38,6 +38,36 @@ pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     }
 }
 
+/// The policy saved in checkpoint `dir`, in the config's dtype.
+pub fn load_checkpoint_policy(
+    cfg: &RunConfig,
+    dir: &std::path::Path,
+) -> Result<LoadedModel, PipelineError> {
+    Ok(load_model_dir(
+        dir,
+        Some(cfg.model.dtype.candle()),
+        &candle_core::Device::Cpu,
+    )?)
+}
+
+/// The policy as it was when the RL stage began (the frozen reference of a resumed RL stage): the
+/// final SFT checkpoint when the run has an SFT stage, else the configured model.
+pub fn rl_start_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
+    match &cfg.sft {
+        Some(sft) => {
+            let dir = super::checkpoint_dir(&cfg.output_dir(), "sft", sft.steps);
+            if !dir.join("trainer_state.json").exists() {
+                return Err(PipelineError::Setup(format!(
+                    "resuming RL needs the final SFT checkpoint '{}' (the KL reference), and it is missing",
+                    dir.display()
+                )));
+            }
+            load_checkpoint_policy(cfg, &dir)
+        }
+        None => load_policy(cfg),
+    }
+}
+
 /// A domain's examples with its mixing weight and reward rule.
 pub struct Domain {
     pub name: String,

@@ -9,18 +9,33 @@ use crate::model::{LoadedModel, Numerics};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
 use super::setup::{Domains, Tokenizing};
-use super::{PipelineError, PipelineEvent, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{
+    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
+    mix_seed,
+};
 
 pub fn run_sft(
     ctx: &mut RunContext<'_>,
     cfg: &SftConfig,
     model: &LoadedModel,
     data: &Domains,
+    resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
     let vars: Vec<_> = model.transformer.params().named_vars();
     let mut opt =
         AdamW::new(vars, cfg.optimizer.clone(), cfg.steps).during("sft optimizer setup")?;
+    let mut first_step = 1;
+    if let Some(r) = resume {
+        let (_, moments) =
+            crate::train::checkpoint::load_trainer_state(&r.dir, model.transformer.device())?;
+        opt.restore(r.state.optimizer_steps, &moments)
+            .during("restoring the sft optimizer")?;
+        if let Some(m) = &r.state.mixer {
+            mixer.restore(m)?;
+        }
+        first_step = r.state.step + 1;
+    }
     let micro = cfg
         .micro_batch_size
         .unwrap_or(cfg.batch_size)
@@ -33,9 +48,10 @@ pub fn run_sft(
     ctx.emit(PipelineEvent::StageStarted {
         stage: "sft".into(),
         total_steps: cfg.steps,
+        done_steps: first_step - 1,
     });
     let mut last = None;
-    for step in 1..=cfg.steps {
+    for step in first_step..=cfg.steps {
         let t0 = Instant::now();
         let batch = mixer.next_batch(cfg.batch_size);
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = batch
@@ -91,7 +107,12 @@ pub fn run_sft(
             total_tokens as f64 / secs.max(1e-9),
         );
         ctx.record_step("sft", step, cfg.steps, m)?;
-        if ctx.after_step(model, &opt, "sft", (step, cfg.steps), &mut last)? {
+        let extras = || CheckpointExtras {
+            mixer: mixer.state(),
+            rl: None,
+            critic: None,
+        };
+        if ctx.after_step(model, &opt, "sft", (step, cfg.steps), &mut last, extras)? {
             return Ok((RunStatus::Interrupted, last));
         }
     }

@@ -3,15 +3,19 @@
 //! Layout of `DIR`: the HF files (config.json, model.safetensors, tokenizer*), `optimizer.safetensors`
 //! (AdamW first/second moments as `<param>.m` / `<param>.v`), and `trainer_state.json`. A checkpoint is
 //! written to `DIR.partial` and renamed into place, so a crash never leaves a half-written one. All
-//! randomness is derived from (seed, step), so the step is the whole RNG state.
+//! sampling randomness is derived from (seed, stage, step), so the step is the whole RNG state; the data
+//! cursor, KL controller and running reward statistics are stored in `trainer_state.json`, and a critic
+//! (when there is one) in `critic.safetensors` + `critic_optimizer.safetensors`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 use serde::{Deserialize, Serialize};
 
 use super::optim::AdamW;
+use crate::algo::normalize::RunningStats;
+use crate::data::mix::MixerState;
 use crate::model::{LoadError, LoadedModel, save_model_dir};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,7 +27,30 @@ pub struct TrainerState {
     pub seed: u64,
     /// Hash of the resolved run config the checkpoint belongs to.
     pub config_hash: String,
+    /// AdamW steps taken (an RL step may take several: PPO epochs x mini-batches).
+    #[serde(default)]
+    pub optimizer_steps: usize,
+    /// Seconds since the run started, so a resumed run's wall time continues.
+    #[serde(default)]
+    pub wall_time: f64,
+    /// The data cursor; absent in checkpoints written before resume existed.
+    #[serde(default)]
+    pub mixer: Option<MixerState>,
+    #[serde(default)]
+    pub rl: Option<RlResumeState>,
 }
+
+/// What an RL stage carries from step to step besides weights and optimizer moments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RlResumeState {
+    pub kl_coef: f64,
+    pub running_reward: RunningStats,
+    /// AdamW steps of the critic, when there is one.
+    pub critic_optimizer_steps: Option<usize>,
+}
+
+/// Extra files a stage adds to its checkpoint directory (written before the atomic rename).
+pub type ExtraFiles<'a> = &'a dyn Fn(&Path) -> Result<(), LoadError>;
 
 /// Write model, optimizer and trainer state to `dir` atomically (replacing an older checkpoint there).
 pub fn save_checkpoint(
@@ -31,20 +58,17 @@ pub fn save_checkpoint(
     model: &LoadedModel,
     opt: &AdamW,
     state: &TrainerState,
+    extra: Option<ExtraFiles<'_>>,
 ) -> Result<u64, LoadError> {
     let partial = PathBuf::from(format!("{}.partial", dir.display()));
     if partial.exists() {
         std::fs::remove_dir_all(&partial).map_err(|e| LoadError::io(&partial, e))?;
     }
     save_model_dir(&partial, model)?;
-    let (_, moments) = opt.state();
-    let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    for (name, m, v) in moments {
-        tensors.insert(format!("{name}.m"), m);
-        tensors.insert(format!("{name}.v"), v);
+    save_moments(opt, &partial.join("optimizer.safetensors"))?;
+    if let Some(extra) = extra {
+        extra(&partial)?;
     }
-    let opt_path = partial.join("optimizer.safetensors");
-    candle_core::safetensors::save(&tensors, &opt_path).map_err(|e| LoadError::io(&opt_path, e))?;
     let state_path = partial.join("trainer_state.json");
     let text = serde_json::to_string_pretty(state).map_err(|e| LoadError::io(&state_path, e))?;
     std::fs::write(&state_path, text).map_err(|e| LoadError::io(&state_path, e))?;
@@ -67,10 +91,29 @@ pub fn load_trainer_state(
         path: state_path.clone(),
         message: format!("invalid trainer state ({e})"),
     })?;
-    let opt_path = dir.join("optimizer.safetensors");
+    let moments = load_moments(&dir.join("optimizer.safetensors"), device)?;
+    Ok((state, moments))
+}
+
+/// Write an optimizer's first and second moments as `<param>.m` / `<param>.v`.
+pub fn save_moments(opt: &AdamW, path: &Path) -> Result<(), LoadError> {
+    let (_, moments) = opt.state();
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    for (name, m, v) in moments {
+        tensors.insert(format!("{name}.m"), m);
+        tensors.insert(format!("{name}.v"), v);
+    }
+    candle_core::safetensors::save(&tensors, path).map_err(|e| LoadError::io(path, e))
+}
+
+/// Read what [`save_moments`] wrote.
+pub fn load_moments(
+    opt_path: &Path,
+    device: &Device,
+) -> Result<BTreeMap<String, (Tensor, Tensor)>, LoadError> {
     let tensors =
-        candle_core::safetensors::load(&opt_path, device).map_err(|e| LoadError::File {
-            path: opt_path.clone(),
+        candle_core::safetensors::load(opt_path, device).map_err(|e| LoadError::File {
+            path: opt_path.to_path_buf(),
             message: format!("unreadable ({e})"),
         })?;
     let mut moments = BTreeMap::new();
@@ -79,13 +122,54 @@ pub fn load_trainer_state(
             let v = tensors
                 .get(&format!("{param}.v"))
                 .ok_or_else(|| LoadError::File {
-                    path: opt_path.clone(),
+                    path: opt_path.to_path_buf(),
                     message: format!("moment '{param}.v' is missing"),
                 })?;
             moments.insert(param.to_string(), (m.clone(), v.clone()));
         }
     }
-    Ok((state, moments))
+    Ok(moments)
+}
+
+/// Write named variables (e.g. a critic's network and value head) to one safetensors file.
+pub fn save_vars(vars: &[(String, Var)], path: &Path) -> Result<(), LoadError> {
+    let map: HashMap<String, Tensor> = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect();
+    candle_core::safetensors::save(&map, path).map_err(|e| LoadError::io(path, e))
+}
+
+/// Set every variable from the file [`save_vars`] wrote; a missing tensor or a shape mismatch is an
+/// error naming it.
+pub fn load_vars(vars: &[(String, Var)], path: &Path) -> Result<(), LoadError> {
+    let device = vars
+        .first()
+        .map(|(_, v)| v.device().clone())
+        .unwrap_or(Device::Cpu);
+    let tensors = candle_core::safetensors::load(path, &device).map_err(|e| LoadError::File {
+        path: path.to_path_buf(),
+        message: format!("unreadable ({e})"),
+    })?;
+    for (name, var) in vars {
+        let bad = |message: String| LoadError::File {
+            path: path.to_path_buf(),
+            message,
+        };
+        let t = tensors
+            .get(name)
+            .ok_or_else(|| bad(format!("tensor '{name}' is missing")))?;
+        if t.dims() != var.dims() {
+            return Err(bad(format!(
+                "tensor '{name}' has shape {:?}, expected {:?}",
+                t.dims(),
+                var.dims()
+            )));
+        }
+        var.set(&t.to_dtype(var.dtype()).map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(())
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -146,8 +230,12 @@ mod tests {
             step: 1,
             seed: 9,
             config_hash: "abc".into(),
+            optimizer_steps: 1,
+            wall_time: 2.5,
+            mixer: None,
+            rl: None,
         };
-        assert!(save_checkpoint(&ckpt, &model, &opt, &state).unwrap() > 0);
+        assert!(save_checkpoint(&ckpt, &model, &opt, &state, None).unwrap() > 0);
         assert!(!dir.path().join("sft-step1.partial").exists());
 
         let (back, moments) = load_trainer_state(&ckpt, &Device::Cpu).unwrap();

@@ -1,0 +1,93 @@
+//! `roll-tui model init|score`.
+
+use anyhow::{Result, bail};
+
+use super::{InitArgs, ScoreArgs};
+use crate::model::{InitOptions, init_model_dir, load_model_dir};
+
+pub fn init(args: InitArgs) -> Result<()> {
+    let opts = InitOptions {
+        arch: args.arch,
+        hidden: args.hidden,
+        layers: args.layers,
+        heads: args.heads,
+        kv_heads: args.kv_heads,
+        intermediate: args.intermediate,
+        head_dim: args.head_dim,
+        tie_embeddings: !args.untied,
+        max_positions: args.max_positions,
+        rope_theta: args.rope_theta,
+        chars: args.chars,
+        dtype: args.dtype,
+        seed: args.seed,
+    };
+    if opts.heads == 0 || opts.kv_heads == 0 || !opts.heads.is_multiple_of(opts.kv_heads) {
+        bail!(
+            "--heads ({}) must be a positive multiple of --kv-heads ({})",
+            opts.heads,
+            opts.kv_heads
+        );
+    }
+    let model = init_model_dir(&args.out, &opts)?;
+    let cfg = model.config();
+    println!(
+        "wrote {} to '{}': {} parameters, vocab {}, hidden {}, {} layers, {} heads ({} kv), head_dim {}",
+        cfg.arch.model_type(),
+        args.out.display(),
+        model.transformer.params().num_params(),
+        cfg.vocab_size,
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim
+    );
+    Ok(())
+}
+
+pub fn score(args: ScoreArgs) -> Result<()> {
+    let model = load_model_dir(
+        &args.dir,
+        Some(candle_core::DType::F32),
+        &candle_core::Device::Cpu,
+    )?;
+    let tok = &model.tokenizer.tokenizer;
+    let encode = |text: &str, what: &str| -> Result<Vec<u32>> {
+        let enc = tok
+            .encode(text, false)
+            .map_err(|e| anyhow::anyhow!("cannot tokenize the {what}: {e}"))?;
+        if enc.is_empty() {
+            bail!("the {what} is empty after tokenization");
+        }
+        Ok(enc.get_ids().to_vec())
+    };
+    let prompt = encode(&args.prompt, "prompt")?;
+    let completion = encode(&args.completion, "completion")?;
+    let logprobs =
+        crate::train::batch::score_pair(&model.transformer, &prompt, &completion, model.pad_id)?;
+    let tokens: Vec<String> = completion
+        .iter()
+        .map(|&id| tok.id_to_token(id).unwrap_or_else(|| format!("<{id}>")))
+        .collect();
+    let total: f64 = logprobs.iter().map(|&l| l as f64).sum();
+    if args.json {
+        let out = serde_json::json!({
+            "prompt_ids": prompt,
+            "completion_ids": completion,
+            "tokens": tokens,
+            "logprobs": logprobs,
+            "total_logprob": total,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{:>5}  {:>8}  {:<12}  {:>12}",
+            "pos", "id", "token", "logprob"
+        );
+        for (i, ((id, t), lp)) in completion.iter().zip(&tokens).zip(&logprobs).enumerate() {
+            println!("{i:>5}  {id:>8}  {:<12}  {lp:>12.6}", format!("{t:?}"));
+        }
+        println!("total log-prob {total:.6} over {} tokens", completion.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! Commands that read (or annotate) the store: `runs`, `metrics`, `samples`, `export`.
+
+use std::future::Future;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use super::{ExportArgs, MetricsArgs, RunsArgs, RunsCommand, SamplesArgs};
+use crate::plot::{ExportOptions, export_run};
+use crate::store::reads::SampleFilter;
+use crate::store::{OpenMode, RunInfo, Store};
+
+/// Run `f` with the store at `path` open (it must exist) on a small runtime.
+fn with_store<T, F, Fut>(path: &Path, f: F) -> Result<T>
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let store = Store::open(path, OpenMode::Existing).await?;
+        let out = f(store.clone()).await;
+        store.close().await;
+        out
+    })
+}
+
+fn format_time(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| {
+            t.to_zoned(jiff::tz::TimeZone::system())
+                .strftime("%Y-%m-%d %H:%M:%S")
+                .to_string()
+        })
+        .unwrap_or_else(|_| ms.to_string())
+}
+
+/// `add=0.59 reverse=0.91` from the latest `reward/<domain>/mean` values.
+async fn last_rewards(store: &Store, run: &RunInfo) -> Result<Vec<(String, f64)>> {
+    let series = store.list_series(run.id).await?;
+    Ok(series
+        .into_iter()
+        .filter(|s| Some(&s.stage) == run.last_stage.as_ref() || run.last_stage.is_none())
+        .filter_map(|s| {
+            let domain = s
+                .key
+                .strip_prefix("reward/")?
+                .strip_suffix("/mean")?
+                .to_string();
+            Some((domain, s.last_value?))
+        })
+        .collect())
+}
+
+pub fn runs(path: &Path, args: RunsArgs) -> Result<i32> {
+    match args.command {
+        None => with_store(
+            path,
+            |store| async move { list_runs(&store, args.json).await },
+        )
+        .map(|_| 0),
+        Some(RunsCommand::Show { run, json }) => {
+            with_store(
+                path,
+                |store| async move { show_run(&store, &run, json).await },
+            )
+            .map(|_| 0)
+        }
+        Some(RunsCommand::Rm { run, yes }) => with_store(path, |store| async move {
+            let info = store.find_run(&run).await?;
+            let series = store.list_series(info.id).await?;
+            let points: u64 = series.iter().map(|s| s.points).sum();
+            let checkpoints = store.checkpoints(info.id).await?.len();
+            if !yes {
+                eprintln!(
+                    "would delete run '{}' (id {}, {}): {points} metric points in {} series, its samples, \
+                     events and {checkpoints} checkpoint records (checkpoint files in '{}' stay on disk); \
+                     pass --yes to delete",
+                    info.name,
+                    info.id,
+                    info.status.as_str(),
+                    series.len(),
+                    info.output_dir
+                );
+                return Ok(2);
+            }
+            store.delete_run(info.id).await?;
+            println!("deleted run '{}' (id {})", info.name, info.id);
+            Ok(0)
+        }),
+        Some(RunsCommand::Tag { run, tags, remove }) => with_store(path, |store| async move {
+            let info = store.find_run(&run).await?;
+            if remove {
+                store.remove_tags(info.id, &tags).await?;
+            } else {
+                store.add_tags(info.id, &tags).await?;
+            }
+            let now = store.run(info.id).await?;
+            println!("run '{}' tags: {}", now.name, now.tags.join(", "));
+            Ok(0)
+        }),
+        Some(RunsCommand::Note { run, text }) => with_store(path, |store| async move {
+            let info = store.find_run(&run).await?;
+            store.set_notes(info.id, &text).await?;
+            println!("run '{}' notes updated", info.name);
+            Ok(0)
+        }),
+    }
+}
+
+async fn list_runs(store: &Store, json: bool) -> Result<()> {
+    let runs = store.list_runs().await?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        let mut items = vec![];
+        for r in &runs {
+            let mut v = serde_json::to_value(r)?;
+            let rewards: serde_json::Map<String, serde_json::Value> = last_rewards(store, r)
+                .await?
+                .into_iter()
+                .map(|(d, x)| (d, x.into()))
+                .collect();
+            v["last_rewards"] = rewards.into();
+            items.push(v);
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
+        return Ok(());
+    }
+    if runs.is_empty() {
+        writeln!(
+            out,
+            "no runs in '{}' yet; start one with 'roll-tui run CONFIG'",
+            store.path().display()
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>4}  {:<20}  {:<11}  {:>10}  {:<19}  {:<28}  TAGS",
+        "ID", "NAME", "STATUS", "STEP", "UPDATED", "LAST REWARD"
+    )?;
+    for r in &runs {
+        let step = match &r.last_stage {
+            Some(stage) => format!("{stage} {}", r.last_step),
+            None => "-".into(),
+        };
+        let rewards = last_rewards(store, r)
+            .await?
+            .iter()
+            .map(|(d, v)| format!("{d}={v:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        writeln!(
+            out,
+            "{:>4}  {:<20}  {:<11}  {:>10}  {:<19}  {:<28}  {}",
+            r.id,
+            r.name,
+            r.status.as_str(),
+            step,
+            format_time(r.updated_at),
+            if rewards.is_empty() {
+                "-".into()
+            } else {
+                rewards
+            },
+            r.tags.join(",")
+        )?;
+    }
+    Ok(())
+}
+
+async fn show_run(store: &Store, reference: &str, json: bool) -> Result<()> {
+    let run = store.find_run(reference).await?;
+    let checkpoints = store.checkpoints(run.id).await?;
+    let events = store.events(run.id).await?;
+    if json {
+        let config: serde_json::Value = serde_json::from_str(&run.config_json)?;
+        let v = serde_json::json!({
+            "run": run, "config": config, "checkpoints": checkpoints, "events": events,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "run '{}' (id {}): {}",
+        run.name,
+        run.id,
+        run.status.as_str()
+    );
+    if let Some(e) = &run.error {
+        println!("  error: {e}");
+    }
+    println!(
+        "  created {}  updated {}",
+        format_time(run.created_at),
+        format_time(run.updated_at)
+    );
+    println!(
+        "  seed {}  config {}  git {}  output '{}'",
+        run.seed,
+        run.config_hash,
+        run.git_revision.as_deref().unwrap_or("-"),
+        run.output_dir
+    );
+    if !run.tags.is_empty() {
+        println!("  tags: {}", run.tags.join(", "));
+    }
+    if !run.notes.is_empty() {
+        println!("  notes: {}", run.notes);
+    }
+    println!("checkpoints:");
+    for c in &checkpoints {
+        println!(
+            "  {} step {:>6}  {:>9.1} MB  '{}'",
+            c.stage,
+            c.step,
+            c.bytes as f64 / 1e6,
+            c.path.display()
+        );
+    }
+    println!("events:");
+    for e in &events {
+        println!(
+            "  {}  {:<14} {}",
+            format_time(e.at),
+            e.event.kind.as_str(),
+            e.event.message
+        );
+    }
+    Ok(())
+}
+
+pub fn metrics(path: &Path, args: MetricsArgs) -> Result<()> {
+    let matcher = args
+        .key
+        .as_deref()
+        .map(|k| {
+            globset::Glob::new(k)
+                .map(|g| g.compile_matcher())
+                .with_context(|| format!("--key '{k}' is not a valid glob"))
+        })
+        .transpose()?;
+    with_store(path, |store| async move {
+        let run = store.find_run(&args.run).await?;
+        if !args.csv && !args.json {
+            let series = store.list_series(run.id).await?;
+            let shown: Vec<_> = series
+                .iter()
+                .filter(|s| matcher.as_ref().is_none_or(|m| m.is_match(&s.key)))
+                .collect();
+            if shown.is_empty() {
+                bail!(
+                    "run '{}' has no metrics{}",
+                    run.name,
+                    match &args.key {
+                        Some(k) => format!(" matching '{k}'"),
+                        None => String::new(),
+                    }
+                );
+            }
+            println!(
+                "{:<5} {:<36} {:>8} {:>9}  {:>14}",
+                "STAGE", "KEY", "POINTS", "LAST STEP", "LAST VALUE"
+            );
+            for s in shown {
+                println!(
+                    "{:<5} {:<36} {:>8} {:>9}  {:>14}",
+                    s.stage,
+                    s.key,
+                    s.points,
+                    s.last_step.map(|x| x.to_string()).unwrap_or_default(),
+                    s.last_value.map(|v| format!("{v:.6}")).unwrap_or_default()
+                );
+            }
+            return Ok(());
+        }
+        let series = store.load_series(run.id, matcher.as_ref()).await?;
+        let mut out = std::io::stdout().lock();
+        if args.csv {
+            crate::plot::write_csv_to(&series, &mut out)?;
+        } else {
+            let items: Vec<serde_json::Value> = series
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "stage": s.stage, "key": s.key, "steps": s.steps,
+                        "wall_time": s.wall_time, "values": s.values,
+                    })
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::to_string(&items)?)?;
+        }
+        Ok(())
+    })
+}
+
+pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
+    with_store(path, |store| async move {
+        let run = store.find_run(&args.run).await?;
+        let filter = SampleFilter {
+            stage: args.stage.clone(),
+            step: args.step,
+            domain: args.domain.clone(),
+            limit: args.limit,
+        };
+        let samples = store.samples(run.id, &filter).await?;
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&samples)?)?;
+            return Ok(());
+        }
+        if samples.is_empty() {
+            bail!("run '{}' has no samples matching the filter", run.name);
+        }
+        for s in &samples {
+            writeln!(
+                out,
+                "[{} step {} · {} · policy v{}] reward {:.3}{} adv {:+.3} · {} prompt + {} response tokens · {}",
+                s.stage,
+                s.step,
+                s.domain,
+                s.policy_version,
+                s.reward,
+                if s.correct { " (correct)" } else { "" },
+                s.advantage,
+                s.prompt_tokens,
+                s.response_tokens,
+                s.finish_reason
+            )?;
+            writeln!(out, "  prompt:   {:?}", s.prompt)?;
+            writeln!(out, "  response: {:?}", s.response)?;
+            writeln!(out, "  expected: {:?}", s.ground_truth)?;
+        }
+        Ok(())
+    })
+}
+
+pub fn export(path: &Path, args: ExportArgs) -> Result<()> {
+    with_store(path, |store| async move {
+        let run = store.find_run(&args.run).await?;
+        let series = store.load_series(run.id, None).await?;
+        if series.is_empty() {
+            bail!("run '{}' has no metrics to export", run.name);
+        }
+        let opts = ExportOptions {
+            formats: args.format.clone(),
+            width: args.width,
+            height: args.height,
+        };
+        let written = export_run(&run.name, &series, &args.out, &opts)?;
+        for p in &written {
+            println!("wrote '{}'", p.display());
+        }
+        Ok(())
+    })
+}

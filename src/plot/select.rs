@@ -1,0 +1,209 @@
+//! Which series go into which chart: the chart table and the stage rule. No drawing, no IO.
+//!
+//! Charts, in output order (metric keys per DESIGN.md):
+//! - `reward`: `reward/<domain>/mean` for every domain;
+//! - `accuracy`: `score/<domain>/accuracy` for every domain;
+//! - `loss`: `actor/pg_loss`, `critic/value_loss` and `sft/loss`;
+//! - `kl`: `actor/kl`; `entropy`: `actor/entropy`;
+//! - `response_length`: `response_length/mean`, `response_length/max`;
+//! - `timings`: every `time/*` key.
+//!
+//! Stage rule: both stages count steps from 1, so one chart never mixes stages. The `rl` series of a
+//! chart go into the file named after the chart (`loss`), every other stage's into a file prefixed with
+//! the stage (`sft_loss`, `sft_timings`). Lines keep the order of the input. A series without a single
+//! finite value draws nothing and is left out; a chart left with no series is skipped.
+
+use crate::metrics::Series;
+
+/// The stage whose charts get the plain names.
+const MAIN_STAGE: &str = "rl";
+
+/// One chart to draw: a file name without extension, a title and its lines.
+#[derive(Debug)]
+pub(crate) struct ChartPlan<'a> {
+    pub file_stem: String,
+    /// The chart and stage, e.g. `reward (rl)`; the drawing adds the run name.
+    pub title: String,
+    pub y_label: &'static str,
+    pub lines: Vec<&'a Series>,
+}
+
+struct ChartKind {
+    name: &'static str,
+    y_label: &'static str,
+    matches: fn(&str) -> bool,
+}
+
+const KINDS: &[ChartKind] = &[
+    ChartKind {
+        name: "reward",
+        y_label: "mean reward",
+        matches: |key| is_domain_key(key, "reward", "mean"),
+    },
+    ChartKind {
+        name: "accuracy",
+        y_label: "accuracy",
+        matches: |key| is_domain_key(key, "score", "accuracy"),
+    },
+    ChartKind {
+        name: "loss",
+        y_label: "loss",
+        matches: |key| matches!(key, "actor/pg_loss" | "critic/value_loss" | "sft/loss"),
+    },
+    ChartKind {
+        name: "kl",
+        y_label: "kl",
+        matches: |key| key == "actor/kl",
+    },
+    ChartKind {
+        name: "entropy",
+        y_label: "entropy",
+        matches: |key| key == "actor/entropy",
+    },
+    ChartKind {
+        name: "response_length",
+        y_label: "tokens",
+        matches: |key| matches!(key, "response_length/mean" | "response_length/max"),
+    },
+    ChartKind {
+        name: "timings",
+        y_label: "seconds",
+        matches: |key| key.starts_with("time/"),
+    },
+];
+
+/// `<prefix>/<domain>/<suffix>` with a non-empty domain.
+fn is_domain_key(key: &str, prefix: &str, suffix: &str) -> bool {
+    let parts: Vec<&str> = key.split('/').collect();
+    matches!(parts.as_slice(), [p, domain, s] if *p == prefix && !domain.is_empty() && *s == suffix)
+}
+
+/// The charts to draw for `series`, in output order.
+pub(crate) fn plan_charts(series: &[Series]) -> Vec<ChartPlan<'_>> {
+    let drawable: Vec<&Series> = series
+        .iter()
+        .filter(|s| s.values.iter().any(|v| v.is_finite()))
+        .collect();
+    let mut stages: Vec<&str> = vec![MAIN_STAGE];
+    for s in &drawable {
+        if !stages.contains(&s.stage.as_str()) {
+            stages.push(&s.stage);
+        }
+    }
+
+    let mut plans = Vec::new();
+    for kind in KINDS {
+        for stage in &stages {
+            let lines: Vec<&Series> = drawable
+                .iter()
+                .copied()
+                .filter(|s| s.stage == *stage && (kind.matches)(&s.key))
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let file_stem = if *stage == MAIN_STAGE {
+                kind.name.to_string()
+            } else {
+                format!("{}_{}", file_safe(stage), kind.name)
+            };
+            plans.push(ChartPlan {
+                file_stem,
+                title: format!("{} ({stage})", kind.name),
+                y_label: kind.y_label,
+                lines,
+            });
+        }
+    }
+    plans
+}
+
+/// A stage name usable in a file name: anything but ASCII letters, digits, `-` and `_` becomes `_`.
+fn file_safe(stage: &str) -> String {
+    let safe: String = stage
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if safe.is_empty() {
+        "stage".to_string()
+    } else {
+        safe
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::tests::series;
+
+    fn summary(series: &[Series]) -> Vec<(String, Vec<String>)> {
+        plan_charts(series)
+            .into_iter()
+            .map(|p| (p.file_stem, p.lines.iter().map(|s| s.key.clone()).collect()))
+            .collect()
+    }
+
+    fn owned(rows: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+        rows.iter()
+            .map(|(f, keys)| (f.to_string(), keys.iter().map(|k| k.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn keys_go_to_their_charts_and_stages_to_prefixed_files() {
+        let input = vec![
+            series("sft", "sft/loss", &[1.0]),
+            series("sft", "time/step", &[1.0]),
+            series("rl", "time/rollout", &[1.0]),
+            series("rl", "reward/math/mean", &[1.0]),
+            series("rl", "reward/math/std", &[1.0]),
+            series("rl", "reward/mean", &[1.0]),
+            series("rl", "reward/code/mean", &[1.0]),
+            series("rl", "score/math/accuracy", &[1.0]),
+            series("rl", "critic/value_loss", &[1.0]),
+            series("rl", "actor/pg_loss", &[1.0]),
+            series("rl", "actor/kl", &[1.0]),
+            series("rl", "actor/entropy", &[1.0]),
+            series("rl", "actor/lr", &[1.0]),
+            series("rl", "response_length/max", &[1.0]),
+            series("rl", "response_length/mean", &[1.0]),
+            series("rl", "response_length/clip_ratio", &[1.0]),
+            series("rl", "time/train", &[1.0]),
+        ];
+        let expected = owned(&[
+            ("reward", &["reward/math/mean", "reward/code/mean"]),
+            ("accuracy", &["score/math/accuracy"]),
+            ("loss", &["critic/value_loss", "actor/pg_loss"]),
+            ("sft_loss", &["sft/loss"]),
+            ("kl", &["actor/kl"]),
+            ("entropy", &["actor/entropy"]),
+            (
+                "response_length",
+                &["response_length/max", "response_length/mean"],
+            ),
+            ("timings", &["time/rollout", "time/train"]),
+            ("sft_timings", &["time/step"]),
+        ]);
+        assert_eq!(summary(&input), expected);
+        let plans = plan_charts(&input);
+        assert_eq!(plans[0].title, "reward (rl)");
+        assert_eq!(plans[3].title, "loss (sft)");
+    }
+
+    #[test]
+    fn series_without_finite_values_and_odd_stages_are_handled() {
+        let input = vec![
+            series("rl", "actor/kl", &[f64::NAN, f64::INFINITY]),
+            series("rl", "actor/entropy", &[]),
+            series("pre train", "actor/kl", &[f64::NAN, 0.5]),
+        ];
+        assert_eq!(summary(&input), owned(&[("pre_train_kl", &["actor/kl"])]));
+        assert!(plan_charts(&[]).is_empty());
+    }
+}

@@ -1,0 +1,189 @@
+//! Reading samples, trajectories, checkpoints and events back (for the CLI, export, replay and resume).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::runs::STAGES;
+use super::writer::{EventKind, EventRecord, TrajectoryRecord, TurnRecord};
+use super::{RunId, Store, StoreError};
+use crate::metrics::{CheckpointRecord, SampleRecord};
+
+/// Which samples to read.
+#[derive(Debug, Clone, Default)]
+pub struct SampleFilter {
+    pub stage: Option<String>,
+    pub step: Option<u64>,
+    pub domain: Option<String>,
+    pub limit: Option<u64>,
+}
+
+/// An event as stored, with its time (Unix ms).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StoredEvent {
+    pub at: i64,
+    #[serde(flatten)]
+    pub event: EventRecord,
+}
+
+fn kind_from_str(s: &str) -> EventKind {
+    use EventKind::*;
+    [
+        RunStarted,
+        RunResumed,
+        RunEnded,
+        WorkerStarted,
+        WorkerExited,
+        WorkerFailed,
+        Offload,
+        Reload,
+        Info,
+        Warning,
+        Error,
+    ]
+    .into_iter()
+    .find(|k| k.as_str() == s)
+    .unwrap_or(Info)
+}
+
+fn sample_from_row(r: &SqliteRow) -> SampleRecord {
+    let breakdown: String = r.get("reward_breakdown");
+    SampleRecord {
+        stage: r.get("stage"),
+        step: r.get::<i64, _>("step") as usize,
+        domain: r.get("domain"),
+        prompt: r.get("prompt"),
+        response: r.get("response"),
+        ground_truth: r.get("ground_truth"),
+        reward: r.get::<f64, _>("reward") as f32,
+        correct: r.get("correct"),
+        breakdown: serde_json::from_str::<BTreeMap<String, f64>>(&breakdown).unwrap_or_default(),
+        advantage: r.get::<f64, _>("advantage") as f32,
+        prompt_tokens: r.get::<i64, _>("prompt_tokens") as usize,
+        response_tokens: r.get::<i64, _>("response_tokens") as usize,
+        finish_reason: r.get("finish_reason"),
+        policy_version: r.get::<i64, _>("policy_version") as usize,
+    }
+}
+
+impl Store {
+    /// Samples in the order they were recorded.
+    pub async fn samples(
+        &self,
+        run: RunId,
+        f: &SampleFilter,
+    ) -> Result<Vec<SampleRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM samples WHERE run_id = ?1 AND (?2 IS NULL OR stage = ?2) \
+             AND (?3 IS NULL OR step = ?3) AND (?4 IS NULL OR domain = ?4) ORDER BY id LIMIT ?5",
+        )
+        .bind(run.0)
+        .bind(&f.stage)
+        .bind(f.step.map(|s| s as i64))
+        .bind(&f.domain)
+        .bind(f.limit.map(|l| l as i64).unwrap_or(-1))
+        .fetch_all(self.pool())
+        .await
+        .map_err(self.err("reading samples"))?;
+        Ok(rows.iter().map(sample_from_row).collect())
+    }
+
+    /// Checkpoints in the order a run made them (stage, then step).
+    pub async fn checkpoints(&self, run: RunId) -> Result<Vec<CheckpointRecord>, StoreError> {
+        let rows = sqlx::query("SELECT stage, step, path, bytes FROM checkpoints WHERE run_id = ?")
+            .bind(run.0)
+            .fetch_all(self.pool())
+            .await
+            .map_err(self.err("reading checkpoints"))?;
+        let mut out: Vec<CheckpointRecord> = rows
+            .iter()
+            .map(|r| CheckpointRecord {
+                stage: r.get("stage"),
+                step: r.get::<i64, _>("step") as usize,
+                path: PathBuf::from(r.get::<String, _>("path")),
+                bytes: r.get::<i64, _>("bytes") as u64,
+            })
+            .collect();
+        let rank = |s: &str| STAGES.iter().position(|x| *x == s).unwrap_or(STAGES.len());
+        out.sort_by_key(|c| (rank(&c.stage), c.step));
+        Ok(out)
+    }
+
+    pub async fn events(&self, run: RunId) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at, kind, worker, device, bytes, duration_s, message FROM events WHERE run_id = ? \
+             ORDER BY at, id",
+        )
+        .bind(run.0)
+        .fetch_all(self.pool())
+        .await
+        .map_err(self.err("reading events"))?;
+        Ok(rows
+            .iter()
+            .map(|r| StoredEvent {
+                at: r.get("at"),
+                event: EventRecord {
+                    kind: kind_from_str(r.get("kind")),
+                    worker: r.get("worker"),
+                    device: r.get("device"),
+                    bytes: r.get::<Option<i64>, _>("bytes").map(|b| b as u64),
+                    duration_s: r.get("duration_s"),
+                    message: r.get("message"),
+                },
+            })
+            .collect())
+    }
+
+    /// Trajectories of one step (all steps when `None`), turns in order.
+    pub async fn trajectories(
+        &self,
+        run: RunId,
+        step: Option<u64>,
+    ) -> Result<Vec<TrajectoryRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT t.id, t.stage, t.step, t.env, t.env_seed, t.policy_version, t.success, u.observation, \
+             u.action_text, u.parsed_action, u.reward, u.done, u.prompt_tokens, u.response_tokens \
+             FROM trajectories t LEFT JOIN turns u ON u.trajectory_id = t.id \
+             WHERE t.run_id = ?1 AND (?2 IS NULL OR t.step = ?2) ORDER BY t.id, u.turn",
+        )
+        .bind(run.0)
+        .bind(step.map(|s| s as i64))
+        .fetch_all(self.pool())
+        .await
+        .map_err(self.err("reading trajectories"))?;
+        let mut out: Vec<(i64, TrajectoryRecord)> = vec![];
+        for r in rows {
+            let id: i64 = r.get("id");
+            if out.last().is_none_or(|(last, _)| *last != id) {
+                out.push((
+                    id,
+                    TrajectoryRecord {
+                        stage: r.get("stage"),
+                        step: r.get::<i64, _>("step") as usize,
+                        env: r.get("env"),
+                        env_seed: r.get::<i64, _>("env_seed") as u64,
+                        policy_version: r.get::<i64, _>("policy_version") as usize,
+                        success: r.get("success"),
+                        turns: vec![],
+                    },
+                ));
+            }
+            if let (Some(observation), Some((_, t))) =
+                (r.get::<Option<String>, _>("observation"), out.last_mut())
+            {
+                t.turns.push(TurnRecord {
+                    observation,
+                    action_text: r.get("action_text"),
+                    parsed_action: r.get("parsed_action"),
+                    reward: r.get("reward"),
+                    done: r.get("done"),
+                    prompt_tokens: r.get::<i64, _>("prompt_tokens") as usize,
+                    response_tokens: r.get::<i64, _>("response_tokens") as usize,
+                });
+            }
+        }
+        Ok(out.into_iter().map(|(_, t)| t).collect())
+    }
+}

@@ -1,0 +1,444 @@
+//! Run rows: create (refusing to clobber), find by name or id, list, tag, annotate, delete, and
+//! prepare a resume (drop what was recorded after the checkpoint it continues from).
+
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::liveness::{ProcessIdentity, STALE_AFTER_MS};
+use super::series::{Point, decode_into, encode};
+use super::writer::{EventKind, EventRecord, insert_event};
+use super::{RunId, RunStatus, Store, StoreError, now_ms};
+use crate::metrics::Series;
+
+/// Stages in the order a run goes through them.
+pub const STAGES: [&str; 2] = ["sft", "rl"];
+
+fn stage_rank(stage: &str) -> usize {
+    STAGES
+        .iter()
+        .position(|s| *s == stage)
+        .unwrap_or(STAGES.len())
+}
+
+/// What a new run records about itself.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub name: String,
+    pub config_json: String,
+    pub config_hash: String,
+    pub git_revision: Option<String>,
+    pub seed: u64,
+    pub output_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunInfo {
+    pub id: RunId,
+    pub name: String,
+    pub status: RunStatus,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub heartbeat_at: i64,
+    #[serde(skip)]
+    pub config_json: String,
+    pub config_hash: String,
+    pub git_revision: Option<String>,
+    pub seed: u64,
+    pub output_dir: String,
+    pub notes: String,
+    pub tags: Vec<String>,
+    pub last_stage: Option<String>,
+    pub last_step: u64,
+    pub error: Option<String>,
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    #[serde(skip)]
+    pid_start: Option<u64>,
+}
+
+impl RunInfo {
+    fn from_row(r: &SqliteRow) -> Self {
+        let tags: Option<String> = r.get("tags");
+        RunInfo {
+            id: RunId(r.get("id")),
+            name: r.get("name"),
+            status: RunStatus::parse(r.get("status")).unwrap_or(RunStatus::Failed),
+            created_at: r.get("created_at"),
+            updated_at: r.get("updated_at"),
+            heartbeat_at: r.get("heartbeat_at"),
+            config_json: r.get("config_json"),
+            config_hash: r.get("config_hash"),
+            git_revision: r.get("git_revision"),
+            seed: r.get::<i64, _>("seed") as u64,
+            output_dir: r.get("output_dir"),
+            notes: r.get("notes"),
+            tags: tags
+                .map(|t| t.split('\u{1f}').map(String::from).collect())
+                .unwrap_or_default(),
+            last_stage: r.get("last_stage"),
+            last_step: r.get::<i64, _>("last_step") as u64,
+            error: r.get("error"),
+            host: r.get("host"),
+            pid: r.get::<Option<i64>, _>("pid").map(|p| p as u32),
+            pid_start: r.get::<Option<i64>, _>("pid_start").map(|p| p as u64),
+        }
+    }
+
+    /// A running run whose process still lives (or whose heartbeat is fresh, when that cannot be told).
+    pub fn is_active(&self) -> bool {
+        if self.status != RunStatus::Running {
+            return false;
+        }
+        let owner = match (&self.host, self.pid) {
+            (Some(host), Some(pid)) => Some(ProcessIdentity {
+                host: host.clone(),
+                pid,
+                start: self.pid_start,
+            }),
+            _ => None,
+        };
+        owner
+            .and_then(|o| o.is_alive())
+            .unwrap_or(now_ms() - self.heartbeat_at <= STALE_AFTER_MS)
+    }
+}
+
+const RUN_COLUMNS: &str = "r.id, r.name, r.status, r.created_at, r.updated_at, r.heartbeat_at, \
+    r.config_json, r.config_hash, r.git_revision, r.seed, r.output_dir, r.notes, r.last_stage, \
+    r.last_step, r.error, r.host, r.pid, r.pid_start, \
+    (SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags t WHERE t.run_id = r.id ORDER BY tag)) AS tags";
+
+impl Store {
+    /// All runs, newest first.
+    pub async fn list_runs(&self) -> Result<Vec<RunInfo>, StoreError> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs r ORDER BY r.created_at DESC, r.id DESC");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(self.err("listing runs"))?;
+        Ok(rows.iter().map(RunInfo::from_row).collect())
+    }
+
+    pub async fn run(&self, id: RunId) -> Result<RunInfo, StoreError> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = ?");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.0)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(self.err("reading a run"))?;
+        row.map(|r| RunInfo::from_row(&r)).ok_or_else(|| {
+            StoreError::Run(format!(
+                "run {id} does not exist in '{}'",
+                self.path().display()
+            ))
+        })
+    }
+
+    /// Find a run by exact name, or by id (`12` or `#12`); an unknown name suggests the closest one.
+    pub async fn find_run(&self, reference: &str) -> Result<RunInfo, StoreError> {
+        let runs = self.list_runs().await?;
+        if let Some(r) = runs.iter().find(|r| r.name == reference) {
+            return Ok(r.clone());
+        }
+        if let Ok(id) = reference.trim_start_matches('#').parse::<i64>()
+            && let Some(r) = runs.iter().find(|r| r.id.0 == id)
+        {
+            return Ok(r.clone());
+        }
+        let near = runs
+            .iter()
+            .map(|r| (strsim::jaro_winkler(&r.name, reference), &r.name))
+            .filter(|(s, _)| *s > 0.8)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, n)| format!(" (did you mean '{n}'?)"))
+            .unwrap_or_default();
+        Err(StoreError::Run(format!(
+            "no run '{reference}' in store '{}'{near}; 'roll-tui runs' lists them",
+            self.path().display()
+        )))
+    }
+
+    /// Insert a new `running` run. An existing run of that name is refused unless `overwrite`, and
+    /// never replaced while its process is alive.
+    pub async fn create_run(
+        &self,
+        new: &NewRun,
+        overwrite: bool,
+        owner: &ProcessIdentity,
+    ) -> Result<RunId, StoreError> {
+        if let Some(old) = self.check_name_free(&new.name, overwrite).await? {
+            self.delete_run(old).await?;
+        }
+        self.insert_run(new, owner).await
+    }
+
+    /// Whether a run called `name` may be created: `Ok(Some(id))` names a finished (or dead) run that
+    /// `overwrite` will replace; an active run, or an existing one without `overwrite`, is an error.
+    pub async fn check_name_free(
+        &self,
+        name: &str,
+        overwrite: bool,
+    ) -> Result<Option<RunId>, StoreError> {
+        if let Ok(old) = self.find_run(name).await
+            && old.name == name
+        {
+            if old.is_active() {
+                return Err(StoreError::Run(format!(
+                    "run '{}' is running (pid {} on {}); stop it before starting it again",
+                    old.name,
+                    old.pid.unwrap_or_default(),
+                    old.host.as_deref().unwrap_or("?")
+                )));
+            }
+            if !overwrite {
+                return Err(StoreError::Run(format!(
+                    "run '{}' already exists in store '{}' (status {}, step {}); pass --overwrite to \
+                     replace it, 'roll-tui resume {}' to continue it, or set another 'name'",
+                    old.name,
+                    self.path().display(),
+                    old.status.as_str(),
+                    old.last_step,
+                    old.name
+                )));
+            }
+            return Ok(Some(old.id));
+        }
+        Ok(None)
+    }
+
+    async fn insert_run(&self, new: &NewRun, owner: &ProcessIdentity) -> Result<RunId, StoreError> {
+        let now = now_ms();
+        let mut tx = self
+            .pool()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.err("creating a run"))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO runs (name, status, created_at, updated_at, heartbeat_at, config_json, \
+             config_hash, git_revision, seed, output_dir, host, pid, pid_start) \
+             VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(&new.name)
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .bind(&new.config_json)
+        .bind(&new.config_hash)
+        .bind(&new.git_revision)
+        .bind(new.seed as i64)
+        .bind(&new.output_dir)
+        .bind(&owner.host)
+        .bind(owner.pid as i64)
+        .bind(owner.start.map(|s| s as i64))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(self.err("creating a run"))?;
+        let event =
+            EventRecord::message(EventKind::RunStarted, format!("run '{}' started", new.name));
+        insert_event(self, &mut tx, Some(RunId(id)), &event, now).await?;
+        tx.commit().await.map_err(self.err("creating a run"))?;
+        Ok(RunId(id))
+    }
+
+    /// Delete a run and everything recorded for it (checkpoint directories stay on disk).
+    pub async fn delete_run(&self, id: RunId) -> Result<(), StoreError> {
+        let run = self.run(id).await?;
+        if run.is_active() {
+            return Err(StoreError::Run(format!(
+                "run '{}' is running (pid {}); refusing to delete it",
+                run.name,
+                run.pid.unwrap_or_default()
+            )));
+        }
+        sqlx::query("DELETE FROM runs WHERE id = ?")
+            .bind(id.0)
+            .execute(self.pool())
+            .await
+            .map_err(self.err("deleting a run"))?;
+        Ok(())
+    }
+
+    pub async fn set_notes(&self, id: RunId, notes: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE runs SET notes = ?, updated_at = ? WHERE id = ?")
+            .bind(notes)
+            .bind(now_ms())
+            .bind(id.0)
+            .execute(self.pool())
+            .await
+            .map_err(self.err("writing notes"))?;
+        Ok(())
+    }
+
+    pub async fn add_tags(&self, id: RunId, tags: &[String]) -> Result<(), StoreError> {
+        for tag in tags {
+            sqlx::query("INSERT OR IGNORE INTO run_tags (run_id, tag) VALUES (?, ?)")
+                .bind(id.0)
+                .bind(tag)
+                .execute(self.pool())
+                .await
+                .map_err(self.err("adding a tag"))?;
+        }
+        Ok(())
+    }
+
+    pub async fn remove_tags(&self, id: RunId, tags: &[String]) -> Result<(), StoreError> {
+        for tag in tags {
+            sqlx::query("DELETE FROM run_tags WHERE run_id = ? AND tag = ?")
+                .bind(id.0)
+                .bind(tag)
+                .execute(self.pool())
+                .await
+                .map_err(self.err("removing a tag"))?;
+        }
+        Ok(())
+    }
+
+    /// Take over `run` for a resume from the checkpoint at (`stage`, `step`): mark it running by this
+    /// process and delete what was recorded after that point (those steps are about to be recomputed).
+    /// Returns how many metric points were dropped.
+    pub async fn begin_resume(
+        &self,
+        run: &RunInfo,
+        stage: &str,
+        step: u64,
+        owner: &ProcessIdentity,
+    ) -> Result<u64, StoreError> {
+        if run.is_active() {
+            return Err(StoreError::Run(format!(
+                "run '{}' is still running (pid {}); it cannot be resumed twice",
+                run.name,
+                run.pid.unwrap_or_default()
+            )));
+        }
+        let rank = stage_rank(stage);
+        let later: Vec<&str> = STAGES[(rank + 1).min(STAGES.len())..].to_vec();
+        let mut tx = self
+            .pool()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.err("preparing a resume"))?;
+        let mut dropped = 0u64;
+        let series = sqlx::query("SELECT id, stage, points FROM metric_series WHERE run_id = ?")
+            .bind(run.id.0)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err("preparing a resume"))?;
+        for s in series {
+            let (sid, s_stage, points): (i64, String, i64) = (s.get(0), s.get(1), s.get(2));
+            if later.contains(&s_stage.as_str()) {
+                dropped += points as u64;
+                sqlx::query("DELETE FROM metric_series WHERE id = ?")
+                    .bind(sid)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.err("preparing a resume"))?;
+                continue;
+            }
+            if s_stage != stage {
+                continue;
+            }
+            let chunks = sqlx::query(
+                "SELECT id, data FROM metric_chunks WHERE series_id = ? AND last_step > ?",
+            )
+            .bind(sid)
+            .bind(step as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err("preparing a resume"))?;
+            for c in chunks {
+                let (cid, data): (i64, Vec<u8>) = (c.get(0), c.get(1));
+                let mut decoded = Series::default();
+                decode_into(&data, &mut decoded).ok_or_else(|| StoreError::Corrupt {
+                    path: self.path().into(),
+                    detail: format!("metric chunk {cid} has a partial point"),
+                })?;
+                let kept: Vec<Point> = (0..decoded.len())
+                    .filter(|&i| decoded.steps[i] <= step)
+                    .map(|i| Point {
+                        step: decoded.steps[i],
+                        wall_time: decoded.wall_time[i],
+                        value: decoded.values[i],
+                    })
+                    .collect();
+                dropped += (decoded.len() - kept.len()) as u64;
+                let q = match (kept.first(), kept.last()) {
+                    (Some(first), Some(last)) => sqlx::query(
+                        "UPDATE metric_chunks SET first_step = ?, last_step = ?, points = ?, data = ? WHERE id = ?",
+                    )
+                    .bind(first.step as i64)
+                    .bind(last.step as i64)
+                    .bind(kept.len() as i64)
+                    .bind(encode(&kept))
+                    .bind(cid),
+                    _ => sqlx::query("DELETE FROM metric_chunks WHERE id = ?").bind(cid),
+                };
+                q.execute(&mut *tx)
+                    .await
+                    .map_err(self.err("preparing a resume"))?;
+            }
+            // Refresh the series summary from what is left.
+            let last = sqlx::query(
+                "SELECT data FROM metric_chunks WHERE series_id = ? ORDER BY last_step DESC, id DESC LIMIT 1",
+            )
+            .bind(sid)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.err("preparing a resume"))?;
+            let mut tail = Series::default();
+            if let Some(row) = last {
+                decode_into(row.get::<&[u8], _>(0), &mut tail);
+            }
+            sqlx::query(
+                "UPDATE metric_series SET points = (SELECT COALESCE(SUM(points), 0) FROM metric_chunks \
+                 WHERE series_id = ?1), last_step = ?2, last_value = ?3 WHERE id = ?1",
+            )
+            .bind(sid)
+            .bind(tail.steps.last().map(|s| *s as i64))
+            .bind(tail.values.last().copied())
+            .execute(&mut *tx)
+            .await
+            .map_err(self.err("preparing a resume"))?;
+        }
+        for table in ["samples", "trajectories", "checkpoints"] {
+            let mut sql =
+                format!("DELETE FROM {table} WHERE run_id = ? AND ((stage = ? AND step > ?)");
+            for s in &later {
+                sql.push_str(&format!(" OR stage = '{s}'"));
+            }
+            sql.push(')');
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(run.id.0)
+                .bind(stage)
+                .bind(step as i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.err("preparing a resume"))?;
+        }
+        let now = now_ms();
+        sqlx::query(
+            "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, heartbeat_at = ?, host = ?, \
+             pid = ?, pid_start = ?, last_stage = ?, last_step = ? WHERE id = ?",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(&owner.host)
+        .bind(owner.pid as i64)
+        .bind(owner.start.map(|s| s as i64))
+        .bind(stage)
+        .bind(step as i64)
+        .bind(run.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(self.err("preparing a resume"))?;
+        let event = EventRecord::message(
+            EventKind::RunResumed,
+            format!(
+                "resumed from {stage} step {step}; {dropped} metric points recorded after it were dropped \
+                 and will be recomputed"
+            ),
+        );
+        insert_event(self, &mut tx, Some(run.id), &event, now).await?;
+        tx.commit().await.map_err(self.err("preparing a resume"))?;
+        Ok(dropped)
+    }
+}

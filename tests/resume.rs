@@ -1,0 +1,226 @@
+//! Kill -9 in the middle of a run, then `roll-tui resume`: the store opens cleanly, the run is marked
+//! interrupted, at most the last batch of metrics is missing, and the resumed run ends with exactly
+//! the metrics and samples of an uninterrupted run. Also: resume refuses loudly when nothing would run
+//! or the checkpoint is unusable.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const CONFIG: &str = r#"
+name: tiny
+seed: 5
+model:
+  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=abc>" }
+data:
+  domains:
+    - { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }
+    - { name: rev, synthetic: { task: reversal, count: 40, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
+sft: { steps: 6, batch_size: 8, optimizer: { lr: 0.01 } }
+rl:
+  steps: 14
+  prompts_per_step: 4
+  group_size: 4
+  sampling: { temperature: 1.0, max_new_tokens: 4 }
+  optimizer: { lr: 0.001 }
+  kl: { mode: in_loss, coef: 0.05, controller: adaptive, target: 0.01, horizon: 100 }
+  dynamic_sampling: { enabled: true, max_rounds: 2 }
+checkpoint: { every: 3 }
+"#;
+
+fn bin() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+}
+
+fn roll(store: &Path, args: &[&str]) -> std::process::Output {
+    bin().arg("--store").arg(store).args(args).output().unwrap()
+}
+
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn refused(out: std::process::Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a refusal: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// Every metric series except timings, throughput and store back-pressure, which measure the machine.
+fn deterministic_metrics(store: &Path, run: &str) -> Vec<Value> {
+    let out = ok(roll(store, &["metrics", run, "--json"]));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    all.into_iter()
+        .filter(|s| {
+            let key = s["key"].as_str().unwrap();
+            !["time/", "system/", "store/"]
+                .iter()
+                .any(|p| key.starts_with(p))
+        })
+        .map(|mut s| {
+            s.as_object_mut().unwrap().remove("wall_time");
+            s
+        })
+        .collect()
+}
+
+fn samples(store: &Path, run: &str) -> Value {
+    serde_json::from_str(&ok(roll(store, &["samples", run, "--json"]))).unwrap()
+}
+
+fn write_config(dir: &Path, out: &Path) -> std::path::PathBuf {
+    let path = dir.join("tiny.yaml");
+    std::fs::write(&path, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
+    path
+}
+
+#[test]
+fn kill_9_then_resume_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // The uninterrupted reference run.
+    let (ref_store, ref_out) = (dir.path().join("ref.db"), dir.path().join("ref"));
+    let ref_cfg = write_config(dir.path(), &ref_out);
+    ok(roll(
+        &ref_store,
+        &["run", ref_cfg.to_str().unwrap(), "--quiet"],
+    ));
+
+    // The same run, killed with SIGKILL after its 5th RL step is reported.
+    let (store, out) = (dir.path().join("roll.db"), dir.path().join("run"));
+    let cfg = write_config(dir.path(), &out);
+    let mut child = bin()
+        .arg("--store")
+        .arg(&store)
+        .args(["run", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let seen = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("rl      5/"));
+    assert!(seen.is_some(), "the run ended before RL step 5");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The store opens cleanly and knows the run died; at most the last batch is missing.
+    let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted", "{runs}");
+    assert!(
+        runs[0]["error"].as_str().unwrap().contains("is gone"),
+        "{runs}"
+    );
+    let killed = deterministic_metrics(&store, "tiny");
+    let kl = killed
+        .iter()
+        .find(|s| s["stage"] == "rl" && s["key"] == "actor/kl")
+        .expect("rl metrics recorded before the kill");
+    let last = kl["steps"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    assert!(
+        last >= 4,
+        "only {last} RL steps stored after step 5 was reported"
+    );
+
+    let resumed = ok(roll(&store, &["resume", "tiny", "--quiet"]));
+    assert!(
+        resumed.contains("resumed run 'tiny' from rl step 3"),
+        "{resumed}"
+    );
+    let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert_eq!(runs[0]["status"], "finished");
+    assert_eq!(runs[0]["last_step"], 14);
+
+    let (a, b) = (
+        deterministic_metrics(&ref_store, "tiny"),
+        deterministic_metrics(&store, "tiny"),
+    );
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(
+            x, y,
+            "series {} {} differs after resume",
+            x["stage"], x["key"]
+        );
+    }
+    assert_eq!(samples(&ref_store, "tiny"), samples(&store, "tiny"));
+
+    // Nothing left to do: a second resume refuses.
+    let err = refused(roll(&store, &["resume", "tiny"]));
+    assert!(
+        err.contains("cannot resume run 'tiny': it already finished"),
+        "{err}"
+    );
+}
+
+#[test]
+fn resume_refuses_a_missing_or_corrupt_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, out) = (dir.path().join("roll.db"), dir.path().join("run"));
+    let cfg = write_config(dir.path(), &out);
+    let mut child = bin()
+        .arg("--store")
+        .arg(&store)
+        .args(["run", cfg.to_str().unwrap(), "checkpoint.every=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let seen = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("checkpoint step 2"));
+    assert!(seen.is_some(), "no checkpoint reported");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let err = refused(roll(&store, &["resume", "tinny"]));
+    assert!(
+        err.contains("no run 'tinny'") && err.contains("did you mean 'tiny'"),
+        "{err}"
+    );
+
+    let show: Value =
+        serde_json::from_str(&ok(roll(&store, &["runs", "show", "tiny", "--json"]))).unwrap();
+    let ckpt = show["checkpoints"].as_array().unwrap().last().unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let weights = Path::new(&ckpt).join("model.safetensors");
+    let good = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &good[..good.len() / 3]).unwrap();
+    let err = refused(roll(&store, &["resume", "tiny"]));
+    assert!(
+        err.contains("its last checkpoint cannot be loaded"),
+        "{err}"
+    );
+
+    std::fs::remove_dir_all(&ckpt).unwrap();
+    let err = refused(roll(&store, &["resume", "tiny"]));
+    assert!(err.contains("is missing on disk"), "{err}");
+    // Refusals change nothing: the run is still interrupted and resumable once fixed.
+    let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted");
+}

@@ -1,0 +1,409 @@
+//! The experiment store through its public API, on temporary databases with migrations applied:
+//! round trips, a reader racing the writer, dead-run detection, resume truncation, and files that are
+//! not ours (refused and left byte-for-byte unchanged).
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::Path;
+
+use roll::metrics::{CheckpointRecord, SampleRecord};
+use roll::store::liveness::ProcessIdentity;
+use roll::store::reads::SampleFilter;
+use roll::store::{
+    EventKind, EventRecord, NewRun, OpenMode, RunStatus, Store, StoreError, TrajectoryRecord,
+    TurnRecord,
+};
+
+fn new_run(name: &str) -> NewRun {
+    NewRun {
+        name: name.into(),
+        config_json: "{}".into(),
+        config_hash: "h".into(),
+        git_revision: None,
+        seed: 1,
+        output_dir: "runs/x".into(),
+    }
+}
+
+fn sample(step: usize, domain: &str) -> SampleRecord {
+    SampleRecord {
+        stage: "rl".into(),
+        step,
+        domain: domain.into(),
+        prompt: "1+2=".into(),
+        response: "3".into(),
+        ground_truth: "3".into(),
+        reward: 1.0,
+        correct: true,
+        breakdown: [("correct".to_string(), 1.0)].into_iter().collect(),
+        advantage: 0.5,
+        prompt_tokens: 4,
+        response_tokens: 2,
+        finish_reason: "eos".into(),
+        policy_version: step - 1,
+    }
+}
+
+async fn open(path: &Path) -> Store {
+    Store::open(path, OpenMode::Create).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_then_read_everything_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("roll.db");
+    let store = open(&path).await;
+    let me = ProcessIdentity::current();
+    let run = store.create_run(&new_run("a"), false, &me).await.unwrap();
+    let (writer, task) = store.spawn_writer();
+    // 1200 steps crosses two chunk boundaries (512 points per chunk).
+    for step in 1..=1200u64 {
+        let points = vec![
+            ("reward/add/mean".to_string(), step as f64 * 0.5),
+            ("actor/kl".to_string(), 1.0 / step as f64),
+        ];
+        writer
+            .metrics(run, "rl", step, step as f64 * 0.1, points)
+            .await
+            .unwrap();
+    }
+    writer
+        .metrics(run, "sft", 1, 0.0, vec![("actor/kl".into(), 7.0)])
+        .await
+        .unwrap();
+    let w = writer.clone();
+    tokio::task::spawn_blocking(move || {
+        w.samples_blocking(run, vec![sample(1, "add"), sample(2, "rev")])
+            .unwrap();
+        w.checkpoint_blocking(
+            run,
+            CheckpointRecord {
+                stage: "rl".into(),
+                step: 2,
+                path: "c/rl-step2".into(),
+                bytes: 10,
+            },
+        )
+        .unwrap();
+        w.event_blocking(
+            Some(run),
+            EventRecord::message(EventKind::Warning, "careful"),
+        )
+        .unwrap();
+        w.trajectory_blocking(
+            run,
+            TrajectoryRecord {
+                stage: "rl".into(),
+                step: 2,
+                env: "frozen_lake".into(),
+                env_seed: 9,
+                policy_version: 1,
+                success: true,
+                turns: vec![
+                    TurnRecord {
+                        observation: "S.F".into(),
+                        action_text: "<answer>right</answer>".into(),
+                        parsed_action: Some("right".into()),
+                        reward: 0.0,
+                        done: false,
+                        prompt_tokens: 10,
+                        response_tokens: 4,
+                    },
+                    TurnRecord {
+                        observation: ".SF".into(),
+                        action_text: "jump".into(),
+                        parsed_action: None,
+                        reward: 1.0,
+                        done: true,
+                        prompt_tokens: 12,
+                        response_tokens: 1,
+                    },
+                ],
+            },
+        )
+        .unwrap();
+        w.status_blocking(run, RunStatus::Finished, None).unwrap();
+        w.flush_blocking().unwrap();
+    })
+    .await
+    .unwrap();
+    drop(writer);
+    task.await.unwrap();
+
+    let series = store.load_series(run, None).await.unwrap();
+    let keys: Vec<(&str, &str)> = series
+        .iter()
+        .map(|s| (s.stage.as_str(), s.key.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("sft", "actor/kl"),
+            ("rl", "actor/kl"),
+            ("rl", "reward/add/mean")
+        ]
+    );
+    let reward = &series[2];
+    assert_eq!(reward.steps, (1..=1200).collect::<Vec<u64>>());
+    assert_eq!(reward.values[599], 300.0);
+    assert_eq!(reward.wall_time[9].to_bits(), (10.0f64 * 0.1).to_bits());
+    let glob = globset::Glob::new("reward/*").unwrap().compile_matcher();
+    assert_eq!(store.load_series(run, Some(&glob)).await.unwrap().len(), 1);
+    let info = store.list_series(run).await.unwrap();
+    assert_eq!(info[2].points, 1200);
+    assert_eq!(info[2].last_value, Some(600.0));
+
+    let samples = store.samples(run, &SampleFilter::default()).await.unwrap();
+    assert_eq!(samples, vec![sample(1, "add"), sample(2, "rev")]);
+    let only = SampleFilter {
+        domain: Some("rev".into()),
+        ..Default::default()
+    };
+    assert_eq!(store.samples(run, &only).await.unwrap().len(), 1);
+    let t = store.trajectories(run, Some(2)).await.unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].turns[1].parsed_action, None);
+    assert_eq!(t[0].turns[0].observation, "S.F");
+    assert_eq!(store.checkpoints(run).await.unwrap()[0].step, 2);
+    let events = store.events(run).await.unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.event.kind).collect();
+    assert_eq!(kinds, [EventKind::RunStarted, EventKind::Warning]);
+    let info = store.find_run("a").await.unwrap();
+    assert_eq!(info.status, RunStatus::Finished);
+    assert_eq!(
+        (info.last_stage.as_deref(), info.last_step),
+        (Some("sft"), 1)
+    );
+    store.close().await;
+
+    // Reopening keeps everything; the name is taken now.
+    let store = Store::open(&path, OpenMode::Existing).await.unwrap();
+    assert_eq!(store.load_series(run, None).await.unwrap(), series);
+    let err = store
+        .create_run(&new_run("a"), false, &me)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("run 'a' already exists") && err.contains("--overwrite"),
+        "{err}"
+    );
+    let err = store.find_run("b").await.unwrap_err().to_string();
+    assert!(err.contains("no run 'b'"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_never_see_a_locked_database_while_the_writer_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("roll.db");
+    let store = open(&path).await;
+    let run = store
+        .create_run(&new_run("busy"), false, &ProcessIdentity::current())
+        .await
+        .unwrap();
+    let (writer, task) = store.spawn_writer();
+    let producer = tokio::spawn(async move {
+        for step in 1..=3000u64 {
+            let points = (0..20).map(|k| (format!("k/{k}"), step as f64)).collect();
+            writer.metrics(run, "rl", step, 0.0, points).await.unwrap();
+        }
+        writer.flush().await.unwrap();
+    });
+    // A second store handle (its own pool), as another process would open it.
+    let reader = Store::open(&path, OpenMode::Existing).await.unwrap();
+    let mut reads = 0;
+    let mut last_len = 0;
+    while !producer.is_finished() {
+        let series = reader.load_series(run, None).await.unwrap();
+        // Each read is a consistent snapshot: all series have the same length (one batch per commit).
+        let lens: Vec<usize> = series.iter().map(|s| s.len()).collect();
+        assert!(lens.windows(2).all(|w| w[0] == w[1]), "{lens:?}");
+        let len = lens.first().copied().unwrap_or(0);
+        assert!(len >= last_len);
+        last_len = len;
+        reader.list_runs().await.unwrap();
+        reads += 1;
+    }
+    producer.await.unwrap();
+    task.await.unwrap();
+    let series = reader.load_series(run, None).await.unwrap();
+    assert_eq!(series.len(), 20);
+    assert!(series.iter().all(|s| s.len() == 3000));
+    assert!(reads > 0);
+}
+
+#[tokio::test]
+async fn a_run_whose_process_is_gone_is_marked_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("roll.db");
+    let store = open(&path).await;
+    let me = ProcessIdentity::current();
+    // A process identity that cannot be alive: our pid with another start time.
+    let dead = ProcessIdentity {
+        start: me.start.map(|s| s + 1),
+        ..me.clone()
+    };
+    if dead.start.is_none() {
+        return; // no /proc: only the heartbeat can tell, which takes STALE_AFTER_MS
+    }
+    store
+        .create_run(&new_run("dead"), false, &dead)
+        .await
+        .unwrap();
+    store
+        .create_run(&new_run("alive"), false, &me)
+        .await
+        .unwrap();
+    store.close().await;
+    let store = Store::open(&path, OpenMode::Existing).await.unwrap();
+    let dead = store.find_run("dead").await.unwrap();
+    assert_eq!(dead.status, RunStatus::Interrupted);
+    assert!(dead.error.unwrap().contains("is gone"));
+    assert_eq!(
+        store.find_run("alive").await.unwrap().status,
+        RunStatus::Running
+    );
+    let err = store
+        .delete_run(store.find_run("alive").await.unwrap().id)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("refusing to delete"), "{err}");
+}
+
+#[tokio::test]
+async fn resume_drops_what_came_after_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("roll.db")).await;
+    let me = ProcessIdentity::current();
+    let dead = ProcessIdentity {
+        start: me.start.map(|s| s + 1),
+        ..me.clone()
+    };
+    let run = store.create_run(&new_run("r"), false, &dead).await.unwrap();
+    let (writer, task) = store.spawn_writer();
+    for step in 1..=600u64 {
+        writer
+            .metrics(
+                run,
+                "sft",
+                step,
+                0.0,
+                vec![("sft/loss".into(), step as f64)],
+            )
+            .await
+            .unwrap();
+    }
+    for step in 1..=5u64 {
+        writer
+            .metrics(run, "rl", step, 0.0, vec![("actor/kl".into(), 1.0)])
+            .await
+            .unwrap();
+    }
+    writer.flush().await.unwrap();
+    drop(writer);
+    task.await.unwrap();
+    let info = store.run(run).await.unwrap();
+    let dropped = store.begin_resume(&info, "sft", 550, &me).await.unwrap();
+    assert_eq!(dropped, 50 + 5);
+    let series = store.load_series(run, None).await.unwrap();
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0].steps.last(), Some(&550));
+    assert_eq!(series[0].len(), 550);
+    let listed = store.list_series(run).await.unwrap();
+    assert_eq!((listed[0].points, listed[0].last_value), (550, Some(550.0)));
+    let info = store.run(run).await.unwrap();
+    assert_eq!(info.status, RunStatus::Running);
+    let err = store
+        .begin_resume(&info, "sft", 1, &me)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("still running"), "{err}");
+}
+
+fn assert_refused_unchanged(path: &Path, needle: &str) {
+    let before = std::fs::read(path).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for mode in [OpenMode::Existing, OpenMode::Create] {
+        let err = rt.block_on(Store::open(path, mode)).err().unwrap();
+        let text = err.to_string();
+        assert!(text.contains(needle), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+    }
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        before,
+        "the file was modified"
+    );
+    let wal = format!("{}-wal", path.display());
+    assert!(!Path::new(&wal).exists() || std::fs::metadata(&wal).unwrap().len() == 0);
+}
+
+#[test]
+fn foreign_and_corrupt_files_are_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "these are my notes, not a database\n").unwrap();
+    assert_refused_unchanged(&text, "not an SQLite database");
+
+    // Another application's SQLite database.
+    let foreign = dir.path().join("other.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use sqlx::ConnectOptions;
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&foreign)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO invoices (total) VALUES (12.5)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    assert_refused_unchanged(&foreign, "another application (it holds tables invoices)");
+
+    // One of ours, truncated (a copy cut short mid-file).
+    let ours = dir.path().join("roll.db");
+    rt.block_on(async {
+        let store = open(&ours).await;
+        let run = store
+            .create_run(&new_run("x"), false, &ProcessIdentity::current())
+            .await
+            .unwrap();
+        let (w, task) = store.spawn_writer();
+        for step in 1..=2000u64 {
+            w.metrics(run, "rl", step, 0.0, vec![("k".into(), 1.0)])
+                .await
+                .unwrap();
+        }
+        w.status(run, RunStatus::Finished).await.unwrap();
+        drop(w);
+        task.await.unwrap();
+        store.close().await;
+    });
+    let bytes = std::fs::read(&ours).unwrap();
+    let cut = dir.path().join("cut.db");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    assert_refused_unchanged(&cut, "is corrupt (truncated");
+
+    // Garbage over every page after the first: the header is fine, the content is not.
+    let mut mangled = bytes.clone();
+    for b in &mut mangled[4096..] {
+        *b = 0xA5;
+    }
+    let bad = dir.path().join("mangled.db");
+    std::fs::write(&bad, &mangled).unwrap();
+    let before = std::fs::read(&bad).unwrap();
+    let err = rt
+        .block_on(Store::open(&bad, OpenMode::Existing))
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert_eq!(std::fs::read(&bad).unwrap(), before);
+}
