@@ -110,20 +110,21 @@ impl Store {
         run: RunId,
         filter: Option<&GlobMatcher>,
     ) -> Result<Vec<Series>, StoreError> {
+        // One read transaction: every series comes from the same snapshot, even while the writer commits.
+        let mut tx = self
+            .pool()
+            .begin()
+            .await
+            .map_err(self.err("loading metric series"))?;
         let listed = sqlx::query(
             "SELECT id, stage, key, points FROM metric_series WHERE run_id = ? \
              ORDER BY CASE stage WHEN 'sft' THEN 0 WHEN 'rl' THEN 1 ELSE 2 END, stage, key",
         )
         .bind(run.0)
-        .fetch_all(self.pool())
+        .fetch_all(&mut *tx)
         .await
         .map_err(self.err("loading metric series"))?;
         let mut out = Vec::with_capacity(listed.len());
-        let mut conn = self
-            .pool()
-            .acquire()
-            .await
-            .map_err(self.err("loading metric series"))?;
         for row in listed {
             let key: String = row.get(2);
             if filter.is_some_and(|g| !g.is_match(&key)) {
@@ -142,7 +143,7 @@ impl Store {
                 "SELECT data FROM metric_chunks WHERE series_id = ? ORDER BY first_step, id",
             )
             .bind(row.get::<i64, _>(0))
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut *tx)
             .await
             .map_err(self.err("loading metric series"))?;
             for chunk in chunks {
@@ -159,6 +160,9 @@ impl Store {
             normalise(&mut series);
             out.push(series);
         }
+        tx.rollback()
+            .await
+            .map_err(self.err("loading metric series"))?;
         Ok(out)
     }
 }

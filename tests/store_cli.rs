@@ -1,0 +1,244 @@
+//! The store's commands through the binary on a real (tiny) run: `runs`, `runs show|tag|note|rm`,
+//! `metrics`, `samples`, `export`, the ROLL_STORE variable, and a refused second run of the same name.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::Path;
+use std::process::Output;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const CONFIG: &str = r#"
+name: small
+seed: 2
+model:
+  init: { arch: llama, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: "0123456789+=abc>" }
+data:
+  domains:
+    - { name: add, synthetic: { task: addition, count: 16, digits: 1 }, reward: math_rule }
+    - { name: rev, synthetic: { task: reversal, count: 16, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
+sft: { steps: 3, batch_size: 4, optimizer: { lr: 0.01 } }
+rl:
+  steps: 4
+  prompts_per_step: 4
+  group_size: 2
+  sampling: { temperature: 1.0, max_new_tokens: 4 }
+  optimizer: { lr: 0.001 }
+"#;
+
+fn roll(store: &Path) -> Command {
+    let mut c = Command::cargo_bin("roll-tui").unwrap();
+    c.arg("--store").arg(store);
+    c
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(out: Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn store_commands_on_a_real_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("exp.db");
+    let cfg = dir.path().join("small.yaml");
+    std::fs::write(
+        &cfg,
+        format!("{CONFIG}output_dir: {}\n", dir.path().join("out").display()),
+    )
+    .unwrap();
+
+    // Reading commands need an existing store and say so.
+    let err = fails(roll(&store).arg("runs").output().unwrap());
+    assert!(
+        err.contains("does not exist") && err.contains("--store"),
+        "{err}"
+    );
+
+    let out = ok(roll(&store)
+        .args(["run", cfg.to_str().unwrap(), "--quiet"])
+        .output()
+        .unwrap());
+    assert!(out.contains("run 'small' (id 1) finished"), "{out}");
+
+    // The same name again is refused without touching the first run; --overwrite replaces it.
+    let err = fails(
+        roll(&store)
+            .args(["run", cfg.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        err.contains("run 'small' already exists") && err.contains("--overwrite"),
+        "{err}"
+    );
+
+    let table = ok(roll(&store).arg("runs").output().unwrap());
+    assert!(
+        table.lines().next().unwrap().starts_with("  ID  NAME"),
+        "{table}"
+    );
+    assert!(
+        table.contains("small") && table.contains("finished") && table.contains("rl 4"),
+        "{table}"
+    );
+    assert!(table.contains("add=") && table.contains("rev="), "{table}");
+
+    // The environment variable names the store when --store is absent.
+    let listed = Command::cargo_bin("roll-tui")
+        .unwrap()
+        .env("ROLL_STORE", &store)
+        .args(["runs", "--json"])
+        .output()
+        .unwrap();
+    let runs: Value = serde_json::from_str(&ok(listed)).unwrap();
+    assert_eq!(runs[0]["name"], "small");
+    assert_eq!(runs[0]["status"], "finished");
+    assert!(runs[0]["last_rewards"]["add"].is_number(), "{runs}");
+
+    // Metrics: a summary table, a glob, CSV and JSON.
+    let summary = ok(roll(&store)
+        .args(["metrics", "small", "--key", "reward/*/mean"])
+        .output()
+        .unwrap());
+    assert_eq!(summary.lines().count(), 3, "{summary}");
+    let csv = ok(roll(&store)
+        .args(["metrics", "small", "--key", "sft/loss", "--csv"])
+        .output()
+        .unwrap());
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], "stage,key,step,wall_time,value");
+    assert_eq!(rows.len(), 1 + 3);
+    assert!(rows[1].starts_with("sft,sft/loss,1,"), "{csv}");
+    let json: Value = serde_json::from_str(&ok(roll(&store)
+        .args(["metrics", "small", "--key", "actor/lr", "--json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    let stages: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["sft", "rl"]);
+    assert_eq!(json[1]["steps"], serde_json::json!([1, 2, 3, 4]));
+    let err = fails(
+        roll(&store)
+            .args(["metrics", "small", "--key", "nothing/*"])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("no metrics matching 'nothing/*'"), "{err}");
+
+    // Samples: 4 prompts x 2 per step.
+    let all: Value = serde_json::from_str(&ok(roll(&store)
+        .args(["samples", "small", "--json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 4 * 4 * 2);
+    let step2: Value = serde_json::from_str(&ok(roll(&store)
+        .args([
+            "samples", "small", "--step", "2", "--domain", "add", "--json",
+        ])
+        .output()
+        .unwrap()))
+    .unwrap();
+    for s in step2.as_array().unwrap() {
+        assert_eq!(
+            (s["step"].as_u64(), s["domain"].as_str()),
+            (Some(2), Some("add"))
+        );
+        assert_eq!(s["policy_version"], 1);
+    }
+    let text = ok(roll(&store)
+        .args(["samples", "small", "--limit", "1"])
+        .output()
+        .unwrap());
+    assert!(
+        text.starts_with("[rl step 1 ·") && text.contains("prompt:"),
+        "{text}"
+    );
+
+    // Export: plots and CSV that round-trips to what the store holds.
+    let out_dir = dir.path().join("plots");
+    ok(roll(&store)
+        .args(["export", "small", "--format", "png,csv", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap());
+    let png = png::Decoder::new(std::fs::File::open(out_dir.join("reward.png")).unwrap())
+        .read_info()
+        .unwrap();
+    assert_eq!((png.info().width, png.info().height), (1200, 700));
+    assert!(!out_dir.join("reward.svg").exists());
+    let exported = roll::plot::read_csv(&out_dir.join("metrics.csv")).unwrap();
+    let all_csv = ok(roll(&store)
+        .args(["metrics", "small", "--csv"])
+        .output()
+        .unwrap());
+    let direct = dir.path().join("direct.csv");
+    std::fs::write(&direct, all_csv).unwrap();
+    assert_eq!(exported, roll::plot::read_csv(&direct).unwrap());
+    let err = fails(
+        roll(&store)
+            .args(["export", "small", "--format", "jpeg", "--out"])
+            .arg(&out_dir)
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("jpeg"), "{err}");
+
+    // Tags and notes; show.
+    ok(roll(&store)
+        .args(["runs", "tag", "small", "baseline", "tiny"])
+        .output()
+        .unwrap());
+    ok(roll(&store)
+        .args(["runs", "tag", "small", "tiny", "--remove"])
+        .output()
+        .unwrap());
+    ok(roll(&store)
+        .args(["runs", "note", "small", "first try"])
+        .output()
+        .unwrap());
+    let show: Value = serde_json::from_str(&ok(roll(&store)
+        .args(["runs", "show", "1", "--json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(show["run"]["tags"], serde_json::json!(["baseline"]));
+    assert_eq!(show["run"]["notes"], "first try");
+    assert_eq!(show["config"]["name"], "small");
+    assert_eq!(show["checkpoints"].as_array().unwrap().len(), 2, "{show}");
+
+    // Deleting needs --yes; without it nothing happens.
+    let err = fails(roll(&store).args(["runs", "rm", "small"]).output().unwrap());
+    assert!(
+        err.contains("would delete run 'small'") && err.contains("--yes"),
+        "{err}"
+    );
+    assert!(ok(roll(&store).arg("runs").output().unwrap()).contains("small"));
+    ok(roll(&store)
+        .args(["runs", "rm", "small", "--yes"])
+        .output()
+        .unwrap());
+    let empty = ok(roll(&store).arg("runs").output().unwrap());
+    assert!(empty.contains("no runs in"), "{empty}");
+}
