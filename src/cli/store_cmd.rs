@@ -157,7 +157,7 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
         writeln!(
             out,
             "{:>4}  {:<20}  {:<11}  {:>10}  {:<19}  {:<28}  {}",
-            r.id,
+            r.id.0,
             r.name,
             r.status.as_str(),
             step,
