@@ -7,9 +7,12 @@
 //! and marks runs whose process died as interrupted ([`liveness`]). This module knows nothing about
 //! front-ends or the pipeline's internals: it stores the shapes defined in [`crate::metrics`].
 
+mod inserts;
 pub mod liveness;
 pub mod open;
 pub mod reads;
+pub mod records;
+mod resume;
 pub mod runs;
 pub mod series;
 pub mod sink;
@@ -22,9 +25,10 @@ use serde::{Deserialize, Serialize};
 use sqlx::SqlitePool;
 
 pub use open::OpenMode;
+pub use records::{EventKind, EventRecord, TrajectoryRecord, TurnRecord};
 pub use runs::{NewRun, RunInfo};
 pub use sink::StoreSink;
-pub use writer::{EventKind, EventRecord, TrajectoryRecord, TurnRecord, WriterHandle};
+pub use writer::WriterHandle;
 
 /// The file used when neither `--store` nor [`STORE_ENV`] says otherwise.
 pub const DEFAULT_STORE: &str = "roll.db";

@@ -32,6 +32,17 @@ impl Store {
         }
         if exists {
             check_file(path).await?;
+        } else if let Some(dir) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+        {
+            return Err(StoreError::Schema {
+                path: path.into(),
+                detail: format!(
+                    "cannot create it: directory '{}' does not exist",
+                    dir.display()
+                ),
+            });
         }
         let options = SqliteConnectOptions::new()
             .filename(path)

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
+use super::records::{EventKind, EventRecord, TrajectoryRecord, TurnRecord};
 use super::runs::STAGES;
-use super::writer::{EventKind, EventRecord, TrajectoryRecord, TurnRecord};
 use super::{RunId, Store, StoreError};
 use crate::metrics::{CheckpointRecord, SampleRecord};
 
@@ -26,26 +26,6 @@ pub struct StoredEvent {
     pub at: i64,
     #[serde(flatten)]
     pub event: EventRecord,
-}
-
-fn kind_from_str(s: &str) -> EventKind {
-    use EventKind::*;
-    [
-        RunStarted,
-        RunResumed,
-        RunEnded,
-        WorkerStarted,
-        WorkerExited,
-        WorkerFailed,
-        Offload,
-        Reload,
-        Info,
-        Warning,
-        Error,
-    ]
-    .into_iter()
-    .find(|k| k.as_str() == s)
-    .unwrap_or(Info)
 }
 
 fn sample_from_row(r: &SqliteRow) -> SampleRecord {
@@ -125,7 +105,7 @@ impl Store {
             .map(|r| StoredEvent {
                 at: r.get("at"),
                 event: EventRecord {
-                    kind: kind_from_str(r.get("kind")),
+                    kind: EventKind::parse(r.get("kind")).unwrap_or(EventKind::Info),
                     worker: r.get("worker"),
                     device: r.get("device"),
                     bytes: r.get::<Option<i64>, _>("bytes").map(|b| b as u64),

@@ -3,7 +3,8 @@
 use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError};
 
 use super::RunId;
-use super::writer::{EventKind, EventRecord, WriterHandle};
+use super::records::{EventKind, EventRecord};
+use super::writer::WriterHandle;
 
 pub struct StoreSink {
     writer: WriterHandle,
