@@ -14,10 +14,11 @@ CREATE TABLE runs (
     seed          INTEGER NOT NULL,
     output_dir    TEXT    NOT NULL,
     notes         TEXT    NOT NULL DEFAULT '',
-    -- The process that owns a running run: host name, pid and the pid's start time (clock ticks).
+    -- The process that owns a running run: host name, pid, and a token (boot id, pid namespace and the
+    -- pid's start time) that tells it apart from a later process with the same pid.
     host          TEXT,
     pid           INTEGER,
-    pid_start     INTEGER,
+    process_token TEXT,
     last_stage    TEXT,
     last_step     INTEGER NOT NULL DEFAULT 0,
     error         TEXT
@@ -64,11 +65,12 @@ CREATE TABLE samples (
     ground_truth     TEXT    NOT NULL,
     prompt_tokens    INTEGER NOT NULL,
     response_tokens  INTEGER NOT NULL,
-    reward           REAL    NOT NULL,
+    -- Reals may be NULL: SQLite stores NaN as NULL (a diverging run still records its samples).
+    reward           REAL,
     correct          INTEGER NOT NULL,
     -- JSON object: the parts the reward was made of, by name.
     reward_breakdown TEXT    NOT NULL,
-    advantage        REAL    NOT NULL,
+    advantage        REAL,
     policy_version   INTEGER NOT NULL,
     finish_reason    TEXT    NOT NULL
 );
@@ -82,7 +84,7 @@ CREATE TABLE trajectories (
     env            TEXT    NOT NULL,
     env_seed       INTEGER NOT NULL,
     policy_version INTEGER NOT NULL,
-    total_reward   REAL    NOT NULL,
+    total_reward   REAL,
     success        INTEGER NOT NULL
 );
 CREATE INDEX trajectories_by_step ON trajectories (run_id, stage, step);
@@ -94,7 +96,7 @@ CREATE TABLE turns (
     action_text     TEXT    NOT NULL,
     -- NULL when the action text could not be parsed.
     parsed_action   TEXT,
-    reward          REAL    NOT NULL,
+    reward          REAL,
     done            INTEGER NOT NULL,
     prompt_tokens   INTEGER NOT NULL,
     response_tokens INTEGER NOT NULL,

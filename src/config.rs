@@ -288,6 +288,22 @@ impl RunConfig {
             .unwrap_or_else(|| PathBuf::from("runs").join(&self.name))
     }
 
+    /// The same config with every path (output directory, model, datasets) made absolute against the
+    /// working directory, so a stored run can be resumed from anywhere.
+    pub fn with_absolute_paths(mut self) -> RunConfig {
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        self.output_dir = Some(abs(&self.output_dir()));
+        if let Some(p) = &self.model.path {
+            self.model.path = Some(abs(p));
+        }
+        for d in &mut self.data.domains {
+            if let Some(p) = &d.path {
+                d.path = Some(abs(p));
+            }
+        }
+        self
+    }
+
     /// Stable hash of the resolved config (stored with checkpoints to refuse resuming another run).
     pub fn hash(&self) -> String {
         let text = serde_json::to_string(self).unwrap_or_default();

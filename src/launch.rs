@@ -66,6 +66,7 @@ pub fn run_recorded(
     let owner = ProcessIdentity::current();
     let (cfg, run, resume, resumed_from) = match start {
         Start::New { cfg, overwrite } => {
+            let cfg = Box::new(cfg.with_absolute_paths());
             let new = NewRun {
                 name: cfg.name.clone(),
                 config_json: serde_json::to_string(&*cfg)
@@ -201,9 +202,13 @@ fn resume_point(
             resume.state.stage, resume.state.step
         )));
     }
-    // Model weights must load too; a corrupt file is refused now, not half-way through setup.
-    crate::pipeline::setup::load_checkpoint_policy(&cfg, &resume.dir)
+    // Everything the resume needs must load now, before the store drops what came after the
+    // checkpoint: a corrupt file is refused here, not half-way through setup.
+    let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &resume.dir)
         .map_err(|e| refuse(format!("its last checkpoint cannot be loaded: {e}")))?;
+    resume
+        .check_setup(&cfg, &model)
+        .map_err(|e| refuse(e.to_string()))?;
     Ok((cfg, resume))
 }
 

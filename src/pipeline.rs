@@ -139,6 +139,32 @@ impl Resume {
         })
     }
 
+    /// Check, before anything is changed, that this resume can set up: the data still matches the
+    /// checkpoint's cursor, the RL stage's KL reference loads, and a critic's files are there.
+    pub fn check_setup(&self, cfg: &RunConfig, model: &LoadedModel) -> Result<(), PipelineError> {
+        let data = setup::load_domains(cfg, model)?;
+        if let Some(m) = &self.state.mixer {
+            data.mixer(0)?.restore(m)?;
+        }
+        let Some(rl) = cfg.rl.as_ref().filter(|_| self.state.stage == "rl") else {
+            return Ok(());
+        };
+        if rl.kl.mode != crate::algo::kl::KlMode::None {
+            setup::rl_start_policy(cfg)?;
+        }
+        if rl.critic.is_some() && rl_update::needs_critic(rl.adv_estimator) {
+            for f in ["critic.safetensors", "critic_optimizer.safetensors"] {
+                if !self.dir.join(f).is_file() {
+                    return Err(PipelineError::Setup(format!(
+                        "checkpoint '{}': the critic file '{f}' is missing",
+                        self.dir.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The state when resuming `stage`, `None` when the resume point is in another stage.
     pub fn for_stage(resume: Option<&Resume>, stage: &str) -> Option<Resume> {
         resume.filter(|r| r.state.stage == stage).cloned()
@@ -229,7 +255,9 @@ impl RunContext<'_> {
         if stop || step == total || (every > 0 && step % every == 0) {
             *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
         }
-        Ok(stop)
+        // A stop requested during the run's very last step changes nothing: the run is complete.
+        let last_stage = if self.cfg.rl.is_some() { "rl" } else { "sft" };
+        Ok(stop && !(step == total && stage == last_stage))
     }
 
     /// Write `checkpoints/<stage>-step<N>` and report it.

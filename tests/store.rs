@@ -44,6 +44,16 @@ fn sample(step: usize, domain: &str) -> SampleRecord {
     }
 }
 
+/// Our pid with another start time: a process that cannot be alive (None without /proc).
+fn not_alive(me: &ProcessIdentity) -> Option<ProcessIdentity> {
+    let (ns, ticks) = me.token.as_deref()?.rsplit_once('/')?;
+    let ticks: u64 = ticks.parse().ok()?;
+    Some(ProcessIdentity {
+        token: Some(format!("{ns}/{}", ticks + 1)),
+        ..me.clone()
+    })
+}
+
 async fn open(path: &Path) -> Store {
     Store::open(path, OpenMode::Create).await.unwrap()
 }
@@ -239,13 +249,9 @@ async fn a_run_whose_process_is_gone_is_marked_interrupted() {
     let store = open(&path).await;
     let me = ProcessIdentity::current();
     // A process identity that cannot be alive: our pid with another start time.
-    let dead = ProcessIdentity {
-        start: me.start.map(|s| s + 1),
-        ..me.clone()
-    };
-    if dead.start.is_none() {
+    let Some(dead) = not_alive(&me) else {
         return; // no /proc: only the heartbeat can tell, which takes STALE_AFTER_MS
-    }
+    };
     store
         .create_run(&new_run("dead"), false, &dead)
         .await
@@ -275,10 +281,7 @@ async fn resume_drops_what_came_after_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("roll.db")).await;
     let me = ProcessIdentity::current();
-    let dead = ProcessIdentity {
-        start: me.start.map(|s| s + 1),
-        ..me.clone()
-    };
+    let dead = not_alive(&me).unwrap_or_else(|| me.clone());
     let run = store.create_run(&new_run("r"), false, &dead).await.unwrap();
     let (writer, task) = store.spawn_writer();
     for step in 1..=600u64 {
@@ -303,6 +306,7 @@ async fn resume_drops_what_came_after_the_checkpoint() {
     drop(writer);
     task.await.unwrap();
     let info = store.run(run).await.unwrap();
+    let stale = info.clone();
     let dropped = store.begin_resume(&info, "sft", 550, &me).await.unwrap();
     assert_eq!(dropped, 50 + 5);
     let series = store.load_series(run, None).await.unwrap();
@@ -319,6 +323,16 @@ async fn resume_drops_what_came_after_the_checkpoint() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("still running"), "{err}");
+    // A second resume that read the row before the first took it over must not take it too.
+    let err = store
+        .begin_resume(&stale, "sft", 1, &me)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("changed while this resume was getting ready"),
+        "{err}"
+    );
 }
 
 fn assert_refused_unchanged(path: &Path, needle: &str) {
@@ -367,6 +381,30 @@ fn foreign_and_corrupt_files_are_refused_and_left_alone() {
             .unwrap();
     });
     assert_refused_unchanged(&foreign, "another application (it holds tables invoices)");
+
+    // Another sqlx application that happens to have a `runs` table.
+    let lookalike = dir.path().join("lookalike.db");
+    rt.block_on(async {
+        use sqlx::ConnectOptions;
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&lookalike)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        for sql in [
+            "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT, \
+             installed_on TIMESTAMP, success BOOLEAN, checksum BLOB, execution_time BIGINT)",
+            "INSERT INTO _sqlx_migrations VALUES (1, 'init', 0, 1, x'00ff', 5)",
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, athlete TEXT, km REAL)",
+        ] {
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+    });
+    assert_refused_unchanged(
+        &lookalike,
+        "another application (it holds tables _sqlx_migrations, runs)",
+    );
 
     // One of ours, truncated (a copy cut short mid-file).
     let ours = dir.path().join("roll.db");

@@ -29,6 +29,8 @@ pub struct MixerState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DomainCursor {
     pub name: String,
+    /// FNV-1a over the domain's examples: a resume refuses data that changed since the checkpoint.
+    pub fingerprint: u64,
     pub epoch: u64,
     pub cursor: usize,
     pub credit: f64,
@@ -56,6 +58,7 @@ struct DomainState {
     epoch: u64,
     /// Seeds every epoch's shuffle (with the epoch number).
     seed: u64,
+    fingerprint: u64,
 }
 
 impl DomainMixer {
@@ -89,6 +92,7 @@ impl DomainMixer {
             .map(|(name, examples, weight)| {
                 let seed = seed ^ fnv1a(name.as_bytes());
                 DomainState {
+                    fingerprint: fingerprint(&examples),
                     order: epoch_order(examples.len(), seed, 0),
                     name,
                     examples,
@@ -111,6 +115,7 @@ impl DomainMixer {
                 .iter()
                 .map(|d| DomainCursor {
                     name: d.name.clone(),
+                    fingerprint: d.fingerprint,
                     epoch: d.epoch,
                     cursor: d.cursor,
                     credit: d.credit,
@@ -135,6 +140,14 @@ impl DomainMixer {
             )));
         }
         for (d, c) in self.domains.iter_mut().zip(&state.domains) {
+            if c.fingerprint != d.fingerprint {
+                return Err(DataError::Resume(format!(
+                    "the examples of domain '{}' changed since the checkpoint (now {} examples with \
+                     other content); resuming would not continue the same data order",
+                    d.name,
+                    d.examples.len()
+                )));
+            }
             if c.cursor > d.examples.len() {
                 return Err(DataError::Resume(format!(
                     "the checkpoint's data cursor for domain '{}' is at example {} but it has only {}",
@@ -250,6 +263,20 @@ fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut StdRng::seed_from_u64(seed));
     order
+}
+
+/// FNV-1a over every field of every example, in order (fields separated so "ab"+"c" != "a"+"bc").
+fn fingerprint(examples: &[Example]) -> u64 {
+    let mut bytes = Vec::new();
+    for e in examples {
+        for field in [&e.prompt, &e.ground_truth, &e.domain] {
+            bytes.extend_from_slice(field.as_bytes());
+            bytes.push(0);
+        }
+        bytes.extend_from_slice(e.response.as_deref().unwrap_or("\u{1}").as_bytes());
+        bytes.push(0);
+    }
+    fnv1a(&bytes)
 }
 
 /// FNV-1a, 64 bit: a hash that is stable across Rust versions (unlike `DefaultHasher`).
@@ -404,6 +431,13 @@ mod tests {
         let err = resumed.restore(&other).unwrap_err().to_string();
         assert!(
             err.starts_with("resume: the checkpoint's data cursor is for domains"),
+            "{err}"
+        );
+        // Same names, different examples.
+        let mut changed = mixer(&[("math", 8, 2.0), ("code", 5, 1.0)], 3);
+        let err = changed.restore(&first.state()).unwrap_err().to_string();
+        assert!(
+            err.contains("the examples of domain 'math' changed"),
             "{err}"
         );
     }

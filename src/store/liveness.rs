@@ -18,8 +18,8 @@ pub const STALE_AFTER_MS: i64 = 30_000;
 pub struct ProcessIdentity {
     pub host: String,
     pub pid: u32,
-    /// Start time of the process in clock ticks since boot (Linux), if known.
-    pub start: Option<u64>,
+    /// `<boot id>:<pid namespace>/<start time in clock ticks>` on Linux, `None` elsewhere.
+    pub token: Option<String>,
 }
 
 impl ProcessIdentity {
@@ -28,19 +28,24 @@ impl ProcessIdentity {
         ProcessIdentity {
             host: host_name(),
             pid,
-            start: start_ticks(pid),
+            token: token_of(pid),
         }
     }
 
-    /// `Some(alive)` when it can be decided here, `None` when only the heartbeat can tell.
+    /// `Some(alive)` when it can be decided here, `None` when only the heartbeat can tell: another
+    /// host, another boot or pid namespace (containers sharing a host name), or a `/proc` that hides
+    /// other users' processes.
     pub fn is_alive(&self) -> Option<bool> {
-        if self.host != host_name() || !std::path::Path::new("/proc/self/stat").exists() {
+        let (ns, ticks) = self.token.as_deref()?.rsplit_once('/')?;
+        if self.host != host_name() || Some(ns) != namespace().as_deref() {
             return None;
         }
-        match (start_ticks(self.pid), self.start) {
-            (None, _) => Some(false),
-            (Some(now), Some(then)) => Some(now == then),
-            (Some(_), None) => None,
+        if !std::path::Path::new("/proc/1/stat").exists() {
+            return None;
+        }
+        match start_ticks(self.pid) {
+            None => Some(false),
+            Some(now) => Some(now.to_string() == ticks),
         }
     }
 }
@@ -54,6 +59,17 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// This boot and pid namespace: pids are comparable only within both.
+fn namespace() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some(format!("{}:{}", boot.trim(), ns.display()))
+}
+
+fn token_of(pid: u32) -> Option<String> {
+    Some(format!("{}/{}", namespace()?, start_ticks(pid)?))
+}
+
 /// Field 22 of `/proc/PID/stat` (after the parenthesised command name, which may contain spaces).
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -65,7 +81,7 @@ impl Store {
     /// Mark `running` runs whose process is gone as `interrupted`, with an event saying why.
     pub(crate) async fn mark_dead_runs_interrupted(&self) -> Result<Vec<String>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, name, host, pid, pid_start, heartbeat_at FROM runs WHERE status = 'running'",
+            "SELECT id, name, host, pid, process_token, heartbeat_at FROM runs WHERE status = 'running'",
         )
         .fetch_all(self.pool())
         .await
@@ -83,7 +99,7 @@ impl Store {
                 (Some(host), Some(pid)) => Some(ProcessIdentity {
                     host,
                     pid: pid as u32,
-                    start: row.get::<Option<i64>, _>("pid_start").map(|s| s as u64),
+                    token: row.get("process_token"),
                 }),
                 _ => None,
             };
@@ -100,12 +116,15 @@ impl Store {
                 None => continue,
             };
             let updated = sqlx::query(
-                "UPDATE runs SET status = ?, updated_at = ?, error = ? WHERE id = ? AND status = 'running'",
+                "UPDATE runs SET status = ?, updated_at = ?, error = ? \
+                 WHERE id = ? AND status = 'running' AND heartbeat_at = ?",
             )
             .bind(RunStatus::Interrupted.as_str())
             .bind(now)
             .bind(format!("interrupted: {reason}"))
             .bind(id)
+            // Only if nobody took the run over (a resume) or beat since we looked.
+            .bind(heartbeat)
             .execute(self.pool())
             .await
             .map_err(self.err("marking a dead run interrupted"))?;
@@ -133,15 +152,21 @@ mod tests {
     #[test]
     fn this_process_is_alive_and_a_fake_start_time_is_not() {
         let me = ProcessIdentity::current();
-        if me.start.is_none() {
+        let Some(token) = me.token.clone() else {
             return; // not Linux: only heartbeats apply
-        }
+        };
         assert_eq!(me.is_alive(), Some(true));
+        let (ns, ticks) = token.rsplit_once('/').unwrap();
         let reused = ProcessIdentity {
-            start: me.start.map(|s| s + 1),
+            token: Some(format!("{ns}/{}", ticks.parse::<u64>().unwrap() + 1)),
             ..me.clone()
         };
         assert_eq!(reused.is_alive(), Some(false));
+        let other_namespace = ProcessIdentity {
+            token: Some(format!("another-boot:pid:[1]/{ticks}")),
+            ..me.clone()
+        };
+        assert_eq!(other_namespace.is_alive(), None);
         let elsewhere = ProcessIdentity {
             host: "another-host".into(),
             ..me

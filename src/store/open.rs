@@ -68,8 +68,7 @@ impl Store {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let migrator = sqlx::migrate!("./migrations");
-        migrator.run(&self.pool).await.map_err(|e| match e {
+        migrator().run(&self.pool).await.map_err(|e| match e {
             sqlx::migrate::MigrateError::VersionMissing(v) => StoreError::Schema {
                 path: self.path.clone(),
                 detail: format!(
@@ -135,12 +134,14 @@ async fn check_file(path: &Path) -> Result<(), StoreError> {
             reason: format!("application_id {:#010x}", header.application_id),
         });
     }
-    // Id 0: a database made elsewhere, or ours before its first checkpoint. Look inside, read-only.
+    // Id 0: a database made elsewhere, or ours before its first checkpoint. Look inside without
+    // touching it: `immutable` takes no locks and creates no `-wal`/`-shm` files.
     let url = PathBuf::from(path);
     let mut conn = SqliteConnectOptions::from_str("sqlite://")
         .map_err(sql_error(path, "opening read-only"))?
         .filename(&url)
         .read_only(true)
+        .immutable(true)
         .connect()
         .await
         .map_err(sql_error(path, "opening read-only"))?;
@@ -153,11 +154,16 @@ async fn check_file(path: &Path) -> Result<(), StoreError> {
         .fetch_one(&mut conn)
         .await
         .map_err(sql_error(path, "reading its application id"))?;
+    let applied: Vec<(i64, Vec<u8>)> = if tables.iter().any(|t| t == "_sqlx_migrations") {
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations")
+            .fetch_all(&mut conn)
+            .await
+            .map_err(sql_error(path, "reading its migrations"))?
+    } else {
+        vec![]
+    };
     let _ = conn.close().await;
-    if id as u32 == APPLICATION_ID || tables.is_empty() {
-        return Ok(());
-    }
-    if tables.iter().any(|t| t == "runs") && tables.iter().any(|t| t == "_sqlx_migrations") {
+    if id as u32 == APPLICATION_ID || tables.is_empty() || is_our_schema(&applied) {
         return Ok(());
     }
     let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
@@ -165,6 +171,27 @@ async fn check_file(path: &Path) -> Result<(), StoreError> {
         path: path.into(),
         reason: format!("it holds tables {}", shown.join(", ")),
     })
+}
+
+fn migrator() -> sqlx::migrate::Migrator {
+    sqlx::migrate!("./migrations")
+}
+
+/// Another sqlx application may have a `runs` table too: the schema is ours only if our first
+/// migration was applied, with our checksum, and every applied migration with a version we know
+/// carries our checksum.
+fn is_our_schema(applied: &[(i64, Vec<u8>)]) -> bool {
+    let ours = migrator();
+    let known = |v: i64| ours.iter().find(|m| m.version == v);
+    let first_is_ours = ours.iter().next().is_some_and(|m| {
+        applied
+            .iter()
+            .any(|(v, c)| *v == m.version && *c == *m.checksum)
+    });
+    first_is_ours
+        && applied
+            .iter()
+            .all(|(v, c)| known(*v).is_none_or(|m| *c == *m.checksum))
 }
 
 struct Header {

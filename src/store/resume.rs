@@ -36,6 +36,25 @@ impl Store {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.err("preparing a resume"))?;
+        // Under the write lock, the row must still be what the caller checked: otherwise another
+        // `resume` (or the run itself) got there first, and two processes would train one run.
+        let now_row = sqlx::query("SELECT status, heartbeat_at, pid FROM runs WHERE id = ?")
+            .bind(run.id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.err("preparing a resume"))?;
+        let unchanged = now_row.is_some_and(|r| {
+            r.get::<String, _>(0) == run.status.as_str()
+                && r.get::<i64, _>(1) == run.heartbeat_at
+                && r.get::<Option<i64>, _>(2) == run.pid.map(i64::from)
+        });
+        if !unchanged {
+            return Err(StoreError::Run(format!(
+                "run '{}' changed while this resume was getting ready (another process resumed or \
+                 deleted it); check 'roll-tui runs'",
+                run.name
+            )));
+        }
         let mut dropped = 0u64;
         let series = sqlx::query("SELECT id, stage, points FROM metric_series WHERE run_id = ?")
             .bind(run.id.0)
@@ -136,13 +155,13 @@ impl Store {
         let now = now_ms();
         sqlx::query(
             "UPDATE runs SET status = 'running', error = NULL, updated_at = ?, heartbeat_at = ?, host = ?, \
-             pid = ?, pid_start = ?, last_stage = ?, last_step = ? WHERE id = ?",
+             pid = ?, process_token = ?, last_stage = ?, last_step = ? WHERE id = ?",
         )
         .bind(now)
         .bind(now)
         .bind(&owner.host)
         .bind(owner.pid as i64)
-        .bind(owner.start.map(|s| s as i64))
+        .bind(&owner.token)
         .bind(stage)
         .bind(step as i64)
         .bind(run.id.0)

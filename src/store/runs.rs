@@ -52,7 +52,7 @@ pub struct RunInfo {
     pub host: Option<String>,
     pub pid: Option<u32>,
     #[serde(skip)]
-    pid_start: Option<u64>,
+    pub(crate) process_token: Option<String>,
 }
 
 impl RunInfo {
@@ -79,7 +79,7 @@ impl RunInfo {
             error: r.get("error"),
             host: r.get("host"),
             pid: r.get::<Option<i64>, _>("pid").map(|p| p as u32),
-            pid_start: r.get::<Option<i64>, _>("pid_start").map(|p| p as u64),
+            process_token: r.get("process_token"),
         }
     }
 
@@ -92,7 +92,7 @@ impl RunInfo {
             (Some(host), Some(pid)) => Some(ProcessIdentity {
                 host: host.clone(),
                 pid,
-                start: self.pid_start,
+                token: self.process_token.clone(),
             }),
             _ => None,
         };
@@ -104,7 +104,7 @@ impl RunInfo {
 
 const RUN_COLUMNS: &str = "r.id, r.name, r.status, r.created_at, r.updated_at, r.heartbeat_at, \
     r.config_json, r.config_hash, r.git_revision, r.seed, r.output_dir, r.notes, r.last_stage, \
-    r.last_step, r.error, r.host, r.pid, r.pid_start, \
+    r.last_step, r.error, r.host, r.pid, r.process_token, \
     (SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags t WHERE t.run_id = r.id ORDER BY tag)) AS tags";
 
 impl Store {
@@ -214,7 +214,7 @@ impl Store {
             .map_err(self.err("creating a run"))?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO runs (name, status, created_at, updated_at, heartbeat_at, config_json, \
-             config_hash, git_revision, seed, output_dir, host, pid, pid_start) \
+             config_hash, git_revision, seed, output_dir, host, pid, process_token) \
              VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(&new.name)
@@ -228,7 +228,7 @@ impl Store {
         .bind(&new.output_dir)
         .bind(&owner.host)
         .bind(owner.pid as i64)
-        .bind(owner.start.map(|s| s as i64))
+        .bind(&owner.token)
         .fetch_one(&mut *tx)
         .await
         .map_err(self.err("creating a run"))?;

@@ -67,6 +67,14 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
+    /// The writer is gone: say why, if it recorded a failure.
+    fn exited(&self) -> StoreError {
+        match self.shared.failure.lock().ok().and_then(|f| f.clone()) {
+            Some(e) => StoreError::Writer(e),
+            None => StoreError::Writer("the writer task has exited".into()),
+        }
+    }
+
     fn check(&self) -> Result<(), StoreError> {
         match self.shared.failure.lock().map(|f| f.clone()) {
             Ok(Some(e)) => Err(StoreError::Writer(e)),
@@ -86,11 +94,9 @@ impl WriterHandle {
                 self.shared
                     .blocked_ns
                     .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                sent.map_err(|_| StoreError::Writer("the writer task has exited".into()))
+                sent.map_err(|_| self.exited())
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                Err(StoreError::Writer("the writer task has exited".into()))
-            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(self.exited()),
         }
     }
 
@@ -101,7 +107,7 @@ impl WriterHandle {
         self.shared
             .blocked_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        sent.map_err(|_| StoreError::Writer("the writer task has exited".into()))
+        sent.map_err(|_| self.exited())
     }
 
     /// Seconds producers have waited for queue room since the last call (the back-pressure metric).
@@ -192,7 +198,7 @@ impl WriterHandle {
         let (tx, rx) = oneshot::channel();
         self.send_blocking(Op::Flush(tx))?;
         rx.blocking_recv()
-            .map_err(|_| StoreError::Writer("the writer task has exited".into()))?
+            .map_err(|_| self.exited())?
             .map_err(StoreError::Writer)
     }
 
@@ -200,7 +206,7 @@ impl WriterHandle {
         let (tx, rx) = oneshot::channel();
         self.send(Op::Flush(tx)).await?;
         rx.await
-            .map_err(|_| StoreError::Writer("the writer task has exited".into()))?
+            .map_err(|_| self.exited())?
             .map_err(StoreError::Writer)
     }
 }

@@ -190,6 +190,33 @@ mod tests {
     use crate::train::{GradAccumulator, OptimizerConfig};
 
     #[test]
+    fn trainer_state_floats_round_trip_bit_exactly() {
+        // xorshift64 over raw bit patterns: every exponent range, not just "nice" numbers. serde_json's
+        // default parser may round 17-digit numbers twice; its float_roundtrip feature (on) is exact.
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = f64::from_bits(x);
+            if !v.is_finite() {
+                continue;
+            }
+            let s = RlResumeState {
+                kl_coef: v,
+                running_reward: RunningStats::new(),
+                critic_optimizer_steps: None,
+            };
+            let back: RlResumeState =
+                serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+            assert_eq!(back.kl_coef.to_bits(), v.to_bits(), "{v:e}");
+            checked += 1;
+        }
+        assert!(checked > 19_000);
+    }
+
+    #[test]
     fn checkpoint_round_trips_model_optimizer_and_state() {
         let model = init_model(&InitOptions {
             arch: Arch::Llama,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{Sqlite, Transaction};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::super::inserts::{insert_event, insert_samples, insert_trajectory};
 use super::super::liveness::HEARTBEAT_EVERY_MS;
@@ -44,9 +44,9 @@ pub(crate) async fn run_writer(
                 None => break,
             },
             _ = heartbeat.tick() => {
-                if let Err(e) = state.beat().await {
-                    fail(&shared, &e);
-                }
+                // A missed heartbeat only delays dead-run detection; a lasting problem surfaces
+                // in the next real write.
+                let _ = state.beat().await;
                 continue;
             }
         };
@@ -61,11 +61,18 @@ pub(crate) async fn run_writer(
                 Err(_) => break,
             }
         }
-        let mut acks = vec![];
-        let result = if shared.failure.lock().map(|f| f.is_some()).unwrap_or(true) {
-            Err(StoreError::Writer("an earlier write failed".into()))
-        } else {
-            state.write(batch, &mut acks).await
+        // Flush requests are answered after the batch, with its outcome.
+        let (mut acks, mut ops) = (vec![], Vec::with_capacity(batch.len()));
+        for op in batch {
+            match op {
+                Op::Flush(ack) => acks.push(ack),
+                op => ops.push(op),
+            }
+        }
+        let earlier = shared.failure.lock().ok().and_then(|f| f.clone());
+        let result = match earlier {
+            Some(e) => Err(StoreError::Writer(format!("an earlier write failed: {e}"))),
+            None => state.write_retrying(&ops).await,
         };
         if let Err(e) = &result {
             fail(&shared, e);
@@ -76,6 +83,9 @@ pub(crate) async fn run_writer(
         }
     }
 }
+
+/// Attempts for a batch that finds the store busy (each after SQLite's own busy timeout).
+const BUSY_ATTEMPTS: u32 = 3;
 
 fn fail(shared: &Shared, e: &StoreError) {
     if let Ok(mut f) = shared.failure.lock() {
@@ -119,18 +129,34 @@ impl WriterState {
             .map_err(self.store.err("starting a write"))
     }
 
-    async fn write(
-        &mut self,
-        batch: Vec<Op>,
-        acks: &mut Vec<oneshot::Sender<Result<(), String>>>,
-    ) -> Result<(), StoreError> {
+    /// Write `ops` in one transaction; a busy store (another process holding the write lock past the
+    /// busy timeout) is retried, anything else fails the writer.
+    async fn write_retrying(&mut self, ops: &[Op]) -> Result<(), StoreError> {
+        let mut attempt = 1;
+        loop {
+            match self.write(ops).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    // The transaction rolled back: forget tails and series ids it may have created.
+                    self.series.clear();
+                    if !matches!(e, StoreError::Busy { .. }) || attempt == BUSY_ATTEMPTS {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                }
+            }
+        }
+    }
+
+    async fn write(&mut self, ops: &[Op]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         let now = now_ms();
         // Metric points are gathered per series so each series gets one chunk write per batch.
         let mut pending: Vec<((RunId, String, String), Vec<Point>)> = vec![];
         let mut pending_at: HashMap<(RunId, String, String), usize> = HashMap::new();
         let mut touched_runs: HashMap<RunId, (String, u64)> = HashMap::new();
-        for op in batch {
+        for op in ops {
             match op {
                 Op::Metrics {
                     run,
@@ -139,10 +165,10 @@ impl WriterState {
                     wall_time,
                     points,
                 } => {
-                    let entry = touched_runs.entry(run).or_insert((stage.clone(), step));
-                    *entry = (stage.clone(), step);
+                    let (run, step, wall_time) = (*run, *step, *wall_time);
+                    touched_runs.insert(run, (stage.clone(), step));
                     for (key, value) in points {
-                        let id = (run, stage.clone(), key);
+                        let id = (run, stage.clone(), key.clone());
                         let at = match pending_at.get(&id) {
                             Some(&at) => at,
                             None => {
@@ -154,14 +180,14 @@ impl WriterState {
                         pending[at].1.push(Point {
                             step,
                             wall_time,
-                            value,
+                            value: *value,
                         });
                     }
                 }
                 Op::Samples(run, samples) => {
-                    insert_samples(&self.store, &mut tx, run, &samples).await?
+                    insert_samples(&self.store, &mut tx, *run, samples).await?
                 }
-                Op::Trajectory(run, t) => insert_trajectory(&self.store, &mut tx, run, &t).await?,
+                Op::Trajectory(run, t) => insert_trajectory(&self.store, &mut tx, *run, t).await?,
                 Op::Checkpoint(run, c) => {
                     sqlx::query(
                         "INSERT INTO checkpoints (run_id, stage, step, path, bytes, created_at) \
@@ -178,7 +204,7 @@ impl WriterState {
                     .await
                     .map_err(self.store.err("recording a checkpoint"))?;
                 }
-                Op::Event(run, e) => insert_event(&self.store, &mut tx, run, &e, now).await?,
+                Op::Event(run, e) => insert_event(&self.store, &mut tx, *run, e, now).await?,
                 Op::Status(run, status, error) => {
                     sqlx::query(
                         "UPDATE runs SET status = ?, error = ?, updated_at = ? WHERE id = ?",
@@ -190,16 +216,17 @@ impl WriterState {
                     .execute(&mut *tx)
                     .await
                     .map_err(self.store.err("updating a run's status"))?;
-                    if status != RunStatus::Running {
-                        self.owned.retain(|r| *r != run);
+                    if *status != RunStatus::Running {
+                        self.owned.retain(|r| r != run);
                     }
                 }
                 Op::Own(run) => {
-                    if !self.owned.contains(&run) {
-                        self.owned.push(run);
+                    if !self.owned.contains(run) {
+                        self.owned.push(*run);
                     }
                 }
-                Op::Flush(ack) => acks.push(ack),
+                // Answered by the caller after the commit.
+                Op::Flush(_) => {}
             }
         }
         for (id, points) in pending {
@@ -278,7 +305,7 @@ impl WriterState {
             let n = state.tail.points.len() as i64;
             match state.tail.chunk_id {
                 Some(chunk) => {
-                    sqlx::query(
+                    let updated = sqlx::query(
                         "UPDATE metric_chunks SET last_step = ?, points = ?, data = ? WHERE id = ?",
                     )
                     .bind(last_step)
@@ -288,6 +315,13 @@ impl WriterState {
                     .execute(&mut **tx)
                     .await
                     .map_err(store.err("writing metric points"))?;
+                    if updated.rows_affected() != 1 {
+                        // Deleted underneath us (a resume or `runs rm` by another process).
+                        return Err(StoreError::Writer(format!(
+                            "metric chunk {chunk} of '{}' disappeared while the run was writing",
+                            id.2
+                        )));
+                    }
                 }
                 None => {
                     let chunk: i64 = sqlx::query_scalar(
