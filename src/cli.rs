@@ -44,6 +44,23 @@ pub enum Command {
     /// Create, inspect and score models.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Run one role as a worker process (started by the scheduler, not by hand).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    #[arg(value_enum)]
+    pub role: crate::worker::Role,
+    #[arg(long)]
+    pub index: usize,
+    /// The parent's control socket.
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// The parent's pid: the worker exits if it is gone, and is killed when it dies.
+    #[arg(long)]
+    pub parent: u32,
 }
 
 #[derive(Args, Debug)]
@@ -232,5 +249,21 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
+        Command::Worker(args) => worker(args).map(|_| 0),
     }
+}
+
+fn worker(args: WorkerArgs) -> Result<()> {
+    use anyhow::Context;
+    crate::worker::serve::die_with_parent(args.parent).context("worker start-up")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the worker's runtime")?;
+    rt.block_on(crate::worker::serve::serve(
+        args.role,
+        args.index,
+        &args.socket,
+    ))?;
+    Ok(())
 }

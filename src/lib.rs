@@ -15,6 +15,7 @@
 //! - [`plot`]: export a run's metric series as PNG/SVG line charts and a long-format CSV.
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
+//! - [`worker`]: worker processes (`roll-tui worker ROLE`): control protocol, spawn and supervision.
 //! - [`cli`]: command-line definitions and dispatch.
 //!
 //! Nothing here imports a front-end; front-ends only call into these modules.
@@ -33,3 +34,4 @@ pub mod reward;
 pub mod rollout;
 pub mod store;
 pub mod train;
+pub mod worker;

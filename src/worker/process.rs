@@ -1,0 +1,429 @@
+//! The parent side of a worker: spawn `roll-tui worker ROLE` from the current executable in its own
+//! process group, accept its connection, shake hands, then run four small tasks — writer, reader
+//! (replies and pongs), heartbeat (pings; silence is reported) and exit watcher (exit status; pending
+//! calls fail at once). Everything that happens is a [`WorkerEvent`] for the caller to store and show.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::protocol::{
+    Channel, FromWorker, ProtocolError, Reply, Request, ToWorker, handshake_parent,
+};
+use super::{Role, WorkerError};
+
+/// How to start one worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    pub role: Role,
+    pub index: usize,
+    /// The executable to run (`roll-tui` itself unless a test says otherwise).
+    pub program: PathBuf,
+    pub connect_timeout: Duration,
+    /// Ping period; a worker silent for `silence_limit` is reported unresponsive.
+    pub heartbeat: Duration,
+    pub silence_limit: Duration,
+}
+
+impl WorkerSpec {
+    /// A worker of `role` running this executable, with default timings (connect 20 s, ping every
+    /// second, unresponsive after 5 s of silence).
+    pub fn new(role: Role, index: usize) -> std::io::Result<Self> {
+        Ok(WorkerSpec {
+            role,
+            index,
+            program: std::env::current_exe()?,
+            connect_timeout: Duration::from_secs(20),
+            heartbeat: Duration::from_secs(1),
+            silence_limit: Duration::from_secs(5),
+        })
+    }
+}
+
+/// Something that happened to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEvent {
+    Started {
+        role: Role,
+        index: usize,
+        pid: u32,
+    },
+    /// One line the worker wrote to stdout or stderr.
+    Log {
+        role: Role,
+        index: usize,
+        stream: &'static str,
+        line: String,
+    },
+    /// No pong for this long (reported once per silence).
+    Unresponsive {
+        role: Role,
+        index: usize,
+        silent_s: f64,
+    },
+    Exited {
+        role: Role,
+        index: usize,
+        pid: u32,
+        status: String,
+        /// After a requested shutdown.
+        expected: bool,
+    },
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, String>>>>>;
+
+/// A running worker process. Dropping it kills the process group.
+pub struct WorkerProcess {
+    pub role: Role,
+    pub index: usize,
+    pub pid: u32,
+    outgoing: mpsc::Sender<ToWorker>,
+    pending: Pending,
+    next_id: AtomicU64,
+    exit: watch::Receiver<Option<String>>,
+    shutting_down: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+    _socket_dir: tempfile::TempDir,
+}
+
+/// The last lines a worker wrote to stderr, for error messages.
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+fn spawn_log_reader<R>(
+    reader: R,
+    stream: &'static str,
+    spec: &WorkerSpec,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    tail: Tail,
+) -> JoinHandle<()>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let (role, index) = (spec.role, spec.index);
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(reader).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(mut t) = tail.lock() {
+                if t.len() == 20 {
+                    t.pop_front();
+                }
+                t.push_back(line.clone());
+            }
+            let _ = events.send(WorkerEvent::Log {
+                role,
+                index,
+                stream,
+                line,
+            });
+        }
+    })
+}
+
+fn exit_text(status: std::io::Result<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            _ => s.to_string(),
+        },
+        Err(e) => format!("unknown exit status ({e})"),
+    }
+}
+
+impl WorkerProcess {
+    /// Start the worker and wait until it has connected and shaken hands.
+    pub async fn spawn(
+        spec: &WorkerSpec,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+    ) -> Result<WorkerProcess, WorkerError> {
+        let (role, index) = (spec.role, spec.index);
+        if !role.runs_out_of_process() {
+            return Err(WorkerError::Unsupported(role));
+        }
+        let proto = |source| WorkerError::Protocol {
+            role,
+            index,
+            source,
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("roll-worker-")
+            .tempdir()
+            .map_err(|e| proto(ProtocolError::Io(e)))?;
+        let socket = dir.path().join(format!("{role}-{index}.sock"));
+        let listener = UnixListener::bind(&socket).map_err(|e| proto(ProtocolError::Io(e)))?;
+        let mut child = tokio::process::Command::new(&spec.program)
+            .arg("worker")
+            .arg(role.as_str())
+            .arg("--index")
+            .arg(index.to_string())
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| WorkerError::Spawn {
+                role,
+                index,
+                program: spec.program.display().to_string(),
+                source,
+            })?;
+        let tail: Tail = Arc::default();
+        let mut tasks = vec![];
+        if let Some(out) = child.stdout.take() {
+            tasks.push(spawn_log_reader(
+                out,
+                "stdout",
+                spec,
+                events.clone(),
+                tail.clone(),
+            ));
+        }
+        if let Some(err) = child.stderr.take() {
+            tasks.push(spawn_log_reader(
+                err,
+                "stderr",
+                spec,
+                events.clone(),
+                tail.clone(),
+            ));
+        }
+        let no_connection = |detail: String| WorkerError::NoConnection {
+            role,
+            index,
+            secs: spec.connect_timeout.as_secs(),
+            detail,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => accepted.map_err(|e| proto(ProtocolError::Io(e)))?.0,
+            status = child.wait() => {
+                // Let the log readers catch the worker's last words.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let said = tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>().join(" | ")).unwrap_or_default();
+                return Err(no_connection(format!(": it exited first ({}): {said}", exit_text(status))));
+            }
+            _ = tokio::time::sleep(spec.connect_timeout) => return Err(no_connection(String::new())),
+        };
+        let mut ch = Channel::new(stream);
+        let pid =
+            tokio::time::timeout(spec.connect_timeout, handshake_parent(&mut ch, role, index))
+                .await
+                .map_err(|_| no_connection(": no handshake".into()))?
+                .map_err(proto)?;
+        let _ = events.send(WorkerEvent::Started { role, index, pid });
+
+        let (mut sink, mut stream) = StreamExt::split::<tokio_util::bytes::Bytes>(ch.into_inner());
+        let (outgoing, mut to_send) = mpsc::channel::<ToWorker>(64);
+        tasks.push(tokio::spawn(async move {
+            while let Some(msg) = to_send.recv().await {
+                let Ok(bytes) = serde_json::to_vec(&msg) else {
+                    continue;
+                };
+                if sink
+                    .send(tokio_util::bytes::Bytes::from(bytes))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }));
+
+        let pending: Pending = Arc::default();
+        let last_pong = Arc::new(Mutex::new(Instant::now()));
+        {
+            let (pending, last_pong) = (pending.clone(), last_pong.clone());
+            tasks.push(tokio::spawn(async move {
+                while let Some(Ok(frame)) = stream.next().await {
+                    match serde_json::from_slice::<FromWorker>(&frame) {
+                        Ok(FromWorker::Pong { .. }) => {
+                            if let Ok(mut t) = last_pong.lock() {
+                                *t = Instant::now();
+                            }
+                        }
+                        Ok(FromWorker::Reply { id, result }) => {
+                            let waiter = pending.lock().ok().and_then(|mut p| p.remove(&id));
+                            if let Some(w) = waiter {
+                                let _ = w.send(result);
+                            }
+                        }
+                        // A second hello or a malformed frame: the connection is not trustworthy.
+                        Ok(FromWorker::Hello { .. }) | Err(_) => break,
+                    }
+                }
+            }));
+        }
+        {
+            let (outgoing, events, last_pong) =
+                (outgoing.clone(), events.clone(), last_pong.clone());
+            let (period, limit) = (spec.heartbeat, spec.silence_limit);
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                let (mut seq, mut reported) = (0u64, false);
+                loop {
+                    tick.tick().await;
+                    seq += 1;
+                    if outgoing.send(ToWorker::Ping { seq }).await.is_err() {
+                        break;
+                    }
+                    let silent = last_pong.lock().map(|t| t.elapsed()).unwrap_or_default();
+                    if silent >= limit && !reported {
+                        reported = true;
+                        let _ = events.send(WorkerEvent::Unresponsive {
+                            role,
+                            index,
+                            silent_s: silent.as_secs_f64(),
+                        });
+                    } else if silent < limit {
+                        reported = false;
+                    }
+                }
+            }));
+        }
+        let (exit_tx, exit) = watch::channel(None);
+        let shutting_down = Arc::new(AtomicBool::new(false));
+        {
+            let (pending, shutting_down) = (pending.clone(), shutting_down.clone());
+            tasks.push(tokio::spawn(async move {
+                let status = exit_text(child.wait().await);
+                // Fail every call in flight now, rather than at its timeout.
+                if let Ok(mut p) = pending.lock() {
+                    p.clear();
+                }
+                let _ = exit_tx.send(Some(status.clone()));
+                let _ = events.send(WorkerEvent::Exited {
+                    role,
+                    index,
+                    pid,
+                    status,
+                    expected: shutting_down.load(Ordering::SeqCst),
+                });
+            }));
+        }
+        Ok(WorkerProcess {
+            role,
+            index,
+            pid,
+            outgoing,
+            pending,
+            next_id: AtomicU64::new(1),
+            exit,
+            shutting_down,
+            tasks,
+            _socket_dir: dir,
+        })
+    }
+
+    /// The exit status, once the process has exited.
+    pub fn exit_status(&self) -> Option<String> {
+        self.exit.borrow().clone()
+    }
+
+    /// Send `request` and wait at most `timeout` for the reply.
+    pub async fn call(&self, request: Request, timeout: Duration) -> Result<Reply, WorkerError> {
+        let (role, index, phase) = (self.role, self.index, request.phase());
+        let died = |status: String| WorkerError::Died {
+            role,
+            index,
+            phase,
+            status,
+        };
+        if let Some(status) = self.exit_status() {
+            return Err(died(status));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        if self
+            .outgoing
+            .send(ToWorker::Call { id, request })
+            .await
+            .is_err()
+        {
+            return Err(died(self.final_status().await));
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Err(_) => {
+                if let Ok(mut p) = self.pending.lock() {
+                    p.remove(&id);
+                }
+                Err(WorkerError::Timeout {
+                    role,
+                    index,
+                    phase,
+                    secs: timeout.as_secs_f64(),
+                })
+            }
+            Ok(Err(_)) => Err(died(self.final_status().await)),
+            Ok(Ok(Ok(reply))) => Ok(reply),
+            Ok(Ok(Err(message))) => Err(WorkerError::Failed {
+                role,
+                index,
+                phase,
+                message,
+            }),
+        }
+    }
+
+    /// The exit status, waiting briefly for it (the connection may drop just before the exit).
+    async fn final_status(&self) -> String {
+        let mut exit = self.exit.clone();
+        match tokio::time::timeout(Duration::from_secs(2), exit.wait_for(Option::is_some)).await {
+            Ok(Ok(s)) => s.clone().unwrap_or_default(),
+            _ => "connection lost".into(),
+        }
+    }
+
+    /// Ask the worker to exit and wait for it (killing it after `grace`). Returns its exit status.
+    pub async fn shutdown(mut self, grace: Duration) -> String {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let _ = self.outgoing.send(ToWorker::Shutdown).await;
+        let mut exit = self.exit.clone();
+        if tokio::time::timeout(grace, exit.wait_for(Option::is_some))
+            .await
+            .is_err()
+        {
+            self.kill();
+        }
+        let status = self.final_status().await;
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        status
+    }
+
+    /// SIGKILL the worker's process group.
+    pub fn kill(&self) {
+        use nix::sys::signal::{Signal, killpg};
+        use nix::unistd::Pid;
+        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if self.exit_status().is_none() {
+            self.kill();
+        }
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The worker side of `roll-tui worker ROLE`: die with the parent, connect, shake hands, then answer
+//! pings and calls until the parent says shutdown or goes away.
+
+use std::path::Path;
+
+use tokio::net::UnixStream;
+
+use super::protocol::{
+    BUILD_VERSION, Channel, FromWorker, PROTOCOL_VERSION, ProtocolError, Reply, Request, ToWorker,
+    handshake_worker,
+};
+use super::{Role, WorkerError};
+use crate::reward;
+
+/// Arrange to be killed when the parent dies, even by SIGKILL (Linux: `PR_SET_PDEATHSIG`). If the
+/// parent is already gone (it died before this ran), exit now rather than run as an orphan.
+pub fn die_with_parent(parent: u32) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+            .map_err(std::io::Error::from)?;
+    }
+    if std::os::unix::process::parent_id() != parent {
+        return Err(std::io::Error::other(format!(
+            "parent process {parent} is already gone"
+        )));
+    }
+    Ok(())
+}
+
+/// Serve one parent over the socket at `socket` until shutdown or disconnect.
+pub async fn serve(role: Role, index: usize, socket: &Path) -> Result<(), WorkerError> {
+    if !role.runs_out_of_process() {
+        return Err(WorkerError::Unsupported(role));
+    }
+    let proto = |source| WorkerError::Protocol {
+        role,
+        index,
+        source,
+    };
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|e| proto(ProtocolError::Io(e)))?;
+    let mut ch = Channel::new(stream);
+    let (assigned, assigned_index) = handshake_worker(&mut ch, PROTOCOL_VERSION, BUILD_VERSION)
+        .await
+        .map_err(proto)?;
+    if (assigned, assigned_index) != (role, index) {
+        return Err(proto(ProtocolError::Unexpected {
+            expected: "a hello for this worker's role and index",
+            got: format!("{assigned} {assigned_index}"),
+        }));
+    }
+    loop {
+        let Some(msg) = ch.recv::<ToWorker>("parent").await.map_err(proto)? else {
+            return Ok(()); // the parent closed the socket: nothing left to do
+        };
+        match msg {
+            ToWorker::Ping { seq } => ch.send(&FromWorker::Pong { seq }).await.map_err(proto)?,
+            ToWorker::Call { id, request } => {
+                let result = handle(role, request);
+                ch.send(&FromWorker::Reply { id, result })
+                    .await
+                    .map_err(proto)?;
+            }
+            ToWorker::Shutdown => return Ok(()),
+            ToWorker::Hello { .. } => {
+                return Err(proto(ProtocolError::Unexpected {
+                    expected: "a ping, call or shutdown",
+                    got: "a second hello".into(),
+                }));
+            }
+        }
+    }
+}
+
+fn handle(role: Role, request: Request) -> Result<Reply, String> {
+    match (role, request) {
+        (Role::Reward, Request::Score { items }) => Ok(Reply::Scores(
+            items
+                .iter()
+                .map(|i| reward::score(i.kind, &i.response, &i.ground_truth))
+                .collect(),
+        )),
+        (role, request) => Err(format!(
+            "the {role} role does not serve '{}' requests",
+            request.phase()
+        )),
+    }
+}
