@@ -7,6 +7,7 @@
 
 pub mod load;
 pub mod overrides;
+pub mod workers;
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,7 @@ use crate::reward::RewardKind;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use load::{ConfigError, Validate};
+pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +44,9 @@ pub struct RunConfig {
     pub rl: Option<RlConfig>,
     #[serde(default)]
     pub checkpoint: CheckpointConfig,
+    /// Where roles run (in this process, or in worker processes).
+    #[serde(default)]
+    pub workers: WorkersConfig,
 }
 
 fn default_seed() -> u64 {
@@ -380,6 +385,7 @@ impl Validate for RunConfig {
         if let Some(rl) = &self.rl {
             rl.validate(p);
         }
+        self.workers.validate(p);
     }
 }
 

@@ -78,6 +78,18 @@ impl Series {
     }
 }
 
+/// What happened to a worker process, as a run records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerNotice {
+    Started,
+    /// Exited when asked to.
+    Exited,
+    /// Died, went silent, or failed a call.
+    Failed,
+    /// A line it wrote to stdout or stderr.
+    Log,
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct SinkError(pub String);
@@ -89,6 +101,8 @@ pub trait MetricSink {
     fn checkpoint(&mut self, checkpoint: &CheckpointRecord) -> Result<(), SinkError>;
     /// A warning or notice worth keeping with the run.
     fn message(&mut self, text: &str) -> Result<(), SinkError>;
+    /// A worker process event; `worker` names it (`reward-0`).
+    fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError>;
     /// Make everything recorded so far durable.
     fn flush(&mut self) -> Result<(), SinkError>;
 }
@@ -100,6 +114,7 @@ pub struct MemorySink {
     pub samples: Vec<SampleRecord>,
     pub checkpoints: Vec<CheckpointRecord>,
     pub messages: Vec<String>,
+    pub worker_notices: Vec<(String, WorkerNotice, String)>,
 }
 
 impl MemorySink {
@@ -131,6 +146,12 @@ impl MetricSink for MemorySink {
 
     fn message(&mut self, text: &str) -> Result<(), SinkError> {
         self.messages.push(text.into());
+        Ok(())
+    }
+
+    fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError> {
+        self.worker_notices
+            .push((worker.into(), notice, text.into()));
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //! step, with the same weights, optimizer moments, data cursor and RL state, so it computes the same
 //! numbers an uninterrupted run would have.
 
+pub mod reward_pool;
 pub mod rl_update;
 pub mod rlvr;
 pub mod setup;

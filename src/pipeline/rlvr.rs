@@ -11,10 +11,12 @@ use crate::config::RlConfig;
 use crate::data::Example;
 use crate::metrics::{Metrics, SampleRecord};
 use crate::model::{LoadedModel, Transformer};
-use crate::reward::{self, RewardOutcome};
+use crate::reward::RewardOutcome;
 use crate::rollout::{Completion, FinishReason, Request, generate};
 use crate::train::{AdamW, ValueHead};
+use crate::worker::ScoreItem;
 
+use super::reward_pool::{RewardScorer, report_workers};
 use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
 use super::setup::{Domains, Tokenizing};
 use super::{
@@ -119,6 +121,7 @@ pub fn run_rlvr(
         total_steps: cfg.steps,
         done_steps: first_step - 1,
     });
+    let mut scorer = RewardScorer::start(&ctx.cfg.workers.reward)?;
     let mut last = None;
     for step in first_step..=cfg.steps {
         let t_step = Instant::now();
@@ -156,17 +159,32 @@ pub fn run_rlvr(
             t_rollout += t0.elapsed().as_secs_f64();
             gen_tokens += completions.iter().map(|c| c.token_ids.len()).sum::<usize>();
             let t1 = Instant::now();
+            let texts: Vec<String> = completions
+                .iter()
+                .map(|c| tok.decode(&c.token_ids))
+                .collect();
+            let items = completions
+                .iter()
+                .zip(&texts)
+                .map(|(c, text)| {
+                    let ex = &prompts[c.id as usize / cfg.group_size];
+                    ScoreItem {
+                        kind: data.reward_of(&ex.domain),
+                        response: text.clone(),
+                        ground_truth: ex.ground_truth.clone(),
+                    }
+                })
+                .collect();
+            let outcomes = scorer.score(items)?;
             let mut scored: Vec<Scored> = completions
                 .into_iter()
-                .map(|c| {
+                .zip(texts)
+                .zip(outcomes)
+                .map(|((c, text), outcome)| {
                     let pi = c.id as usize / cfg.group_size;
-                    let ex = prompts[pi].clone();
-                    let text = tok.decode(&c.token_ids);
-                    let outcome =
-                        reward::score(data.reward_of(&ex.domain), &text, &ex.ground_truth);
                     Scored {
                         prompt_ids: prompt_ids[pi].clone(),
-                        example: ex,
+                        example: prompts[pi].clone(),
                         completion: c,
                         text,
                         outcome,
@@ -201,6 +219,10 @@ pub fn run_rlvr(
         all_scored.extend(groups.iter().cloned());
         rollout_metrics(&mut m, &all_scored, cfg);
         m.insert("group/dropped".into(), dropped as f64);
+        report_workers(ctx, scorer.drain_events())?;
+        if let RewardScorer::Pool(_) = scorer {
+            m.insert("workers/reward_restarts".into(), scorer.restarts() as f64);
+        }
         m.insert("time/rollout".into(), t_rollout);
         m.insert("time/reward".into(), t_reward);
         m.insert(
@@ -290,9 +312,13 @@ pub fn run_rlvr(
             critic: critic.as_ref(),
         };
         if ctx.after_step(model, &opt, "rl", (step, cfg.steps), &mut last, extras)? {
+            let events = scorer.shutdown();
+            report_workers(ctx, events)?;
             return Ok((RunStatus::Interrupted, last));
         }
     }
+    let events = scorer.shutdown();
+    report_workers(ctx, events)?;
     Ok((RunStatus::Finished, last))
 }
 

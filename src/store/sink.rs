@@ -1,6 +1,8 @@
 //! The pipeline's [`MetricSink`] backed by the store's writer: every call only queues.
 
-use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError};
+use crate::metrics::{
+    CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNotice,
+};
 
 use super::RunId;
 use super::records::{EventKind, EventRecord};
@@ -65,6 +67,22 @@ impl MetricSink for StoreSink {
                 Some(self.run),
                 EventRecord::message(EventKind::Warning, text),
             )
+            .map_err(sink_err)
+    }
+
+    fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError> {
+        let kind = match notice {
+            WorkerNotice::Started => EventKind::WorkerStarted,
+            WorkerNotice::Exited => EventKind::WorkerExited,
+            WorkerNotice::Failed => EventKind::WorkerFailed,
+            WorkerNotice::Log => EventKind::Info,
+        };
+        let event = EventRecord {
+            worker: Some(worker.into()),
+            ..EventRecord::message(kind, text)
+        };
+        self.writer
+            .event_blocking(Some(self.run), event)
             .map_err(sink_err)
     }
 

@@ -305,14 +305,15 @@ impl WorkerProcess {
                 if let Ok(mut p) = pending.lock() {
                     p.clear();
                 }
-                let _ = exit_tx.send(Some(status.clone()));
+                // The event first: whoever sees the exit status can then find the event queued.
                 let _ = events.send(WorkerEvent::Exited {
                     role,
                     index,
                     pid,
-                    status,
+                    status: status.clone(),
                     expected: shutting_down.load(Ordering::SeqCst),
                 });
+                let _ = exit_tx.send(Some(status));
             }));
         }
         Ok(WorkerProcess {

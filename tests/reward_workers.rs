@@ -1,0 +1,173 @@
+//! The RL stage with its reward role in worker processes (`workers.reward.mode: process`): the same
+//! numbers as in-process scoring, worker events in the store, and a reward worker killed with SIGKILL
+//! mid-run is replaced without losing or double-counting a sample.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const CONFIG: &str = r#"
+name: pool
+seed: 8
+model:
+  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=abc>" }
+data:
+  domains:
+    - { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }
+    - { name: rev, synthetic: { task: reversal, count: 40, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
+sft: { steps: 4, batch_size: 8, optimizer: { lr: 0.01 } }
+rl:
+  steps: 10
+  prompts_per_step: 4
+  group_size: 4
+  sampling: { temperature: 1.0, max_new_tokens: 4 }
+  optimizer: { lr: 0.001 }
+"#;
+
+fn bin() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+}
+
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn config(dir: &Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let out = dir.join(name);
+    std::fs::write(&path, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
+    path
+}
+
+/// Every series that does not measure the machine or the pool itself.
+fn metrics(store: &Path) -> Vec<Value> {
+    let out = ok(bin()
+        .arg("--store")
+        .arg(store)
+        .args(["metrics", "pool", "--json"])
+        .output()
+        .unwrap());
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    all.into_iter()
+        .filter(|s| {
+            let key = s["key"].as_str().unwrap();
+            !["time/", "system/", "store/", "workers/"]
+                .iter()
+                .any(|p| key.starts_with(p))
+        })
+        .map(|mut s| {
+            s.as_object_mut().unwrap().remove("wall_time");
+            s
+        })
+        .collect()
+}
+
+fn events(store: &Path) -> Vec<Value> {
+    let out = ok(bin()
+        .arg("--store")
+        .arg(store)
+        .args(["runs", "show", "pool", "--json"])
+        .output()
+        .unwrap());
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+fn count(events: &[Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["kind"] == kind).count()
+}
+
+/// Pids of reward workers whose parent is `parent` (from their command lines).
+fn reward_workers_of(parent: u32) -> Vec<u32> {
+    let want = format!("--parent\0{parent}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("worker\0reward\0") && c.contains(&want)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[test]
+fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = dir.path().join("ref.db");
+    ok(bin()
+        .arg("--store")
+        .arg(&reference)
+        .args(["run", "--quiet"])
+        .arg(config(dir.path(), "a"))
+        .output()
+        .unwrap());
+
+    // Two reward workers, undisturbed.
+    let pooled = dir.path().join("pooled.db");
+    ok(bin()
+        .arg("--store")
+        .arg(&pooled)
+        .args(["run", "--quiet"])
+        .arg(config(dir.path(), "b"))
+        .args(["workers.reward.mode=process", "workers.reward.count=2"])
+        .output()
+        .unwrap());
+    assert_eq!(metrics(&reference), metrics(&pooled));
+    let ev = events(&pooled);
+    assert_eq!(
+        (count(&ev, "worker_started"), count(&ev, "worker_exited")),
+        (2, 2),
+        "{ev:?}"
+    );
+    assert_eq!(count(&ev, "worker_failed"), 0, "{ev:?}");
+
+    // Two reward workers, one killed with SIGKILL after RL step 2.
+    let killed = dir.path().join("killed.db");
+    let mut child = bin()
+        .arg("--store")
+        .arg(&killed)
+        .arg("run")
+        .arg(config(dir.path(), "c"))
+        .args(["workers.reward.mode=process", "workers.reward.count=2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let seen = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("rl      2/"));
+    assert!(seen.is_some(), "the run ended before RL step 2");
+    let workers = reward_workers_of(child.id());
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let kill = Command::new("kill")
+        .args(["-9", &workers[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("died (killed by signal 9)")),
+        "{rest:?}"
+    );
+    assert_eq!(metrics(&reference), metrics(&killed));
+    let ev = events(&killed);
+    assert_eq!(count(&ev, "worker_failed"), 1, "{ev:?}");
+    assert_eq!(count(&ev, "worker_started"), 3, "{ev:?}");
+    assert!(reward_workers_of(child.id()).is_empty());
+}
