@@ -5,10 +5,11 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::BufRead;
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod common;
 
+use std::path::Path;
+
+use common::{deterministic_metrics, ok, refused, roll, spawn_until};
 use serde_json::Value;
 
 const CONFIG: &str = r#"
@@ -31,52 +32,6 @@ rl:
   dynamic_sampling: { enabled: true, max_rounds: 2 }
 checkpoint: { every: 3 }
 "#;
-
-fn bin() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
-}
-
-fn roll(store: &Path, args: &[&str]) -> std::process::Output {
-    bin().arg("--store").arg(store).args(args).output().unwrap()
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn refused(out: std::process::Output) -> String {
-    assert!(
-        !out.status.success(),
-        "expected a refusal: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr).unwrap()
-}
-
-/// Every metric series except timings, throughput and store back-pressure, which measure the machine.
-fn deterministic_metrics(store: &Path, run: &str) -> Vec<Value> {
-    let out = ok(roll(store, &["metrics", run, "--json"]));
-    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
-    all.into_iter()
-        .filter(|s| {
-            let key = s["key"].as_str().unwrap();
-            !["time/", "system/", "store/"]
-                .iter()
-                .any(|p| key.starts_with(p))
-        })
-        .map(|mut s| {
-            s.as_object_mut().unwrap().remove("wall_time");
-            s
-        })
-        .collect()
-}
 
 fn samples(store: &Path, run: &str) -> Value {
     serde_json::from_str(&ok(roll(store, &["samples", run, "--json"]))).unwrap()
@@ -102,20 +57,7 @@ fn kill_9_then_resume_equals_an_uninterrupted_run() {
     // The same run, killed with SIGKILL after its 5th RL step is reported.
     let (store, out) = (dir.path().join("roll.db"), dir.path().join("run"));
     let cfg = write_config(dir.path(), &out);
-    let mut child = bin()
-        .arg("--store")
-        .arg(&store)
-        .args(["run", cfg.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let seen = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.starts_with("rl      5/"));
-    assert!(seen.is_some(), "the run ended before RL step 5");
+    let (mut child, _) = spawn_until(&store, ["run", cfg.to_str().unwrap()], "rl      5/");
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -179,20 +121,8 @@ fn resume_refuses_a_missing_or_corrupt_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let (store, out) = (dir.path().join("roll.db"), dir.path().join("run"));
     let cfg = write_config(dir.path(), &out);
-    let mut child = bin()
-        .arg("--store")
-        .arg(&store)
-        .args(["run", cfg.to_str().unwrap(), "checkpoint.every=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let seen = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.starts_with("checkpoint step 2"));
-    assert!(seen.is_some(), "no checkpoint reported");
+    let args = ["run", cfg.to_str().unwrap(), "checkpoint.every=1"];
+    let (mut child, _) = spawn_until(&store, args, "checkpoint step 2");
     child.kill().unwrap();
     child.wait().unwrap();
 

@@ -4,10 +4,12 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::BufRead;
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod common;
 
+use std::path::Path;
+use std::process::Command;
+
+use common::{bin, deterministic_metrics, ok, spawn_until};
 use serde_json::Value;
 
 const CONFIG: &str = r#"
@@ -28,47 +30,11 @@ rl:
   optimizer: { lr: 0.001 }
 "#;
 
-fn bin() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn config(dir: &Path, name: &str) -> std::path::PathBuf {
     let path = dir.join(format!("{name}.yaml"));
     let out = dir.join(name);
     std::fs::write(&path, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
     path
-}
-
-/// Every series that does not measure the machine or the pool itself.
-fn metrics(store: &Path) -> Vec<Value> {
-    let out = ok(bin()
-        .arg("--store")
-        .arg(store)
-        .args(["metrics", "pool", "--json"])
-        .output()
-        .unwrap());
-    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
-    all.into_iter()
-        .filter(|s| {
-            let key = s["key"].as_str().unwrap();
-            !["time/", "system/", "store/", "workers/"]
-                .iter()
-                .any(|p| key.starts_with(p))
-        })
-        .map(|mut s| {
-            s.as_object_mut().unwrap().remove("wall_time");
-            s
-        })
-        .collect()
 }
 
 fn events(store: &Path) -> Vec<Value> {
@@ -125,7 +91,10 @@ fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
         .args(["workers.reward.mode=process", "workers.reward.count=2"])
         .output()
         .unwrap());
-    assert_eq!(metrics(&reference), metrics(&pooled));
+    assert_eq!(
+        deterministic_metrics(&reference, "pool"),
+        deterministic_metrics(&pooled, "pool")
+    );
     let ev = events(&pooled);
     assert_eq!(
         (count(&ev, "worker_started"), count(&ev, "worker_exited")),
@@ -136,22 +105,14 @@ fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
 
     // Two reward workers, one killed with SIGKILL after RL step 2.
     let killed = dir.path().join("killed.db");
-    let mut child = bin()
-        .arg("--store")
-        .arg(&killed)
-        .arg("run")
-        .arg(config(dir.path(), "c"))
-        .args(["workers.reward.mode=process", "workers.reward.count=2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let seen = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.starts_with("rl      2/"));
-    assert!(seen.is_some(), "the run ended before RL step 2");
+    let cfg = config(dir.path(), "c");
+    let args = [
+        "run",
+        cfg.to_str().unwrap(),
+        "workers.reward.mode=process",
+        "workers.reward.count=2",
+    ];
+    let (mut child, lines) = spawn_until(&killed, args, "rl      2/");
     let workers = reward_workers_of(child.id());
     assert_eq!(workers.len(), 2, "{workers:?}");
     let kill = Command::new("kill")
@@ -165,7 +126,10 @@ fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
         rest.iter().any(|l| l.contains("died (killed by signal 9)")),
         "{rest:?}"
     );
-    assert_eq!(metrics(&reference), metrics(&killed));
+    assert_eq!(
+        deterministic_metrics(&reference, "pool"),
+        deterministic_metrics(&killed, "pool")
+    );
     let ev = events(&killed);
     assert_eq!(count(&ev, "worker_failed"), 1, "{ev:?}");
     assert_eq!(count(&ev, "worker_started"), 3, "{ev:?}");

@@ -1,0 +1,89 @@
+//! Helpers shared by the end-to-end tests that drive the `roll-tui` binary against a store.
+
+#![allow(dead_code)] // each test crate uses a subset
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Lines};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub fn bin() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+}
+
+/// `roll-tui --store STORE ARGS…`, run to completion.
+pub fn roll(store: &Path, args: &[&str]) -> Output {
+    bin().arg("--store").arg(store).args(args).output().unwrap()
+}
+
+/// Stdout of a command that must succeed.
+pub fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Stderr of a command that must fail.
+pub fn refused(out: Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a refusal: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// Every metric series of `run` except those that measure the machine or the process layout
+/// (timings, throughput, store back-pressure, worker restarts), without wall times.
+pub fn deterministic_metrics(store: &Path, run: &str) -> Vec<Value> {
+    let out = ok(roll(store, &["metrics", run, "--json"]));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    all.into_iter()
+        .filter(|s| {
+            let key = s["key"].as_str().unwrap();
+            !["time/", "system/", "store/", "workers/"]
+                .iter()
+                .any(|p| key.starts_with(p))
+        })
+        .map(|mut s| {
+            s.as_object_mut().unwrap().remove("wall_time");
+            s
+        })
+        .collect()
+}
+
+/// Start `roll-tui --store STORE ARGS…` and return once it prints a line starting with `prefix`,
+/// with the lines still to come. Panics if the process ends first.
+pub fn spawn_until<I, S>(
+    store: &Path,
+    args: I,
+    prefix: &str,
+) -> (Child, Lines<BufReader<ChildStdout>>)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut child = bin()
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let seen = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with(prefix));
+    assert!(seen.is_some(), "the run ended before printing '{prefix}…'");
+    (child, lines)
+}
