@@ -80,7 +80,15 @@ pub enum WorkerEvent {
     },
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, String>>>>>;
+/// Calls waiting for replies, and whether the process has exited: one lock, so a call can never be
+/// registered after the exit watcher has failed the others (it would wait for its timeout).
+#[derive(Default)]
+struct Calls {
+    waiting: HashMap<u64, oneshot::Sender<Result<Reply, String>>>,
+    exited: Option<String>,
+}
+
+type Pending = Arc<Mutex<Calls>>;
 
 /// A running worker process. Dropping it kills the process group.
 pub struct WorkerProcess {
@@ -257,7 +265,8 @@ impl WorkerProcess {
                             }
                         }
                         Ok(FromWorker::Reply { id, result }) => {
-                            let waiter = pending.lock().ok().and_then(|mut p| p.remove(&id));
+                            let waiter =
+                                pending.lock().ok().and_then(|mut p| p.waiting.remove(&id));
                             if let Some(w) = waiter {
                                 let _ = w.send(result);
                             }
@@ -301,9 +310,10 @@ impl WorkerProcess {
             let (pending, shutting_down) = (pending.clone(), shutting_down.clone());
             tasks.push(tokio::spawn(async move {
                 let status = exit_text(child.wait().await);
-                // Fail every call in flight now, rather than at its timeout.
+                // Fail every call in flight now, rather than at its timeout, and refuse new ones.
                 if let Ok(mut p) = pending.lock() {
-                    p.clear();
+                    p.exited = Some(status.clone());
+                    p.waiting.clear();
                 }
                 // The event first: whoever sees the exit status can then find the event queued.
                 let _ = events.send(WorkerEvent::Exited {
@@ -344,13 +354,16 @@ impl WorkerProcess {
             phase,
             status,
         };
-        if let Some(status) = self.exit_status() {
-            return Err(died(status));
-        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id, tx);
+        {
+            let Ok(mut p) = self.pending.lock() else {
+                return Err(died("call state poisoned".into()));
+            };
+            if let Some(status) = &p.exited {
+                return Err(died(status.clone()));
+            }
+            p.waiting.insert(id, tx);
         }
         if self
             .outgoing
@@ -363,7 +376,7 @@ impl WorkerProcess {
         match tokio::time::timeout(timeout, rx).await {
             Err(_) => {
                 if let Ok(mut p) = self.pending.lock() {
-                    p.remove(&id);
+                    p.waiting.remove(&id);
                 }
                 Err(WorkerError::Timeout {
                     role,
