@@ -32,6 +32,7 @@ pub mod pipeline;
 pub mod plot;
 pub mod reward;
 pub mod rollout;
+pub mod scheduler;
 pub mod store;
 pub mod train;
 pub mod worker;

@@ -44,6 +44,14 @@ impl Role {
         }
     }
 
+    /// Whether the role holds a model on a device (and so has a `device_mapping`).
+    pub fn uses_device(self) -> bool {
+        matches!(
+            self,
+            Role::ActorTrain | Role::ActorInfer | Role::Reference | Role::Critic
+        )
+    }
+
     /// Whether this build can run the role in a worker process.
     pub fn runs_out_of_process(self) -> bool {
         matches!(self, Role::Reward)

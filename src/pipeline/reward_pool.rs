@@ -50,7 +50,7 @@ impl RewardScorer {
             .build()
             .map_err(setup_err)?;
         let (events_tx, events) = mpsc::unbounded_channel();
-        let specs = (0..placement.count)
+        let specs = (0..placement.num_workers)
             .map(|i| WorkerSpec::new(Role::Reward, i))
             .collect::<Result<Vec<_>, _>>()
             .map_err(setup_err)?;

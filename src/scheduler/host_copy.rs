@@ -1,0 +1,133 @@
+//! Host-memory copies of a role's tensors: safetensors files in a shared-memory directory
+//! (`/dev/shm` where it exists), removed when the run's [`HostArea`] is dropped.
+//!
+//! The same files carry offloaded state and weights sent to other workers: bulk tensors never go
+//! through the control channel. A file is written under a temporary name and renamed, so a reader
+//! never sees half of one.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor, Var};
+
+#[derive(Debug, thiserror::Error)]
+#[error("host copy '{path}': {source}")]
+pub struct HostCopyError {
+    pub path: PathBuf,
+    #[source]
+    pub source: candle_core::Error,
+}
+
+/// A run's directory of host copies.
+pub struct HostArea {
+    dir: tempfile::TempDir,
+}
+
+impl HostArea {
+    pub fn new() -> std::io::Result<HostArea> {
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("roll-tui-host-")
+            .tempdir_in(base)?;
+        Ok(HostArea { dir })
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.safetensors"))
+    }
+
+    /// Write `tensors` to the copy called `name`; returns the bytes of tensor data written.
+    pub fn write(&self, name: &str, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
+        let path = self.path(name);
+        let err = |source| HostCopyError {
+            path: path.clone(),
+            source,
+        };
+        let bytes = tensors
+            .iter()
+            .map(|(_, t)| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+            .sum();
+        let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
+        let partial = path.with_extension("partial");
+        candle_core::safetensors::save(&map, &partial).map_err(err)?;
+        std::fs::rename(&partial, &path).map_err(|e| err(e.into()))?;
+        Ok(bytes)
+    }
+
+    /// Read the copy called `name` back onto `device`.
+    pub fn read(
+        &self,
+        name: &str,
+        device: &Device,
+    ) -> Result<HashMap<String, Tensor>, HostCopyError> {
+        let path = self.path(name);
+        candle_core::safetensors::load(&path, device).map_err(|source| HostCopyError {
+            path: path.clone(),
+            source,
+        })
+    }
+
+    /// Read the copy called `name` into existing variables (every variable must be in it, with its
+    /// shape); returns the bytes restored.
+    pub fn read_into(&self, name: &str, vars: &[(String, Var)]) -> Result<u64, HostCopyError> {
+        let Some((_, first)) = vars.first() else {
+            return Ok(0);
+        };
+        let mut tensors = self.read(name, first.device())?;
+        let path = self.path(name);
+        let err = |source| HostCopyError {
+            path: path.clone(),
+            source,
+        };
+        let mut bytes = 0;
+        for (key, var) in vars {
+            let t = tensors.remove(key).ok_or_else(|| {
+                err(candle_core::Error::Msg(format!(
+                    "tensor '{key}' is missing"
+                )))
+            })?;
+            var.set(&t).map_err(err)?;
+            bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        }
+        Ok(bytes)
+    }
+
+    pub fn remove(&self, name: &str) {
+        // Already gone is fine: the copy is only a cache of state that lives elsewhere.
+        let _ = std::fs::remove_file(self.path(name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tensors_round_trip_into_vars_and_the_area_is_removed_on_drop() {
+        let area = HostArea::new().expect("host area");
+        let dir = area.dir.path().to_path_buf();
+        let dev = Device::Cpu;
+        let a = Var::from_tensor(&Tensor::new(&[1f32, 2., 3.], &dev).expect("t")).expect("v");
+        let b = Var::from_tensor(&Tensor::new(&[[4f32], [5.]], &dev).expect("t")).expect("v");
+        let vars = vec![("a".to_string(), a.clone()), ("b".to_string(), b.clone())];
+        let tensors: Vec<(String, Tensor)> = vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect();
+        assert_eq!(area.write("policy", &tensors).expect("write"), 20);
+        a.set(&Tensor::zeros(3, candle_core::DType::F32, &dev).expect("z"))
+            .expect("set");
+        assert_eq!(area.read_into("policy", &vars).expect("read"), 20);
+        assert_eq!(a.to_vec1::<f32>().expect("a"), [1., 2., 3.]);
+        let missing = vec![("c".to_string(), a)];
+        let e = area.read_into("policy", &missing).expect_err("no c");
+        assert!(e.to_string().contains("tensor 'c' is missing"), "{e}");
+        drop(area);
+        assert!(!dir.exists());
+    }
+}

@@ -1,0 +1,358 @@
+//! Which role sits on which device with how many bytes, and whether that fits.
+//!
+//! A run alternates phases: `generate` (actor_infer) and `train` (actor_train with the reference and
+//! critic it reads). Roles of one phase are resident together; roles of the other phase that share a
+//! device with them are offloaded meanwhile. With asynchronous rollout (α > 0) actor_infer stays
+//! resident through every phase. A placement fits when, in every phase, the resident roles of each
+//! device fit its memory; otherwise it is refused before anything starts, naming device and bytes.
+
+use std::fmt;
+
+use crate::config::{RlConfig, WorkersConfig};
+use crate::model::ModelConfig;
+use crate::model::params::expected_tensors;
+use crate::worker::Role;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Generate,
+    Train,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Generate => "generate",
+            Phase::Train => "train",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One role's share of the devices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoleSlot {
+    pub role: Role,
+    pub devices: Vec<usize>,
+    pub workers: usize,
+    /// Bytes one worker needs (weights, gradients, optimizer moments, KV cache).
+    pub bytes_per_worker: u64,
+}
+
+impl RoleSlot {
+    /// A worker's bytes spread evenly over its devices.
+    pub fn bytes_per_device(&self) -> u64 {
+        let per_worker = (self.devices.len() / self.workers.max(1)).max(1) as u64;
+        self.bytes_per_worker.div_ceil(per_worker)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    pub device_count: usize,
+    pub memory_per_device: u64,
+    pub slots: Vec<RoleSlot>,
+    /// α > 0: actor_infer is resident in every phase.
+    pub async_rollout: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "placement does not fit: device {device} has {} (workers.devices.memory_mb) but phase '{phase}' \
+     needs {} there: {}; give the roles more devices, raise workers.devices.memory_mb, or lower \
+     workers.<role>.memory_mb",
+    mib(*.budget), mib(*.needed), .parts.iter().map(|(r, b)| format!("{r} {}", mib(*b))).collect::<Vec<_>>().join(" + ")
+)]
+pub struct PlacementError {
+    pub device: usize,
+    pub phase: Phase,
+    pub budget: u64,
+    pub needed: u64,
+    pub parts: Vec<(Role, u64)>,
+}
+
+/// Bytes as MiB with one decimal, plus the exact byte count.
+pub fn mib(bytes: u64) -> String {
+    format!(
+        "{:.1} MiB ({bytes} bytes)",
+        bytes as f64 / (1u64 << 20) as f64
+    )
+}
+
+impl Placement {
+    /// Check that every phase fits on every device.
+    pub fn new(
+        device_count: usize,
+        memory_per_device: u64,
+        slots: Vec<RoleSlot>,
+        async_rollout: bool,
+    ) -> Result<Placement, PlacementError> {
+        let p = Placement {
+            device_count,
+            memory_per_device,
+            slots,
+            async_rollout,
+        };
+        for phase in [Phase::Generate, Phase::Train] {
+            for device in 0..device_count {
+                let parts: Vec<(Role, u64)> = p
+                    .phase_roles(phase)
+                    .filter_map(|s| {
+                        s.devices
+                            .contains(&device)
+                            .then(|| (s.role, s.bytes_per_device()))
+                    })
+                    .collect();
+                let needed = parts.iter().map(|(_, b)| b).sum::<u64>();
+                if needed > memory_per_device {
+                    return Err(PlacementError {
+                        device,
+                        phase,
+                        budget: memory_per_device,
+                        needed,
+                        parts,
+                    });
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// The placement a run's config asks for, with footprints estimated from the model's shape
+    /// (or taken from `workers.<role>.memory_mb`).
+    pub fn for_run(
+        workers: &WorkersConfig,
+        rl: &RlConfig,
+        model: &ModelConfig,
+        dtype_bytes: usize,
+    ) -> Result<Placement, PlacementError> {
+        let mut roles = vec![Role::ActorTrain, Role::ActorInfer];
+        if rl.kl.mode != crate::algo::kl::KlMode::None {
+            roles.push(Role::Reference);
+        }
+        if rl.critic.is_some() {
+            roles.push(Role::Critic);
+        }
+        let slots = roles
+            .into_iter()
+            .map(|role| {
+                let cfg = workers.role(role).cloned().unwrap_or_default();
+                let bytes = match cfg.memory_mb {
+                    Some(mb) => (mb * (1u64 << 20) as f64) as u64,
+                    None => estimate_bytes(role, model, dtype_bytes, rl.rollout_batch),
+                };
+                RoleSlot {
+                    role,
+                    devices: workers.device_mapping(role),
+                    workers: cfg.num_workers,
+                    bytes_per_worker: bytes,
+                }
+            })
+            .collect();
+        let budget = match workers.devices.memory_mb {
+            Some(mb) => (mb * (1u64 << 20) as f64) as u64,
+            None => host_memory_bytes() / workers.devices.count.max(1) as u64,
+        };
+        Placement::new(
+            workers.devices.count,
+            budget,
+            slots,
+            rl.async_generation_ratio > 0,
+        )
+    }
+
+    pub fn slot(&self, role: Role) -> Option<&RoleSlot> {
+        self.slots.iter().find(|s| s.role == role)
+    }
+
+    /// Roles resident during `phase`.
+    pub fn phase_roles(&self, phase: Phase) -> impl Iterator<Item = &RoleSlot> {
+        self.slots
+            .iter()
+            .filter(move |s| self.needed_in(s.role, phase))
+    }
+
+    pub fn needed_in(&self, role: Role, phase: Phase) -> bool {
+        match role {
+            Role::ActorInfer => phase == Phase::Generate || self.async_rollout,
+            Role::ActorTrain | Role::Reference | Role::Critic => phase == Phase::Train,
+            Role::Reward | Role::Env => false,
+        }
+    }
+
+    /// Whether two roles share a device (and so time-share it).
+    pub fn colocated(&self, a: Role, b: Role) -> bool {
+        match (self.slot(a), self.slot(b)) {
+            (Some(x), Some(y)) => x.devices.iter().any(|d| y.devices.contains(d)),
+            _ => false,
+        }
+    }
+}
+
+/// Bytes a role's worker holds for a model of this shape: weights; plus gradients and two AdamW
+/// moments for trainable roles; plus a full KV cache of `rollout_batch` sequences for generation.
+/// Activations are not counted (they are transient and small next to these at our batch sizes).
+pub fn estimate_bytes(
+    role: Role,
+    model: &ModelConfig,
+    dtype_bytes: usize,
+    rollout_batch: usize,
+) -> u64 {
+    let params: u64 = expected_tensors(model)
+        .iter()
+        .map(|(_, shape, _)| shape.iter().product::<usize>() as u64)
+        .sum();
+    let weights = params * dtype_bytes as u64;
+    // Gradients in the weights' dtype; AdamW moments in f32.
+    let trainable = weights + weights + 2 * params * 4;
+    match role {
+        Role::ActorTrain => trainable,
+        Role::Critic => trainable + 4 * (model.hidden_size as u64 + 1) * 4,
+        Role::Reference => weights,
+        Role::ActorInfer => {
+            let kv_per_token = 2
+                * model.num_hidden_layers
+                * model.num_key_value_heads
+                * model.head_dim
+                * dtype_bytes;
+            weights + (rollout_batch * model.max_position_embeddings * kv_per_token) as u64
+        }
+        Role::Reward | Role::Env => 0,
+    }
+}
+
+/// This machine's physical memory (`/proc/meminfo`), or 16 GiB where that cannot be read.
+pub fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(16 << 30)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(role: Role, devices: &[usize], mib: u64) -> RoleSlot {
+        RoleSlot {
+            role,
+            devices: devices.to_vec(),
+            workers: 1,
+            bytes_per_worker: mib << 20,
+        }
+    }
+
+    #[test]
+    fn colocated_roles_need_only_the_larger_phase() {
+        // 60 + 30 on device 0 in train, 50 in generate: fits 100 MiB though the sum is 140.
+        let p = Placement::new(
+            1,
+            100 << 20,
+            vec![
+                slot(Role::ActorTrain, &[0], 60),
+                slot(Role::Reference, &[0], 30),
+                slot(Role::ActorInfer, &[0], 50),
+            ],
+            false,
+        )
+        .expect("fits");
+        assert!(p.colocated(Role::ActorTrain, Role::ActorInfer));
+        let train: Vec<Role> = p.phase_roles(Phase::Train).map(|s| s.role).collect();
+        assert_eq!(train, [Role::ActorTrain, Role::Reference]);
+    }
+
+    #[test]
+    fn a_placement_that_cannot_fit_names_device_phase_and_bytes() {
+        let err = Placement::new(
+            2,
+            100 << 20,
+            vec![
+                slot(Role::ActorTrain, &[1], 80),
+                slot(Role::Reference, &[1], 30),
+                slot(Role::ActorInfer, &[0], 50),
+            ],
+            false,
+        )
+        .expect_err("110 MiB on device 1");
+        assert_eq!(
+            (err.device, err.phase, err.needed),
+            (1, Phase::Train, 110 << 20)
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("device 1 has 100.0 MiB (104857600 bytes)"),
+            "{text}"
+        );
+        assert!(text.contains("actor_train 80.0 MiB"), "{text}");
+        assert!(text.contains("reference 30.0 MiB"), "{text}");
+    }
+
+    #[test]
+    fn async_rollout_keeps_actor_infer_resident_while_training() {
+        let slots = vec![
+            slot(Role::ActorTrain, &[0], 60),
+            slot(Role::ActorInfer, &[0], 50),
+        ];
+        assert!(Placement::new(1, 100 << 20, slots.clone(), false).is_ok());
+        let err = Placement::new(1, 100 << 20, slots, true).expect_err("60 + 50 resident");
+        assert_eq!((err.phase, err.needed), (Phase::Train, 110 << 20));
+    }
+
+    #[test]
+    fn a_worker_spread_over_devices_splits_its_bytes() {
+        let s = RoleSlot {
+            role: Role::ActorInfer,
+            devices: vec![0, 1, 2, 3],
+            workers: 2,
+            bytes_per_worker: 101,
+        };
+        assert_eq!(s.bytes_per_device(), 51);
+    }
+
+    #[test]
+    fn estimates_follow_the_model_shape() {
+        let cfg = ModelConfig {
+            arch: crate::model::Arch::Qwen2,
+            vocab_size: 24,
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            head_dim: 16,
+            rope_theta: 10_000.0,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings: true,
+            max_position_embeddings: 256,
+            bos_token_id: Some(1),
+            eos_token_ids: vec![2],
+            torch_dtype: "float32".into(),
+        };
+        let params: u64 = expected_tensors(&cfg)
+            .iter()
+            .map(|(_, s, _)| s.iter().product::<usize>() as u64)
+            .sum();
+        assert_eq!(estimate_bytes(Role::Reference, &cfg, 4, 8), params * 4);
+        assert_eq!(estimate_bytes(Role::ActorTrain, &cfg, 4, 8), params * 16);
+        let kv = 8
+            * cfg.max_position_embeddings
+            * 2
+            * cfg.num_hidden_layers
+            * cfg.num_key_value_heads
+            * cfg.head_dim
+            * 4;
+        assert_eq!(
+            estimate_bytes(Role::ActorInfer, &cfg, 4, 8),
+            params * 4 + kv as u64
+        );
+    }
+}
