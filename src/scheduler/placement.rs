@@ -102,11 +102,8 @@ impl Placement {
             for device in 0..device_count {
                 let parts: Vec<(Role, u64)> = p
                     .phase_roles(phase)
-                    .filter_map(|s| {
-                        s.devices
-                            .contains(&device)
-                            .then(|| (s.role, s.bytes_per_device()))
-                    })
+                    .filter(|s| s.devices.contains(&device))
+                    .map(|s| (s.role, s.bytes_per_device()))
                     .collect();
                 let needed = parts.iter().map(|(_, b)| b).sum::<u64>();
                 if needed > memory_per_device {
