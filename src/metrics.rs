@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::scheduler::{Direction, Transfer};
+
 /// Metric values of one step, by stable key.
 pub type Metrics = BTreeMap<String, f64>;
 
@@ -103,8 +105,29 @@ pub trait MetricSink {
     fn message(&mut self, text: &str) -> Result<(), SinkError>;
     /// A worker process event; `worker` names it (`reward-0`).
     fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError>;
+    /// A role's state moved between its devices and host memory (time-sharing).
+    fn transfer(&mut self, transfer: &Transfer) -> Result<(), SinkError>;
     /// Make everything recorded so far durable.
     fn flush(&mut self) -> Result<(), SinkError>;
+}
+
+/// The store event of a transfer: kind, worker (the role), devices ("0,1"), bytes and seconds.
+pub fn transfer_parts(t: &Transfer) -> (Direction, String, String, String) {
+    let devices = t
+        .devices
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let message = format!(
+        "{} {} {} bytes in {:.3} s (phase {})",
+        t.direction.as_str(),
+        t.role,
+        t.bytes,
+        t.seconds,
+        t.phase
+    );
+    (t.direction, t.role.to_string(), devices, message)
 }
 
 /// Keeps everything in memory (tests, library use without a store).
@@ -115,6 +138,7 @@ pub struct MemorySink {
     pub checkpoints: Vec<CheckpointRecord>,
     pub messages: Vec<String>,
     pub worker_notices: Vec<(String, WorkerNotice, String)>,
+    pub transfers: Vec<Transfer>,
 }
 
 impl MemorySink {
@@ -152,6 +176,11 @@ impl MetricSink for MemorySink {
     fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError> {
         self.worker_notices
             .push((worker.into(), notice, text.into()));
+        Ok(())
+    }
+
+    fn transfer(&mut self, transfer: &Transfer) -> Result<(), SinkError> {
+        self.transfers.push(transfer.clone());
         Ok(())
     }
 

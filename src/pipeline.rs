@@ -8,10 +8,15 @@
 //! numbers an uninterrupted run would have.
 
 pub mod reward_pool;
+mod rl_learner;
+mod rl_metrics;
 pub mod rl_update;
 pub mod rlvr;
+mod rollout_loop;
+mod score_link;
 pub mod setup;
 pub mod sft;
+mod time_sharing;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -352,6 +357,8 @@ pub fn run(
         None => setup::load_policy(cfg)?,
     };
     let data = setup::load_domains(cfg, &model)?;
+    // Refuse a placement that cannot fit before any stage spends time.
+    rlvr::placement_for(cfg, &model)?;
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
     let resuming_rl = resume.is_some_and(|r| r.state.stage == "rl");
     if let Some(sft_cfg) = cfg.sft.as_ref().filter(|_| !resuming_rl) {

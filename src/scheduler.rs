@@ -9,6 +9,7 @@ pub mod host_copy;
 pub mod ledger;
 pub mod placement;
 pub mod rollout;
+pub mod sim;
 
 pub use ledger::{Direction, Ledger, Transfer};
 pub use placement::{Phase, Placement, PlacementError};

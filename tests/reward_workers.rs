@@ -88,7 +88,10 @@ fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
         .arg(&pooled)
         .args(["run", "--quiet"])
         .arg(config(dir.path(), "b"))
-        .args(["workers.reward.mode=process", "workers.reward.count=2"])
+        .args([
+            "workers.reward.mode=process",
+            "workers.reward.num_workers=2",
+        ])
         .output()
         .unwrap());
     assert_eq!(
@@ -110,7 +113,7 @@ fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
         "run",
         cfg.to_str().unwrap(),
         "workers.reward.mode=process",
-        "workers.reward.count=2",
+        "workers.reward.num_workers=2",
     ];
     let (mut child, lines) = spawn_until(&killed, args, "rl      2/");
     let workers = reward_workers_of(child.id());

@@ -61,7 +61,6 @@ pub enum PlacementMode {
 #[serde(deny_unknown_fields, default)]
 pub struct RolePlacement {
     pub mode: PlacementMode,
-    #[serde(alias = "count")]
     pub num_workers: usize,
     /// Device indices this role's workers use, split evenly among them; unset = `[0]` for the model
     /// roles (everything colocated on device 0), none for reward.

@@ -151,6 +151,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
 }
 
 /// Text to token ids for prompts and answers, with the chat template when configured.
+#[derive(Clone, Copy)]
 pub struct Tokenizing<'a> {
     pub model: &'a LoadedModel,
     pub chat_template: bool,

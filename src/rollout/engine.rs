@@ -105,6 +105,25 @@ impl<'a> Engine<'a> {
         self.queue.len()
     }
 
+    /// Cancel every queued or running request whose id satisfies `cancel` (early stop, stale
+    /// groups); returns how many were cancelled. Their slots are free at the next step.
+    pub fn abort(&mut self, cancel: impl Fn(u64) -> bool) -> Result<usize> {
+        let queued = self.queue.len();
+        self.queue.retain(|r| !cancel(r.id));
+        let mut cancelled = queued - self.queue.len();
+        let keep: Vec<usize> = (0..self.running.len())
+            .filter(|&i| !cancel(self.running[i].req.id))
+            .collect();
+        if keep.len() < self.running.len() {
+            cancelled += self.running.len() - keep.len();
+            self.cache.retain_rows(&keep)?;
+            self.cache.trim_left()?;
+            let mut slots: Vec<Option<Running>> = self.running.drain(..).map(Some).collect();
+            self.running = keep.iter().filter_map(|&i| slots[i].take()).collect();
+        }
+        Ok(cancelled)
+    }
+
     /// Admit queued requests into free slots, decode one token for every running sequence, and return
     /// the sequences that finished during this step.
     pub fn step(&mut self) -> Result<Vec<Completion>> {

@@ -30,6 +30,8 @@ pub struct RolloutPolicy {
 /// A complete, kept group.
 #[derive(Debug, Clone)]
 pub struct ReadyGroup<P, S> {
+    /// Groups are numbered in dispatch order.
+    pub id: u64,
     pub prompt: P,
     pub version: usize,
     pub samples: Vec<S>,
@@ -49,8 +51,10 @@ pub struct RolloutStats {
     pub staleness_sum: usize,
     pub staleness_max: usize,
     pub batch_samples: usize,
-    /// Every finished group, kept or filtered, with its rewards (for rollout metrics).
+    /// Every group that finished, kept or filtered.
     pub finished_groups: usize,
+    /// Finished groups whose rewards were all equal (filtered or not).
+    pub flat_groups: usize,
 }
 
 struct InFlight<P, S> {
@@ -152,24 +156,31 @@ impl<P, S> SampleScheduler<P, S> {
         if g.samples.iter().all(Option::is_some)
             && let Some(g) = self.in_flight.remove(&group)
         {
-            self.complete(g);
+            self.complete(group, g);
         }
         true
     }
 
-    fn complete(&mut self, g: InFlight<P, S>) {
+    fn complete(&mut self, id: u64, g: InFlight<P, S>) {
         self.stats.finished_groups += 1;
         let (samples, rewards): (Vec<S>, Vec<f32>) = g.samples.into_iter().flatten().unzip();
         let flat = rewards.iter().all(|r| (r - rewards[0]).abs() <= 1e-6);
+        self.stats.flat_groups += usize::from(flat);
         if self.policy.filter_flat && flat {
             self.stats.filtered_groups += 1;
             return;
         }
         self.ready.push_back(ReadyGroup {
+            id,
             prompt: g.prompt,
             version: g.version,
             samples,
         });
+    }
+
+    /// The prompt of a group in flight (`None` once it completed or was aborted).
+    pub fn prompt(&self, group: u64) -> Option<&P> {
+        self.in_flight.get(&group).map(|g| &g.prompt)
     }
 
     /// Indices of `group` not delivered yet (to resubmit after a worker died), empty when unknown.
@@ -187,14 +198,25 @@ impl<P, S> SampleScheduler<P, S> {
         if self.ready.len() < self.policy.prompts_per_step {
             return None;
         }
-        let batch: Vec<_> = self.ready.drain(..self.policy.prompts_per_step).collect();
+        Some(self.take(self.policy.prompts_per_step))
+    }
+
+    /// Whatever usable groups are ready, up to a batch (when the dispatch quota ran out before a
+    /// full batch was collected).
+    pub fn take_ready(&mut self) -> Vec<ReadyGroup<P, S>> {
+        self.drop_stale_ready();
+        self.take(self.ready.len().min(self.policy.prompts_per_step))
+    }
+
+    fn take(&mut self, n: usize) -> Vec<ReadyGroup<P, S>> {
+        let batch: Vec<_> = self.ready.drain(..n).collect();
         for g in &batch {
             let staleness = self.version - g.version.min(self.version);
             self.stats.staleness_sum += staleness * g.samples.len();
             self.stats.staleness_max = self.stats.staleness_max.max(staleness);
             self.stats.batch_samples += g.samples.len();
         }
-        Some(batch)
+        batch
     }
 
     fn drop_stale_ready(&mut self) {

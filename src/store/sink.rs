@@ -2,7 +2,9 @@
 
 use crate::metrics::{
     CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNotice,
+    transfer_parts,
 };
+use crate::scheduler::{Direction, Transfer};
 
 use super::RunId;
 use super::records::{EventKind, EventRecord};
@@ -80,6 +82,24 @@ impl MetricSink for StoreSink {
         let event = EventRecord {
             worker: Some(worker.into()),
             ..EventRecord::message(kind, text)
+        };
+        self.writer
+            .event_blocking(Some(self.run), event)
+            .map_err(sink_err)
+    }
+
+    fn transfer(&mut self, transfer: &Transfer) -> Result<(), SinkError> {
+        let (direction, role, devices, message) = transfer_parts(transfer);
+        let kind = match direction {
+            Direction::Offload => EventKind::Offload,
+            Direction::Reload => EventKind::Reload,
+        };
+        let event = EventRecord {
+            worker: Some(role),
+            device: Some(devices),
+            bytes: Some(transfer.bytes),
+            duration_s: Some(transfer.seconds),
+            ..EventRecord::message(kind, message)
         };
         self.writer
             .event_blocking(Some(self.run), event)

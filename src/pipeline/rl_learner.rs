@@ -1,0 +1,262 @@
+//! The training side of the RL stage (actor_train with its reference and critic): set up or resume
+//! its state, turn a step's rollout into an update, record the step's samples and checkpoint.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::rl_metrics::rollout_metrics;
+use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
+use super::rollout_loop::{Sample, StepRollout};
+use super::time_sharing::{Roles, TimeSharing};
+use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
+use crate::algo::kl::{KlController, KlMode};
+use crate::algo::normalize::RunningStats;
+use crate::config::RlConfig;
+use crate::data::mix::DomainMixer;
+use crate::metrics::{Metrics, SampleRecord};
+use crate::model::{LoadedModel, Transformer};
+use crate::rollout::FinishReason;
+use crate::scheduler::Phase;
+use crate::train::checkpoint::{RlResumeState, load_moments, load_trainer_state, load_vars};
+use crate::train::{AdamW, ValueHead};
+
+pub(super) struct Learner<'m> {
+    pub model: &'m LoadedModel,
+    pub opt: AdamW,
+    pub reference: Option<Transformer>,
+    pub critic: Option<Critic>,
+    pub kl_ctl: KlController,
+    pub running: RunningStats,
+    /// The first step this process runs (after a resume, the one after the checkpoint).
+    pub first_step: usize,
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+/// A frozen copy of the policy's weights (reference, critic trunk, actor_infer replica).
+pub(super) fn copy_of(model: &LoadedModel) -> Result<Transformer, PipelineError> {
+    let params = model
+        .transformer
+        .params()
+        .deep_clone()
+        .during("copying the policy")?;
+    Transformer::new(model.config().clone(), params).during("copying the policy")
+}
+
+impl<'m> Learner<'m> {
+    pub fn new(
+        ctx: &RunContext<'_>,
+        cfg: &RlConfig,
+        model: &'m LoadedModel,
+        resume: Option<&Resume>,
+        mixer: &mut DomainMixer,
+    ) -> Result<Learner<'m>, PipelineError> {
+        let updates_per_step = cfg.ppo_epochs * cfg.mini_batches;
+        let vars: Vec<_> = model.transformer.params().named_vars();
+        let mut opt = AdamW::new(vars, cfg.optimizer.clone(), cfg.steps * updates_per_step)
+            .during("rl optimizer setup")?;
+        // The reference is the policy as the stage began; a resumed stage reloads it from disk.
+        let reference = match (cfg.kl.mode != KlMode::None, resume) {
+            (false, _) => None,
+            (true, None) => Some(copy_of(model)?),
+            (true, Some(_)) => Some(super::setup::rl_start_policy(ctx.cfg)?.transformer),
+        };
+        let mut critic = match (&cfg.critic, needs_critic(cfg.adv_estimator)) {
+            (Some(c), true) => {
+                let net = copy_of(model)?;
+                let head = ValueHead::new(model.config().hidden_size, model.transformer.device())
+                    .during("value head")?;
+                let mut vars: Vec<_> = net.params().named_vars();
+                vars.extend(head.vars());
+                let opt = AdamW::new(vars, c.optimizer.clone(), cfg.steps * updates_per_step)
+                    .during("critic optimizer")?;
+                Some(Critic {
+                    model: net,
+                    head,
+                    opt,
+                })
+            }
+            _ => None,
+        };
+        let mut kl_ctl = KlController::new(
+            cfg.kl.controller,
+            cfg.kl.coef,
+            cfg.kl.target,
+            cfg.kl.horizon,
+        );
+        let mut running = RunningStats::new();
+        let mut first_step = 1;
+        if let Some(r) = resume {
+            let device = model.transformer.device();
+            let (_, moments) = load_trainer_state(&r.dir, device)?;
+            opt.restore(r.state.optimizer_steps, &moments)
+                .during("restoring the rl optimizer")?;
+            if let Some(m) = &r.state.mixer {
+                mixer.restore(m)?;
+            }
+            let rl = r.state.rl.as_ref().ok_or_else(|| {
+                PipelineError::Setup(format!("checkpoint '{}' has no RL state", r.dir.display()))
+            })?;
+            kl_ctl.set_coef(rl.kl_coef);
+            running = rl.running_reward.clone();
+            if let Some(c) = critic.as_mut() {
+                let mut vars = c.model.params().named_vars();
+                vars.extend(c.head.vars());
+                load_vars(&vars, &r.dir.join("critic.safetensors"))?;
+                let moments = load_moments(&r.dir.join("critic_optimizer.safetensors"), device)?;
+                c.opt
+                    .restore(rl.critic_optimizer_steps.unwrap_or(0), &moments)
+                    .during("restoring the critic optimizer")?;
+            }
+            first_step = r.state.step + 1;
+        }
+        Ok(Learner {
+            model,
+            opt,
+            reference,
+            critic,
+            kl_ctl,
+            running,
+            first_step,
+            last_checkpoint: None,
+        })
+    }
+
+    /// The roles the ledger moves, with `infer` as actor_infer.
+    pub fn roles<'r>(&'r mut self, infer: &'r Transformer) -> Roles<'r> {
+        Roles {
+            policy: self.model,
+            opt: &mut self.opt,
+            infer,
+            reference: self.reference.as_ref(),
+            critic: self.critic.as_mut(),
+        }
+    }
+
+    /// Train step `step` on `out`, record its metrics and samples, sync the new weights to
+    /// actor_infer, and checkpoint when due. Returns true when the stage must stop now.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &mut self,
+        ctx: &mut RunContext<'_>,
+        cfg: &RlConfig,
+        sharing: &mut TimeSharing,
+        infer: &Transformer,
+        step: usize,
+        out: StepRollout,
+        mut m: Metrics,
+        t_step: Instant,
+    ) -> Result<bool, PipelineError> {
+        super::reward_pool::report_workers(ctx, out.worker_events.clone())?;
+        if ctx.cfg.workers.reward.mode == crate::config::PlacementMode::Process {
+            m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
+        }
+        rollout_metrics(&mut m, &out);
+        sharing.enter(Phase::Train, &mut self.roles(infer), ctx, &mut m)?;
+        // Groups in the order they were dispatched: the batch does not depend on finishing order.
+        let mut groups = out.groups;
+        groups.sort_by_key(|g| g.id);
+        let flat: Vec<(&super::rollout_loop::Prompt, &Sample, usize)> = groups
+            .iter()
+            .flat_map(|g| g.samples.iter().map(move |s| (&g.prompt, s, g.version)))
+            .collect();
+        let mut advantages = vec![0f32; flat.len()];
+        if !flat.is_empty() {
+            let batch = RlBatch {
+                prompts: flat.iter().map(|(p, _, _)| p.prompt_ids.clone()).collect(),
+                responses: flat
+                    .iter()
+                    .map(|(_, s, _)| s.completion.token_ids.clone())
+                    .collect(),
+                gen_logprobs: flat
+                    .iter()
+                    .map(|(_, s, _)| s.completion.logprobs.clone())
+                    .collect(),
+                rewards: flat.iter().map(|(_, s, _)| s.outcome.score).collect(),
+                truncated: flat
+                    .iter()
+                    .map(|(_, s, _)| s.completion.finish == FinishReason::Length)
+                    .collect(),
+                correct: flat
+                    .iter()
+                    .map(|(_, s, _)| f32::from(u8::from(s.outcome.correct)))
+                    .collect(),
+                group_size: cfg.group_size,
+            };
+            let state = UpdateState {
+                opt: &mut self.opt,
+                reference: self.reference.as_ref(),
+                critic: self.critic.as_mut(),
+                kl_ctl: &mut self.kl_ctl,
+                running: &mut self.running,
+                seed: mix_seed(&[ctx.cfg.seed, 4, step as u64]),
+            };
+            let up = update(cfg, self.model, state, &batch)?;
+            advantages = up.sample_advantages;
+            m.extend(up.metrics);
+        } else {
+            ctx.warn(format!(
+                "rl step {step}: every group had equal rewards; no update"
+            ))?;
+        }
+        let sync = sharing.sync_weights(&self.roles(infer))?;
+        m.insert("time/weight_sync".into(), sync);
+        m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
+        let samples: Vec<SampleRecord> = flat
+            .iter()
+            .zip(&advantages)
+            .map(|((p, s, version), a)| sample_record(step, p, s, *version, *a))
+            .collect();
+        ctx.record_samples(&samples)?;
+        ctx.record_step("rl", step, cfg.steps, m)?;
+        let (kl_coef, running) = (self.kl_ctl.coef(), self.running.clone());
+        let critic = self.critic.as_ref();
+        let extras = || CheckpointExtras {
+            mixer: out.mixer,
+            rl: Some(RlResumeState {
+                kl_coef,
+                running_reward: running,
+                critic_optimizer_steps: critic.map(|c| c.opt.steps_taken()),
+            }),
+            critic,
+        };
+        ctx.after_step(
+            self.model,
+            &self.opt,
+            "rl",
+            (step, cfg.steps),
+            &mut self.last_checkpoint,
+            extras,
+        )
+    }
+}
+
+fn sample_record(
+    step: usize,
+    p: &super::rollout_loop::Prompt,
+    s: &Sample,
+    version: usize,
+    advantage: f32,
+) -> SampleRecord {
+    SampleRecord {
+        step,
+        domain: p.example.domain.clone(),
+        prompt: p.example.prompt.clone(),
+        response: s.text.clone(),
+        ground_truth: p.example.ground_truth.clone(),
+        reward: s.outcome.score,
+        correct: s.outcome.correct,
+        breakdown: [
+            ("correct", s.outcome.correct),
+            ("format_ok", s.outcome.format_ok),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), f64::from(u8::from(v))))
+        .collect(),
+        advantage,
+        stage: "rl".into(),
+        prompt_tokens: p.prompt_ids.len(),
+        response_tokens: s.completion.token_ids.len(),
+        finish_reason: format!("{:?}", s.completion.finish).to_lowercase(),
+        policy_version: version,
+    }
+}

@@ -1,0 +1,135 @@
+//! The rollout's path to reward scoring. In-process rewards are scored on the spot; a pool of reward
+//! worker processes is driven from its own thread, so the samples that finished at one decode step
+//! are scored while the next step decodes. Results come back in the order the batches were sent,
+//! and the rollout collects each batch before its next dispatch decision, which keeps a run's
+//! choices independent of timing.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::PipelineError;
+use super::reward_pool::RewardScorer;
+use crate::metrics::WorkerNotice;
+use crate::reward::RewardOutcome;
+use crate::worker::ScoreItem;
+
+type WorkerEvents = Vec<(String, WorkerNotice, String)>;
+
+/// One scored batch: outcomes in order, seconds spent, worker events, restarts so far.
+pub(super) struct Scored {
+    outcomes: Result<Vec<RewardOutcome>, String>,
+    seconds: f64,
+    events: WorkerEvents,
+    restarts: usize,
+}
+
+pub(super) enum ScoreLink {
+    Inline {
+        scorer: RewardScorer,
+        ready: Option<Scored>,
+    },
+    Thread {
+        tx: Option<mpsc::Sender<Vec<ScoreItem>>>,
+        rx: mpsc::Receiver<Scored>,
+        handle: Option<JoinHandle<WorkerEvents>>,
+    },
+}
+
+/// What [`ScoreLink::recv`] hands back besides the outcomes.
+#[derive(Default)]
+pub(super) struct ScoreReport {
+    pub seconds: f64,
+    pub events: WorkerEvents,
+    pub restarts: usize,
+}
+
+impl ScoreLink {
+    pub fn start(scorer: RewardScorer) -> Result<ScoreLink, PipelineError> {
+        if let RewardScorer::InProcess = scorer {
+            return Ok(ScoreLink::Inline {
+                scorer,
+                ready: None,
+            });
+        }
+        let (tx, jobs) = mpsc::channel::<Vec<ScoreItem>>();
+        let (done, rx) = mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("roll-reward-link".into())
+            .spawn(move || {
+                let mut scorer = scorer;
+                for items in jobs {
+                    let scored = score(&mut scorer, items);
+                    if done.send(scored).is_err() {
+                        break;
+                    }
+                }
+                scorer.shutdown()
+            })
+            .map_err(|e| PipelineError::Setup(format!("starting the reward thread: {e}")))?;
+        Ok(ScoreLink::Thread {
+            tx: Some(tx),
+            rx,
+            handle: Some(handle),
+        })
+    }
+
+    /// Send one batch for scoring; collect it with [`ScoreLink::recv`] before sending the next.
+    pub fn send(&mut self, items: Vec<ScoreItem>) -> Result<(), PipelineError> {
+        match self {
+            ScoreLink::Inline { scorer, ready } => {
+                *ready = Some(score(scorer, items));
+                Ok(())
+            }
+            ScoreLink::Thread { tx, .. } => tx
+                .as_ref()
+                .and_then(|tx| tx.send(items).ok())
+                .ok_or_else(|| PipelineError::Setup("the reward thread has stopped".into())),
+        }
+    }
+
+    /// The outcomes of the batch sent last, in order.
+    pub fn recv(&mut self) -> Result<(Vec<RewardOutcome>, ScoreReport), PipelineError> {
+        let scored = match self {
+            ScoreLink::Inline { ready, .. } => ready.take(),
+            ScoreLink::Thread { rx, .. } => rx.recv().ok(),
+        }
+        .ok_or_else(|| PipelineError::Setup("the reward thread has stopped".into()))?;
+        let outcomes = scored.outcomes.map_err(PipelineError::Setup)?;
+        Ok((
+            outcomes,
+            ScoreReport {
+                seconds: scored.seconds,
+                events: scored.events,
+                restarts: scored.restarts,
+            },
+        ))
+    }
+
+    /// Stop scoring; returns the worker events not reported yet (exits included).
+    pub fn shutdown(self) -> WorkerEvents {
+        match self {
+            ScoreLink::Inline { scorer, .. } => scorer.shutdown(),
+            ScoreLink::Thread {
+                mut tx, mut handle, ..
+            } => {
+                drop(tx.take());
+                handle
+                    .take()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_default()
+            }
+        }
+    }
+}
+
+fn score(scorer: &mut RewardScorer, items: Vec<ScoreItem>) -> Scored {
+    let t0 = Instant::now();
+    let outcomes = scorer.score(items).map_err(|e| e.to_string());
+    Scored {
+        outcomes,
+        seconds: t0.elapsed().as_secs_f64(),
+        events: scorer.drain_events(),
+        restarts: scorer.restarts(),
+    }
+}

@@ -1,0 +1,212 @@
+//! Time-sharing the devices between the RL roles: before each phase the ledger orders offloads and
+//! reloads, which copy a role's tensors (weights, and for trainable roles the AdamW moments) to its
+//! host copy and back; weight sync moves the trained policy to actor_infer.
+//!
+//! On CPU, device and host memory are the same RAM, so an offloaded role's tensors stay allocated:
+//! the copies are real (and timed), the virtual devices' budgets are enforced by the placement check
+//! and the ledger, and a reload really restores the state from the host copy. Freeing device memory
+//! is what the CUDA backend adds.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use super::rl_update::Critic;
+use super::{PipelineError, RunContext, TensorContext};
+use crate::metrics::Metrics;
+use crate::model::{LoadedModel, Transformer};
+use crate::scheduler::host_copy::{HostArea, HostCopyError};
+use crate::scheduler::{Direction, Ledger, Phase, Placement};
+use crate::train::AdamW;
+use crate::worker::Role;
+
+/// The in-process roles whose state the ledger moves.
+pub(super) struct Roles<'a> {
+    pub policy: &'a LoadedModel,
+    pub opt: &'a mut AdamW,
+    pub infer: &'a Transformer,
+    pub reference: Option<&'a Transformer>,
+    pub critic: Option<&'a mut Critic>,
+}
+
+pub(super) struct TimeSharing {
+    ledger: Ledger,
+    area: HostArea,
+    /// Roles whose host copy holds their current state.
+    offloaded: HashSet<Role>,
+}
+
+fn copy_err(e: HostCopyError) -> PipelineError {
+    PipelineError::Setup(e.to_string())
+}
+
+impl TimeSharing {
+    pub fn new(placement: Placement) -> Result<TimeSharing, PipelineError> {
+        let area = HostArea::new().map_err(|e| {
+            PipelineError::Setup(format!("creating the host-memory area for offloads: {e}"))
+        })?;
+        Ok(TimeSharing {
+            ledger: Ledger::new(placement),
+            area,
+            offloaded: HashSet::new(),
+        })
+    }
+
+    /// Bring the roles of `phase` onto their devices; every move is recorded as an event and its
+    /// seconds are added to `time/offload` and `time/reload`.
+    pub fn enter(
+        &mut self,
+        phase: Phase,
+        roles: &mut Roles<'_>,
+        ctx: &mut RunContext<'_>,
+        m: &mut Metrics,
+    ) -> Result<(), PipelineError> {
+        let (area, offloaded) = (&self.area, &mut self.offloaded);
+        let transfers = self
+            .ledger
+            .enter(phase, |role, direction| match direction {
+                Direction::Offload => {
+                    let bytes = area
+                        .write(role.as_str(), &role_tensors(role, roles)?)
+                        .map_err(copy_err)?;
+                    offloaded.insert(role);
+                    Ok(bytes)
+                }
+                // A role that was never offloaded is already where it was built.
+                Direction::Reload if !offloaded.remove(&role) => Ok(0),
+                Direction::Reload => restore(area, role, roles),
+            })?;
+        for t in &transfers {
+            ctx.sink.transfer(t)?;
+            *m.entry(format!("time/{}", t.direction.as_str()))
+                .or_default() += t.seconds;
+        }
+        Ok(())
+    }
+
+    /// Send the trained weights to actor_infer: straight into its tensors when it is on its devices,
+    /// into its host copy when it is offloaded (its next reload brings the new version). Returns
+    /// seconds spent.
+    pub fn sync_weights(&self, roles: &Roles<'_>) -> Result<f64, PipelineError> {
+        let t0 = Instant::now();
+        if self.offloaded.contains(&Role::ActorInfer) {
+            let tensors = named(&roles.policy.transformer);
+            self.area
+                .write(Role::ActorInfer.as_str(), &tensors)
+                .map_err(copy_err)?;
+        } else {
+            roles
+                .infer
+                .params()
+                .copy_from(roles.policy.transformer.params())
+                .during("weight sync")?;
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    }
+}
+
+fn named(model: &Transformer) -> Vec<(String, Tensor)> {
+    model
+        .params()
+        .named_vars()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().clone()))
+        .collect()
+}
+
+fn with_moments(mut tensors: Vec<(String, Tensor)>, opt: &AdamW) -> Vec<(String, Tensor)> {
+    for (name, m, v) in opt.state().1 {
+        tensors.push((format!("adam_m.{name}"), m));
+        tensors.push((format!("adam_v.{name}"), v));
+    }
+    tensors
+}
+
+fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, PipelineError> {
+    Ok(match role {
+        Role::ActorTrain => with_moments(named(&r.policy.transformer), r.opt),
+        Role::ActorInfer => named(r.infer),
+        Role::Reference => r.reference.map(named).unwrap_or_default(),
+        Role::Critic => match r.critic.as_deref() {
+            Some(c) => {
+                let mut t = named(&c.model);
+                t.extend(
+                    c.head
+                        .vars()
+                        .into_iter()
+                        .map(|(n, v)| (n, v.as_tensor().clone())),
+                );
+                with_moments(t, &c.opt)
+            }
+            None => vec![],
+        },
+        Role::Reward | Role::Env => vec![],
+    })
+}
+
+fn restore(area: &HostArea, role: Role, r: &mut Roles<'_>) -> Result<u64, PipelineError> {
+    let model_vars = |t: &Transformer| t.params().named_vars();
+    match role {
+        Role::ActorTrain => {
+            let vars = model_vars(&r.policy.transformer);
+            restore_trainable(area, role, &vars, r.opt)
+        }
+        Role::ActorInfer => area
+            .read_into(role.as_str(), &model_vars(r.infer))
+            .map_err(copy_err),
+        Role::Reference => match r.reference {
+            Some(t) => area
+                .read_into(role.as_str(), &model_vars(t))
+                .map_err(copy_err),
+            None => Ok(0),
+        },
+        Role::Critic => match r.critic.as_deref_mut() {
+            Some(c) => {
+                let mut vars = model_vars(&c.model);
+                vars.extend(c.head.vars());
+                restore_trainable(area, role, &vars, &mut c.opt)
+            }
+            None => Ok(0),
+        },
+        Role::Reward | Role::Env => Ok(0),
+    }
+}
+
+fn restore_trainable(
+    area: &HostArea,
+    role: Role,
+    vars: &[(String, candle_core::Var)],
+    opt: &mut AdamW,
+) -> Result<u64, PipelineError> {
+    let device = vars
+        .first()
+        .map(|(_, v)| v.device().clone())
+        .unwrap_or(candle_core::Device::Cpu);
+    let mut tensors = area.read(role.as_str(), &device).map_err(copy_err)?;
+    let missing =
+        |what: &str| PipelineError::Setup(format!("host copy of {role}: {what} is missing"));
+    let mut bytes = 0;
+    for (name, var) in vars {
+        let t = tensors
+            .remove(name)
+            .ok_or_else(|| missing(&format!("tensor '{name}'")))?;
+        var.set(&t).during("reloading weights")?;
+        bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+    }
+    let mut moments = BTreeMap::new();
+    for (name, _) in opt.vars() {
+        let (Some(m), Some(v)) = (
+            tensors.remove(&format!("adam_m.{name}")),
+            tensors.remove(&format!("adam_v.{name}")),
+        ) else {
+            return Err(missing(&format!("the optimizer moments of '{name}'")));
+        };
+        bytes += ((m.elem_count() + v.elem_count()) * 4) as u64;
+        moments.insert(name.clone(), (m, v));
+    }
+    let steps = opt.steps_taken();
+    opt.restore(steps, &moments)
+        .during("restoring optimizer moments")?;
+    Ok(bytes)
+}
