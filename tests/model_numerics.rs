@@ -230,3 +230,58 @@ fn bfloat16_models_run_and_stay_close_to_float32() {
     let out = generate(&m16.transformer, &[], vec![req], 1, None).unwrap();
     assert_eq!(out[0].token_ids.len(), 4);
 }
+
+#[test]
+fn aborting_requests_mid_generation_keeps_the_others_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    let m = &model.transformer;
+    let params = SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 8,
+        ..Default::default()
+    };
+    let mut engine = roll::rollout::Engine::new(m, vec![], 3);
+    for i in 0..6u64 {
+        engine.submit(Request {
+            id: i,
+            prompt_ids: (0..(2 + i as u32 % 3))
+                .map(|k| 3 + (k + i as u32) % 18)
+                .collect(),
+            params: params.clone(),
+            seed: 7 + i,
+        });
+    }
+    // Requests 0-2 are decoding, 3-5 queued: cancel one of each.
+    let mut done = engine.step().unwrap();
+    done.extend(engine.step().unwrap());
+    assert!(
+        done.is_empty(),
+        "no EOS ids: nothing finishes before 8 tokens"
+    );
+    assert_eq!(engine.abort(|id| id == 1 || id == 4).unwrap(), 2);
+    assert_eq!((engine.running(), engine.queued()), (2, 2));
+    let out = engine.run_to_completion().unwrap();
+    let mut ids: Vec<u64> = out.iter().map(|c| c.id).collect();
+    ids.sort();
+    assert_eq!(ids, [0, 2, 3, 5]);
+    // The survivors' KV-cache rows stayed with them: generation log-probs equal training ones.
+    let pairs: Vec<(&[u32], &[u32])> = out
+        .iter()
+        .map(|c| (c.prompt_ids.as_slice(), c.token_ids.as_slice()))
+        .collect();
+    let batch =
+        TrainBatch::new(&pairs, model.pad_id, m.config().kv_groups(), &Device::Cpu).unwrap();
+    let (logp, _) = response_forward(m, &batch, 1.0, Numerics::Differentiable, false).unwrap();
+    let logp = logp.to_vec2::<f32>().unwrap();
+    for (row, c) in out.iter().enumerate() {
+        assert_eq!(c.token_ids.len(), 8);
+        for (k, lp) in c.logprobs.iter().enumerate() {
+            assert!(
+                (logp[row][k] - lp).abs() <= 1e-4,
+                "request {} token {k}",
+                c.id
+            );
+        }
+    }
+}

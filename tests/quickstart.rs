@@ -1,9 +1,12 @@
-//! A shortened quickstart (the experiment file itself, with fewer GRPO steps) must still learn: the
-//! mean reward of the last 10 GRPO steps exceeds that of the first 10 by at least 0.1.
+//! The quickstart through the scheduler must still learn, whichever way the roles are placed: its SFT
+//! stage runs once, then a shortened GRPO stage (40 of 150 steps) starts from the SFT checkpoint with
+//! colocated roles (α = 0, time-sharing device 0), separate roles (α = 0), and separate roles with
+//! asynchronous rollout (α = 2). In each, the mean reward of the last 10 GRPO steps exceeds that of the
+//! first 10 by at least 0.1.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -11,33 +14,74 @@ use roll::config::RunConfig;
 use roll::metrics::MemorySink;
 use roll::pipeline::{RunStatus, Silent, run};
 
-/// The quickstart's own model, data and SFT; only the GRPO stage is shortened (40 of 150 steps).
 const RL_STEPS: usize = 40;
 
-#[test]
-fn shortened_quickstart_raises_reward() {
-    let dir = tempfile::tempdir().unwrap();
-    let overrides = [
+fn quickstart(out: &Path, overrides: &[&str]) -> RunConfig {
+    let mut all = vec![
         format!("rl.steps={RL_STEPS}"),
-        format!("output_dir={}", dir.path().display()),
+        format!("output_dir={}", out.display()),
     ];
-    let cfg = RunConfig::load(Path::new("experiments/quickstart.yaml"), &overrides).unwrap();
+    all.extend(overrides.iter().map(|s| s.to_string()));
+    RunConfig::load(Path::new("experiments/quickstart.yaml"), &all).unwrap()
+}
+
+fn run_to_end(cfg: &RunConfig) -> (MemorySink, Option<PathBuf>) {
     let mut sink = MemorySink::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let outcome = run(&cfg, &mut Silent, stop, &mut sink, None).unwrap();
+    let outcome = run(cfg, &mut Silent, stop, &mut sink, None).unwrap();
     assert_eq!(outcome.status, RunStatus::Finished);
+    (sink, outcome.last_checkpoint)
+}
 
+/// GRPO from `sft` (the SFT checkpoint) with the given placement; returns (first 10, last 10) mean
+/// reward and the sink.
+fn grpo(dir: &Path, sft: &Path, name: &str, overrides: &[&str]) -> (f64, f64, MemorySink) {
+    let mut cfg = quickstart(&dir.join(name), overrides);
+    cfg.sft = None;
+    cfg.model.init = None;
+    cfg.model.path = Some(sft.to_path_buf());
+    let (sink, _) = run_to_end(&cfg);
     let reward: Vec<f64> = sink
         .records
         .iter()
         .filter(|r| r.stage == "rl")
         .map(|r| (r.metrics["reward/add/mean"] + r.metrics["reward/reverse/mean"]) / 2.0)
         .collect();
-    assert_eq!(reward.len(), RL_STEPS);
+    assert_eq!(reward.len(), RL_STEPS, "{name}");
     let first = reward[..10].iter().sum::<f64>() / 10.0;
     let last = reward[RL_STEPS - 10..].iter().sum::<f64>() / 10.0;
+    eprintln!("{name}: mean reward first 10 steps {first:.3}, last 10 {last:.3}");
     assert!(
         last >= first + 0.1,
-        "mean reward over the first 10 GRPO steps {first:.3}, last 10 {last:.3}: {reward:?}"
+        "{name}: mean reward over the first 10 GRPO steps {first:.3}, last 10 {last:.3}: {reward:?}"
     );
+    (first, last, sink)
+}
+
+#[test]
+fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sft_only = quickstart(&dir.path().join("sft"), &[]);
+    sft_only.rl = None;
+    let (_, sft) = run_to_end(&sft_only);
+    let sft = sft.unwrap();
+
+    let (_, _, colocated) = grpo(dir.path(), &sft, "colocated", &[]);
+    assert!(
+        !colocated.transfers.is_empty(),
+        "time-sharing moved nothing"
+    );
+
+    let separate = [
+        "workers.devices.count=2",
+        "workers.actor_infer.device_mapping=[1]",
+    ];
+    let (_, _, sep) = grpo(dir.path(), &sft, "separate", &separate);
+    assert!(sep.transfers.is_empty(), "{:?}", sep.transfers);
+
+    let asynchronous = [separate[0], separate[1], "rl.async_generation_ratio=2"];
+    let (_, _, asy) = grpo(dir.path(), &sft, "async", &asynchronous);
+    let staleness = asy.values("rl", "async/staleness_max");
+    assert!(staleness.iter().all(|s| *s <= 2.0), "{staleness:?}");
+    assert!(staleness.iter().any(|s| *s >= 1.0), "{staleness:?}");
 }
