@@ -78,6 +78,10 @@ fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
     ];
     let (_, _, sep) = grpo(dir.path(), &sft, "separate", &separate);
     assert!(sep.transfers.is_empty(), "{:?}", sep.transfers);
+    // Placement is not part of the algorithm: synchronous runs compute the same numbers.
+    for key in ["reward/add/mean", "reward/reverse/mean", "actor/pg_loss"] {
+        assert_eq!(colocated.values("rl", key), sep.values("rl", key), "{key}");
+    }
 
     let asynchronous = [separate[0], separate[1], "rl.async_generation_ratio=2"];
     let (_, _, asy) = grpo(dir.path(), &sft, "async", &asynchronous);

@@ -4,6 +4,7 @@
 //! rewards live in worker processes). A step's batch is taken as soon as enough groups pass the
 //! filter; with α = 0 whatever is still generating is then aborted.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use super::score_link::{ScoreLink, ScoreReport};
@@ -29,12 +30,24 @@ pub(super) struct Sample {
     pub outcome: RewardOutcome,
 }
 
-/// What a finished sample contributes to the step's rollout metrics (kept or filtered).
+/// What a sample contributes to its step's rollout metrics: the batch's samples and those of the
+/// groups the filter dropped meanwhile (not those aborted half-way).
 pub(super) struct Seen {
     pub domain: String,
     pub outcome: RewardOutcome,
     pub tokens: usize,
     pub truncated: bool,
+}
+
+impl Seen {
+    fn of(domain: &str, s: &Sample) -> Seen {
+        Seen {
+            domain: domain.to_string(),
+            outcome: s.outcome.clone(),
+            tokens: s.completion.token_ids.len(),
+            truncated: s.completion.finish == crate::rollout::FinishReason::Length,
+        }
+    }
 }
 
 /// One step's rollout.
@@ -76,6 +89,8 @@ pub(super) struct Rollout<'a> {
     ordinal: usize,
     /// Finished samples sent for scoring whose outcomes are not collected yet.
     awaiting: Option<Vec<(u64, Completion, String)>>,
+    /// Metric entries of the samples of groups still in flight.
+    pending_seen: HashMap<u64, Vec<Seen>>,
     acc: Acc,
 }
 
@@ -105,6 +120,7 @@ impl<'a> Rollout<'a> {
             seed,
             ordinal: 0,
             awaiting: None,
+            pending_seen: HashMap::new(),
             acc: Acc::default(),
         }
     }
@@ -121,9 +137,12 @@ impl<'a> Rollout<'a> {
         self.cancel(&dead, engine)
     }
 
-    fn cancel(&self, groups: &[u64], engine: &mut Engine) -> Result<(), PipelineError> {
+    fn cancel(&mut self, groups: &[u64], engine: &mut Engine) -> Result<(), PipelineError> {
         if groups.is_empty() {
             return Ok(());
+        }
+        for g in groups {
+            self.pending_seen.remove(g);
         }
         let gs = self.cfg.group_size as u64;
         engine
@@ -191,7 +210,12 @@ impl<'a> Rollout<'a> {
             self.cancel(&ids, engine)?;
             self.collect()?;
         }
-        let acc = std::mem::take(&mut self.acc);
+        let mut acc = std::mem::take(&mut self.acc);
+        acc.seen.extend(groups.iter().flat_map(|g| {
+            g.samples
+                .iter()
+                .map(|s| Seen::of(&g.prompt.example.domain, s))
+        }));
         Ok(Some(StepRollout {
             groups,
             seen: acc.seen,
@@ -279,20 +303,24 @@ impl<'a> Rollout<'a> {
                 continue;
             };
             let index = (completion.id % gs) as usize;
-            let seen = Seen {
-                domain,
-                outcome: outcome.clone(),
-                tokens: completion.token_ids.len(),
-                truncated: completion.finish == crate::rollout::FinishReason::Length,
-            };
             let sample = Sample {
                 completion,
                 text,
                 outcome,
             };
+            let seen = Seen::of(&domain, &sample);
             let reward = sample.outcome.score;
-            if self.sched.finish(group, index, sample, reward) {
-                self.acc.seen.push(seen);
+            if !self.sched.finish(group, index, sample, reward) {
+                continue;
+            }
+            let entries = self.pending_seen.entry(group).or_default();
+            entries.push(seen);
+            if self.sched.prompt(group).is_none() {
+                // The group completed: kept groups are counted with their batch, dropped ones now.
+                let entries = self.pending_seen.remove(&group).unwrap_or_default();
+                if self.sched.take_filtered().contains(&group) {
+                    self.acc.seen.extend(entries);
+                }
             }
         }
         Ok(())

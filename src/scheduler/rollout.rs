@@ -69,6 +69,8 @@ pub struct SampleScheduler<P, S> {
     next_group: u64,
     in_flight: BTreeMap<u64, InFlight<P, S>>,
     ready: VecDeque<ReadyGroup<P, S>>,
+    /// Groups the filter dropped since the last [`SampleScheduler::take_filtered`].
+    filtered: Vec<u64>,
     /// Prompts dispatched by each of the last α + 1 versions, newest last.
     dispatched_recent: VecDeque<usize>,
     stats: RolloutStats,
@@ -82,6 +84,7 @@ impl<P, S> SampleScheduler<P, S> {
             next_group: 0,
             in_flight: BTreeMap::new(),
             ready: VecDeque::new(),
+            filtered: vec![],
             dispatched_recent: VecDeque::from([0]),
             stats: RolloutStats::default(),
         }
@@ -168,6 +171,7 @@ impl<P, S> SampleScheduler<P, S> {
         self.stats.flat_groups += usize::from(flat);
         if self.policy.filter_flat && flat {
             self.stats.filtered_groups += 1;
+            self.filtered.push(id);
             return;
         }
         self.ready.push_back(ReadyGroup {
@@ -176,6 +180,11 @@ impl<P, S> SampleScheduler<P, S> {
             version: g.version,
             samples,
         });
+    }
+
+    /// Ids of the groups the filter dropped since the last call.
+    pub fn take_filtered(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.filtered)
     }
 
     /// The prompt of a group in flight (`None` once it completed or was aborted).
