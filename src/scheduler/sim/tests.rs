@@ -260,3 +260,61 @@ fn the_same_seed_gives_the_same_report() {
         other.tokens_generated
     );
 }
+
+#[test]
+fn zz_debug() {
+    for (pps, alpha, placement) in [
+        (32usize, 0usize, SimPlacement::Colocated { devices: 8 }),
+        (
+            32,
+            2,
+            SimPlacement::Separate {
+                infer_devices: 4,
+                train_devices: 4,
+            },
+        ),
+        (64, 0, SimPlacement::Colocated { devices: 8 }),
+        (
+            64,
+            2,
+            SimPlacement::Separate {
+                infer_devices: 4,
+                train_devices: 4,
+            },
+        ),
+    ] {
+        let cfg = SimConfig {
+            seed: 2026,
+            steps: 20,
+            policy: RolloutPolicy {
+                prompts_per_step: pps,
+                group_size: 8,
+                max_prompts_per_version: pps * 3 + pps / 4,
+                oversample: 0.25,
+                filter_flat: true,
+                async_ratio: alpha,
+            },
+            workload: Workload {
+                lengths: ResponseLengths::HeavyTail {
+                    p_long: 0.1,
+                    long_tokens: 2048,
+                    short_min: 32,
+                    short_max: 256,
+                },
+                prompt_tokens: 128,
+            },
+            cost: CostModel::GPU_LIKE,
+            batching: Batching::Continuous,
+            placement,
+        };
+        let r = simulate(&cfg).expect("r");
+        eprintln!(
+            "pps {pps} α {alpha}: wall {:.1} trained len {:.0} waste {:.2} stale {} aborted {}",
+            r.wall_s,
+            r.mean_trained_tokens(),
+            1.0 - r.tokens_trained as f64 / r.tokens_generated as f64,
+            r.samples_dropped_stale,
+            r.samples_aborted
+        );
+    }
+}
