@@ -55,7 +55,10 @@ pub(super) fn rollout_metrics(m: &mut Metrics, out: &StepRollout) {
         "rollout/dispatched_prompts".into(),
         st.dispatched_prompts as f64,
     );
-    m.insert("rollout/aborted".into(), st.aborted_samples as f64);
+    m.insert(
+        "rollout/aborted".into(),
+        (st.aborted_samples + st.surplus_samples) as f64,
+    );
     m.insert("async/dropped_stale".into(), st.dropped_stale as f64);
     m.insert("async/staleness_mean".into(), st.staleness_mean());
     m.insert("async/staleness_max".into(), st.staleness_max as f64);

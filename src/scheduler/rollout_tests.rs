@@ -137,3 +137,26 @@ fn duplicates_and_unknown_samples_are_refused() {
     assert!(s.finish(id, 1, 2, 0.0));
     assert_eq!(s.take_batch().expect("one group")[0].samples, [1, 2]);
 }
+
+#[test]
+fn a_synchronous_batch_discards_the_complete_groups_beyond_it_as_surplus_not_stale() {
+    let mut s = SampleScheduler::new(
+        RolloutPolicy {
+            oversample: 1.0,
+            ..policy(1, 0)
+        },
+        0,
+    );
+    let ids = fill(&mut s);
+    assert_eq!(ids.len(), 2);
+    finish(&mut s, ids[0], [0.0, 1.0]);
+    finish(&mut s, ids[1], [1.0, 0.0]);
+    assert_eq!(s.take_batch().expect("one group")[0].id, ids[0]);
+    assert!(s.abort_in_flight().is_empty());
+    s.set_version(1);
+    let st = s.take_stats();
+    assert_eq!(
+        (st.surplus_samples, st.dropped_stale, st.aborted_samples),
+        (2, 0, 0)
+    );
+}

@@ -271,14 +271,7 @@ impl<'a> Engine<'a> {
         let may_dispatch =
             self.steps_started < steps && (!synchronous || self.trainer == Trainer::Idle);
         if may_dispatch {
-            let cap: f64 = std::env::var("SIMCAP")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1e9);
-            let load: usize = self.devices.iter().map(|d| d.load()).sum();
-            let room = (cap * (self.cfg.cost.max_batch * self.devices.len()) as f64) as usize;
-            let groups_room = room.saturating_sub(load) / self.cfg.policy.group_size;
-            for _ in 0..self.scheduler.prompts_wanted().min(groups_room) {
+            for _ in 0..self.scheduler.prompts_wanted() {
                 self.dispatch_group();
             }
         }
