@@ -252,10 +252,11 @@ impl ModelConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn tiny(arch: Arch) -> ModelConfig {
+    /// A tiny config for unit tests anywhere in the crate.
+    pub(crate) fn tiny(arch: Arch) -> ModelConfig {
         ModelConfig {
             arch,
             vocab_size: 24,

@@ -317,23 +317,7 @@ mod tests {
 
     #[test]
     fn estimates_follow_the_model_shape() {
-        let cfg = ModelConfig {
-            arch: crate::model::Arch::Qwen2,
-            vocab_size: 24,
-            hidden_size: 64,
-            intermediate_size: 128,
-            num_hidden_layers: 2,
-            num_attention_heads: 4,
-            num_key_value_heads: 2,
-            head_dim: 16,
-            rope_theta: 10_000.0,
-            rms_norm_eps: 1e-6,
-            tie_word_embeddings: true,
-            max_position_embeddings: 256,
-            bos_token_id: Some(1),
-            eos_token_ids: vec![2],
-            torch_dtype: "float32".into(),
-        };
+        let cfg = crate::model::config::tests::tiny(crate::model::Arch::Qwen2);
         let params: u64 = expected_tensors(&cfg)
             .iter()
             .map(|(_, s, _)| s.iter().product::<usize>() as u64)
