@@ -142,11 +142,11 @@ impl<'m> Learner<'m> {
         sharing: &mut TimeSharing,
         infer: &Transformer,
         step: usize,
-        out: StepRollout,
+        mut out: StepRollout,
         mut m: Metrics,
         t_step: Instant,
     ) -> Result<bool, PipelineError> {
-        super::reward_pool::report_workers(ctx, out.worker_events.clone())?;
+        super::reward_pool::report_workers(ctx, std::mem::take(&mut out.worker_events))?;
         if ctx.cfg.workers.reward.mode == crate::config::PlacementMode::Process {
             m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
         }
