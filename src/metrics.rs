@@ -90,6 +90,8 @@ pub enum WorkerNotice {
     Failed,
     /// A line it wrote to stdout or stderr.
     Log,
+    /// Replaced after it was lost (recorded as a warning).
+    Restarted,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -7,6 +7,8 @@
 //! step, with the same weights, optimizer moments, data cursor and RL state, so it computes the same
 //! numbers an uninterrupted run would have.
 
+mod actor_infer;
+mod remote_infer;
 pub mod reward_pool;
 mod rl_learner;
 mod rl_metrics;

@@ -2,7 +2,9 @@
 //! stage runs once, then a shortened GRPO stage (40 of 150 steps) starts from the SFT checkpoint with
 //! colocated roles (α = 0, time-sharing device 0), separate roles (α = 0), and separate roles with
 //! asynchronous rollout (α = 2). In each, the mean reward of the last 10 GRPO steps exceeds that of the
-//! first 10 by at least 0.1.
+//! first 10 by at least 0.1. The colocated and asynchronous runs have actor_infer and reward in worker
+//! processes (`roll-tui worker ROLE`); the separate run keeps every role in this process, and computes
+//! the same numbers as the colocated one.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use roll::config::RunConfig;
-use roll::metrics::MemorySink;
+use roll::metrics::{MemorySink, WorkerNotice};
 use roll::pipeline::{RunStatus, Silent, run};
 
 const RL_STEPS: usize = 40;
@@ -72,17 +74,32 @@ fn grpo(dir: &Path, sft: &Path, name: &str, overrides: &[&str]) -> (f64, f64, Me
 
 #[test]
 fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
+    // Worker processes run the real binary, not this test harness.
+    roll::worker::process::set_worker_program(env!("CARGO_BIN_EXE_roll-tui"));
     let dir = tempfile::tempdir().unwrap();
     let mut sft_only = quickstart(&dir.path().join("sft"), &[]);
     sft_only.rl = None;
     let (_, sft) = run_to_end(&sft_only);
     let sft = sft.unwrap();
 
-    let (_, _, colocated) = grpo(dir.path(), &sft, "colocated", &[]);
+    let processes = [
+        "workers.actor_infer.mode=process",
+        "workers.reward.mode=process",
+        "workers.reward.num_workers=2",
+    ];
+    let (_, _, colocated) = grpo(dir.path(), &sft, "colocated", &processes);
     assert!(
         !colocated.transfers.is_empty(),
         "time-sharing moved nothing"
     );
+    let mut started: Vec<&str> = colocated
+        .worker_notices
+        .iter()
+        .filter(|(_, notice, _)| *notice == WorkerNotice::Started)
+        .map(|(worker, _, _)| worker.as_str())
+        .collect();
+    started.sort_unstable();
+    assert_eq!(started, ["actor_infer-0", "reward-0", "reward-1"]);
 
     let separate = [
         "workers.devices.count=2",
@@ -90,12 +107,18 @@ fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
     ];
     let (_, _, sep) = grpo(dir.path(), &sft, "separate", &separate);
     assert!(sep.transfers.is_empty(), "{:?}", sep.transfers);
-    // Placement is not part of the algorithm: synchronous runs compute the same numbers.
+    // Neither placement nor processes are part of the algorithm: synchronous runs compute the same
+    // numbers.
     for key in ["reward/add/mean", "reward/reverse/mean", "actor/pg_loss"] {
         assert_eq!(colocated.values("rl", key), sep.values("rl", key), "{key}");
     }
 
-    let asynchronous = [separate[0], separate[1], "rl.async_generation_ratio=2"];
+    let asynchronous = [
+        separate[0],
+        separate[1],
+        processes[0],
+        "rl.async_generation_ratio=2",
+    ];
     let (_, _, asy) = grpo(dir.path(), &sft, "async", &asynchronous);
     let staleness = asy.values("rl", "async/staleness_max");
     assert!(staleness.iter().all(|s| *s <= 2.0), "{staleness:?}");

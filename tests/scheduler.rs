@@ -173,4 +173,40 @@ fn asynchronous_rollout_on_shared_devices_is_a_config_error() {
         err.contains("asynchronous rollout needs its own devices"),
         "{err}"
     );
+    // Training must not offload actor_infer through the reference's device either.
+    let err = refused(roll(
+        &store,
+        &[
+            "run",
+            cfg.to_str().unwrap(),
+            "rl.async_generation_ratio=1",
+            "workers.devices.count=2",
+            "workers.actor_infer.device_mapping=[1]",
+            "workers.reference.device_mapping=[1]",
+        ],
+    ));
+    assert!(
+        err.contains("overlaps workers.reference.device_mapping [1]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn actor_infer_runs_as_one_worker_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("roll.db");
+    let cfg = config(dir.path());
+    let err = refused(roll(
+        &store,
+        &[
+            "run",
+            cfg.to_str().unwrap(),
+            "workers.actor_infer.mode=process",
+            "workers.actor_infer.num_workers=2",
+        ],
+    ));
+    assert!(
+        err.contains("workers.actor_infer.num_workers is 2 but actor_infer runs as one worker"),
+        "{err}"
+    );
 }

@@ -132,14 +132,17 @@ impl WorkersConfig {
                 self.validate_role(role, r, p);
             }
         }
-        if async_ratio > 0 && self.colocated(Role::ActorInfer, Role::ActorTrain) {
-            p.push(format!(
-                "rl.async_generation_ratio is {async_ratio} but workers.actor_infer.device_mapping \
-                 {:?} overlaps workers.actor_train.device_mapping {:?}: asynchronous rollout needs its \
-                 own devices (give actor_infer other devices, or set async_generation_ratio: 0)",
-                self.device_mapping(Role::ActorInfer),
-                self.device_mapping(Role::ActorTrain)
-            ));
+        // Training must never offload actor_infer while it generates ahead.
+        for other in [Role::ActorTrain, Role::Reference, Role::Critic] {
+            if async_ratio > 0 && self.colocated(Role::ActorInfer, other) {
+                p.push(format!(
+                    "rl.async_generation_ratio is {async_ratio} but workers.actor_infer.device_mapping \
+                     {:?} overlaps workers.{other}.device_mapping {:?}: asynchronous rollout needs its \
+                     own devices (give actor_infer other devices, or set async_generation_ratio: 0)",
+                    self.device_mapping(Role::ActorInfer),
+                    self.device_mapping(other)
+                ));
+            }
         }
     }
 
@@ -153,11 +156,13 @@ impl WorkersConfig {
         }
         if r.mode == PlacementMode::Process && !role.runs_out_of_process() {
             p.push(format!(
-                "{at}.mode: process is not supported for {role} yet (this build runs only the reward \
-                 role in worker processes); use mode: in_process"
+                "{at}.mode: process is not supported for {role} yet (this build runs reward and \
+                 actor_infer in worker processes); use mode: in_process"
             ));
         }
-        let single_worker = matches!(role, Role::ActorTrain | Role::Reference | Role::Critic);
+        // One engine serves the rollout; several actor_infer processes would need a request router.
+        let single_worker = matches!(role, Role::ActorTrain | Role::Reference | Role::Critic)
+            || (role == Role::ActorInfer && r.mode == PlacementMode::Process);
         if single_worker && r.num_workers > 1 {
             p.push(format!(
                 "{at}.num_workers is {} but {role} runs as one worker in this build",

@@ -134,14 +134,14 @@ pub fn report_workers(
 ) -> Result<(), PipelineError> {
     for (worker, notice, text) in events {
         ctx.sink.worker(&worker, notice, &text)?;
-        if notice == WorkerNotice::Failed {
+        if matches!(notice, WorkerNotice::Failed | WorkerNotice::Restarted) {
             ctx.emit(PipelineEvent::Message(format!("worker {worker}: {text}")));
         }
     }
     Ok(())
 }
 
-fn describe(e: &WorkerEvent) -> (String, WorkerNotice, String) {
+pub(super) fn describe(e: &WorkerEvent) -> (String, WorkerNotice, String) {
     match e {
         WorkerEvent::Started { role, index, pid } => (
             format!("{role}-{index}"),
@@ -226,6 +226,11 @@ impl RewardPool {
         for result in results {
             match result.map_err(setup_err)? {
                 Reply::Scores(s) => out.extend(s),
+                other => {
+                    return Err(PipelineError::Setup(format!(
+                        "a reward worker answered a score call with {other:?}"
+                    )));
+                }
             }
         }
         if out.len() != items.len() {

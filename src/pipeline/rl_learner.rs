@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::actor_infer::Infer;
 use super::rl_metrics::rollout_metrics;
 use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
 use super::rollout_loop::{Sample, StepRollout};
@@ -11,10 +12,10 @@ use super::time_sharing::{Roles, TimeSharing};
 use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
 use crate::algo::kl::{KlController, KlMode};
 use crate::algo::normalize::RunningStats;
-use crate::config::RlConfig;
+use crate::config::{PlacementMode, RlConfig};
 use crate::data::mix::DomainMixer;
 use crate::metrics::{Metrics, SampleRecord};
-use crate::model::{LoadedModel, Transformer};
+use crate::model::{LoadedModel, ParamStore, Transformer};
 use crate::rollout::FinishReason;
 use crate::scheduler::Phase;
 use crate::train::checkpoint::{RlResumeState, load_moments, load_trainer_state, load_vars};
@@ -122,7 +123,7 @@ impl<'m> Learner<'m> {
     }
 
     /// The roles the ledger moves, with `infer` as actor_infer.
-    pub fn roles<'r>(&'r mut self, infer: &'r Transformer) -> Roles<'r> {
+    pub fn roles<'r>(&'r mut self, infer: &'r Infer) -> Roles<'r> {
         Roles {
             policy: self.model,
             opt: &mut self.opt,
@@ -132,23 +133,34 @@ impl<'m> Learner<'m> {
         }
     }
 
-    /// Train step `step` on `out`, record its metrics and samples, sync the new weights to
+    /// Train step `step` on `out`, record its metrics and samples, hand the new weights to
     /// actor_infer, and checkpoint when due. Returns true when the stage must stop now.
+    ///
+    /// The weights go straight into actor_infer (or its host copy) unless `handoff` is given: then
+    /// actor_infer is generating in another thread, and gets a snapshot put there instead.
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
         ctx: &mut RunContext<'_>,
         cfg: &RlConfig,
         sharing: &mut TimeSharing,
-        infer: &Transformer,
+        infer: &Infer,
+        handoff: Option<&mut Option<ParamStore>>,
         step: usize,
         mut out: StepRollout,
         mut m: Metrics,
         t_step: Instant,
     ) -> Result<bool, PipelineError> {
         super::reward_pool::report_workers(ctx, std::mem::take(&mut out.worker_events))?;
-        if ctx.cfg.workers.reward.mode == crate::config::PlacementMode::Process {
+        let workers = &ctx.cfg.workers;
+        if workers.reward.mode == PlacementMode::Process {
             m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
+        }
+        if workers.actor_infer.mode == PlacementMode::Process {
+            m.insert(
+                "workers/actor_infer_restarts".into(),
+                out.infer_restarts as f64,
+            );
         }
         rollout_metrics(&mut m, &out);
         sharing.enter(Phase::Train, &mut self.roles(infer), ctx, &mut m)?;
@@ -198,7 +210,19 @@ impl<'m> Learner<'m> {
                 "rl step {step}: every group had equal rewards; no update"
             ))?;
         }
-        let sync = sharing.sync_weights(&self.roles(infer))?;
+        let sync = match handoff {
+            None => sharing.sync_weights(&self.roles(infer))?,
+            Some(slot) => {
+                let t0 = Instant::now();
+                let params = self.model.transformer.params();
+                *slot = Some(
+                    params
+                        .deep_clone()
+                        .during("snapshotting weights for actor_infer")?,
+                );
+                t0.elapsed().as_secs_f64()
+            }
+        };
         m.insert("time/weight_sync".into(), sync);
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
         let samples: Vec<SampleRecord> = flat

@@ -11,18 +11,19 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Instant;
 
+use super::actor_infer::{Generator, Infer};
 use super::reward_pool::{RewardScorer, report_workers};
-use super::rl_learner::{Learner, copy_of};
+use super::rl_learner::Learner;
 use super::rollout_loop::{Rollout, StepRollout};
 use super::score_link::ScoreLink;
 use super::setup::{Domains, Tokenizing};
 use super::time_sharing::TimeSharing;
-use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, mix_seed};
 use crate::config::{RlConfig, RunConfig};
 use crate::data::mix::DomainMixer;
 use crate::metrics::Metrics;
-use crate::model::{LoadedModel, ParamStore, Transformer};
-use crate::rollout::Engine;
+use crate::model::{LoadedModel, ParamStore};
+use crate::rollout::engine::Detokenize;
 use crate::scheduler::{Phase, Placement};
 
 /// The placement the run asks for, refused with a message naming device and bytes if it cannot fit.
@@ -52,8 +53,8 @@ pub fn run_rlvr(
     let placement = placement_for(ctx.cfg, model)?
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement)?;
-    // actor_infer's own copy of the weights, kept current by weight sync.
-    let infer = copy_of(model)?;
+    // actor_infer's own copy of the weights (here or in a worker), kept current by weight sync.
+    let infer = Infer::start(ctx.cfg, cfg, model)?;
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
@@ -77,7 +78,8 @@ pub fn run_rlvr(
     } else {
         drive.asynchronous(ctx, &mut learner, &mut sharing, &mut rollout, &mut mixer)
     };
-    let events = rollout.shutdown();
+    let mut events = rollout.shutdown();
+    events.extend(infer.shutdown());
     report_workers(ctx, events)?;
     Ok((status?, learner.last_checkpoint))
 }
@@ -85,21 +87,17 @@ pub fn run_rlvr(
 struct Drive<'a> {
     cfg: &'a RlConfig,
     model: &'a LoadedModel,
-    infer: &'a Transformer,
+    infer: &'a Infer,
     tok: Tokenizing<'a>,
 }
 
 impl Drive<'_> {
-    fn engine<'e>(&self, detok: crate::rollout::engine::Detokenize<'e>) -> Engine<'e>
+    fn engine<'e>(&self, detok: Detokenize<'e>) -> Box<dyn Generator + 'e>
     where
         Self: 'e,
     {
-        Engine::new(
-            self.infer,
-            self.model.eos_ids.clone(),
-            self.cfg.rollout_batch,
-        )
-        .with_detokenizer(detok)
+        self.infer
+            .generator(self.model.eos_ids.clone(), self.cfg.rollout_batch, detok)
     }
 
     /// Generate, train, sync — one phase at a time, time-sharing colocated devices.
@@ -118,12 +116,15 @@ impl Drive<'_> {
             let mut m = Metrics::new();
             sharing.enter(Phase::Generate, &mut learner.roles(self.infer), ctx, &mut m)?;
             let mut engine = self.engine(&detok);
-            let out = rollout.until_batch(&mut engine, mixer)?;
-            if learner.step(ctx, self.cfg, sharing, self.infer, step, out, m, t_step)? {
+            let out = rollout.until_batch(engine.as_mut(), mixer)?;
+            drop(engine);
+            if learner.step(
+                ctx, self.cfg, sharing, self.infer, None, step, out, m, t_step,
+            )? {
                 return Ok(RunStatus::Interrupted);
             }
             // Nothing is in flight between synchronous steps, so nothing can turn stale here.
-            rollout.set_version(step, &mut engine)?;
+            rollout.set_version(step, self.engine(&detok).as_mut())?;
         }
         Ok(RunStatus::Finished)
     }
@@ -176,25 +177,15 @@ impl Drive<'_> {
                     }
                 };
                 let m = Metrics::new();
-                match learner.step(ctx, self.cfg, sharing, self.infer, step, out, m, t_step) {
+                let handoff = Some(&mut weights);
+                match learner.step(
+                    ctx, self.cfg, sharing, self.infer, handoff, step, out, m, t_step,
+                ) {
                     Ok(true) => {
                         status = Ok(RunStatus::Interrupted);
                         break;
                     }
                     Ok(false) => {}
-                    Err(e) => {
-                        status = Err(e);
-                        break;
-                    }
-                }
-                let snapshot = self
-                    .model
-                    .transformer
-                    .params()
-                    .deep_clone()
-                    .during("snapshotting weights for actor_infer");
-                match snapshot {
-                    Ok(s) => weights = Some(s),
                     Err(e) => {
                         status = Err(e);
                         break;
@@ -237,20 +228,17 @@ impl Drive<'_> {
                 };
                 if let Some(a) = ask {
                     if let Some(w) = a.weights {
-                        self.infer
-                            .params()
-                            .copy_from(&w)
-                            .during("weight sync to actor_infer")?;
+                        self.infer.set_weights(&w)?;
                     }
                     if a.version != rollout.sched.version() {
-                        rollout.set_version(a.version, &mut engine)?;
+                        rollout.set_version(a.version, engine.as_mut())?;
                     }
                     asked = true;
                 }
             }
-            let progressed = rollout.step_once(&mut engine, mixer)?;
+            let progressed = rollout.step_once(engine.as_mut(), mixer)?;
             idle = !progressed;
-            if asked && let Some(batch) = rollout.try_batch(&mut engine, mixer, idle)? {
+            if asked && let Some(batch) = rollout.try_batch(engine.as_mut(), mixer, idle)? {
                 if out.send(Ok(batch)).is_err() {
                     return Ok(());
                 }

@@ -7,14 +7,15 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::actor_infer::Generator;
 use super::score_link::{ScoreLink, ScoreReport};
 use super::setup::{Domains, Tokenizing};
-use super::{PipelineError, TensorContext, mix_seed};
+use super::{PipelineError, mix_seed};
 use crate::config::RlConfig;
 use crate::data::Example;
 use crate::data::mix::{DomainMixer, MixerState};
 use crate::reward::RewardOutcome;
-use crate::rollout::{Completion, Engine, Request};
+use crate::rollout::{Completion, Request};
 use crate::scheduler::{ReadyGroup, RolloutPolicy, RolloutStats, SampleScheduler};
 use crate::worker::ScoreItem;
 
@@ -59,6 +60,8 @@ pub(super) struct StepRollout {
     pub t_generate: f64,
     pub t_reward: f64,
     pub reward_restarts: usize,
+    /// actor_infer worker processes replaced so far.
+    pub infer_restarts: usize,
     pub worker_events: Vec<(String, crate::metrics::WorkerNotice, String)>,
     /// The data cursor after this step's dispatches.
     pub mixer: MixerState,
@@ -130,14 +133,14 @@ impl<'a> Rollout<'a> {
     pub fn set_version(
         &mut self,
         version: usize,
-        engine: &mut Engine,
+        engine: &mut dyn Generator,
     ) -> Result<(), PipelineError> {
         let dead = self.sched.set_version(version);
         self.ordinal = 0;
         self.cancel(&dead, engine)
     }
 
-    fn cancel(&mut self, groups: &[u64], engine: &mut Engine) -> Result<(), PipelineError> {
+    fn cancel(&mut self, groups: &[u64], engine: &mut dyn Generator) -> Result<(), PipelineError> {
         if groups.is_empty() {
             return Ok(());
         }
@@ -145,16 +148,13 @@ impl<'a> Rollout<'a> {
             self.pending_seen.remove(g);
         }
         let gs = self.cfg.group_size as u64;
-        engine
-            .abort(|id| groups.contains(&(id / gs)))
-            .during("cancelling requests")?;
-        Ok(())
+        engine.abort(&|id| groups.contains(&(id / gs)))
     }
 
     /// Step until this version's batch is ready (or the dispatch quota ran out).
     pub fn until_batch(
         &mut self,
-        engine: &mut Engine,
+        engine: &mut dyn Generator,
         mixer: &mut DomainMixer,
     ) -> Result<StepRollout, PipelineError> {
         loop {
@@ -170,7 +170,7 @@ impl<'a> Rollout<'a> {
     /// (engine idle, nothing being scored, nothing wanted).
     pub fn step_once(
         &mut self,
-        engine: &mut Engine,
+        engine: &mut dyn Generator,
         mixer: &mut DomainMixer,
     ) -> Result<bool, PipelineError> {
         self.dispatch(engine, mixer)?;
@@ -178,7 +178,7 @@ impl<'a> Rollout<'a> {
         let finished = if engine.is_idle() {
             vec![]
         } else {
-            engine.step().during("rollout")?
+            engine.step()?
         };
         self.acc.t_generate += t0.elapsed().as_secs_f64();
         let was_scoring = self.awaiting.is_some();
@@ -195,7 +195,7 @@ impl<'a> Rollout<'a> {
     /// ready is taken, even less than a batch.
     pub fn try_batch(
         &mut self,
-        engine: &mut Engine,
+        engine: &mut dyn Generator,
         mixer: &DomainMixer,
         stuck: bool,
     ) -> Result<Option<StepRollout>, PipelineError> {
@@ -211,6 +211,7 @@ impl<'a> Rollout<'a> {
             self.collect()?;
         }
         let mut acc = std::mem::take(&mut self.acc);
+        acc.report.events.extend(engine.drain_events());
         acc.seen.extend(groups.iter().flat_map(|g| {
             g.samples
                 .iter()
@@ -224,6 +225,7 @@ impl<'a> Rollout<'a> {
             t_generate: acc.t_generate,
             t_reward: acc.report.seconds,
             reward_restarts: acc.report.restarts,
+            infer_restarts: engine.restarts(),
             worker_events: acc.report.events,
             mixer: mixer.state(),
         }))
@@ -231,7 +233,7 @@ impl<'a> Rollout<'a> {
 
     fn dispatch(
         &mut self,
-        engine: &mut Engine,
+        engine: &mut dyn Generator,
         mixer: &mut DomainMixer,
     ) -> Result<(), PipelineError> {
         let want = self.sched.prompts_wanted();

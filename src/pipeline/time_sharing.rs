@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 
+use super::actor_infer::{Infer, lock};
 use super::rl_update::Critic;
 use super::{PipelineError, RunContext, TensorContext};
 use crate::metrics::Metrics;
@@ -25,7 +26,7 @@ use crate::worker::Role;
 pub(super) struct Roles<'a> {
     pub policy: &'a LoadedModel,
     pub opt: &'a mut AdamW,
-    pub infer: &'a Transformer,
+    pub infer: &'a Infer,
     pub reference: Option<&'a Transformer>,
     pub critic: Option<&'a mut Critic>,
 }
@@ -66,6 +67,14 @@ impl TimeSharing {
         let transfers = self
             .ledger
             .enter(phase, |role, direction| match direction {
+                // A worker-process actor_infer moves its own weights through its host copy.
+                Direction::Offload
+                    if let (Role::ActorInfer, Infer::Remote(r)) = (role, roles.infer) =>
+                {
+                    let bytes = lock(r).offload()?;
+                    offloaded.insert(role);
+                    Ok(bytes)
+                }
                 Direction::Offload => {
                     let bytes = area
                         .write(role.as_str(), &role_tensors(role, roles)?)
@@ -75,6 +84,11 @@ impl TimeSharing {
                 }
                 // A role that was never offloaded is already where it was built.
                 Direction::Reload if !offloaded.remove(&role) => Ok(0),
+                Direction::Reload
+                    if let (Role::ActorInfer, Infer::Remote(r)) = (role, roles.infer) =>
+                {
+                    lock(r).reload()
+                }
                 Direction::Reload => restore(area, role, roles),
             })?;
         for t in &transfers {
@@ -90,14 +104,19 @@ impl TimeSharing {
     /// seconds spent.
     pub fn sync_weights(&self, roles: &Roles<'_>) -> Result<f64, PipelineError> {
         let t0 = Instant::now();
+        let Infer::Local(infer) = roles.infer else {
+            if let Infer::Remote(r) = roles.infer {
+                lock(r).set_weights(roles.policy.transformer.params())?;
+            }
+            return Ok(t0.elapsed().as_secs_f64());
+        };
         if self.offloaded.contains(&Role::ActorInfer) {
             let tensors = named(&roles.policy.transformer);
             self.area
                 .write(Role::ActorInfer.as_str(), &tensors)
                 .map_err(copy_err)?;
         } else {
-            roles
-                .infer
+            infer
                 .params()
                 .copy_from(roles.policy.transformer.params())
                 .during("weight sync")?;
@@ -126,7 +145,10 @@ fn with_moments(mut tensors: Vec<(String, Tensor)>, opt: &AdamW) -> Vec<(String,
 fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, PipelineError> {
     Ok(match role {
         Role::ActorTrain => with_moments(named(&r.policy.transformer), r.opt),
-        Role::ActorInfer => named(r.infer),
+        Role::ActorInfer => match r.infer {
+            Infer::Local(t) => named(t),
+            Infer::Remote(_) => vec![], // moved by the worker itself
+        },
         Role::Reference => r.reference.map(named).unwrap_or_default(),
         Role::Critic => match r.critic.as_deref() {
             Some(c) => {
@@ -152,9 +174,12 @@ fn restore(area: &HostArea, role: Role, r: &mut Roles<'_>) -> Result<u64, Pipeli
             let vars = model_vars(&r.policy.transformer);
             restore_trainable(area, role, &vars, r.opt)
         }
-        Role::ActorInfer => area
-            .read_into(role.as_str(), &model_vars(r.infer))
-            .map_err(copy_err),
+        Role::ActorInfer => match r.infer {
+            Infer::Local(t) => area
+                .read_into(role.as_str(), &model_vars(t))
+                .map_err(copy_err),
+            Infer::Remote(_) => Ok(0), // moved by the worker itself
+        },
         Role::Reference => match r.reference {
             Some(t) => area
                 .read_into(role.as_str(), &model_vars(t))

@@ -29,7 +29,7 @@ pub enum FinishReason {
 
 /// One prompt to complete. `seed` drives this request's own RNG, so a sample does not depend on which
 /// other requests happen to share its batch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     pub id: u64,
     pub prompt_ids: Vec<u32>,

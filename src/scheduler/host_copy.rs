@@ -37,26 +37,18 @@ impl HostArea {
         Ok(HostArea { dir })
     }
 
+    /// The area's directory (for files other than host copies, e.g. a worker's model config).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.safetensors"))
     }
 
     /// Write `tensors` to the copy called `name`; returns the bytes of tensor data written.
     pub fn write(&self, name: &str, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
-        let path = self.path(name);
-        let err = |source| HostCopyError {
-            path: path.clone(),
-            source,
-        };
-        let bytes = tensors
-            .iter()
-            .map(|(_, t)| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
-            .sum();
-        let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
-        let partial = path.with_extension("partial");
-        candle_core::safetensors::save(&map, &partial).map_err(err)?;
-        std::fs::rename(&partial, &path).map_err(|e| err(e.into()))?;
-        Ok(bytes)
+        write_tensors(&self.path(name), tensors)
     }
 
     /// Read the copy called `name` back onto `device`.
@@ -65,42 +57,72 @@ impl HostArea {
         name: &str,
         device: &Device,
     ) -> Result<HashMap<String, Tensor>, HostCopyError> {
-        let path = self.path(name);
-        candle_core::safetensors::load(&path, device).map_err(|source| HostCopyError {
-            path: path.clone(),
-            source,
-        })
+        read_tensors(&self.path(name), device)
     }
 
     /// Read the copy called `name` into existing variables (every variable must be in it, with its
     /// shape); returns the bytes restored.
     pub fn read_into(&self, name: &str, vars: &[(String, Var)]) -> Result<u64, HostCopyError> {
-        let Some((_, first)) = vars.first() else {
-            return Ok(0);
-        };
-        let mut tensors = self.read(name, first.device())?;
-        let path = self.path(name);
-        let err = |source| HostCopyError {
-            path: path.clone(),
-            source,
-        };
-        let mut bytes = 0;
-        for (key, var) in vars {
-            let t = tensors.remove(key).ok_or_else(|| {
-                err(candle_core::Error::Msg(format!(
-                    "tensor '{key}' is missing"
-                )))
-            })?;
-            var.set(&t).map_err(err)?;
-            bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
-        }
-        Ok(bytes)
+        read_into_vars(&self.path(name), vars)
     }
 
     pub fn remove(&self, name: &str) {
         // Already gone is fine: the copy is only a cache of state that lives elsewhere.
         let _ = std::fs::remove_file(self.path(name));
     }
+}
+
+/// Write `tensors` to the host copy at `path` (under a temporary name, then renamed); returns the
+/// bytes of tensor data written. Worker processes use this with paths their parent hands them.
+pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
+    let err = |source| HostCopyError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = tensors
+        .iter()
+        .map(|(_, t)| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+        .sum();
+    let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
+    let partial = path.with_extension("partial");
+    candle_core::safetensors::save(&map, &partial).map_err(err)?;
+    std::fs::rename(&partial, path).map_err(|e| err(e.into()))?;
+    Ok(bytes)
+}
+
+/// Read the host copy at `path` onto `device`.
+pub fn read_tensors(
+    path: &Path,
+    device: &Device,
+) -> Result<HashMap<String, Tensor>, HostCopyError> {
+    candle_core::safetensors::load(path, device).map_err(|source| HostCopyError {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Read the host copy at `path` into existing variables (every variable must be in it, with its
+/// shape); returns the bytes restored.
+pub fn read_into_vars(path: &Path, vars: &[(String, Var)]) -> Result<u64, HostCopyError> {
+    let Some((_, first)) = vars.first() else {
+        return Ok(0);
+    };
+    let mut tensors = read_tensors(path, first.device())?;
+    let err = |source| HostCopyError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = 0;
+    for (key, var) in vars {
+        let t = tensors.remove(key).ok_or_else(|| {
+            err(candle_core::Error::Msg(format!(
+                "tensor '{key}' is missing"
+            )))
+        })?;
+        var.set(&t).map_err(err)?;
+        bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

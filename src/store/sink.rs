@@ -78,6 +78,7 @@ impl MetricSink for StoreSink {
             WorkerNotice::Exited => EventKind::WorkerExited,
             WorkerNotice::Failed => EventKind::WorkerFailed,
             WorkerNotice::Log => EventKind::Info,
+            WorkerNotice::Restarted => EventKind::Warning,
         };
         let event = EventRecord {
             worker: Some(worker.into()),

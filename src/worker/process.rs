@@ -21,6 +21,15 @@ use super::protocol::{
 };
 use super::{Role, WorkerError};
 
+static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Programs that embed the pipeline but are not `roll-tui` (test harnesses, other front-ends) name
+/// the `roll-tui` executable their worker processes run. The first call wins; returns whether this
+/// one did.
+pub fn set_worker_program(program: impl Into<PathBuf>) -> bool {
+    PROGRAM.set(program.into()).is_ok()
+}
+
 /// How to start one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {
@@ -35,13 +44,17 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
-    /// A worker of `role` running this executable, with default timings (connect 20 s, ping every
-    /// second, unresponsive after 5 s of silence).
+    /// A worker of `role` running this executable (or the one [`set_worker_program`] named), with
+    /// default timings (connect 20 s, ping every second, unresponsive after 5 s of silence).
     pub fn new(role: Role, index: usize) -> std::io::Result<Self> {
+        let program = match PROGRAM.get() {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?,
+        };
         Ok(WorkerSpec {
             role,
             index,
-            program: std::env::current_exe()?,
+            program,
             connect_timeout: Duration::from_secs(20),
             heartbeat: Duration::from_secs(1),
             silence_limit: Duration::from_secs(5),

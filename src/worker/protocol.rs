@@ -6,6 +6,8 @@
 //! Then the parent sends pings (answered with pongs: the heartbeat) and calls (answered with replies
 //! carrying the call id). Messages stay small: bulk tensors go through shared-memory files.
 
+use std::path::PathBuf;
+
 use futures_util::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -13,10 +15,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::Role;
+use super::infer::{InferInit, InferOp, WireCompletion};
 use crate::reward::{RewardKind, RewardOutcome};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The crate version; parent and worker must be the same build.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Control messages larger than this are a bug (bulk data does not travel here).
@@ -69,6 +72,16 @@ pub struct ScoreItem {
 pub enum Request {
     /// Reward role: score responses, in order.
     Score { items: Vec<ScoreItem> },
+    /// actor_infer: load the model.
+    InferInit(InferInit),
+    /// actor_infer: apply `ops` in order, then run one engine step; replies with what finished.
+    InferStep { ops: Vec<InferOp> },
+    /// actor_infer: take the weights in the host copy at `path` (weight sync).
+    InferWeights { path: PathBuf },
+    /// actor_infer: write the weights to the host copy at `path` and free them.
+    InferOffload { path: PathBuf },
+    /// actor_infer: load the weights back from the host copy at `path`.
+    InferReload { path: PathBuf },
 }
 
 impl Request {
@@ -76,6 +89,11 @@ impl Request {
     pub fn phase(&self) -> &'static str {
         match self {
             Request::Score { .. } => "score",
+            Request::InferInit(_) => "load",
+            Request::InferStep { .. } => "generate",
+            Request::InferWeights { .. } => "weight_sync",
+            Request::InferOffload { .. } => "offload",
+            Request::InferReload { .. } => "reload",
         }
     }
 }
@@ -83,6 +101,19 @@ impl Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     Scores(Vec<RewardOutcome>),
+    /// The model is loaded, with this many parameters.
+    Loaded {
+        params: usize,
+    },
+    /// The requests that finished during the step, and how many the engine still holds.
+    Stepped {
+        finished: Vec<WireCompletion>,
+        holding: usize,
+    },
+    /// Bytes of tensor data moved to or from a host copy.
+    Moved {
+        bytes: u64,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -51,27 +51,52 @@ pub async fn serve(role: Role, index: usize, socket: &Path) -> Result<(), Worker
             got: format!("{assigned} {assigned_index}"),
         }));
     }
-    loop {
-        let Some(msg) = ch.recv::<ToWorker>("parent").await.map_err(proto)? else {
-            return Ok(()); // the parent closed the socket: nothing left to do
-        };
-        match msg {
-            ToWorker::Ping { seq } => ch.send(&FromWorker::Pong { seq }).await.map_err(proto)?,
-            ToWorker::Call { id, request } => {
-                let result = handle(role, request);
-                ch.send(&FromWorker::Reply { id, result })
-                    .await
-                    .map_err(proto)?;
+    // Calls run on their own thread, so pings are answered while a long call computes.
+    let (calls_tx, calls_rx) = std::sync::mpsc::channel::<(u64, Request)>();
+    let (replies_tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
+    let compute = std::thread::Builder::new()
+        .name(format!("roll-{role}-{index}"))
+        .spawn(move || {
+            let reply = |id, result| {
+                let _ = replies_tx.send(FromWorker::Reply { id, result });
+            };
+            match role {
+                Role::ActorInfer => super::infer::serve(&calls_rx, &reply),
+                _ => {
+                    while let Ok((id, request)) = calls_rx.recv() {
+                        reply(id, handle(role, request));
+                    }
+                }
             }
-            ToWorker::Shutdown => return Ok(()),
-            ToWorker::Hello { .. } => {
-                return Err(proto(ProtocolError::Unexpected {
-                    expected: "a ping, call or shutdown",
-                    got: "a second hello".into(),
-                }));
-            }
+        })
+        .map_err(|e| proto(ProtocolError::Io(e)))?;
+    let result = loop {
+        tokio::select! {
+            msg = ch.recv::<ToWorker>("parent") => match msg.map_err(proto)? {
+                // The parent closed the socket or said shutdown: nothing left to do.
+                None | Some(ToWorker::Shutdown) => break Ok(()),
+                Some(ToWorker::Ping { seq }) => {
+                    ch.send(&FromWorker::Pong { seq }).await.map_err(proto)?;
+                }
+                Some(ToWorker::Call { id, request }) => {
+                    if calls_tx.send((id, request)).is_err() {
+                        break Err(proto(ProtocolError::Closed));
+                    }
+                }
+                Some(ToWorker::Hello { .. }) => {
+                    break Err(proto(ProtocolError::Unexpected {
+                        expected: "a ping, call or shutdown",
+                        got: "a second hello".into(),
+                    }));
+                }
+            },
+            Some(reply) = replies.recv() => ch.send(&reply).await.map_err(proto)?,
         }
-    }
+    };
+    // Let the call in progress finish (its reply has nowhere to go) before exiting.
+    drop(calls_tx);
+    let _ = compute.join();
+    result
 }
 
 fn handle(role: Role, request: Request) -> Result<Reply, String> {

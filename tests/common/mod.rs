@@ -10,6 +10,29 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use serde_json::Value;
 
+/// The tiny model, the two synthetic domains and the short SFT stage of the end-to-end tests; a test
+/// adds `name`, `seed`, its `rl:` section and `output_dir`.
+pub const TINY_MODEL_AND_DATA: &str = r#"
+model:
+  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=abc>" }
+data:
+  domains:
+    - { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }
+    - { name: rev, synthetic: { task: reversal, count: 40, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
+"#;
+
+/// Write `DIR/NAME.yaml`: the tiny model and data, then `rest` (YAML), with its output in `DIR/NAME`.
+pub fn write_config(dir: &Path, name: &str, rest: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let out = dir.join(name);
+    let text = format!(
+        "{TINY_MODEL_AND_DATA}{rest}\noutput_dir: {}\n",
+        out.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 pub fn bin() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
 }

@@ -1,0 +1,312 @@
+//! actor_infer in a worker process (`workers.actor_infer.mode: process`), seen from the trainer.
+//!
+//! The worker runs one engine step per call; requests and cancellations queued here travel with
+//! the next step, so the worker generates exactly what an in-process engine would. Every request
+//! sent and neither finished nor cancelled is remembered: if the worker dies or hangs, a fresh one
+//! is started from the host copy and those requests are submitted again with their own seeds —
+//! nothing is lost, and nothing finished is generated twice.
+//!
+//! The host copy (`actor_infer.safetensors` in this run's shared-memory area) always holds the
+//! current weights: weight sync writes it before telling the worker, and an offload is the worker
+//! writing it. A restarted worker therefore loads the right version, whatever it was doing.
+
+use std::time::Duration;
+
+use candle_core::Tensor;
+use tokio::sync::mpsc;
+
+use super::PipelineError;
+use super::reward_pool::describe;
+use crate::config::Dtype;
+use crate::metrics::WorkerNotice;
+use crate::model::{LoadedModel, ParamStore, save_model_dir};
+use crate::rollout::{Completion, Request};
+use crate::scheduler::host_copy::HostArea;
+use crate::worker::infer::{InferInit, InferOp};
+use crate::worker::{
+    Reply, Request as Call, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec,
+};
+
+/// A generation step or a host-copy move that takes longer than this is a hung worker.
+const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+const HOST_COPY: &str = "actor_infer";
+
+pub(super) struct RemoteInfer {
+    rt: tokio::runtime::Runtime,
+    spec: WorkerSpec,
+    worker: WorkerProcess,
+    events_tx: mpsc::UnboundedSender<WorkerEvent>,
+    events: mpsc::UnboundedReceiver<WorkerEvent>,
+    area: HostArea,
+    init: InferInit,
+    /// Requests sent or queued and neither finished nor cancelled, in submission order.
+    in_flight: Vec<Request>,
+    /// Changes for the worker's engine, sent with the next step.
+    ops: Vec<InferOp>,
+    offloaded: bool,
+    /// Workers replaced after dying or hanging.
+    pub restarts: usize,
+    /// Restart notes not reported yet.
+    notes: Vec<(String, WorkerNotice, String)>,
+}
+
+fn setup_err(e: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Setup(e.to_string())
+}
+
+fn named(params: &ParamStore) -> Vec<(String, Tensor)> {
+    params
+        .named_vars()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().clone()))
+        .collect()
+}
+
+/// Whether a failed call means the worker is gone or stuck (and worth replacing), rather than a
+/// call the worker understood and refused.
+fn worker_lost(e: &WorkerError) -> bool {
+    matches!(
+        e,
+        WorkerError::Died { .. } | WorkerError::Timeout { .. } | WorkerError::Protocol { .. }
+    )
+}
+
+impl RemoteInfer {
+    /// Write the policy to the host area and start a worker holding it.
+    pub fn start(
+        model: &LoadedModel,
+        dtype: Dtype,
+        max_batch: usize,
+    ) -> Result<RemoteInfer, PipelineError> {
+        let area = HostArea::new().map_err(|e| {
+            PipelineError::Setup(format!(
+                "creating the host-memory area for actor_infer: {e}"
+            ))
+        })?;
+        let model_dir = area.dir().join("actor_infer-model");
+        save_model_dir(&model_dir, model)?;
+        area.write(HOST_COPY, &named(model.transformer.params()))
+            .map_err(setup_err)?;
+        let init = InferInit {
+            model_dir,
+            weights: area.path(HOST_COPY),
+            dtype,
+            max_batch,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("roll-actor-infer")
+            .enable_all()
+            .build()
+            .map_err(setup_err)?;
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let spec = WorkerSpec::new(Role::ActorInfer, 0).map_err(setup_err)?;
+        let worker = Self::launch(&rt, &spec, &init, events_tx.clone())?;
+        Ok(RemoteInfer {
+            rt,
+            spec,
+            worker,
+            events_tx,
+            events,
+            area,
+            init,
+            in_flight: vec![],
+            ops: vec![],
+            offloaded: false,
+            restarts: 0,
+            notes: vec![],
+        })
+    }
+
+    fn launch(
+        rt: &tokio::runtime::Runtime,
+        spec: &WorkerSpec,
+        init: &InferInit,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+    ) -> Result<WorkerProcess, PipelineError> {
+        rt.block_on(async {
+            let worker = WorkerProcess::spawn(spec, events).await?;
+            worker
+                .call(Call::InferInit(init.clone()), CALL_TIMEOUT)
+                .await?;
+            Ok::<_, WorkerError>(worker)
+        })
+        .map_err(setup_err)
+    }
+
+    /// Replace a lost worker: a fresh one loads the host copy (the current weights) and, if the
+    /// role is offloaded, lets go of them again.
+    fn revive(&mut self, lost: &WorkerError) -> Result<(), PipelineError> {
+        self.worker.kill();
+        self.worker = Self::launch(&self.rt, &self.spec, &self.init, self.events_tx.clone())?;
+        self.restarts += 1;
+        self.notes.push((
+            format!("{}-{}", self.spec.role, self.spec.index),
+            WorkerNotice::Restarted,
+            format!(
+                "replaced ({lost}); {} requests in flight submitted again",
+                self.in_flight.len()
+            ),
+        ));
+        if self.offloaded {
+            let path = self.area.path(HOST_COPY);
+            self.call_once(Call::InferOffload { path })
+                .map_err(setup_err)?;
+        }
+        Ok(())
+    }
+
+    fn call_once(&self, call: Call) -> Result<Reply, WorkerError> {
+        self.rt.block_on(self.worker.call(call, CALL_TIMEOUT))
+    }
+
+    /// A call that survives one lost worker: the worker is replaced and `make` builds the call
+    /// again for the fresh one.
+    fn call(&mut self, make: impl Fn(&Self) -> Call) -> Result<Reply, PipelineError> {
+        match self.call_once(make(self)) {
+            Err(e) if worker_lost(&e) => {
+                self.revive(&e)?;
+                self.call_once(make(self)).map_err(setup_err)
+            }
+            other => other.map_err(setup_err),
+        }
+    }
+
+    fn moved(reply: Reply) -> Result<u64, PipelineError> {
+        match reply {
+            Reply::Moved { bytes } => Ok(bytes),
+            other => Err(PipelineError::Setup(format!(
+                "actor_infer answered a host-copy move with {other:?}"
+            ))),
+        }
+    }
+
+    pub fn submit(&mut self, request: Request) {
+        self.ops.push(InferOp::Submit(request.clone()));
+        self.in_flight.push(request);
+    }
+
+    pub fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) {
+        let ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .map(|r| r.id)
+            .filter(|&id| cancel(id))
+            .collect();
+        if !ids.is_empty() {
+            self.in_flight.retain(|r| !cancel(r.id));
+            self.ops.push(InferOp::Abort(ids));
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    /// One engine step in the worker; what finished, with its prompt.
+    pub fn step(&mut self) -> Result<Vec<Completion>, PipelineError> {
+        let ops = std::mem::take(&mut self.ops);
+        let first = self.call_once(Call::InferStep { ops });
+        let reply = match first {
+            Err(e) if worker_lost(&e) => {
+                self.revive(&e)?;
+                // The fresh worker knows nothing: everything still in flight starts again.
+                let ops = self
+                    .in_flight
+                    .iter()
+                    .cloned()
+                    .map(InferOp::Submit)
+                    .collect();
+                self.call_once(Call::InferStep { ops }).map_err(setup_err)?
+            }
+            other => other.map_err(setup_err)?,
+        };
+        let Reply::Stepped { finished, holding } = reply else {
+            return Err(PipelineError::Setup(format!(
+                "actor_infer answered a generate call with {reply:?}"
+            )));
+        };
+        let mut out = Vec::with_capacity(finished.len());
+        for done in finished {
+            let Some(at) = self.in_flight.iter().position(|r| r.id == done.id) else {
+                return Err(PipelineError::Setup(format!(
+                    "actor_infer finished request {} that is not in flight",
+                    done.id
+                )));
+            };
+            let request = self.in_flight.remove(at);
+            out.push(done.into_completion(request.prompt_ids));
+        }
+        // A request the worker dropped would never finish: the rollout would wait forever.
+        if holding != self.in_flight.len() {
+            return Err(PipelineError::Setup(format!(
+                "actor_infer worker holds {holding} requests but {} are in flight",
+                self.in_flight.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Offload: the worker writes its weights to the host copy and frees them. Returns bytes.
+    pub fn offload(&mut self) -> Result<u64, PipelineError> {
+        let reply = self.call(|s| Call::InferOffload {
+            path: s.area.path(HOST_COPY),
+        })?;
+        self.offloaded = true;
+        Self::moved(reply)
+    }
+
+    /// Reload the weights from the host copy. Returns bytes.
+    pub fn reload(&mut self) -> Result<u64, PipelineError> {
+        let reply = self.call(|s| Call::InferReload {
+            path: s.area.path(HOST_COPY),
+        })?;
+        self.offloaded = false;
+        Self::moved(reply)
+    }
+
+    /// Weight sync: the host copy gets `params`; a resident worker then takes them from there, an
+    /// offloaded one at its next reload.
+    pub fn set_weights(&mut self, params: &ParamStore) -> Result<(), PipelineError> {
+        self.area
+            .write(HOST_COPY, &named(params))
+            .map_err(setup_err)?;
+        if !self.offloaded {
+            let reply = self.call(|s| Call::InferWeights {
+                path: s.area.path(HOST_COPY),
+            })?;
+            Self::moved(reply)?;
+        }
+        Ok(())
+    }
+
+    /// Worker events since the last call, as (worker name, notice, text).
+    pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
+        let mut out = vec![];
+        while let Ok(e) = self.events.try_recv() {
+            out.push(describe(&e));
+        }
+        // After the lost worker's exit and its successor's start.
+        out.append(&mut self.notes);
+        out
+    }
+
+    /// Stop the worker (asking first); returns the events not yet drained, its exit included.
+    pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
+        let RemoteInfer {
+            rt,
+            worker,
+            mut events,
+            area,
+            notes,
+            ..
+        } = self;
+        rt.block_on(worker.shutdown(Duration::from_secs(5)));
+        drop(area);
+        let mut out = notes;
+        while let Ok(e) = events.try_recv() {
+            out.push(describe(&e));
+        }
+        out
+    }
+}

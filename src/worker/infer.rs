@@ -1,0 +1,290 @@
+//! The actor_infer role in a worker process: a continuous-batching [`Engine`] over the worker's own
+//! copy of the policy, driven one engine step per call so that a run generates exactly what it
+//! would in the trainer's process.
+//!
+//! Weights arrive as host copies (safetensors files in shared memory) named in the calls, never
+//! through the control channel. Offloading writes the weights to the host copy and drops them, so
+//! the worker's memory is really freed until the reload.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::protocol::{Reply, Request};
+use crate::config::Dtype;
+use crate::model::tokenizer::TokenizerFiles;
+use crate::model::{ModelConfig, ParamStore, Transformer, load_model_dir};
+use crate::rollout::{Completion, Engine, FinishReason};
+use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
+
+/// What to load: config and tokenizer from `model_dir`, the weights from the host copy `weights`
+/// (exactly the parent's tensors, in the run's dtype).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InferInit {
+    pub model_dir: PathBuf,
+    pub weights: PathBuf,
+    pub dtype: Dtype,
+    pub max_batch: usize,
+}
+
+/// One change to the engine's work, applied in order before a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum InferOp {
+    Submit(crate::rollout::Request),
+    /// Cancel these request ids (queued or running; unknown ids are ignored).
+    Abort(Vec<u64>),
+}
+
+/// A finished request as it travels back: log-probabilities as f32 bit patterns, so they arrive
+/// exactly (the parent knows the prompt).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireCompletion {
+    pub id: u64,
+    pub token_ids: Vec<u32>,
+    pub logprob_bits: Vec<u32>,
+    pub finish: FinishReason,
+}
+
+impl WireCompletion {
+    pub fn of(c: Completion) -> WireCompletion {
+        WireCompletion {
+            id: c.id,
+            token_ids: c.token_ids,
+            logprob_bits: c.logprobs.iter().map(|l| l.to_bits()).collect(),
+            finish: c.finish,
+        }
+    }
+
+    pub fn into_completion(self, prompt_ids: Vec<u32>) -> Completion {
+        Completion {
+            id: self.id,
+            prompt_ids,
+            token_ids: self.token_ids,
+            logprobs: self.logprob_bits.into_iter().map(f32::from_bits).collect(),
+            finish: self.finish,
+        }
+    }
+}
+
+/// Everything but the weights: kept while offloaded.
+struct Base {
+    config: ModelConfig,
+    tokenizer: TokenizerFiles,
+    eos_ids: Vec<u32>,
+    max_batch: usize,
+}
+
+/// Why the engine loop handed control back.
+enum Leave {
+    /// The weights were written to the host copy and are to be dropped.
+    Offload,
+    /// The parent is gone or said shutdown.
+    Exit,
+}
+
+/// Serve actor_infer calls until the call channel closes. `reply` sends one answer to the parent.
+pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply, String>)) {
+    let mut base: Option<Base> = None;
+    let mut model: Option<Transformer> = None;
+    loop {
+        if let (Some(b), Some(m)) = (&base, &model) {
+            match run_engine(b, m, calls, reply) {
+                Leave::Offload => model = None,
+                Leave::Exit => return,
+            }
+            continue;
+        }
+        let Ok((id, request)) = calls.recv() else {
+            return;
+        };
+        match request {
+            Request::InferInit(init) if base.is_none() => match load(&init) {
+                Ok((b, m)) => {
+                    reply(
+                        id,
+                        Ok(Reply::Loaded {
+                            params: m.params().num_params(),
+                        }),
+                    );
+                    (base, model) = (Some(b), Some(m));
+                }
+                Err(e) => reply(id, Err(e)),
+            },
+            Request::InferReload { path } => match &base {
+                Some(b) => match reload(b, &path) {
+                    Ok((m, bytes)) => {
+                        reply(id, Ok(Reply::Moved { bytes }));
+                        model = Some(m);
+                    }
+                    Err(e) => reply(id, Err(e)),
+                },
+                None => reply(
+                    id,
+                    Err("nothing to reload: the model was never loaded".into()),
+                ),
+            },
+            other => reply(
+                id,
+                Err(format!(
+                    "cannot '{}' while the model is {}",
+                    other.phase(),
+                    if base.is_some() {
+                        "offloaded"
+                    } else {
+                        "not loaded"
+                    }
+                )),
+            ),
+        }
+    }
+}
+
+fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
+    let loaded = load_model_dir(&init.model_dir, Some(init.dtype.candle()), &Device::Cpu)
+        .map_err(|e| e.to_string())?;
+    read_into_vars(&init.weights, &loaded.transformer.params().named_vars())
+        .map_err(|e| e.to_string())?;
+    let base = Base {
+        config: loaded.config().clone(),
+        tokenizer: loaded.tokenizer,
+        eos_ids: loaded.eos_ids,
+        max_batch: init.max_batch,
+    };
+    Ok((base, loaded.transformer))
+}
+
+fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
+    let tensors = read_tensors(path, &Device::Cpu).map_err(|e| e.to_string())?;
+    let bytes = tensors
+        .values()
+        .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+        .sum();
+    let params = ParamStore::from_tensors(tensors.into_iter().collect())
+        .map_err(|e| format!("host copy '{}': {e}", path.display()))?;
+    params
+        .check_against(&base.config, &path.display().to_string())
+        .map_err(|e| e.to_string())?;
+    let model = Transformer::new(base.config.clone(), params).map_err(|e| e.to_string())?;
+    Ok((model, bytes))
+}
+
+/// Answer calls with the model loaded, until an offload or the end.
+fn run_engine(
+    base: &Base,
+    model: &Transformer,
+    calls: &Receiver<(u64, Request)>,
+    reply: &dyn Fn(u64, Result<Reply, String>),
+) -> Leave {
+    let detok = |ids: &[u32]| {
+        base.tokenizer
+            .tokenizer
+            .decode(ids, true)
+            .unwrap_or_default()
+    };
+    let mut engine =
+        Engine::new(model, base.eos_ids.clone(), base.max_batch).with_detokenizer(&detok);
+    loop {
+        let Ok((id, request)) = calls.recv() else {
+            return Leave::Exit;
+        };
+        match request {
+            Request::InferStep { ops } => reply(id, step(&mut engine, ops)),
+            Request::InferWeights { path } => {
+                let result = read_into_vars(&path, &model.params().named_vars());
+                reply(
+                    id,
+                    result
+                        .map(|bytes| Reply::Moved { bytes })
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            Request::InferOffload { path } => {
+                if !engine.is_idle() {
+                    let busy = engine.running() + engine.queued();
+                    reply(
+                        id,
+                        Err(format!("cannot offload with {busy} requests in flight")),
+                    );
+                    continue;
+                }
+                let tensors: Vec<(String, Tensor)> = model
+                    .params()
+                    .named_vars()
+                    .into_iter()
+                    .map(|(n, v)| (n, v.as_tensor().clone()))
+                    .collect();
+                match write_tensors(&path, &tensors) {
+                    Ok(bytes) => {
+                        reply(id, Ok(Reply::Moved { bytes }));
+                        return Leave::Offload;
+                    }
+                    Err(e) => reply(id, Err(e.to_string())),
+                }
+            }
+            other => reply(
+                id,
+                Err(format!(
+                    "cannot '{}' while the model is loaded",
+                    other.phase()
+                )),
+            ),
+        }
+    }
+}
+
+fn step(engine: &mut Engine<'_>, ops: Vec<InferOp>) -> Result<Reply, String> {
+    for op in ops {
+        match op {
+            InferOp::Submit(r) => engine.submit(r),
+            InferOp::Abort(ids) => {
+                let ids: std::collections::HashSet<u64> = ids.into_iter().collect();
+                engine
+                    .abort(|id| ids.contains(&id))
+                    .map_err(|e| format!("cancelling requests: {e}"))?;
+            }
+        }
+    }
+    let finished = if engine.is_idle() {
+        vec![]
+    } else {
+        engine.step().map_err(|e| format!("decode step: {e}"))?
+    };
+    Ok(Reply::Stepped {
+        finished: finished.into_iter().map(WireCompletion::of).collect(),
+        holding: engine.running() + engine.queued(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_cross_the_socket_bit_exactly() {
+        let logprobs = vec![
+            -0.0f32,
+            f32::MIN_POSITIVE,
+            -1.000_000_1,
+            -17.25,
+            f32::NEG_INFINITY,
+        ];
+        let c = Completion {
+            id: 7,
+            prompt_ids: vec![1, 2],
+            token_ids: vec![3, 4, 5, 6, 1],
+            logprobs: logprobs.clone(),
+            finish: FinishReason::Eos,
+        };
+        let json = serde_json::to_string(&WireCompletion::of(c)).expect("encode");
+        let back: WireCompletion = serde_json::from_str(&json).expect("decode");
+        let c = back.into_completion(vec![1, 2]);
+        let bits = |v: &[f32]| v.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&c.logprobs), bits(&logprobs));
+        assert_eq!(
+            (c.id, c.prompt_ids, c.token_ids),
+            (7, vec![1, 2], vec![3, 4, 5, 6, 1])
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! actor_infer in a worker process (`workers.actor_infer.mode: process`), end to end on the binary:
+//! it computes exactly what the in-process engine computes, time-shares device 0 through its host
+//! copy, and survives being killed with SIGKILL in the middle of generation — the requests it held
+//! are generated again, so every step trains on the same samples as an undisturbed run.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{deterministic_metrics, ok, roll, spawn_until, write_config};
+use serde_json::Value;
+
+const RL: &str = r#"
+name: infer
+seed: 6
+sft: { steps: 4, batch_size: 8, optimizer: { lr: 0.01 } }
+rl:
+  steps: 12
+  prompts_per_step: 8
+  group_size: 4
+  sampling: { temperature: 1.0, max_new_tokens: 24 }
+  optimizer: { lr: 0.001 }
+"#;
+
+const SEPARATE: [&str; 2] = [
+    "workers.devices.count=2",
+    "workers.actor_infer.device_mapping=[1]",
+];
+const PROCESS: &str = "workers.actor_infer.mode=process";
+
+fn run(dir: &Path, name: &str, overrides: &[&str]) -> std::path::PathBuf {
+    let store = dir.join(format!("{name}.db"));
+    let cfg = write_config(dir, name, RL);
+    let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
+    args.extend_from_slice(overrides);
+    ok(roll(&store, &args));
+    store
+}
+
+fn events(store: &Path) -> Vec<Value> {
+    let out = ok(roll(store, &["runs", "show", "infer", "--json"]));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+/// (step, prompt, response, reward) of every stored sample, in a fixed order.
+fn samples(store: &Path) -> Vec<(u64, String, String, f64)> {
+    let out = ok(roll(
+        store,
+        &["samples", "infer", "--json", "--limit", "10000"],
+    ));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let mut rows: Vec<_> = all
+        .iter()
+        .filter(|s| s["stage"] == "rl")
+        .map(|s| {
+            (
+                s["step"].as_u64().unwrap(),
+                s["prompt"].as_str().unwrap().to_string(),
+                s["response"].as_str().unwrap().to_string(),
+                s["reward"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rows
+}
+
+/// Pids of actor_infer workers of `parent`.
+fn infer_workers_of(parent: u32) -> Vec<u32> {
+    let want = format!("--parent\0{parent}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("worker\0actor_infer\0") && c.contains(&want)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_worker_process_actor_infer_computes_the_same_and_time_shares_device_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = run(dir.path(), "here", &[]);
+    let there = run(dir.path(), "there", &[PROCESS]);
+    assert_eq!(
+        deterministic_metrics(&here, "infer"),
+        deterministic_metrics(&there, "infer")
+    );
+    assert_eq!(samples(&here), samples(&there));
+
+    let (ev_here, ev_there) = (events(&here), events(&there));
+    let moves = |ev: &[Value]| -> Vec<(String, String, u64)> {
+        ev.iter()
+            .filter(|e| e["kind"] == "offload" || e["kind"] == "reload")
+            .map(|e| {
+                (
+                    e["kind"].as_str().unwrap().to_string(),
+                    e["worker"].as_str().unwrap().to_string(),
+                    e["bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    // The worker moves the same tensors as the in-process replica, in the same order.
+    assert_eq!(moves(&ev_here), moves(&ev_there));
+    assert!(
+        moves(&ev_there)
+            .iter()
+            .any(|(k, w, b)| k == "offload" && w == "actor_infer" && *b > 0)
+    );
+    assert_eq!(
+        of_kind(&ev_there, "worker_started").len(),
+        1,
+        "{ev_there:#?}"
+    );
+    assert_eq!(
+        of_kind(&ev_there, "worker_exited").len(),
+        1,
+        "{ev_there:#?}"
+    );
+    assert!(
+        of_kind(&ev_there, "worker_failed").is_empty(),
+        "{ev_there:#?}"
+    );
+}
+
+#[test]
+fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doubled() {
+    let dir = tempfile::tempdir().unwrap();
+    let calm = run(dir.path(), "calm", &SEPARATE);
+
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", RL);
+    let mut args = vec!["run", cfg.to_str().unwrap(), PROCESS];
+    args.extend_from_slice(&SEPARATE);
+    // Kill the worker three times, each right after a step ends, when the next step's generation
+    // begins.
+    let (mut child, mut lines) = spawn_until(&store, &args, "rl      3/");
+    let mut killed = vec![];
+    for next in ["rl      6/", "rl      9/", ""] {
+        let pids = infer_workers_of(child.id());
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let kill = Command::new("kill")
+            .args(["-9", &pids[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        killed.push(pids[0]);
+        if !next.is_empty() {
+            let seen = lines
+                .by_ref()
+                .map(|l| l.unwrap())
+                .find(|l| l.starts_with(next));
+            assert!(seen.is_some(), "the run ended before '{next}'");
+        }
+    }
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    assert!(infer_workers_of(child.id()).is_empty());
+
+    let ev = events(&store);
+    let failed = of_kind(&ev, "worker_failed");
+    assert_eq!(failed.len(), 3, "{ev:#?}");
+    for (f, pid) in failed.iter().zip(&killed) {
+        let text = f["message"].as_str().unwrap();
+        assert_eq!(text, format!("pid {pid} died (killed by signal 9)"));
+    }
+    assert_eq!(of_kind(&ev, "worker_started").len(), 4, "{ev:#?}");
+    let resubmitted: Vec<usize> = of_kind(&ev, "warning")
+        .iter()
+        .filter_map(|w| {
+            let text = w["message"].as_str()?;
+            let tail = text.strip_suffix(" requests in flight submitted again")?;
+            tail.rsplit(' ').next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(resubmitted.len(), 3, "{ev:#?}");
+    // At least one kill caught requests half-generated (or not yet started) in the worker.
+    assert!(resubmitted.iter().any(|n| *n > 0), "{ev:#?}");
+    let restarts = series(&store, "workers/actor_infer_restarts");
+    assert_eq!(restarts.last(), Some(&3.0), "{restarts:?}");
+
+    // Generated again with their own seeds, the lost requests produce the same tokens: every step
+    // trains on the same samples. Only log-probabilities can differ in their last bits, because a
+    // batch of different composition rounds differently.
+    assert_eq!(samples(&calm), samples(&store));
+    let (a, b) = (
+        deterministic_metrics(&calm, "infer"),
+        deterministic_metrics(&store, "infer"),
+    );
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        let key = x["key"].as_str().unwrap();
+        let rounding_only = key == "actor/approx_kl" || key.starts_with("train_infer/");
+        if !rounding_only {
+            assert_eq!(x, y, "{key}");
+            continue;
+        }
+        let (xs, ys) = (
+            x["values"].as_array().unwrap(),
+            y["values"].as_array().unwrap(),
+        );
+        assert_eq!(xs.len(), ys.len(), "{key}");
+        for (u, v) in xs.iter().zip(ys) {
+            let (u, v) = (u.as_f64().unwrap(), v.as_f64().unwrap());
+            assert!((u - v).abs() <= 1e-6, "{key}: {u} vs {v}");
+        }
+    }
+}
+
+/// The values of `key` in the RL stage, by step.
+fn series(store: &Path, key: &str) -> Vec<f64> {
+    let out = ok(roll(store, &["metrics", "infer", "--key", key, "--json"]));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let s = all.iter().find(|s| s["stage"] == "rl").unwrap();
+    s["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
