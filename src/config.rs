@@ -243,6 +243,9 @@ pub struct KlConfig {
     /// Adaptive controller: target KL and horizon (in samples).
     pub target: f64,
     pub horizon: f64,
+    /// Replace the reference with the current policy after every this many steps (0: never; the
+    /// reference stays the policy the stage started from).
+    pub refresh_every: usize,
 }
 
 impl Default for KlConfig {
@@ -254,6 +257,7 @@ impl Default for KlConfig {
             controller: KlControllerKind::Fixed,
             target: 0.1,
             horizon: 10_000.0,
+            refresh_every: 0,
         }
     }
 }
@@ -443,6 +447,12 @@ impl RlConfig {
             p.push(format!(
                 "rl.kl.mode {:?} needs rl.kl.coef > 0",
                 self.kl.mode
+            ));
+        }
+        if self.kl.refresh_every > 0 && self.kl.mode == KlMode::None {
+            p.push(format!(
+                "rl.kl.refresh_every is {} but rl.kl.mode is none: there is no reference to refresh",
+                self.kl.refresh_every
             ));
         }
         if self.kl.coef < 0.0 {

@@ -159,6 +159,13 @@ impl Resume {
         };
         if rl.kl.mode != crate::algo::kl::KlMode::None {
             setup::rl_start_policy(cfg)?;
+            let refreshed = rl.kl.refresh_every > 0 && self.state.step >= rl.kl.refresh_every;
+            if refreshed && !self.dir.join(REFERENCE_FILE).is_file() {
+                return Err(PipelineError::Setup(format!(
+                    "checkpoint '{}': the refreshed KL reference '{REFERENCE_FILE}' is missing",
+                    self.dir.display()
+                )));
+            }
         }
         if rl.critic.is_some() && rl_update::needs_critic(rl.adv_estimator) {
             for f in ["critic.safetensors", "critic_optimizer.safetensors"] {
@@ -179,11 +186,16 @@ impl Resume {
     }
 }
 
+/// A checkpoint's KL reference, once `rl.kl.refresh_every` has replaced the starting policy.
+pub const REFERENCE_FILE: &str = "reference.safetensors";
+
 /// What a stage adds to its checkpoints besides the policy and its optimizer.
 pub struct CheckpointExtras<'a> {
     pub mixer: MixerState,
     pub rl: Option<RlResumeState>,
     pub critic: Option<&'a Critic>,
+    /// The KL reference, when it is no longer the stage's starting policy (`rl.kl.refresh_every`).
+    pub reference: Option<&'a crate::model::Transformer>,
 }
 
 /// What every stage shares: config, output, the observer, the sink and the stop flag.
@@ -288,13 +300,16 @@ impl RunContext<'_> {
             mixer: Some(extras.mixer),
             rl: extras.rl,
         };
-        let critic = extras.critic;
+        let (critic, reference) = (extras.critic, extras.reference);
         let write_critic = |dir: &std::path::Path| -> Result<(), crate::model::LoadError> {
             if let Some(c) = critic {
                 let mut vars = c.model.params().named_vars();
                 vars.extend(c.head.vars());
                 save_vars(&vars, &dir.join("critic.safetensors"))?;
                 save_moments(&c.opt, &dir.join("critic_optimizer.safetensors"))?;
+            }
+            if let Some(r) = reference {
+                save_vars(&r.params().named_vars(), &dir.join(REFERENCE_FILE))?;
             }
             Ok(())
         };

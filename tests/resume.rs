@@ -28,7 +28,7 @@ rl:
   group_size: 4
   sampling: { temperature: 1.0, max_new_tokens: 4 }
   optimizer: { lr: 0.001 }
-  kl: { mode: in_loss, coef: 0.05, controller: adaptive, target: 0.01, horizon: 100 }
+  kl: { mode: in_loss, coef: 0.05, controller: adaptive, target: 0.01, horizon: 100, refresh_every: 2 }
   dynamic_sampling: { enabled: true, max_rounds: 2 }
 checkpoint: { every: 3 }
 "#;

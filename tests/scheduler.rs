@@ -192,6 +192,34 @@ fn asynchronous_rollout_on_shared_devices_is_a_config_error() {
 }
 
 #[test]
+fn the_kl_reference_is_refreshed_every_n_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = run(
+        dir.path(),
+        &[
+            "rl.kl.mode=in_loss",
+            "rl.kl.coef=0.05",
+            "rl.kl.refresh_every=2",
+        ],
+    );
+    assert_eq!(
+        series(&store, "actor/reference_version"),
+        [0.0, 2.0, 2.0, 4.0, 4.0, 6.0]
+    );
+    // One PPO epoch measures KL before its update: right after a refresh the reference is the
+    // policy itself, so the k3 estimate is exactly 0; one update later it is not.
+    let kl = series(&store, "actor/kl");
+    assert_eq!(kl.len(), 6);
+    for (i, k) in kl.iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(*k, 0.0, "step {}: {kl:?}", i + 1);
+        } else {
+            assert!(*k > 0.0, "step {}: {kl:?}", i + 1);
+        }
+    }
+}
+
+#[test]
 fn actor_infer_runs_as_one_worker_process() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("roll.db");

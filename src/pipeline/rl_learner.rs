@@ -31,6 +31,8 @@ pub(super) struct Learner<'m> {
     /// The first step this process runs (after a resume, the one after the checkpoint).
     pub first_step: usize,
     pub last_checkpoint: Option<PathBuf>,
+    /// The step whose policy the KL reference is (0: the policy the stage started from).
+    pub reference_version: usize,
 }
 
 /// A frozen copy of the policy's weights (reference, critic trunk, actor_infer replica).
@@ -110,6 +112,19 @@ impl<'m> Learner<'m> {
             }
             first_step = r.state.step + 1;
         }
+        // With refreshes, the reference is the policy of the last refresh at or before the resume
+        // point; the checkpoint holds it.
+        let every = cfg.kl.refresh_every;
+        let reference_version = match resume {
+            Some(r) if every > 0 => r.state.step / every * every,
+            _ => 0,
+        };
+        if let (Some(reference), Some(r), true) = (&reference, resume, reference_version > 0) {
+            load_vars(
+                &reference.params().named_vars(),
+                &r.dir.join(super::REFERENCE_FILE),
+            )?;
+        }
         Ok(Learner {
             model,
             opt,
@@ -119,6 +134,7 @@ impl<'m> Learner<'m> {
             running,
             first_step,
             last_checkpoint: None,
+            reference_version,
         })
     }
 
@@ -210,6 +226,17 @@ impl<'m> Learner<'m> {
                 "rl step {step}: every group had equal rewards; no update"
             ))?;
         }
+        let every = cfg.kl.refresh_every;
+        if every > 0 && step % every == 0 && self.reference.is_some() {
+            sharing.refresh_reference(&self.roles(infer))?;
+            self.reference_version = step;
+        }
+        if self.reference.is_some() {
+            m.insert(
+                "actor/reference_version".into(),
+                self.reference_version as f64,
+            );
+        }
         let sync = match handoff {
             None => sharing.sync_weights(&self.roles(infer))?,
             Some(slot) => {
@@ -234,6 +261,10 @@ impl<'m> Learner<'m> {
         ctx.record_step("rl", step, cfg.steps, m)?;
         let (kl_coef, running) = (self.kl_ctl.coef(), self.running.clone());
         let critic = self.critic.as_ref();
+        let reference = self
+            .reference
+            .as_ref()
+            .filter(|_| self.reference_version > 0);
         let extras = || CheckpointExtras {
             mixer: out.mixer,
             rl: Some(RlResumeState {
@@ -242,6 +273,7 @@ impl<'m> Learner<'m> {
                 critic_optimizer_steps: critic.map(|c| c.opt.steps_taken()),
             }),
             critic,
+            reference,
         };
         ctx.after_step(
             self.model,

@@ -111,6 +111,7 @@ pub fn run_sft(
             mixer: mixer.state(),
             rl: None,
             critic: None,
+            reference: None,
         };
         if ctx.after_step(model, &opt, "sft", (step, cfg.steps), &mut last, extras)? {
             return Ok((RunStatus::Interrupted, last));

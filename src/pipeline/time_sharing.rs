@@ -125,6 +125,27 @@ impl TimeSharing {
     }
 }
 
+impl TimeSharing {
+    /// `rl.kl.refresh_every`: the reference becomes the current policy — in its tensors, or in its
+    /// host copy while it is offloaded.
+    pub fn refresh_reference(&self, roles: &Roles<'_>) -> Result<(), PipelineError> {
+        let Some(reference) = roles.reference else {
+            return Ok(());
+        };
+        if self.offloaded.contains(&Role::Reference) {
+            let tensors = named(&roles.policy.transformer);
+            self.area
+                .write(Role::Reference.as_str(), &tensors)
+                .map_err(copy_err)?;
+            return Ok(());
+        }
+        reference
+            .params()
+            .copy_from(roles.policy.transformer.params())
+            .during("refreshing the KL reference")
+    }
+}
+
 fn named(model: &Transformer) -> Vec<(String, Tensor)> {
     model
         .params()
