@@ -227,7 +227,7 @@ impl<'m> Learner<'m> {
             ))?;
         }
         let every = cfg.kl.refresh_every;
-        if every > 0 && step % every == 0 && self.reference.is_some() {
+        if every > 0 && step.is_multiple_of(every) && self.reference.is_some() {
             sharing.refresh_reference(&self.roles(infer))?;
             self.reference_version = step;
         }
