@@ -38,7 +38,8 @@ fn run_to_end(cfg: &RunConfig) -> (MemorySink, Option<std::path::PathBuf>, f64) 
 }
 
 fn sum(xs: &[f64]) -> f64 {
-    xs.iter().sum()
+    // `Sum` of no floats is -0.0.
+    xs.iter().sum::<f64>() + 0.0
 }
 
 fn main() {
@@ -84,22 +85,36 @@ fn main() {
             ],
         ),
     ];
-    println!(
-        "\n{steps} GRPO steps, 16 prompts x 8, max_new_tokens 40, temperature 1.0\n\n\
-         | setup | wall | s/step | decoded tok/s | mean / max response | at max length | time offload+reload | staleness mean |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
+    // Temperature 2 makes the SFT model's end-of-sequence uncertain: a heavier length tail.
+    for temperature in [1.0, 2.0] {
+        println!(
+            "\n{steps} GRPO steps, 16 prompts x 8, max_new_tokens 40, temperature {temperature}\n\n\
+             | setup | wall | s/step | decoded tok/s | mean / max response | at max length | time offload+reload | staleness mean |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        grpo_table(dir.path(), &checkpoint, &setups, steps, temperature);
+    }
+}
+
+fn grpo_table(
+    dir: &Path,
+    checkpoint: &Path,
+    setups: &[(&str, Vec<&str>)],
+    steps: usize,
+    temperature: f64,
+) {
     let mut base = None;
     for (i, (name, overrides)) in setups.iter().enumerate() {
         let mut all = vec![
             format!("rl.steps={steps}"),
             "rl.sampling.max_new_tokens=40".to_string(),
+            format!("rl.sampling.temperature={temperature}"),
         ];
         all.extend(overrides.iter().map(|s| s.to_string()));
-        let mut cfg = config(&dir.path().join(format!("grpo{i}")), &all);
+        let mut cfg = config(&dir.join(format!("grpo{i}-t{temperature}")), &all);
         cfg.sft = None;
         cfg.model.init = None;
-        cfg.model.path = Some(checkpoint.clone());
+        cfg.model.path = Some(checkpoint.to_path_buf());
         let (sink, _, wall) = run_to_end(&cfg);
         let v = |k: &str| sink.values("rl", k);
         let tok_s = v("system/tokens_per_s");
