@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{deterministic_metrics, ok, roll, spawn_until, write_config};
+use common::{deterministic_metrics, ok, rl_series, roll, spawn_until, write_config};
 use serde_json::Value;
 
 const RL: &str = r#"
@@ -188,7 +188,7 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     assert_eq!(resubmitted.len(), 3, "{ev:#?}");
     // At least one kill caught requests half-generated (or not yet started) in the worker.
     assert!(resubmitted.iter().any(|n| *n > 0), "{ev:#?}");
-    let restarts = series(&store, "workers/actor_infer_restarts");
+    let restarts = rl_series(&store, "infer", "workers/actor_infer_restarts");
     assert_eq!(restarts.last(), Some(&3.0), "{restarts:?}");
 
     // Generated again with their own seeds, the lost requests produce the same tokens: every step
@@ -217,17 +217,4 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
             assert!((u - v).abs() <= 1e-6, "{key}: {u} vs {v}");
         }
     }
-}
-
-/// The values of `key` in the RL stage, by step.
-fn series(store: &Path, key: &str) -> Vec<f64> {
-    let out = ok(roll(store, &["metrics", "infer", "--key", key, "--json"]));
-    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
-    let s = all.iter().find(|s| s["stage"] == "rl").unwrap();
-    s["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
 }

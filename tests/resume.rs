@@ -9,18 +9,13 @@ mod common;
 
 use std::path::Path;
 
-use common::{deterministic_metrics, ok, refused, roll, spawn_until};
+use common::{deterministic_metrics, ok, refused, roll, spawn_until, write_config};
 use serde_json::Value;
 
-const CONFIG: &str = r#"
+/// Added to the tiny model and data of `common::write_config`.
+const REST: &str = r#"
 name: tiny
 seed: 5
-model:
-  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=abc>" }
-data:
-  domains:
-    - { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }
-    - { name: rev, synthetic: { task: reversal, count: 40, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
 sft: { steps: 6, batch_size: 8, optimizer: { lr: 0.01 } }
 rl:
   steps: 14
@@ -37,26 +32,20 @@ fn samples(store: &Path, run: &str) -> Value {
     serde_json::from_str(&ok(roll(store, &["samples", run, "--json"]))).unwrap()
 }
 
-fn write_config(dir: &Path, out: &Path) -> std::path::PathBuf {
-    let path = dir.join("tiny.yaml");
-    std::fs::write(&path, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
-    path
-}
-
 #[test]
 fn kill_9_then_resume_equals_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
     // The uninterrupted reference run.
-    let (ref_store, ref_out) = (dir.path().join("ref.db"), dir.path().join("ref"));
-    let ref_cfg = write_config(dir.path(), &ref_out);
+    let ref_store = dir.path().join("ref.db");
+    let ref_cfg = write_config(dir.path(), "ref", REST);
     ok(roll(
         &ref_store,
         &["run", ref_cfg.to_str().unwrap(), "--quiet"],
     ));
 
     // The same run, killed with SIGKILL after its 5th RL step is reported.
-    let (store, out) = (dir.path().join("roll.db"), dir.path().join("run"));
-    let cfg = write_config(dir.path(), &out);
+    let store = dir.path().join("roll.db");
+    let cfg = write_config(dir.path(), "run", REST);
     let (mut child, _) = spawn_until(&store, ["run", cfg.to_str().unwrap()], "rl      5/");
     child.kill().unwrap();
     child.wait().unwrap();
@@ -119,8 +108,8 @@ fn kill_9_then_resume_equals_an_uninterrupted_run() {
 #[test]
 fn resume_refuses_a_missing_or_corrupt_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, out) = (dir.path().join("roll.db"), dir.path().join("run"));
-    let cfg = write_config(dir.path(), &out);
+    let store = dir.path().join("roll.db");
+    let cfg = write_config(dir.path(), "run", REST);
     let args = ["run", cfg.to_str().unwrap(), "checkpoint.every=1"];
     let (mut child, _) = spawn_until(&store, args, "checkpoint step 2");
     child.kill().unwrap();

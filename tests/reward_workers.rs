@@ -9,18 +9,13 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{bin, deterministic_metrics, ok, spawn_until};
+use common::{bin, deterministic_metrics, ok, spawn_until, write_config};
 use serde_json::Value;
 
-const CONFIG: &str = r#"
+/// Added to the tiny model and data of `common::write_config`.
+const REST: &str = r#"
 name: pool
 seed: 8
-model:
-  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=abc>" }
-data:
-  domains:
-    - { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }
-    - { name: rev, synthetic: { task: reversal, count: 40, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
 sft: { steps: 4, batch_size: 8, optimizer: { lr: 0.01 } }
 rl:
   steps: 10
@@ -31,10 +26,7 @@ rl:
 "#;
 
 fn config(dir: &Path, name: &str) -> std::path::PathBuf {
-    let path = dir.join(format!("{name}.yaml"));
-    let out = dir.join(name);
-    std::fs::write(&path, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
-    path
+    write_config(dir, name, REST)
 }
 
 fn events(store: &Path) -> Vec<Value> {

@@ -8,18 +8,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ok, refused, roll};
+use common::{ok, refused, rl_series, roll, write_config};
 use serde_json::Value;
 
-const CONFIG: &str = r#"
+/// Added to the tiny model and data of `common::write_config`.
+const REST: &str = r#"
 name: sched
 seed: 5
-model:
-  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=abc>" }
-data:
-  domains:
-    - { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }
-    - { name: rev, synthetic: { task: reversal, count: 40, min_len: 2, max_len: 3, alphabet: abc }, reward: exact_match }
 sft: { steps: 4, batch_size: 8, optimizer: { lr: 0.01 } }
 rl:
   steps: 6
@@ -30,10 +25,7 @@ rl:
 "#;
 
 fn config(dir: &Path) -> PathBuf {
-    let path = dir.join("sched.yaml");
-    let out = dir.join("out");
-    std::fs::write(&path, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
-    path
+    write_config(dir, "out", REST)
 }
 
 fn run(dir: &Path, overrides: &[&str]) -> PathBuf {
@@ -53,15 +45,7 @@ fn events(store: &Path) -> Vec<Value> {
 
 /// The values of `key` in the RL stage, by step.
 fn series(store: &Path, key: &str) -> Vec<f64> {
-    let out = ok(roll(store, &["metrics", "sched", "--key", key, "--json"]));
-    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
-    let s = all.iter().find(|s| s["stage"] == "rl").unwrap();
-    s["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
+    rl_series(store, "sched", key)
 }
 
 #[test]

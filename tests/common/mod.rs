@@ -64,6 +64,19 @@ pub fn refused(out: Output) -> String {
     String::from_utf8(out.stderr).unwrap()
 }
 
+/// The values of `key` in `run`'s RL stage, by step.
+pub fn rl_series(store: &Path, run: &str, key: &str) -> Vec<f64> {
+    let out = ok(roll(store, &["metrics", run, "--key", key, "--json"]));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let s = all.iter().find(|s| s["stage"] == "rl").unwrap();
+    s["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
 /// Every metric series of `run` except those that measure the machine or the process layout
 /// (timings, throughput, store back-pressure, worker restarts), without wall times.
 pub fn deterministic_metrics(store: &Path, run: &str) -> Vec<Value> {
