@@ -130,6 +130,14 @@ impl ParamStore {
             .collect()
     }
 
+    /// (name, tensor) pairs in sorted order, sharing storage with the variables (for host copies).
+    pub fn named_tensors(&self) -> Vec<(String, Tensor)> {
+        self.vars
+            .iter()
+            .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+            .collect()
+    }
+
     pub fn vars(&self) -> Vec<Var> {
         self.vars.values().cloned().collect()
     }

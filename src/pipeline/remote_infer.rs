@@ -12,7 +12,6 @@
 
 use std::time::Duration;
 
-use candle_core::Tensor;
 use tokio::sync::mpsc;
 
 use super::PipelineError;
@@ -54,14 +53,6 @@ fn setup_err(e: impl std::fmt::Display) -> PipelineError {
     PipelineError::Setup(e.to_string())
 }
 
-fn named(params: &ParamStore) -> Vec<(String, Tensor)> {
-    params
-        .named_vars()
-        .into_iter()
-        .map(|(n, v)| (n, v.as_tensor().clone()))
-        .collect()
-}
-
 /// Whether a failed call means the worker is gone or stuck (and worth replacing), rather than a
 /// call the worker understood and refused.
 fn worker_lost(e: &WorkerError) -> bool {
@@ -85,7 +76,7 @@ impl RemoteInfer {
         })?;
         let model_dir = area.dir().join("actor_infer-model");
         save_model_dir(&model_dir, model)?;
-        area.write(HOST_COPY, &named(model.transformer.params()))
+        area.write(HOST_COPY, &model.transformer.params().named_tensors())
             .map_err(setup_err)?;
         let init = InferInit {
             model_dir,
@@ -269,7 +260,7 @@ impl RemoteInfer {
     /// offloaded one at its next reload.
     pub fn set_weights(&mut self, params: &ParamStore) -> Result<(), PipelineError> {
         self.area
-            .write(HOST_COPY, &named(params))
+            .write(HOST_COPY, &params.named_tensors())
             .map_err(setup_err)?;
         if !self.offloaded {
             let reply = self.call(|s| Call::InferWeights {

@@ -147,12 +147,7 @@ impl TimeSharing {
 }
 
 fn named(model: &Transformer) -> Vec<(String, Tensor)> {
-    model
-        .params()
-        .named_vars()
-        .into_iter()
-        .map(|(n, v)| (n, v.as_tensor().clone()))
-        .collect()
+    model.params().named_tensors()
 }
 
 fn with_moments(mut tensors: Vec<(String, Tensor)>, opt: &AdamW) -> Vec<(String, Tensor)> {

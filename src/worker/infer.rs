@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::{Reply, Request};
@@ -209,13 +209,7 @@ fn run_engine(
                     );
                     continue;
                 }
-                let tensors: Vec<(String, Tensor)> = model
-                    .params()
-                    .named_vars()
-                    .into_iter()
-                    .map(|(n, v)| (n, v.as_tensor().clone()))
-                    .collect();
-                match write_tensors(&path, &tensors) {
+                match write_tensors(&path, &model.params().named_tensors()) {
                     Ok(bytes) => {
                         reply(id, Ok(Reply::Moved { bytes }));
                         return Leave::Offload;
