@@ -28,13 +28,25 @@ fn config(dir: &Path) -> PathBuf {
     write_config(dir, "out", REST)
 }
 
-fn run(dir: &Path, overrides: &[&str]) -> PathBuf {
+/// `roll-tui run` of the test config with `overrides`, in `dir/roll.db`.
+fn run_output(dir: &Path, overrides: &[&str]) -> (PathBuf, std::process::Output) {
     let store = dir.join("roll.db");
     let cfg = config(dir);
     let mut args = vec!["run", cfg.to_str().unwrap()];
     args.extend_from_slice(overrides);
-    ok(roll(&store, &args));
+    let out = roll(&store, &args);
+    (store, out)
+}
+
+fn run(dir: &Path, overrides: &[&str]) -> PathBuf {
+    let (store, out) = run_output(dir, overrides);
+    ok(out);
     store
+}
+
+/// The error of a run that must be refused.
+fn refused_run(dir: &Path, overrides: &[&str]) -> String {
+    refused(run_output(dir, overrides).1)
 }
 
 fn events(store: &Path) -> Vec<Value> {
@@ -121,16 +133,7 @@ fn separate_roles_never_move_and_asynchronous_rollout_stays_within_alpha() {
 #[test]
 fn a_placement_that_cannot_fit_is_refused_naming_device_and_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("roll.db");
-    let cfg = config(dir.path());
-    let err = refused(roll(
-        &store,
-        &[
-            "run",
-            cfg.to_str().unwrap(),
-            "workers.devices.memory_mb=0.25",
-        ],
-    ));
+    let err = refused_run(dir.path(), &["workers.devices.memory_mb=0.25"]);
     assert!(
         err.contains("placement does not fit: device 0 has 0.2 MiB (262144 bytes)"),
         "{err}"
@@ -147,28 +150,21 @@ fn a_placement_that_cannot_fit_is_refused_naming_device_and_bytes() {
 #[test]
 fn asynchronous_rollout_on_shared_devices_is_a_config_error() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("roll.db");
-    let cfg = config(dir.path());
-    let err = refused(roll(
-        &store,
-        &["run", cfg.to_str().unwrap(), "rl.async_generation_ratio=1"],
-    ));
+    let err = refused_run(dir.path(), &["rl.async_generation_ratio=1"]);
     assert!(
         err.contains("asynchronous rollout needs its own devices"),
         "{err}"
     );
     // Training must not offload actor_infer through the reference's device either.
-    let err = refused(roll(
-        &store,
+    let err = refused_run(
+        dir.path(),
         &[
-            "run",
-            cfg.to_str().unwrap(),
             "rl.async_generation_ratio=1",
             "workers.devices.count=2",
             "workers.actor_infer.device_mapping=[1]",
             "workers.reference.device_mapping=[1]",
         ],
-    ));
+    );
     assert!(
         err.contains("overlaps workers.reference.device_mapping [1]"),
         "{err}"
@@ -206,17 +202,13 @@ fn the_kl_reference_is_refreshed_every_n_steps() {
 #[test]
 fn actor_infer_runs_as_one_worker_process() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("roll.db");
-    let cfg = config(dir.path());
-    let err = refused(roll(
-        &store,
+    let err = refused_run(
+        dir.path(),
         &[
-            "run",
-            cfg.to_str().unwrap(),
             "workers.actor_infer.mode=process",
             "workers.actor_infer.num_workers=2",
         ],
-    ));
+    );
     assert!(
         err.contains("workers.actor_infer.num_workers is 2 but actor_infer runs as one worker"),
         "{err}"
