@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::PipelineError;
-use super::reward_pool::describe;
+use super::reward_pool::drain;
 use crate::config::Dtype;
 use crate::metrics::WorkerNotice;
 use crate::model::{LoadedModel, ParamStore, save_model_dir};
@@ -273,10 +273,7 @@ impl RemoteInfer {
 
     /// Worker events since the last call, as (worker name, notice, text).
     pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
-        let mut out = vec![];
-        while let Ok(e) = self.events.try_recv() {
-            out.push(describe(&e));
-        }
+        let mut out = drain(&mut self.events);
         // After the lost worker's exit and its successor's start.
         out.append(&mut self.notes);
         out
@@ -295,9 +292,7 @@ impl RemoteInfer {
         rt.block_on(worker.shutdown(Duration::from_secs(5)));
         drop(area);
         let mut out = notes;
-        while let Ok(e) = events.try_recv() {
-            out.push(describe(&e));
-        }
+        out.extend(drain(&mut events));
         out
     }
 }

@@ -90,11 +90,7 @@ impl RewardScorer {
         let RewardScorer::Pool(pool) = self else {
             return vec![];
         };
-        let mut out = vec![];
-        while let Ok(e) = pool.events.try_recv() {
-            out.push(describe(&e));
-        }
-        out
+        drain(&mut pool.events)
     }
 
     pub fn restarts(&self) -> usize {
@@ -119,9 +115,7 @@ impl RewardScorer {
                     .into_iter()
                     .map(|w| w.shutdown(Duration::from_secs(5))),
             ));
-            while let Ok(e) = rx.try_recv() {
-                events.push(describe(&e));
-            }
+            events.extend(drain(&mut rx));
         }
         events
     }
@@ -141,7 +135,18 @@ pub fn report_workers(
     Ok(())
 }
 
-pub(super) fn describe(e: &WorkerEvent) -> (String, WorkerNotice, String) {
+/// The worker events queued in `rx`, described for the run's record.
+pub(super) fn drain(
+    rx: &mut mpsc::UnboundedReceiver<WorkerEvent>,
+) -> Vec<(String, WorkerNotice, String)> {
+    let mut out = vec![];
+    while let Ok(e) = rx.try_recv() {
+        out.push(describe(&e));
+    }
+    out
+}
+
+fn describe(e: &WorkerEvent) -> (String, WorkerNotice, String) {
     match e {
         WorkerEvent::Started { role, index, pid } => (
             format!("{role}-{index}"),
