@@ -11,6 +11,7 @@ use std::time::Instant;
 use candle_core::Device;
 use roll::config::{RunConfig, load::from_yaml_str};
 use roll::model::{Arch, InitOptions, Numerics, init_model};
+use roll::pipeline::actor_train::ActorTrain;
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::rollout::{Request, SamplingParams, generate};
 use roll::train::{AdamW, GradAccumulator, OptimizerConfig, TrainBatch, response_forward};
@@ -131,15 +132,17 @@ rl:
         .expect("config");
         let rl = cfg.rl.expect("rl section");
         let vars: Vec<_> = model.transformer.params().named_vars();
-        let mut opt = AdamW::new(
-            vars,
-            OptimizerConfig {
-                lr: 1e-5,
-                ..Default::default()
-            },
-            100,
-        )
-        .expect("opt");
+        let mut actor = ActorTrain::Local(
+            AdamW::new(
+                vars,
+                OptimizerConfig {
+                    lr: 1e-5,
+                    ..Default::default()
+                },
+                100,
+            )
+            .expect("opt"),
+        );
         let mut kl = roll::algo::kl::KlController::new(Default::default(), 0.0, 0.1, 1e4);
         let mut running = roll::algo::normalize::RunningStats::new();
         let eos = model.eos_ids.clone();
@@ -170,7 +173,7 @@ rl:
                 group_size: 8,
             };
             let state = UpdateState {
-                opt: &mut opt,
+                actor: &mut actor,
                 reference: None,
                 critic: None,
                 kl_ctl: &mut kl,

@@ -8,8 +8,12 @@
 //! numbers an uninterrupted run would have.
 
 mod actor_infer;
+pub mod actor_step_file;
+pub mod actor_train;
 mod remote_infer;
+mod remote_worker;
 pub mod reward_pool;
+pub mod rl_epochs;
 mod rl_learner;
 mod rl_metrics;
 pub mod rl_update;
@@ -29,7 +33,6 @@ use crate::config::RunConfig;
 use crate::data::mix::MixerState;
 use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
 use crate::model::LoadedModel;
-use crate::train::AdamW;
 use crate::train::checkpoint::{
     RlResumeState, TrainerState, save_checkpoint, save_moments, save_vars,
 };
@@ -94,6 +97,9 @@ pub enum PipelineError {
     Sink(#[from] crate::metrics::SinkError),
     #[error("{0}")]
     Setup(String),
+    /// A worker that cannot be replaced without changing the run (actor_train) is gone.
+    #[error("{0}")]
+    WorkerLost(String),
     #[error("tensor computation failed in {stage}: {source}")]
     Tensor {
         stage: &'static str,
@@ -264,7 +270,7 @@ impl RunContext<'_> {
     pub fn after_step<'a2>(
         &mut self,
         model: &LoadedModel,
-        opt: &AdamW,
+        opt: &dyn crate::train::checkpoint::OptimizerState,
         stage: &str,
         (step, total): (usize, usize),
         last: &mut Option<PathBuf>,
@@ -284,7 +290,7 @@ impl RunContext<'_> {
     pub fn checkpoint(
         &mut self,
         model: &LoadedModel,
-        opt: &AdamW,
+        opt: &dyn crate::train::checkpoint::OptimizerState,
         stage: &str,
         step: usize,
         extras: CheckpointExtras<'_>,

@@ -8,12 +8,13 @@
 //! deadlines that name the role and phase); [`serve`] is the worker side. Bulk tensors never travel
 //! here. This module knows nothing about the store or any front-end: it reports [`WorkerEvent`]s.
 //!
-//! Roles move into worker processes one at a time; today reward and actor_infer run out of process.
+//! Roles move into worker processes one at a time; today reward, actor_infer and actor_train run out of process.
 
 pub mod infer;
 pub mod process;
 pub mod protocol;
 pub mod serve;
+pub mod train;
 
 use serde::{Deserialize, Serialize};
 
@@ -55,7 +56,7 @@ impl Role {
 
     /// Whether this build can run the role in a worker process.
     pub fn runs_out_of_process(self) -> bool {
-        matches!(self, Role::Reward | Role::ActorInfer)
+        matches!(self, Role::Reward | Role::ActorInfer | Role::ActorTrain)
     }
 }
 
@@ -89,7 +90,9 @@ pub enum WorkerError {
         secs: u64,
         detail: String,
     },
-    #[error("role '{0}' cannot run in a worker process yet (only: reward, actor_infer)")]
+    #[error(
+        "role '{0}' cannot run in a worker process yet (only: reward, actor_infer, actor_train)"
+    )]
     Unsupported(Role),
     #[error("{role} worker {index} did not answer '{phase}' within {secs} s")]
     Timeout {

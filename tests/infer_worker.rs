@@ -10,8 +10,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{deterministic_metrics, ok, rl_series, roll, spawn_until, write_config};
-use serde_json::Value;
+use common::{
+    deterministic_metrics, of_kind, ok, rl_series, roll, run_events, sample_rows, spawn_until,
+    transfers, workers_of, write_config,
+};
 
 const RL: &str = r#"
 name: infer
@@ -40,54 +42,6 @@ fn run(dir: &Path, name: &str, overrides: &[&str]) -> std::path::PathBuf {
     store
 }
 
-fn events(store: &Path) -> Vec<Value> {
-    let out = ok(roll(store, &["runs", "show", "infer", "--json"]));
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["events"].as_array().unwrap().clone()
-}
-
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["kind"] == kind).collect()
-}
-
-/// (step, prompt, response, reward) of every stored sample, in a fixed order.
-fn samples(store: &Path) -> Vec<(u64, String, String, f64)> {
-    let out = ok(roll(
-        store,
-        &["samples", "infer", "--json", "--limit", "10000"],
-    ));
-    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
-    let mut rows: Vec<_> = all
-        .iter()
-        .filter(|s| s["stage"] == "rl")
-        .map(|s| {
-            (
-                s["step"].as_u64().unwrap(),
-                s["prompt"].as_str().unwrap().to_string(),
-                s["response"].as_str().unwrap().to_string(),
-                s["reward"].as_f64().unwrap(),
-            )
-        })
-        .collect();
-    rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    rows
-}
-
-/// Pids of actor_infer workers of `parent`.
-fn infer_workers_of(parent: u32) -> Vec<u32> {
-    let want = format!("--parent\0{parent}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains("worker\0actor_infer\0") && c.contains(&want)
-            })
-        })
-        .collect()
-}
-
 #[test]
 fn a_worker_process_actor_infer_computes_the_same_and_time_shares_device_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,25 +51,13 @@ fn a_worker_process_actor_infer_computes_the_same_and_time_shares_device_0() {
         deterministic_metrics(&here, "infer"),
         deterministic_metrics(&there, "infer")
     );
-    assert_eq!(samples(&here), samples(&there));
+    assert_eq!(sample_rows(&here, "infer"), sample_rows(&there, "infer"));
 
-    let (ev_here, ev_there) = (events(&here), events(&there));
-    let moves = |ev: &[Value]| -> Vec<(String, String, u64)> {
-        ev.iter()
-            .filter(|e| e["kind"] == "offload" || e["kind"] == "reload")
-            .map(|e| {
-                (
-                    e["kind"].as_str().unwrap().to_string(),
-                    e["worker"].as_str().unwrap().to_string(),
-                    e["bytes"].as_u64().unwrap(),
-                )
-            })
-            .collect()
-    };
+    let (ev_here, ev_there) = (run_events(&here, "infer"), run_events(&there, "infer"));
     // The worker moves the same tensors as the in-process replica, in the same order.
-    assert_eq!(moves(&ev_here), moves(&ev_there));
+    assert_eq!(transfers(&ev_here), transfers(&ev_there));
     assert!(
-        moves(&ev_there)
+        transfers(&ev_there)
             .iter()
             .any(|(k, w, b)| k == "offload" && w == "actor_infer" && *b > 0)
     );
@@ -149,7 +91,7 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     let (mut child, mut lines) = spawn_until(&store, &args, "rl      3/");
     let mut killed = vec![];
     for next in ["rl      6/", "rl      9/", ""] {
-        let pids = infer_workers_of(child.id());
+        let pids = workers_of(child.id(), "actor_infer");
         assert_eq!(pids.len(), 1, "{pids:?}");
         let kill = Command::new("kill")
             .args(["-9", &pids[0].to_string()])
@@ -167,9 +109,9 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     }
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(child.wait().unwrap().success(), "{rest:?}");
-    assert!(infer_workers_of(child.id()).is_empty());
+    assert!(workers_of(child.id(), "actor_infer").is_empty());
 
-    let ev = events(&store);
+    let ev = run_events(&store, "infer");
     let failed = of_kind(&ev, "worker_failed");
     assert_eq!(failed.len(), 3, "{ev:#?}");
     for (f, pid) in failed.iter().zip(&killed) {
@@ -194,7 +136,7 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     // Generated again with their own seeds, the lost requests produce the same tokens: every step
     // trains on the same samples. Only log-probabilities can differ in their last bits, because a
     // batch of different composition rounds differently.
-    assert_eq!(samples(&calm), samples(&store));
+    assert_eq!(sample_rows(&calm, "infer"), sample_rows(&store, "infer"));
     let (a, b) = (
         deterministic_metrics(&calm, "infer"),
         deterministic_metrics(&store, "infer"),

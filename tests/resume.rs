@@ -9,7 +9,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{deterministic_metrics, ok, refused, roll, spawn_until, write_config};
+use common::{
+    assert_same_metrics, deterministic_metrics, ok, refused, roll, spawn_until, write_config,
+};
 use serde_json::Value;
 
 /// Added to the tiny model and data of `common::write_config`.
@@ -83,18 +85,7 @@ fn kill_9_then_resume_equals_an_uninterrupted_run() {
     assert_eq!(runs[0]["status"], "finished");
     assert_eq!(runs[0]["last_step"], 14);
 
-    let (a, b) = (
-        deterministic_metrics(&ref_store, "tiny"),
-        deterministic_metrics(&store, "tiny"),
-    );
-    assert_eq!(a.len(), b.len());
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!(
-            x, y,
-            "series {} {} differs after resume",
-            x["stage"], x["key"]
-        );
-    }
+    assert_same_metrics(&ref_store, &store, "tiny");
     assert_eq!(samples(&ref_store, "tiny"), samples(&store, "tiny"));
 
     // Nothing left to do: a second resume refuses.

@@ -8,6 +8,7 @@ use roll::algo::normalize::RunningStats;
 use roll::config::RunConfig;
 use roll::config::load::{apply_overrides, from_yaml_str};
 use roll::model::{Arch, InitOptions, init_model};
+use roll::pipeline::actor_train::ActorTrain;
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::train::AdamW;
 use roll::train::batch::score_pair;
@@ -65,11 +66,11 @@ fn rewarded_completions_gain_probability() {
             group_size: 4,
         };
         let vars: Vec<_> = model.transformer.params().named_vars();
-        let mut opt = AdamW::new(vars, rl.optimizer.clone(), 1).unwrap();
+        let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
         let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
         let mut running = RunningStats::new();
         let state = UpdateState {
-            opt: &mut opt,
+            actor: &mut actor,
             reference: None,
             critic: None,
             kl_ctl: &mut kl,

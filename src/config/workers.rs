@@ -156,8 +156,8 @@ impl WorkersConfig {
         }
         if r.mode == PlacementMode::Process && !role.runs_out_of_process() {
             p.push(format!(
-                "{at}.mode: process is not supported for {role} yet (this build runs reward and \
-                 actor_infer in worker processes); use mode: in_process"
+                "{at}.mode: process is not supported for {role} yet (this build runs reward, \
+                 actor_infer and actor_train in worker processes); use mode: in_process"
             ));
         }
         // One engine serves the rollout; several actor_infer processes would need a request router.

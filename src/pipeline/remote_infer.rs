@@ -12,32 +12,23 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::PipelineError;
-use super::reward_pool::drain;
+use super::remote_worker::{RemoteWorker, moved, setup_err};
 use crate::config::Dtype;
 use crate::metrics::WorkerNotice;
 use crate::model::{LoadedModel, ParamStore, save_model_dir};
 use crate::rollout::{Completion, Request};
 use crate::scheduler::host_copy::HostArea;
 use crate::worker::infer::{InferInit, InferOp};
-use crate::worker::{
-    Reply, Request as Call, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec,
-};
+use crate::worker::{Reply, Request as Call, Role, WorkerError};
 
 /// A generation step or a host-copy move that takes longer than this is a hung worker.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const HOST_COPY: &str = "actor_infer";
 
 pub(super) struct RemoteInfer {
-    rt: tokio::runtime::Runtime,
-    spec: WorkerSpec,
-    worker: WorkerProcess,
-    events_tx: mpsc::UnboundedSender<WorkerEvent>,
-    events: mpsc::UnboundedReceiver<WorkerEvent>,
+    worker: RemoteWorker,
     area: HostArea,
-    init: InferInit,
     /// Requests sent or queued and neither finished nor cancelled, in submission order.
     in_flight: Vec<Request>,
     /// Changes for the worker's engine, sent with the next step.
@@ -47,10 +38,6 @@ pub(super) struct RemoteInfer {
     pub restarts: usize,
     /// Restart notes not reported yet.
     notes: Vec<(String, WorkerNotice, String)>,
-}
-
-fn setup_err(e: impl std::fmt::Display) -> PipelineError {
-    PipelineError::Setup(e.to_string())
 }
 
 /// Whether a failed call means the worker is gone or stuck (and worth replacing), rather than a
@@ -84,23 +71,10 @@ impl RemoteInfer {
             dtype,
             max_batch,
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("roll-actor-infer")
-            .enable_all()
-            .build()
-            .map_err(setup_err)?;
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let spec = WorkerSpec::new(Role::ActorInfer, 0).map_err(setup_err)?;
-        let worker = Self::launch(&rt, &spec, &init, events_tx.clone())?;
+        let worker = RemoteWorker::start(Role::ActorInfer, Call::InferInit(init), CALL_TIMEOUT)?;
         Ok(RemoteInfer {
-            rt,
-            spec,
             worker,
-            events_tx,
-            events,
             area,
-            init,
             in_flight: vec![],
             ops: vec![],
             offloaded: false,
@@ -109,30 +83,13 @@ impl RemoteInfer {
         })
     }
 
-    fn launch(
-        rt: &tokio::runtime::Runtime,
-        spec: &WorkerSpec,
-        init: &InferInit,
-        events: mpsc::UnboundedSender<WorkerEvent>,
-    ) -> Result<WorkerProcess, PipelineError> {
-        rt.block_on(async {
-            let worker = WorkerProcess::spawn(spec, events).await?;
-            worker
-                .call(Call::InferInit(init.clone()), CALL_TIMEOUT)
-                .await?;
-            Ok::<_, WorkerError>(worker)
-        })
-        .map_err(setup_err)
-    }
-
     /// Replace a lost worker: a fresh one loads the host copy (the current weights) and, if the
     /// role is offloaded, lets go of them again.
     fn revive(&mut self, lost: &WorkerError) -> Result<(), PipelineError> {
-        self.worker.kill();
-        self.worker = Self::launch(&self.rt, &self.spec, &self.init, self.events_tx.clone())?;
+        self.worker.relaunch()?;
         self.restarts += 1;
         self.notes.push((
-            format!("{}-{}", self.spec.role, self.spec.index),
+            self.worker.name(),
             WorkerNotice::Restarted,
             format!(
                 "replaced ({lost}); {} requests in flight submitted again",
@@ -148,7 +105,7 @@ impl RemoteInfer {
     }
 
     fn call_once(&self, call: Call) -> Result<Reply, WorkerError> {
-        self.rt.block_on(self.worker.call(call, CALL_TIMEOUT))
+        self.worker.call(call)
     }
 
     /// A call that survives one lost worker: the worker is replaced and `make` builds the call
@@ -160,15 +117,6 @@ impl RemoteInfer {
                 self.call_once(make(self)).map_err(setup_err)
             }
             other => other.map_err(setup_err),
-        }
-    }
-
-    fn moved(reply: Reply) -> Result<u64, PipelineError> {
-        match reply {
-            Reply::Moved { bytes } => Ok(bytes),
-            other => Err(PipelineError::Setup(format!(
-                "actor_infer answered a host-copy move with {other:?}"
-            ))),
         }
     }
 
@@ -244,7 +192,7 @@ impl RemoteInfer {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = true;
-        Self::moved(reply)
+        moved(Role::ActorInfer, reply)
     }
 
     /// Reload the weights from the host copy. Returns bytes.
@@ -253,7 +201,7 @@ impl RemoteInfer {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = false;
-        Self::moved(reply)
+        moved(Role::ActorInfer, reply)
     }
 
     /// Weight sync: the host copy gets `params`; a resident worker then takes them from there, an
@@ -266,14 +214,14 @@ impl RemoteInfer {
             let reply = self.call(|s| Call::InferWeights {
                 path: s.area.path(HOST_COPY),
             })?;
-            Self::moved(reply)?;
+            moved(Role::ActorInfer, reply)?;
         }
         Ok(())
     }
 
     /// Worker events since the last call, as (worker name, notice, text).
     pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
-        let mut out = drain(&mut self.events);
+        let mut out = self.worker.drain_events();
         // After the lost worker's exit and its successor's start.
         out.append(&mut self.notes);
         out
@@ -282,17 +230,15 @@ impl RemoteInfer {
     /// Stop the worker (asking first); returns the events not yet drained, its exit included.
     pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
         let RemoteInfer {
-            rt,
             worker,
-            mut events,
             area,
             notes,
             ..
         } = self;
-        rt.block_on(worker.shutdown(Duration::from_secs(5)));
+        let exited = worker.shutdown();
         drop(area);
         let mut out = notes;
-        out.extend(drain(&mut events));
+        out.extend(exited);
         out
     }
 }

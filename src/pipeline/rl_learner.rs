@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::actor_infer::Infer;
+use super::actor_train::ActorTrain;
 use super::rl_metrics::rollout_metrics;
 use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
 use super::rollout_loop::{Sample, StepRollout};
@@ -18,12 +19,12 @@ use crate::metrics::{Metrics, SampleRecord};
 use crate::model::{LoadedModel, ParamStore, Transformer};
 use crate::rollout::FinishReason;
 use crate::scheduler::Phase;
-use crate::train::checkpoint::{RlResumeState, load_moments, load_trainer_state, load_vars};
+use crate::train::checkpoint::{RlResumeState, load_moments, load_vars};
 use crate::train::{AdamW, ValueHead};
 
 pub(super) struct Learner<'m> {
     pub model: &'m LoadedModel,
-    pub opt: AdamW,
+    pub actor: ActorTrain,
     pub reference: Option<Transformer>,
     pub critic: Option<Critic>,
     pub kl_ctl: KlController,
@@ -54,9 +55,7 @@ impl<'m> Learner<'m> {
         mixer: &mut DomainMixer,
     ) -> Result<Learner<'m>, PipelineError> {
         let updates_per_step = cfg.ppo_epochs * cfg.mini_batches;
-        let vars: Vec<_> = model.transformer.params().named_vars();
-        let mut opt = AdamW::new(vars, cfg.optimizer.clone(), cfg.steps * updates_per_step)
-            .during("rl optimizer setup")?;
+        let actor = ActorTrain::start(ctx.cfg, cfg, model, cfg.steps * updates_per_step, resume)?;
         // The reference is the policy as the stage began; a resumed stage reloads it from disk.
         let reference = match (cfg.kl.mode != KlMode::None, resume) {
             (false, _) => None,
@@ -90,9 +89,6 @@ impl<'m> Learner<'m> {
         let mut first_step = 1;
         if let Some(r) = resume {
             let device = model.transformer.device();
-            let (_, moments) = load_trainer_state(&r.dir, device)?;
-            opt.restore(r.state.optimizer_steps, &moments)
-                .during("restoring the rl optimizer")?;
             if let Some(m) = &r.state.mixer {
                 mixer.restore(m)?;
             }
@@ -127,13 +123,13 @@ impl<'m> Learner<'m> {
         }
         Ok(Learner {
             model,
-            opt,
+            actor,
             reference,
             critic,
             kl_ctl,
             running,
             first_step,
-            last_checkpoint: None,
+            last_checkpoint: resume.map(|r| r.dir.clone()),
             reference_version,
         })
     }
@@ -142,7 +138,7 @@ impl<'m> Learner<'m> {
     pub fn roles<'r>(&'r mut self, infer: &'r Infer) -> Roles<'r> {
         Roles {
             policy: self.model,
-            opt: &mut self.opt,
+            actor: &mut self.actor,
             infer,
             reference: self.reference.as_ref(),
             critic: self.critic.as_mut(),
@@ -167,7 +163,9 @@ impl<'m> Learner<'m> {
         mut m: Metrics,
         t_step: Instant,
     ) -> Result<bool, PipelineError> {
-        super::reward_pool::report_workers(ctx, std::mem::take(&mut out.worker_events))?;
+        let mut events = std::mem::take(&mut out.worker_events);
+        events.extend(self.actor.drain_events());
+        super::reward_pool::report_workers(ctx, events)?;
         let workers = &ctx.cfg.workers;
         if workers.reward.mode == PlacementMode::Process {
             m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
@@ -211,7 +209,7 @@ impl<'m> Learner<'m> {
                 group_size: cfg.group_size,
             };
             let state = UpdateState {
-                opt: &mut self.opt,
+                actor: &mut self.actor,
                 reference: self.reference.as_ref(),
                 critic: self.critic.as_mut(),
                 kl_ctl: &mut self.kl_ctl,
@@ -277,7 +275,7 @@ impl<'m> Learner<'m> {
         };
         ctx.after_step(
             self.model,
-            &self.opt,
+            &self.actor,
             "rl",
             (step, cfg.steps),
             &mut self.last_checkpoint,

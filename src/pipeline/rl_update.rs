@@ -1,24 +1,21 @@
 //! One RL optimisation step on a scored rollout batch: reward shaping, KL, advantages, masks, then
-//! PPO-style epochs over mini-batches and micro-batches for the actor (and the critic under GAE).
+//! the actor's (and under GAE the critic's) epochs in `rl_epochs`.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 use crate::algo::advantage::{AdvantageEstimator, AdvantageParams, compute_advantages};
-use crate::algo::aggregate::{LossAgg, aggregate, masked_mean};
 use crate::algo::kl::{KlController, KlMode, kl_in_reward, kl_penalty};
-use crate::algo::loss::{entropy_bonus, policy_loss, value_loss};
 use crate::algo::mask::max_length_mask;
 use crate::algo::normalize::{RunningStats, clip_tensor, clip_values, normalize_rewards, whiten};
 use crate::config::RlConfig;
 use crate::metrics::Metrics;
 use crate::model::{LoadedModel, Numerics, Transformer};
 use crate::train::batch::response_hidden;
-use crate::train::{AdamW, GradAccumulator, TrainBatch, ValueHead, response_forward};
+use crate::train::{AdamW, TrainBatch, ValueHead, response_forward};
 
-use rand::seq::SliceRandom;
-use rand::{SeedableRng, rngs::StdRng};
-
-use super::{PipelineError, TensorContext, mix_seed};
+use super::actor_train::ActorTrain;
+use super::rl_epochs::{ActorStep, EpochRows, critic_epochs, mean_of};
+use super::{PipelineError, TensorContext};
 
 /// The critic of GAE runs: a transformer (initialised from the policy) with a value head.
 pub struct Critic {
@@ -29,7 +26,11 @@ pub struct Critic {
 
 impl Critic {
     /// values: (b, R) for the positions that predict response tokens.
-    fn values(&self, tb: &TrainBatch, numerics: Numerics) -> candle_core::Result<Tensor> {
+    pub(super) fn values(
+        &self,
+        tb: &TrainBatch,
+        numerics: Numerics,
+    ) -> candle_core::Result<Tensor> {
         let hidden = response_hidden(&self.model, tb, numerics)?;
         self.head.forward(&hidden)? * &tb.response_mask
     }
@@ -58,7 +59,7 @@ pub struct UpdateOutput {
 
 /// Mutable state that outlives a step.
 pub struct UpdateState<'a> {
-    pub opt: &'a mut AdamW,
+    pub actor: &'a mut ActorTrain,
     pub reference: Option<&'a Transformer>,
     pub critic: Option<&'a mut Critic>,
     pub kl_ctl: &'a mut KlController,
@@ -240,21 +241,32 @@ pub fn update(
         .during("advantages")?;
 
     let t_train = std::time::Instant::now();
-    let train = TrainInputs {
-        policy,
-        batch,
-        micro,
+    let step = ActorStep {
+        rows: EpochRows {
+            prompts: batch.prompts.clone(),
+            responses: batch.responses.clone(),
+            group_size: batch.group_size,
+            micro,
+            loss_mask,
+            seed: st.seed,
+        },
         temperature,
-        adv: &adv,
-        returns: &returns,
-        old_logp: &old_logp,
-        ref_logp: ref_logp.as_ref(),
-        old_values: old_values.as_ref(),
-        loss_mask: &loss_mask,
         kl_coef,
-        seed: st.seed,
+        adv,
+        old_logp,
+        ref_logp,
     };
-    train_epochs(cfg, &train, st.opt, st.critic, &mut m)?;
+    m.extend(st.actor.train(cfg, &step, policy)?);
+    if let (Some(critic), Some(old_values)) = (st.critic, &old_values) {
+        let targets = (&returns, old_values);
+        m.extend(critic_epochs(
+            cfg,
+            &step.rows,
+            critic,
+            policy.pad_id,
+            targets,
+        )?);
+    }
     m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
     if let Some(kl) = m.get("actor/kl") {
         st.kl_ctl.update(*kl, n);
@@ -263,225 +275,6 @@ pub fn update(
         metrics: m,
         sample_advantages,
     })
-}
-
-struct TrainInputs<'a> {
-    policy: &'a LoadedModel,
-    batch: &'a RlBatch,
-    micro: usize,
-    temperature: f64,
-    adv: &'a Tensor,
-    returns: &'a Tensor,
-    old_logp: &'a Tensor,
-    ref_logp: Option<&'a Tensor>,
-    old_values: Option<&'a Tensor>,
-    loss_mask: &'a Tensor,
-    kl_coef: f64,
-    /// Seeds the mini-batch order.
-    seed: u64,
-}
-
-/// Sums of per-micro-batch diagnostics, weighted by each micro-batch's share of its mini-batch.
-#[derive(Default)]
-struct Tally {
-    pg_loss: f64,
-    clip_low: f64,
-    clip_high: f64,
-    approx_kl: f64,
-    entropy: f64,
-    value_loss: f64,
-    grad_norm: f64,
-    critic_grad_norm: f64,
-    lr: f64,
-    minis: f64,
-    infer_diff: Option<f64>,
-}
-
-fn train_epochs(
-    cfg: &RlConfig,
-    inp: &TrainInputs<'_>,
-    opt: &mut AdamW,
-    mut critic: Option<&mut Critic>,
-    m: &mut Metrics,
-) -> Result<(), PipelineError> {
-    let g = inp.batch.group_size;
-    let n_groups = inp.batch.prompts.len() / g;
-    let groups_per_mini = n_groups.div_ceil(cfg.mini_batches);
-    let groups_kv = inp.policy.config().kv_groups();
-    let agg = cfg.policy_loss.agg;
-    let dev = inp.policy.transformer.device();
-    let mut t = Tally::default();
-    for epoch in 0..cfg.ppo_epochs {
-        // Mini-batches take whole groups in a seeded random order: batches arrive grouped by domain,
-        // and consecutive optimizer steps on one domain at a time would pull the policy back and forth.
-        let mut order: Vec<usize> = (0..n_groups).collect();
-        order.shuffle(&mut StdRng::seed_from_u64(mix_seed(&[
-            inp.seed,
-            epoch as u64,
-        ])));
-        for (mini_idx, mini_groups) in order.chunks(groups_per_mini).enumerate() {
-            let rows: Vec<usize> = mini_groups
-                .iter()
-                .flat_map(|&grp| grp * g..(grp + 1) * g)
-                .collect();
-            let rows_idx = index_tensor(&rows, dev)?;
-            let mini_tokens = scalar(
-                &inp.loss_mask
-                    .index_select(&rows_idx, 0)
-                    .and_then(|x| x.sum_all())
-                    .during("mask")?,
-            )?;
-            if mini_tokens == 0.0 {
-                continue;
-            }
-            let mut acc = GradAccumulator::default();
-            let mut critic_acc = GradAccumulator::default();
-            let (mut diff_sum, mut diff_tokens) = (0.0, 0.0);
-            for chunk in rows.chunks(inp.micro) {
-                let pairs: Vec<(&[u32], &[u32])> = chunk
-                    .iter()
-                    .map(|&i| {
-                        (
-                            inp.batch.prompts[i].as_slice(),
-                            inp.batch.responses[i].as_slice(),
-                        )
-                    })
-                    .collect();
-                let tb = TrainBatch::new(&pairs, inp.policy.pad_id, groups_kv, dev)
-                    .during("rl batch")?;
-                let r = tb.response_width;
-                let chunk_idx = index_tensor(chunk, dev)?;
-                let slice = |x: &Tensor| {
-                    x.index_select(&chunk_idx, 0)
-                        .and_then(|x| x.narrow(1, 0, r))
-                };
-                let weight_rows = chunk.len() as f64 / rows.len() as f64;
-                let mask = slice(inp.loss_mask).during("rl slice")?;
-                let tokens = scalar(&mask.sum_all().during("mask")?)?;
-                let weight = match agg {
-                    LossAgg::TokenMean => tokens / mini_tokens,
-                    _ => weight_rows,
-                };
-                let (logp, entropy) = response_forward(
-                    &inp.policy.transformer,
-                    &tb,
-                    inp.temperature,
-                    Numerics::Differentiable,
-                    true,
-                )
-                .during("actor forward")?;
-                let entropy = entropy
-                    .ok_or_else(|| PipelineError::Setup("entropy was not computed".into()))?;
-                let old = slice(inp.old_logp).during("rl slice")?;
-                if epoch == 0 && mini_idx == 0 {
-                    let d = ((logp.detach() - &old)
-                        .during("diff")?
-                        .abs()
-                        .during("diff")?
-                        * &tb.response_mask)
-                        .during("diff")?;
-                    diff_sum += scalar(&d.sum_all().during("diff")?)?;
-                    diff_tokens += scalar(&tb.response_mask.sum_all().during("diff")?)?;
-                }
-                let adv = slice(inp.adv).during("rl slice")?;
-                let out = policy_loss(&cfg.policy_loss, &logp, &old, &adv, &mask)
-                    .during("policy loss")?;
-                let mut loss = out.loss.clone();
-                if cfg.entropy_coef != 0.0 {
-                    let bonus = entropy_bonus(&entropy, &mask, agg).during("entropy bonus")?;
-                    loss =
-                        (loss - (bonus * cfg.entropy_coef).during("entropy")?).during("entropy")?;
-                }
-                if cfg.kl.mode == KlMode::InLoss
-                    && let Some(ref_logp) = inp.ref_logp
-                {
-                    let kl = kl_penalty(
-                        cfg.kl.estimator,
-                        &logp,
-                        &slice(ref_logp).during("rl slice")?,
-                    )
-                    .during("kl loss")?;
-                    let kl =
-                        aggregate(&kl, &mask, agg, cfg.policy_loss.norm_len).during("kl loss")?;
-                    loss = (loss + (kl * inp.kl_coef).during("kl loss")?).during("kl loss")?;
-                }
-                let loss = (loss * weight).during("loss scaling")?;
-                acc.add(opt.vars(), &loss.backward().during("actor backward")?)
-                    .during("actor backward")?;
-                t.pg_loss += weight * scalar(&out.loss)?;
-                t.clip_low += weight * out.clip_frac_low as f64;
-                t.clip_high += weight * out.clip_frac_high as f64;
-                t.approx_kl += weight * out.approx_kl as f64;
-                t.entropy += weight * mean_of(&entropy.detach(), &mask)?;
-
-                if let Some(c) = critic.as_deref() {
-                    let values = c
-                        .values(&tb, Numerics::Differentiable)
-                        .during("critic forward")?;
-                    let old_v = slice(
-                        inp.old_values
-                            .ok_or_else(|| PipelineError::Setup("no old values".into()))?,
-                    )
-                    .during("rl slice")?;
-                    let ret = slice(inp.returns).during("rl slice")?;
-                    let clip = cfg.critic.as_ref().and_then(|c| c.value_clip);
-                    let vl = (value_loss(&values, &old_v, &ret, &mask, clip, agg)
-                        .during("value loss")?
-                        * weight)
-                        .during("value loss")?;
-                    critic_acc
-                        .add(c.opt.vars(), &vl.backward().during("critic backward")?)
-                        .during("critic backward")?;
-                    t.value_loss += scalar(&vl)?;
-                }
-            }
-            if diff_tokens > 0.0 {
-                t.infer_diff = Some(diff_sum / diff_tokens);
-            }
-            let stats = opt.step(acc).during("actor optimizer step")?;
-            t.grad_norm += stats.grad_norm;
-            t.lr = stats.lr;
-            if let Some(c) = critic.as_deref_mut() {
-                t.critic_grad_norm += c
-                    .opt
-                    .step(critic_acc)
-                    .during("critic optimizer step")?
-                    .grad_norm;
-            }
-            t.minis += 1.0;
-        }
-    }
-    let per = t.minis.max(1.0);
-    m.insert("actor/pg_loss".into(), t.pg_loss / per);
-    m.insert("actor/clip_frac_low".into(), t.clip_low / per);
-    m.insert("actor/clip_frac_high".into(), t.clip_high / per);
-    m.insert("actor/approx_kl".into(), t.approx_kl / per);
-    m.insert("actor/entropy".into(), t.entropy / per);
-    m.insert("actor/grad_norm".into(), t.grad_norm / per);
-    m.insert("actor/lr".into(), t.lr);
-    if critic.is_some() {
-        m.insert("critic/value_loss".into(), t.value_loss / per);
-        m.insert("critic/grad_norm".into(), t.critic_grad_norm / per);
-    }
-    if let Some(d) = t.infer_diff {
-        m.insert("train_infer/logprob_abs_diff".into(), d);
-    }
-    Ok(())
-}
-
-fn index_tensor(rows: &[usize], dev: &Device) -> Result<Tensor, PipelineError> {
-    let ids: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-    Tensor::from_vec(ids, rows.len(), dev).during("row index")
-}
-
-fn scalar(t: &Tensor) -> Result<f64, PipelineError> {
-    t.to_dtype(DType::F64)
-        .and_then(|x| x.to_scalar::<f64>())
-        .during("reading a scalar")
-}
-
-fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, PipelineError> {
-    scalar(&masked_mean(x, mask).during("metrics")?)
 }
 
 /// 1 - Var(returns - values) / Var(returns) over valid tokens.

@@ -80,8 +80,26 @@ pub fn run_rlvr(
     };
     let mut events = rollout.shutdown();
     events.extend(infer.shutdown());
+    let (actor, last_checkpoint) = (learner.actor, learner.last_checkpoint);
+    events.extend(actor.shutdown());
     report_workers(ctx, events)?;
-    Ok((status?, learner.last_checkpoint))
+    let status = status.map_err(|e| match e {
+        PipelineError::WorkerLost(why) => PipelineError::WorkerLost(format!(
+            "{why}. {}",
+            match &last_checkpoint {
+                Some(dir) => format!(
+                    "`roll-tui resume {}` continues from its last checkpoint, '{}'",
+                    ctx.cfg.name,
+                    dir.display()
+                ),
+                None => "No checkpoint was written before (set checkpoint.every to checkpoint \
+                         during the stage)"
+                    .to_string(),
+            }
+        )),
+        other => other,
+    })?;
+    Ok((status, last_checkpoint))
 }
 
 struct Drive<'a> {

@@ -7,12 +7,13 @@
 //! and the ledger, and a reload really restores the state from the host copy. Freeing device memory
 //! is what the CUDA backend adds.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Instant;
 
 use candle_core::Tensor;
 
 use super::actor_infer::{Infer, lock};
+use super::actor_train::ActorTrain;
 use super::rl_update::Critic;
 use super::{PipelineError, RunContext, TensorContext};
 use crate::metrics::Metrics;
@@ -25,7 +26,7 @@ use crate::worker::Role;
 /// The in-process roles whose state the ledger moves.
 pub(super) struct Roles<'a> {
     pub policy: &'a LoadedModel,
-    pub opt: &'a mut AdamW,
+    pub actor: &'a mut ActorTrain,
     pub infer: &'a Infer,
     pub reference: Option<&'a Transformer>,
     pub critic: Option<&'a mut Critic>,
@@ -64,17 +65,18 @@ impl TimeSharing {
         m: &mut Metrics,
     ) -> Result<(), PipelineError> {
         let (area, offloaded) = (&self.area, &mut self.offloaded);
-        let transfers = self
-            .ledger
-            .enter(phase, |role, direction| match direction {
-                // A worker-process actor_infer moves its own weights through its host copy.
-                Direction::Offload
-                    if let (Role::ActorInfer, Infer::Remote(r)) = (role, roles.infer) =>
-                {
-                    let bytes = lock(r).offload()?;
+        let transfers = self.ledger.enter(phase, |role, direction| {
+            // A role that was never offloaded is already where it was built.
+            if direction == Direction::Reload && !offloaded.remove(&role) {
+                return Ok(0);
+            }
+            if let Some(moved) = worker_move(role, direction, roles) {
+                if direction == Direction::Offload && moved.is_ok() {
                     offloaded.insert(role);
-                    Ok(bytes)
                 }
+                return moved;
+            }
+            match direction {
                 Direction::Offload => {
                     let bytes = area
                         .write(role.as_str(), &role_tensors(role, roles)?)
@@ -82,15 +84,9 @@ impl TimeSharing {
                     offloaded.insert(role);
                     Ok(bytes)
                 }
-                // A role that was never offloaded is already where it was built.
-                Direction::Reload if !offloaded.remove(&role) => Ok(0),
-                Direction::Reload
-                    if let (Role::ActorInfer, Infer::Remote(r)) = (role, roles.infer) =>
-                {
-                    lock(r).reload()
-                }
                 Direction::Reload => restore(area, role, roles),
-            })?;
+            }
+        })?;
         for t in &transfers {
             ctx.sink.transfer(t)?;
             *m.entry(format!("time/{}", t.direction.as_str()))
@@ -150,17 +146,31 @@ fn named(model: &Transformer) -> Vec<(String, Tensor)> {
     model.params().named_tensors()
 }
 
-fn with_moments(mut tensors: Vec<(String, Tensor)>, opt: &AdamW) -> Vec<(String, Tensor)> {
-    for (name, m, v) in opt.state().1 {
-        tensors.push((format!("adam_m.{name}"), m));
-        tensors.push((format!("adam_v.{name}"), v));
+/// A role in a worker process moves its own state through its host copy: `None` for the others.
+fn worker_move(
+    role: Role,
+    direction: Direction,
+    roles: &mut Roles<'_>,
+) -> Option<Result<u64, PipelineError>> {
+    match (role, roles.infer, &mut *roles.actor) {
+        (Role::ActorInfer, Infer::Remote(r), _) => Some(match direction {
+            Direction::Offload => lock(r).offload(),
+            Direction::Reload => lock(r).reload(),
+        }),
+        (Role::ActorTrain, _, ActorTrain::Remote(r)) => Some(match direction {
+            Direction::Offload => r.offload(),
+            Direction::Reload => r.reload(),
+        }),
+        _ => None,
     }
-    tensors
 }
 
 fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, PipelineError> {
     Ok(match role {
-        Role::ActorTrain => with_moments(named(&r.policy.transformer), r.opt),
+        Role::ActorTrain => match &*r.actor {
+            ActorTrain::Local(opt) => opt.with_moments(named(&r.policy.transformer)),
+            ActorTrain::Remote(_) => vec![], // moved by the worker itself
+        },
         Role::ActorInfer => match r.infer {
             Infer::Local(t) => named(t),
             Infer::Remote(_) => vec![], // moved by the worker itself
@@ -175,7 +185,7 @@ fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, Pipe
                         .into_iter()
                         .map(|(n, v)| (n, v.as_tensor().clone())),
                 );
-                with_moments(t, &c.opt)
+                c.opt.with_moments(t)
             }
             None => vec![],
         },
@@ -186,10 +196,13 @@ fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, Pipe
 fn restore(area: &HostArea, role: Role, r: &mut Roles<'_>) -> Result<u64, PipelineError> {
     let model_vars = |t: &Transformer| t.params().named_vars();
     match role {
-        Role::ActorTrain => {
-            let vars = model_vars(&r.policy.transformer);
-            restore_trainable(area, role, &vars, r.opt)
-        }
+        Role::ActorTrain => match &mut *r.actor {
+            ActorTrain::Local(opt) => {
+                let vars = model_vars(&r.policy.transformer);
+                restore_trainable(area, role, &vars, opt)
+            }
+            ActorTrain::Remote(_) => Ok(0), // moved by the worker itself
+        },
         Role::ActorInfer => match r.infer {
             Infer::Local(t) => area
                 .read_into(role.as_str(), &model_vars(t))
@@ -235,19 +248,9 @@ fn restore_trainable(
         var.set(&t).during("reloading weights")?;
         bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
     }
-    let mut moments = BTreeMap::new();
-    for (name, _) in opt.vars() {
-        let (Some(m), Some(v)) = (
-            tensors.remove(&format!("adam_m.{name}")),
-            tensors.remove(&format!("adam_v.{name}")),
-        ) else {
-            return Err(missing(&format!("the optimizer moments of '{name}'")));
-        };
-        bytes += ((m.elem_count() + v.elem_count()) * 4) as u64;
-        moments.insert(name.clone(), (m, v));
-    }
     let steps = opt.steps_taken();
-    opt.restore(steps, &moments)
-        .during("restoring optimizer moments")?;
+    bytes += opt
+        .take_moments(steps, &mut tensors)
+        .map_err(|e| PipelineError::Setup(format!("host copy of {role}: {e}")))?;
     Ok(bytes)
 }

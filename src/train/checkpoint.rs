@@ -49,6 +49,24 @@ pub struct RlResumeState {
     pub critic_optimizer_steps: Option<usize>,
 }
 
+/// Where a checkpoint's optimizer moments come from: an [`AdamW`] in this process, or one in a
+/// worker process that writes them itself.
+pub trait OptimizerState {
+    fn steps_taken(&self) -> usize;
+    /// Write the moments as [`save_moments`] does.
+    fn save_moments(&self, path: &Path) -> Result<(), LoadError>;
+}
+
+impl OptimizerState for AdamW {
+    fn steps_taken(&self) -> usize {
+        AdamW::steps_taken(self)
+    }
+
+    fn save_moments(&self, path: &Path) -> Result<(), LoadError> {
+        save_moments(self, path)
+    }
+}
+
 /// Extra files a stage adds to its checkpoint directory (written before the atomic rename).
 pub type ExtraFiles<'a> = &'a dyn Fn(&Path) -> Result<(), LoadError>;
 
@@ -56,7 +74,7 @@ pub type ExtraFiles<'a> = &'a dyn Fn(&Path) -> Result<(), LoadError>;
 pub fn save_checkpoint(
     dir: &Path,
     model: &LoadedModel,
-    opt: &AdamW,
+    opt: &dyn OptimizerState,
     state: &TrainerState,
     extra: Option<ExtraFiles<'_>>,
 ) -> Result<u64, LoadError> {
@@ -65,7 +83,7 @@ pub fn save_checkpoint(
         std::fs::remove_dir_all(&partial).map_err(|e| LoadError::io(&partial, e))?;
     }
     save_model_dir(&partial, model)?;
-    save_moments(opt, &partial.join("optimizer.safetensors"))?;
+    opt.save_moments(&partial.join("optimizer.safetensors"))?;
     if let Some(extra) = extra {
         extra(&partial)?;
     }

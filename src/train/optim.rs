@@ -1,7 +1,7 @@
 //! AdamW with warmup + constant/cosine learning-rate schedules, gradient accumulation across
 //! micro-batches, and global gradient-norm clipping.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use candle_core::{DType, Result, Tensor, Var, backprop::GradStore};
 use serde::{Deserialize, Serialize};
@@ -242,6 +242,39 @@ impl AdamW {
         }
         self.step = step;
         Ok(())
+    }
+
+    /// `tensors` plus the moments, as `adam_m.<param>` / `adam_v.<param>`: one host copy holds a
+    /// trainable role's whole state.
+    pub fn with_moments(&self, mut tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+        for (name, m, v) in self.state().1 {
+            tensors.push((format!("adam_m.{name}"), m));
+            tensors.push((format!("adam_v.{name}"), v));
+        }
+        tensors
+    }
+
+    /// Take the moments [`AdamW::with_moments`] added out of `tensors` and restore them as the
+    /// state after `step` AdamW steps; returns their bytes.
+    pub fn take_moments(
+        &mut self,
+        step: usize,
+        tensors: &mut HashMap<String, Tensor>,
+    ) -> Result<u64> {
+        let mut moments = BTreeMap::new();
+        let mut bytes = 0;
+        for (name, _) in &self.vars {
+            let (Some(m), Some(v)) = (
+                tensors.remove(&format!("adam_m.{name}")),
+                tensors.remove(&format!("adam_v.{name}")),
+            ) else {
+                candle_core::bail!("the optimizer moments of '{name}' are missing");
+            };
+            bytes += ((m.elem_count() + v.elem_count()) * 4) as u64;
+            moments.insert(name.clone(), (m, v));
+        }
+        self.restore(step, &moments)?;
+        Ok(bytes)
     }
 }
 

@@ -16,10 +16,11 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::Role;
 use super::infer::{InferInit, InferOp, WireCompletion};
+use super::train::TrainInit;
 use crate::reward::{RewardKind, RewardOutcome};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The crate version; parent and worker must be the same build.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Control messages larger than this are a bug (bulk data does not travel here).
@@ -82,6 +83,17 @@ pub enum Request {
     InferOffload { path: PathBuf },
     /// actor_infer: load the weights back from the host copy at `path`.
     InferReload { path: PathBuf },
+    /// actor_train: load the policy and its optimizer.
+    TrainInit(Box<TrainInit>),
+    /// actor_train: train on the actor step in the file `step`, then write the new weights to the
+    /// host copy `weights_out`.
+    TrainStep { step: PathBuf, weights_out: PathBuf },
+    /// actor_train: write the optimizer moments to `path` (a checkpoint's optimizer file).
+    TrainMoments { path: PathBuf },
+    /// actor_train: write weights and moments to the host copy at `path` and free them.
+    TrainOffload { path: PathBuf },
+    /// actor_train: load weights and moments back from the host copy at `path`.
+    TrainReload { path: PathBuf },
 }
 
 impl Request {
@@ -89,11 +101,13 @@ impl Request {
     pub fn phase(&self) -> &'static str {
         match self {
             Request::Score { .. } => "score",
-            Request::InferInit(_) => "load",
+            Request::InferInit(_) | Request::TrainInit(_) => "load",
             Request::InferStep { .. } => "generate",
             Request::InferWeights { .. } => "weight_sync",
-            Request::InferOffload { .. } => "offload",
-            Request::InferReload { .. } => "reload",
+            Request::InferOffload { .. } | Request::TrainOffload { .. } => "offload",
+            Request::InferReload { .. } | Request::TrainReload { .. } => "reload",
+            Request::TrainStep { .. } => "train",
+            Request::TrainMoments { .. } => "checkpoint",
         }
     }
 }
@@ -113,6 +127,12 @@ pub enum Reply {
     /// Bytes of tensor data moved to or from a host copy.
     Moved {
         bytes: u64,
+    },
+    /// The actor's metrics of a train step (f64 bit patterns: exact, NaN and infinities
+    /// included), and the AdamW steps taken so far.
+    Trained {
+        metric_bits: Vec<(String, u64)>,
+        optimizer_steps: usize,
     },
 }
 

@@ -123,3 +123,79 @@ where
     assert!(seen.is_some(), "the run ended before printing '{prefix}…'");
     (child, lines)
 }
+
+/// Pids of the `role` worker processes of `parent` (from /proc).
+pub fn workers_of(parent: u32, role: &str) -> Vec<u32> {
+    let (role, parent) = (format!("worker\0{role}\0"), format!("--parent\0{parent}\0"));
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains(&role) && c.contains(&parent)
+            })
+        })
+        .collect()
+}
+
+/// The scheduler and worker events of `run`.
+pub fn run_events(store: &Path, run: &str) -> Vec<Value> {
+    let out = ok(roll(store, &["runs", "show", run, "--json"]));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+pub fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+/// (step, prompt, response, reward) of every stored RL sample of `run`, in a fixed order.
+pub fn sample_rows(store: &Path, run: &str) -> Vec<(u64, String, String, f64)> {
+    let out = ok(roll(store, &["samples", run, "--json", "--limit", "10000"]));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let mut rows: Vec<_> = all
+        .iter()
+        .filter(|s| s["stage"] == "rl")
+        .map(|s| {
+            (
+                s["step"].as_u64().unwrap(),
+                s["prompt"].as_str().unwrap().to_string(),
+                s["response"].as_str().unwrap().to_string(),
+                s["reward"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rows
+}
+
+/// (kind, role, bytes) of every offload and reload among `events`, in order.
+pub fn transfers(events: &[Value]) -> Vec<(String, String, u64)> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "offload" || e["kind"] == "reload")
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_string(),
+                e["worker"].as_str().unwrap().to_string(),
+                e["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The deterministic metrics of `run` are the same in both stores, series by series (a mismatch
+/// names the series instead of printing every value).
+pub fn assert_same_metrics(a: &Path, b: &Path, run: &str) {
+    let (a, b) = (deterministic_metrics(a, run), deterministic_metrics(b, run));
+    let names = |v: &[Value]| -> Vec<String> {
+        v.iter()
+            .map(|s| format!("{} {}", s["stage"], s["key"]))
+            .collect()
+    };
+    assert_eq!(names(&a), names(&b));
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x, y, "series {} {} differs", x["stage"], x["key"]);
+    }
+}

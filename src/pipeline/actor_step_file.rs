@@ -1,0 +1,165 @@
+//! An [`ActorStep`] as one safetensors file, for actor_train in a worker process: ragged token rows
+//! are flattened beside their lengths, and the scalars travel as f64 / i64 tensors so that the
+//! worker trains on exactly the parent's values.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+
+use super::rl_epochs::{ActorStep, EpochRows};
+use crate::scheduler::host_copy::{HostCopyError, read_tensors, write_tensors};
+
+fn ragged(rows: &[Vec<u32>]) -> candle_core::Result<(Tensor, Tensor)> {
+    let flat: Vec<u32> = rows.iter().flatten().copied().collect();
+    let lens: Vec<u32> = rows.iter().map(|r| r.len() as u32).collect();
+    let n = flat.len();
+    Ok((
+        Tensor::from_vec(flat, n, &Device::Cpu)?,
+        Tensor::from_vec(lens, rows.len(), &Device::Cpu)?,
+    ))
+}
+
+fn unragged(flat: &Tensor, lens: &Tensor) -> candle_core::Result<Vec<Vec<u32>>> {
+    let flat = flat.to_vec1::<u32>()?;
+    let mut rows = vec![];
+    let mut at = 0;
+    for len in lens.to_vec1::<u32>()? {
+        let end = at + len as usize;
+        if end > flat.len() {
+            candle_core::bail!("row lengths add up to more than the {} tokens", flat.len());
+        }
+        rows.push(flat[at..end].to_vec());
+        at = end;
+    }
+    Ok(rows)
+}
+
+/// Write `step` to `path`; returns the bytes of tensor data written.
+pub fn write(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
+    let err = |source| HostCopyError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let rows = &step.rows;
+    let (prompts, prompt_lens) = ragged(&rows.prompts).map_err(err)?;
+    let (responses, response_lens) = ragged(&rows.responses).map_err(err)?;
+    let floats = Tensor::new(&[step.temperature, step.kl_coef], &Device::Cpu).map_err(err)?;
+    // Seeds use all 64 bits: they travel as their i64 bit pattern.
+    let ints = [rows.group_size as i64, rows.micro as i64, rows.seed as i64];
+    let ints = Tensor::new(&ints, &Device::Cpu).map_err(err)?;
+    let mut tensors = vec![
+        ("prompts".to_string(), prompts),
+        ("prompt_lens".into(), prompt_lens),
+        ("responses".into(), responses),
+        ("response_lens".into(), response_lens),
+        ("floats".into(), floats),
+        ("ints".into(), ints),
+        ("loss_mask".into(), rows.loss_mask.clone()),
+        ("adv".into(), step.adv.clone()),
+        ("old_logp".into(), step.old_logp.clone()),
+    ];
+    if let Some(r) = &step.ref_logp {
+        tensors.push(("ref_logp".into(), r.clone()));
+    }
+    write_tensors(path, &tensors)
+}
+
+/// Read what [`write`] wrote, with the per-token tensors on `device`.
+pub fn read(path: &Path, device: &Device) -> Result<ActorStep, String> {
+    let at = |e: candle_core::Error| format!("actor step '{}': {e}", path.display());
+    let mut t: HashMap<String, Tensor> = read_tensors(path, device).map_err(|e| e.to_string())?;
+    let mut take = |name: &str| {
+        t.remove(name).ok_or_else(|| {
+            format!(
+                "actor step '{}': tensor '{name}' is missing",
+                path.display()
+            )
+        })
+    };
+    let prompts = unragged(&take("prompts")?, &take("prompt_lens")?).map_err(at)?;
+    let responses = unragged(&take("responses")?, &take("response_lens")?).map_err(at)?;
+    let floats = take("floats")?.to_vec1::<f64>().map_err(at)?;
+    let ints = take("ints")?.to_vec1::<i64>().map_err(at)?;
+    let (&[temperature, kl_coef], &[group_size, micro, seed]) = (&floats[..], &ints[..]) else {
+        return Err(format!(
+            "actor step '{}': expected 2 floats and 3 integers",
+            path.display()
+        ));
+    };
+    let ref_logp = take("ref_logp").ok();
+    Ok(ActorStep {
+        rows: EpochRows {
+            prompts,
+            responses,
+            group_size: group_size as usize,
+            micro: micro as usize,
+            loss_mask: take("loss_mask")?,
+            seed: seed as u64,
+        },
+        temperature,
+        kl_coef,
+        adv: take("adv")?,
+        old_logp: take("old_logp")?,
+        ref_logp,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_round_trips_exactly() {
+        let dev = Device::Cpu;
+        let t = |v: &[f32]| Tensor::from_vec(v.to_vec(), (2, 2), &dev).expect("t");
+        let step = ActorStep {
+            rows: EpochRows {
+                prompts: vec![vec![1, 2, 3], vec![4]],
+                responses: vec![vec![5], vec![6, 7]],
+                group_size: 2,
+                micro: 1,
+                loss_mask: t(&[1., 0., 1., 1.]),
+                seed: u64::MAX - 3,
+            },
+            temperature: 0.7,
+            kl_coef: 1.0 / 3.0,
+            adv: t(&[0.1, 0.0, -0.2, f32::MIN_POSITIVE]),
+            old_logp: t(&[-1.0, 0.0, -2.5, -0.125]),
+            ref_logp: None,
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("step.safetensors");
+        write(&step, &path).expect("write");
+        let back = read(&path, &dev).expect("read");
+        assert_eq!(back.rows.prompts, step.rows.prompts);
+        assert_eq!(back.rows.responses, step.rows.responses);
+        assert_eq!(
+            (back.rows.group_size, back.rows.micro, back.rows.seed),
+            (2, 1, u64::MAX - 3)
+        );
+        assert_eq!(back.temperature.to_bits(), 0.7f64.to_bits());
+        assert_eq!(back.kl_coef.to_bits(), (1.0f64 / 3.0).to_bits());
+        let bits = |x: &Tensor| -> Vec<u32> {
+            x.flatten_all()
+                .and_then(|x| x.to_vec1::<f32>())
+                .expect("v")
+                .iter()
+                .map(|f| f.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&back.adv), bits(&step.adv));
+        assert_eq!(bits(&back.old_logp), bits(&step.old_logp));
+        assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
+        assert!(back.ref_logp.is_none());
+    }
+
+    #[test]
+    fn a_truncated_row_table_is_an_error() {
+        let dev = Device::Cpu;
+        let flat = Tensor::new(&[1u32, 2], &dev).expect("t");
+        let lens = Tensor::new(&[1u32, 5], &dev).expect("t");
+        let e = unragged(&flat, &lens).expect_err("too long");
+        assert!(e.to_string().contains("more than the 2 tokens"), "{e}");
+    }
+}

@@ -1,0 +1,111 @@
+//! One worker process driven from the synchronous pipeline: a small tokio runtime of its own, the
+//! process, the call that loads it, and the events it reports. actor_infer and actor_train in
+//! worker processes are built on this.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::PipelineError;
+use super::reward_pool::drain;
+use crate::metrics::WorkerNotice;
+use crate::worker::{Reply, Request, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
+
+pub(super) struct RemoteWorker {
+    rt: tokio::runtime::Runtime,
+    spec: WorkerSpec,
+    worker: WorkerProcess,
+    events_tx: mpsc::UnboundedSender<WorkerEvent>,
+    events: mpsc::UnboundedReceiver<WorkerEvent>,
+    /// The call that loads a fresh worker.
+    init: Request,
+    /// A call that takes longer than this is a hung worker.
+    timeout: Duration,
+}
+
+pub(super) fn setup_err(e: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Setup(e.to_string())
+}
+
+impl RemoteWorker {
+    /// Start worker 0 of `role` and send it `init`.
+    pub fn start(role: Role, init: Request, timeout: Duration) -> Result<Self, PipelineError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("roll-{role}"))
+            .enable_all()
+            .build()
+            .map_err(setup_err)?;
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let spec = WorkerSpec::new(role, 0).map_err(setup_err)?;
+        let worker = launch(&rt, &spec, &init, timeout, events_tx.clone())?;
+        Ok(RemoteWorker {
+            rt,
+            spec,
+            worker,
+            events_tx,
+            events,
+            init,
+            timeout,
+        })
+    }
+
+    /// "role-index", as worker events name it.
+    pub fn name(&self) -> String {
+        format!("{}-{}", self.spec.role, self.spec.index)
+    }
+
+    /// Kill the worker and start a fresh one with the init call.
+    pub fn relaunch(&mut self) -> Result<(), PipelineError> {
+        self.worker.kill();
+        let events = self.events_tx.clone();
+        self.worker = launch(&self.rt, &self.spec, &self.init, self.timeout, events)?;
+        Ok(())
+    }
+
+    pub fn call(&self, call: Request) -> Result<Reply, WorkerError> {
+        self.rt.block_on(self.worker.call(call, self.timeout))
+    }
+
+    /// Worker events since the last drain, as (worker name, notice, text).
+    pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
+        drain(&mut self.events)
+    }
+
+    /// Stop the worker (asking first); returns the events not yet drained, its exit included.
+    pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
+        let RemoteWorker {
+            rt,
+            worker,
+            mut events,
+            ..
+        } = self;
+        rt.block_on(worker.shutdown(Duration::from_secs(5)));
+        drain(&mut events)
+    }
+}
+
+fn launch(
+    rt: &tokio::runtime::Runtime,
+    spec: &WorkerSpec,
+    init: &Request,
+    timeout: Duration,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+) -> Result<WorkerProcess, PipelineError> {
+    rt.block_on(async {
+        let worker = WorkerProcess::spawn(spec, events).await?;
+        worker.call(init.clone(), timeout).await?;
+        Ok::<_, WorkerError>(worker)
+    })
+    .map_err(setup_err)
+}
+
+/// Bytes from a host-copy move's reply.
+pub(super) fn moved(role: Role, reply: Reply) -> Result<u64, PipelineError> {
+    match reply {
+        Reply::Moved { bytes } => Ok(bytes),
+        other => Err(PipelineError::Setup(format!(
+            "{role} answered a host-copy move with {other:?}"
+        ))),
+    }
+}

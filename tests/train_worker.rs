@@ -1,0 +1,168 @@
+//! actor_train in a worker process (`workers.actor_train.mode: process`), end to end on the binary:
+//! it trains exactly as the trainer's process does (GAE with a critic, a KL reference, offloads
+//! through its host copy), and when it is killed with SIGKILL the run stops with an error naming
+//! the role, the worker and the phase, and `roll-tui resume` continues from the last checkpoint to
+//! exactly the result of an undisturbed run.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{
+    assert_same_metrics, of_kind, ok, roll, run_events, sample_rows, spawn_until, transfers,
+    workers_of, write_config,
+};
+use serde_json::Value;
+
+const RL: &str = r#"
+name: train
+seed: 8
+sft: { steps: 4, batch_size: 8, optimizer: { lr: 0.01 } }
+rl:
+  steps: 12
+  prompts_per_step: 6
+  group_size: 4
+  adv_estimator: gae
+  critic: { optimizer: { lr: 0.001 }, value_clip: 0.5 }
+  kl: { mode: in_loss, coef: 0.05, refresh_every: 4 }
+  ppo_epochs: 2
+  mini_batches: 2
+  micro_batch_size: 5
+  sampling: { temperature: 1.0, max_new_tokens: 12 }
+  optimizer: { lr: 0.001 }
+checkpoint: { every: 3 }
+"#;
+
+const PROCESS: &str = "workers.actor_train.mode=process";
+
+fn run(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
+    let store = dir.join(format!("{name}.db"));
+    let cfg = write_config(dir, name, RL);
+    let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
+    args.extend_from_slice(overrides);
+    ok(roll(&store, &args));
+    store
+}
+
+#[test]
+fn a_worker_process_actor_train_trains_exactly_as_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = run(dir.path(), "here", &[]);
+    let there = run(dir.path(), "there", &[PROCESS]);
+    assert_same_metrics(&here, &there, "train");
+    assert_eq!(sample_rows(&here, "train"), sample_rows(&there, "train"));
+
+    let (ev_here, ev_there) = (run_events(&here, "train"), run_events(&there, "train"));
+    // Colocated on device 0, the worker offloads and reloads the same weights and moments.
+    assert_eq!(transfers(&ev_here), transfers(&ev_there));
+    assert!(
+        transfers(&ev_there)
+            .iter()
+            .any(|(k, w, b)| k == "reload" && w == "actor_train" && *b > 0)
+    );
+    for kind in ["worker_started", "worker_exited"] {
+        assert_eq!(of_kind(&ev_there, kind).len(), 1, "{ev_there:#?}");
+    }
+    assert!(
+        of_kind(&ev_there, "worker_failed").is_empty(),
+        "{ev_there:#?}"
+    );
+    // The checkpoints hold the worker's optimizer: identical files either way.
+    let moments = |store: &Path| {
+        let show: Value =
+            serde_json::from_str(&ok(roll(store, &["runs", "show", "train", "--json"]))).unwrap();
+        let last = show["checkpoints"].as_array().unwrap().last().unwrap()["path"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::fs::read(Path::new(&last).join("optimizer.safetensors")).unwrap()
+    };
+    assert_eq!(moments(&here), moments(&there));
+}
+
+#[test]
+fn actor_train_and_actor_infer_both_in_processes_run_asynchronously() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = run(
+        dir.path(),
+        "async",
+        &[
+            PROCESS,
+            "workers.actor_infer.mode=process",
+            "workers.devices.count=2",
+            "workers.actor_infer.device_mapping=[1]",
+            "rl.async_generation_ratio=1",
+        ],
+    );
+    let ev = run_events(&store, "train");
+    let started: Vec<&str> = of_kind(&ev, "worker_started")
+        .iter()
+        .map(|e| e["worker"].as_str().unwrap())
+        .collect();
+    assert!(started.contains(&"actor_train-0"), "{started:?}");
+    assert!(started.contains(&"actor_infer-0"), "{started:?}");
+    assert!(of_kind(&ev, "worker_failed").is_empty(), "{ev:#?}");
+    let steps = sample_rows(&store, "train").last().unwrap().0;
+    assert_eq!(steps, 12);
+}
+
+#[test]
+fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let calm = run(dir.path(), "calm", &[]);
+
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", RL);
+    let (mut child, lines) = spawn_until(
+        &store,
+        ["run", cfg.to_str().unwrap(), PROCESS],
+        "rl      5/",
+    );
+    let pids = workers_of(child.id(), "actor_train");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let kill = Command::new("kill")
+        .args(["-9", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "{rest:?}");
+    assert!(workers_of(child.id(), "actor_train").is_empty());
+
+    let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert_eq!(runs[0]["status"], "failed", "{runs}");
+    let error = runs[0]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("actor_train worker 0 died during '"),
+        "{error}"
+    );
+    assert!(error.contains("(killed by signal 9)"), "{error}");
+    assert!(
+        error.contains("`roll-tui resume train` continues from its last checkpoint"),
+        "{error}"
+    );
+    assert!(
+        error.contains("rl-step3") || error.contains("rl-step6"),
+        "{error}"
+    );
+    let ev = run_events(&store, "train");
+    let failed = of_kind(&ev, "worker_failed");
+    assert_eq!(failed.len(), 1, "{ev:#?}");
+    assert_eq!(
+        failed[0]["message"].as_str().unwrap(),
+        format!("pid {} died (killed by signal 9)", pids[0])
+    );
+
+    // Resumed (with a fresh worker), the run ends exactly where the undisturbed one did.
+    let resumed = ok(roll(&store, &["resume", "train", "--quiet"]));
+    assert!(
+        resumed.contains("resumed run 'train' from rl step"),
+        "{resumed}"
+    );
+    assert_same_metrics(&calm, &store, "train");
+    assert_eq!(sample_rows(&calm, "train"), sample_rows(&store, "train"));
+}
