@@ -10,6 +10,7 @@
 mod actor_infer;
 pub mod actor_step_file;
 pub mod actor_train;
+pub mod reference;
 mod remote_infer;
 mod remote_worker;
 pub mod reward_pool;
@@ -201,7 +202,7 @@ pub struct CheckpointExtras<'a> {
     pub rl: Option<RlResumeState>,
     pub critic: Option<&'a Critic>,
     /// The KL reference, when it is no longer the stage's starting policy (`rl.kl.refresh_every`).
-    pub reference: Option<&'a crate::model::Transformer>,
+    pub reference: Option<&'a reference::Reference>,
 }
 
 /// What every stage shares: config, output, the observer, the sink and the stop flag.
@@ -315,7 +316,7 @@ impl RunContext<'_> {
                 save_moments(&c.opt, &dir.join("critic_optimizer.safetensors"))?;
             }
             if let Some(r) = reference {
-                save_vars(&r.params().named_vars(), &dir.join(REFERENCE_FILE))?;
+                r.save(&dir.join(REFERENCE_FILE))?;
             }
             Ok(())
         };

@@ -8,11 +8,12 @@
 //! deadlines that name the role and phase); [`serve`] is the worker side. Bulk tensors never travel
 //! here. This module knows nothing about the store or any front-end: it reports [`WorkerEvent`]s.
 //!
-//! Roles move into worker processes one at a time; today reward, actor_infer and actor_train run out of process.
+//! Roles move into worker processes one at a time; today reward, actor_infer, actor_train and reference run out of process.
 
 pub mod infer;
 pub mod process;
 pub mod protocol;
+pub mod reference;
 pub mod serve;
 pub mod train;
 
@@ -56,7 +57,10 @@ impl Role {
 
     /// Whether this build can run the role in a worker process.
     pub fn runs_out_of_process(self) -> bool {
-        matches!(self, Role::Reward | Role::ActorInfer | Role::ActorTrain)
+        matches!(
+            self,
+            Role::Reward | Role::ActorInfer | Role::ActorTrain | Role::Reference
+        )
     }
 }
 
@@ -91,7 +95,7 @@ pub enum WorkerError {
         detail: String,
     },
     #[error(
-        "role '{0}' cannot run in a worker process yet (only: reward, actor_infer, actor_train)"
+        "role '{0}' cannot run in a worker process yet (only: reward, actor_infer, actor_train, reference)"
     )]
     Unsupported(Role),
     #[error("{role} worker {index} did not answer '{phase}' within {secs} s")]

@@ -157,7 +157,7 @@ impl WorkersConfig {
         if r.mode == PlacementMode::Process && !role.runs_out_of_process() {
             p.push(format!(
                 "{at}.mode: process is not supported for {role} yet (this build runs reward, \
-                 actor_infer and actor_train in worker processes); use mode: in_process"
+                 actor_infer, actor_train and reference in worker processes); use mode: in_process"
             ));
         }
         // One engine serves the rollout; several actor_infer processes would need a request router.

@@ -147,6 +147,6 @@ impl Generator for RemoteGenerator<'_> {
     }
 
     fn restarts(&self) -> usize {
-        lock(self.0).restarts
+        lock(self.0).worker.restarts
     }
 }

@@ -1,6 +1,7 @@
-//! An [`ActorStep`] as one safetensors file, for actor_train in a worker process: ragged token rows
-//! are flattened beside their lengths, and the scalars travel as f64 / i64 tensors so that the
-//! worker trains on exactly the parent's values.
+//! What model roles in worker processes work on, as one safetensors file each: an [`ActorStep`]
+//! for actor_train, the [`Rows`] of a reference forward pass. Ragged token rows are flattened beside
+//! their lengths, and scalars travel as f64 / i64 tensors so that the worker computes on exactly
+//! the parent's values.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::rl_epochs::{ActorStep, EpochRows};
+use super::rl_update::Rows;
 use crate::scheduler::host_copy::{HostCopyError, read_tensors, write_tensors};
 
 fn ragged(rows: &[Vec<u32>]) -> candle_core::Result<(Tensor, Tensor)> {
@@ -105,6 +107,58 @@ pub fn read(path: &Path, device: &Device) -> Result<ActorStep, String> {
     })
 }
 
+/// Write `rows` and the sampling temperature to `path` (a reference log-prob request).
+pub fn write_rows(rows: &Rows<'_>, temperature: f64, path: &Path) -> Result<u64, HostCopyError> {
+    let err = |source| HostCopyError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (prompts, prompt_lens) = ragged(rows.prompts).map_err(err)?;
+    let (responses, response_lens) = ragged(rows.responses).map_err(err)?;
+    let floats = Tensor::new(&[temperature], &Device::Cpu).map_err(err)?;
+    let ints = Tensor::new(&[rows.micro as i64, rows.width as i64], &Device::Cpu).map_err(err)?;
+    write_tensors(
+        path,
+        &[
+            ("prompts".to_string(), prompts),
+            ("prompt_lens".into(), prompt_lens),
+            ("responses".into(), responses),
+            ("response_lens".into(), response_lens),
+            ("floats".into(), floats),
+            ("ints".into(), ints),
+        ],
+    )
+}
+
+/// The rows [`write_rows`] wrote: (prompts, responses, micro, width, temperature).
+pub type RowsFile = (Vec<Vec<u32>>, Vec<Vec<u32>>, usize, usize, f64);
+
+pub fn read_rows(path: &Path) -> Result<RowsFile, String> {
+    let at = |e: candle_core::Error| format!("rows '{}': {e}", path.display());
+    let mut t = read_tensors(path, &Device::Cpu).map_err(|e| e.to_string())?;
+    let mut take = |name: &str| {
+        t.remove(name)
+            .ok_or_else(|| format!("rows '{}': tensor '{name}' is missing", path.display()))
+    };
+    let prompts = unragged(&take("prompts")?, &take("prompt_lens")?).map_err(at)?;
+    let responses = unragged(&take("responses")?, &take("response_lens")?).map_err(at)?;
+    let floats = take("floats")?.to_vec1::<f64>().map_err(at)?;
+    let ints = take("ints")?.to_vec1::<i64>().map_err(at)?;
+    let (&[temperature], &[micro, width]) = (&floats[..], &ints[..]) else {
+        return Err(format!(
+            "rows '{}': expected 1 float and 2 integers",
+            path.display()
+        ));
+    };
+    Ok((
+        prompts,
+        responses,
+        micro as usize,
+        width as usize,
+        temperature,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +215,21 @@ mod tests {
         let lens = Tensor::new(&[1u32, 5], &dev).expect("t");
         let e = unragged(&flat, &lens).expect_err("too long");
         assert!(e.to_string().contains("more than the 2 tokens"), "{e}");
+    }
+
+    #[test]
+    fn rows_round_trip_exactly() {
+        let (prompts, responses) = (vec![vec![1, 2], vec![3]], vec![vec![4, 5, 6], vec![7]]);
+        let rows = Rows {
+            prompts: &prompts,
+            responses: &responses,
+            micro: 3,
+            width: 3,
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("rows.safetensors");
+        write_rows(&rows, 0.6, &path).expect("write");
+        let back = read_rows(&path).expect("read");
+        assert_eq!(back, (prompts.clone(), responses.clone(), 3, 3, 0.6));
     }
 }

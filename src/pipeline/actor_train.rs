@@ -208,11 +208,11 @@ impl RemoteTrain {
     /// Offload: the worker writes weights and moments to its host copy and frees them.
     pub fn offload(&mut self) -> Result<u64, PipelineError> {
         let path = self.area.path(HOST_COPY);
-        moved(Role::ActorTrain, self.call(Call::TrainOffload { path })?)
+        moved(Role::ActorTrain, self.call(Call::Offload { path })?)
     }
 
     pub fn reload(&mut self) -> Result<u64, PipelineError> {
         let path = self.area.path(HOST_COPY);
-        moved(Role::ActorTrain, self.call(Call::TrainReload { path })?)
+        moved(Role::ActorTrain, self.call(Call::Reload { path })?)
     }
 }

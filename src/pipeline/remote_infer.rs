@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use super::PipelineError;
-use super::remote_worker::{RemoteWorker, moved, setup_err};
+use super::remote_worker::{RemoteWorker, moved, setup_err, worker_lost};
 use crate::config::Dtype;
 use crate::metrics::WorkerNotice;
 use crate::model::{LoadedModel, ParamStore, save_model_dir};
@@ -27,26 +27,13 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const HOST_COPY: &str = "actor_infer";
 
 pub(super) struct RemoteInfer {
-    worker: RemoteWorker,
+    pub worker: RemoteWorker,
     area: HostArea,
     /// Requests sent or queued and neither finished nor cancelled, in submission order.
     in_flight: Vec<Request>,
     /// Changes for the worker's engine, sent with the next step.
     ops: Vec<InferOp>,
     offloaded: bool,
-    /// Workers replaced after dying or hanging.
-    pub restarts: usize,
-    /// Restart notes not reported yet.
-    notes: Vec<(String, WorkerNotice, String)>,
-}
-
-/// Whether a failed call means the worker is gone or stuck (and worth replacing), rather than a
-/// call the worker understood and refused.
-fn worker_lost(e: &WorkerError) -> bool {
-    matches!(
-        e,
-        WorkerError::Died { .. } | WorkerError::Timeout { .. } | WorkerError::Protocol { .. }
-    )
 }
 
 impl RemoteInfer {
@@ -78,30 +65,18 @@ impl RemoteInfer {
             in_flight: vec![],
             ops: vec![],
             offloaded: false,
-            restarts: 0,
-            notes: vec![],
         })
     }
 
     /// Replace a lost worker: a fresh one loads the host copy (the current weights) and, if the
     /// role is offloaded, lets go of them again.
     fn revive(&mut self, lost: &WorkerError) -> Result<(), PipelineError> {
-        self.worker.relaunch()?;
-        self.restarts += 1;
-        self.notes.push((
-            self.worker.name(),
-            WorkerNotice::Restarted,
-            format!(
-                "replaced ({lost}); {} requests in flight submitted again",
-                self.in_flight.len()
-            ),
-        ));
-        if self.offloaded {
-            let path = self.area.path(HOST_COPY);
-            self.call_once(Call::InferOffload { path })
-                .map_err(setup_err)?;
-        }
-        Ok(())
+        let carried = format!(
+            "; {} requests in flight submitted again",
+            self.in_flight.len()
+        );
+        let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
+        self.worker.revive(lost, &carried, offloaded)
     }
 
     fn call_once(&self, call: Call) -> Result<Reply, WorkerError> {
@@ -188,7 +163,7 @@ impl RemoteInfer {
 
     /// Offload: the worker writes its weights to the host copy and frees them. Returns bytes.
     pub fn offload(&mut self) -> Result<u64, PipelineError> {
-        let reply = self.call(|s| Call::InferOffload {
+        let reply = self.call(|s| Call::Offload {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = true;
@@ -197,7 +172,7 @@ impl RemoteInfer {
 
     /// Reload the weights from the host copy. Returns bytes.
     pub fn reload(&mut self) -> Result<u64, PipelineError> {
-        let reply = self.call(|s| Call::InferReload {
+        let reply = self.call(|s| Call::Reload {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = false;
@@ -211,7 +186,7 @@ impl RemoteInfer {
             .write(HOST_COPY, &params.named_tensors())
             .map_err(setup_err)?;
         if !self.offloaded {
-            let reply = self.call(|s| Call::InferWeights {
+            let reply = self.call(|s| Call::SetWeights {
                 path: s.area.path(HOST_COPY),
             })?;
             moved(Role::ActorInfer, reply)?;
@@ -221,24 +196,14 @@ impl RemoteInfer {
 
     /// Worker events since the last call, as (worker name, notice, text).
     pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
-        let mut out = self.worker.drain_events();
-        // After the lost worker's exit and its successor's start.
-        out.append(&mut self.notes);
-        out
+        self.worker.drain_events()
     }
 
     /// Stop the worker (asking first); returns the events not yet drained, its exit included.
     pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
-        let RemoteInfer {
-            worker,
-            area,
-            notes,
-            ..
-        } = self;
-        let exited = worker.shutdown();
+        let RemoteInfer { worker, area, .. } = self;
+        let events = worker.shutdown();
         drop(area);
-        let mut out = notes;
-        out.extend(exited);
-        out
+        events
     }
 }

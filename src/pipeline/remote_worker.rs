@@ -2,6 +2,7 @@
 //! process, the call that loads it, and the events it reports. actor_infer and actor_train in
 //! worker processes are built on this.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -21,6 +22,19 @@ pub(super) struct RemoteWorker {
     init: Request,
     /// A call that takes longer than this is a hung worker.
     timeout: Duration,
+    /// Workers replaced after dying or hanging.
+    pub restarts: usize,
+    /// Restart notes not reported yet.
+    notes: Vec<(String, WorkerNotice, String)>,
+}
+
+/// Whether a failed call means the worker is gone or stuck (and worth replacing), rather than a
+/// call the worker understood and refused.
+pub(super) fn worker_lost(e: &WorkerError) -> bool {
+    matches!(
+        e,
+        WorkerError::Died { .. } | WorkerError::Timeout { .. } | WorkerError::Protocol { .. }
+    )
 }
 
 pub(super) fn setup_err(e: impl std::fmt::Display) -> PipelineError {
@@ -47,6 +61,8 @@ impl RemoteWorker {
             events,
             init,
             timeout,
+            restarts: 0,
+            notes: vec![],
         })
     }
 
@@ -55,11 +71,27 @@ impl RemoteWorker {
         format!("{}-{}", self.spec.role, self.spec.index)
     }
 
-    /// Kill the worker and start a fresh one with the init call.
-    pub fn relaunch(&mut self) -> Result<(), PipelineError> {
+    /// Replace a lost worker: kill it, start a fresh one with the init call, and — when the role
+    /// is offloaded — have it let go of its state again at `offloaded_to`. `carried` ends the
+    /// restart note (what the new worker was given again).
+    pub fn revive(
+        &mut self,
+        lost: &WorkerError,
+        carried: &str,
+        offloaded_to: Option<PathBuf>,
+    ) -> Result<(), PipelineError> {
         self.worker.kill();
         let events = self.events_tx.clone();
         self.worker = launch(&self.rt, &self.spec, &self.init, self.timeout, events)?;
+        self.restarts += 1;
+        self.notes.push((
+            self.name(),
+            WorkerNotice::Restarted,
+            format!("replaced ({lost}){carried}"),
+        ));
+        if let Some(path) = offloaded_to {
+            self.call(Request::Offload { path }).map_err(setup_err)?;
+        }
         Ok(())
     }
 
@@ -67,9 +99,12 @@ impl RemoteWorker {
         self.rt.block_on(self.worker.call(call, self.timeout))
     }
 
-    /// Worker events since the last drain, as (worker name, notice, text).
+    /// Worker events since the last drain, as (worker name, notice, text): restart notes come
+    /// after the lost worker's exit and its successor's start.
     pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
-        drain(&mut self.events)
+        let mut out = drain(&mut self.events);
+        out.append(&mut self.notes);
+        out
     }
 
     /// Stop the worker (asking first); returns the events not yet drained, its exit included.
@@ -78,10 +113,12 @@ impl RemoteWorker {
             rt,
             worker,
             mut events,
+            mut notes,
             ..
         } = self;
         rt.block_on(worker.shutdown(Duration::from_secs(5)));
-        drain(&mut events)
+        notes.extend(drain(&mut events));
+        notes
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::actor_infer::Infer;
 use super::actor_train::ActorTrain;
+use super::reference::Reference;
 use super::rl_metrics::rollout_metrics;
 use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
 use super::rollout_loop::{Sample, StepRollout};
@@ -25,7 +26,7 @@ use crate::train::{AdamW, ValueHead};
 pub(super) struct Learner<'m> {
     pub model: &'m LoadedModel,
     pub actor: ActorTrain,
-    pub reference: Option<Transformer>,
+    pub reference: Option<Reference>,
     pub critic: Option<Critic>,
     pub kl_ctl: KlController,
     pub running: RunningStats,
@@ -121,6 +122,10 @@ impl<'m> Learner<'m> {
                 &r.dir.join(super::REFERENCE_FILE),
             )?;
         }
+        let reference = match reference {
+            Some(copy) => Some(Reference::start(ctx.cfg, copy, model.pad_id)?),
+            None => None,
+        };
         Ok(Learner {
             model,
             actor,
@@ -140,7 +145,7 @@ impl<'m> Learner<'m> {
             policy: self.model,
             actor: &mut self.actor,
             infer,
-            reference: self.reference.as_ref(),
+            reference: self.reference.as_mut(),
             critic: self.critic.as_mut(),
         }
     }
@@ -165,6 +170,9 @@ impl<'m> Learner<'m> {
     ) -> Result<bool, PipelineError> {
         let mut events = std::mem::take(&mut out.worker_events);
         events.extend(self.actor.drain_events());
+        if let Some(r) = self.reference.as_mut() {
+            events.extend(r.drain_events());
+        }
         super::reward_pool::report_workers(ctx, events)?;
         let workers = &ctx.cfg.workers;
         if workers.reward.mode == PlacementMode::Process {
@@ -175,6 +183,11 @@ impl<'m> Learner<'m> {
                 "workers/actor_infer_restarts".into(),
                 out.infer_restarts as f64,
             );
+        }
+        if workers.reference.mode == PlacementMode::Process
+            && let Some(r) = &self.reference
+        {
+            m.insert("workers/reference_restarts".into(), r.restarts() as f64);
         }
         rollout_metrics(&mut m, &out);
         sharing.enter(Phase::Train, &mut self.roles(infer), ctx, &mut m)?;
@@ -210,7 +223,7 @@ impl<'m> Learner<'m> {
             };
             let state = UpdateState {
                 actor: &mut self.actor,
-                reference: self.reference.as_ref(),
+                reference: self.reference.as_mut(),
                 critic: self.critic.as_mut(),
                 kl_ctl: &mut self.kl_ctl,
                 running: &mut self.running,
@@ -226,7 +239,7 @@ impl<'m> Learner<'m> {
         }
         let every = cfg.kl.refresh_every;
         if every > 0 && step.is_multiple_of(every) && self.reference.is_some() {
-            sharing.refresh_reference(&self.roles(infer))?;
+            sharing.refresh_reference(&mut self.roles(infer))?;
             self.reference_version = step;
         }
         if self.reference.is_some() {

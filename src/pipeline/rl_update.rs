@@ -14,6 +14,7 @@ use crate::train::batch::response_hidden;
 use crate::train::{AdamW, TrainBatch, ValueHead, response_forward};
 
 use super::actor_train::ActorTrain;
+use super::reference::Reference;
 use super::rl_epochs::{ActorStep, EpochRows, critic_epochs, mean_of};
 use super::{PipelineError, TensorContext};
 
@@ -60,7 +61,7 @@ pub struct UpdateOutput {
 /// Mutable state that outlives a step.
 pub struct UpdateState<'a> {
     pub actor: &'a mut ActorTrain,
-    pub reference: Option<&'a Transformer>,
+    pub reference: Option<&'a mut Reference>,
     pub critic: Option<&'a mut Critic>,
     pub kl_ctl: &'a mut KlController,
     pub running: &'a mut RunningStats,
@@ -77,27 +78,49 @@ fn pad_rows(rows: &[Vec<f32>], width: usize, device: &Device) -> candle_core::Re
     Tensor::from_vec(data, (rows.len(), width), device)
 }
 
-/// Run `f` over micro-batches of rows and stitch the (rows, r) results into (n, R).
+/// The token rows of a batch as (prompt, response) pairs, cut into micro-batches.
+pub struct Rows<'a> {
+    pub prompts: &'a [Vec<u32>],
+    pub responses: &'a [Vec<u32>],
+    pub micro: usize,
+    /// Columns of the stitched (n, width) result: the longest response.
+    pub width: usize,
+}
+
+/// Run `f` over micro-batches of rows (batched for `model`) and stitch the (rows, r) results into
+/// (n, width).
 fn chunked(
-    policy: &LoadedModel,
-    batch: &RlBatch,
-    micro: usize,
-    width: usize,
+    model: &Transformer,
+    pad_id: u32,
+    rows: &Rows<'_>,
     f: &dyn Fn(&TrainBatch) -> candle_core::Result<Tensor>,
 ) -> candle_core::Result<Tensor> {
     let mut parts = vec![];
-    let groups = policy.config().kv_groups();
-    for start in (0..batch.prompts.len()).step_by(micro) {
-        let end = (start + micro).min(batch.prompts.len());
+    let groups = model.config().kv_groups();
+    let n = rows.prompts.len();
+    for start in (0..n).step_by(rows.micro) {
+        let end = (start + rows.micro).min(n);
         let pairs: Vec<(&[u32], &[u32])> = (start..end)
-            .map(|i| (batch.prompts[i].as_slice(), batch.responses[i].as_slice()))
+            .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
             .collect();
-        let tb = TrainBatch::new(&pairs, policy.pad_id, groups, policy.transformer.device())?;
+        let tb = TrainBatch::new(&pairs, pad_id, groups, model.device())?;
         let out = f(&tb)?;
         let r = out.dim(1)?;
-        parts.push(out.pad_with_zeros(1, 0, width - r)?);
+        parts.push(out.pad_with_zeros(1, 0, rows.width - r)?);
     }
     Tensor::cat(&parts, 0)
+}
+
+/// Log-probabilities of every response token under `model` (the KL reference), (n, width).
+pub fn response_logprobs(
+    model: &Transformer,
+    pad_id: u32,
+    rows: &Rows<'_>,
+    temperature: f64,
+) -> candle_core::Result<Tensor> {
+    chunked(model, pad_id, rows, &|tb| {
+        Ok(response_forward(model, tb, temperature, Numerics::Fast, false)?.0)
+    })
 }
 
 pub fn update(
@@ -145,13 +168,14 @@ pub fn update(
     let mut token_rewards = pad_rows(&token_rows, width, &dev).during("rl rewards")?;
 
     let t_ref = std::time::Instant::now();
+    let rows = Rows {
+        prompts: &batch.prompts,
+        responses: &batch.responses,
+        micro,
+        width,
+    };
     let ref_logp = match st.reference {
-        Some(reference) => Some(
-            chunked(policy, batch, micro, width, &|tb| {
-                Ok(response_forward(reference, tb, temperature, Numerics::Fast, false)?.0)
-            })
-            .during("reference log-probs")?,
-        ),
+        Some(r) => Some(r.logprobs(policy.pad_id, &rows, temperature, &dev)?),
         None => None,
     };
     m.insert("time/ref".into(), t_ref.elapsed().as_secs_f64());
@@ -176,7 +200,7 @@ pub fn update(
     let t_adv = std::time::Instant::now();
     let old_values = match st.critic.as_deref() {
         Some(c) => Some(
-            chunked(policy, batch, micro, width, &|tb| {
+            chunked(&policy.transformer, policy.pad_id, &rows, &|tb| {
                 c.values(tb, Numerics::Fast)
             })
             .during("critic values")?,

@@ -82,6 +82,9 @@ pub fn run_rlvr(
     events.extend(infer.shutdown());
     let (actor, last_checkpoint) = (learner.actor, learner.last_checkpoint);
     events.extend(actor.shutdown());
+    if let Some(r) = learner.reference {
+        events.extend(r.shutdown());
+    }
     report_workers(ctx, events)?;
     let status = status.map_err(|e| match e {
         PipelineError::WorkerLost(why) => PipelineError::WorkerLost(format!(

@@ -14,6 +14,7 @@ use candle_core::Tensor;
 
 use super::actor_infer::{Infer, lock};
 use super::actor_train::ActorTrain;
+use super::reference::Reference;
 use super::rl_update::Critic;
 use super::{PipelineError, RunContext, TensorContext};
 use crate::metrics::Metrics;
@@ -28,7 +29,7 @@ pub(super) struct Roles<'a> {
     pub policy: &'a LoadedModel,
     pub actor: &'a mut ActorTrain,
     pub infer: &'a Infer,
-    pub reference: Option<&'a Transformer>,
+    pub reference: Option<&'a mut Reference>,
     pub critic: Option<&'a mut Critic>,
 }
 
@@ -124,21 +125,16 @@ impl TimeSharing {
 impl TimeSharing {
     /// `rl.kl.refresh_every`: the reference becomes the current policy — in its tensors, or in its
     /// host copy while it is offloaded.
-    pub fn refresh_reference(&self, roles: &Roles<'_>) -> Result<(), PipelineError> {
-        let Some(reference) = roles.reference else {
+    pub fn refresh_reference(&self, roles: &mut Roles<'_>) -> Result<(), PipelineError> {
+        let Some(reference) = roles.reference.as_deref_mut() else {
             return Ok(());
         };
-        if self.offloaded.contains(&Role::Reference) {
-            let tensors = named(&roles.policy.transformer);
-            self.area
-                .write(Role::Reference.as_str(), &tensors)
-                .map_err(copy_err)?;
-            return Ok(());
-        }
-        reference
-            .params()
-            .copy_from(roles.policy.transformer.params())
-            .during("refreshing the KL reference")
+        let name = Role::Reference.as_str();
+        let offloaded = self.offloaded.contains(&Role::Reference);
+        reference.refresh(
+            roles.policy.transformer.params(),
+            offloaded.then_some((&self.area, name)),
+        )
     }
 }
 
@@ -152,12 +148,17 @@ fn worker_move(
     direction: Direction,
     roles: &mut Roles<'_>,
 ) -> Option<Result<u64, PipelineError>> {
-    match (role, roles.infer, &mut *roles.actor) {
-        (Role::ActorInfer, Infer::Remote(r), _) => Some(match direction {
+    let reference = roles.reference.as_deref_mut().and_then(Reference::remote);
+    match (role, roles.infer, &mut *roles.actor, reference) {
+        (Role::ActorInfer, Infer::Remote(r), _, _) => Some(match direction {
             Direction::Offload => lock(r).offload(),
             Direction::Reload => lock(r).reload(),
         }),
-        (Role::ActorTrain, _, ActorTrain::Remote(r)) => Some(match direction {
+        (Role::ActorTrain, _, ActorTrain::Remote(r), _) => Some(match direction {
+            Direction::Offload => r.offload(),
+            Direction::Reload => r.reload(),
+        }),
+        (Role::Reference, _, _, Some(r)) => Some(match direction {
             Direction::Offload => r.offload(),
             Direction::Reload => r.reload(),
         }),
@@ -175,7 +176,12 @@ fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, Pipe
             Infer::Local(t) => named(t),
             Infer::Remote(_) => vec![], // moved by the worker itself
         },
-        Role::Reference => r.reference.map(named).unwrap_or_default(),
+        Role::Reference => r
+            .reference
+            .as_deref()
+            .and_then(Reference::local)
+            .map(named)
+            .unwrap_or_default(),
         Role::Critic => match r.critic.as_deref() {
             Some(c) => {
                 let mut t = named(&c.model);
@@ -209,11 +215,11 @@ fn restore(area: &HostArea, role: Role, r: &mut Roles<'_>) -> Result<u64, Pipeli
                 .map_err(copy_err),
             Infer::Remote(_) => Ok(0), // moved by the worker itself
         },
-        Role::Reference => match r.reference {
+        Role::Reference => match r.reference.as_deref().and_then(Reference::local) {
             Some(t) => area
                 .read_into(role.as_str(), &model_vars(t))
                 .map_err(copy_err),
-            None => Ok(0),
+            None => Ok(0), // none, or moved by the worker itself
         },
         Role::Critic => match r.critic.as_deref_mut() {
             Some(c) => {

@@ -112,7 +112,7 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
                 }
                 Err(e) => reply(id, Err(e)),
             },
-            Request::InferReload { path } => match &base {
+            Request::Reload { path } => match &base {
                 Some(b) => match reload(b, &path) {
                     Ok((m, bytes)) => {
                         reply(id, Ok(Reply::Moved { bytes }));
@@ -191,7 +191,7 @@ fn run_engine(
         };
         match request {
             Request::InferStep { ops } => reply(id, step(&mut engine, ops)),
-            Request::InferWeights { path } => {
+            Request::SetWeights { path } => {
                 let result = read_into_vars(&path, &model.params().named_vars());
                 reply(
                     id,
@@ -200,7 +200,7 @@ fn run_engine(
                         .map_err(|e| e.to_string()),
                 );
             }
-            Request::InferOffload { path } => {
+            Request::Offload { path } => {
                 if !engine.is_idle() {
                     let busy = engine.running() + engine.queued();
                     reply(

@@ -16,6 +16,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::Role;
 use super::infer::{InferInit, InferOp, WireCompletion};
+use super::reference::ReferenceInit;
 use super::train::TrainInit;
 use crate::reward::{RewardKind, RewardOutcome};
 
@@ -77,12 +78,14 @@ pub enum Request {
     InferInit(InferInit),
     /// actor_infer: apply `ops` in order, then run one engine step; replies with what finished.
     InferStep { ops: Vec<InferOp> },
-    /// actor_infer: take the weights in the host copy at `path` (weight sync).
-    InferWeights { path: PathBuf },
-    /// actor_infer: write the weights to the host copy at `path` and free them.
-    InferOffload { path: PathBuf },
-    /// actor_infer: load the weights back from the host copy at `path`.
-    InferReload { path: PathBuf },
+    /// A model role (actor_infer, reference): take the weights in the host copy at `path`
+    /// (weight sync, reference refresh).
+    SetWeights { path: PathBuf },
+    /// A model role: write its state (weights; for actor_train also the optimizer moments) to the
+    /// host copy at `path` and free it.
+    Offload { path: PathBuf },
+    /// A model role: load its state back from the host copy at `path`.
+    Reload { path: PathBuf },
     /// actor_train: load the policy and its optimizer.
     TrainInit(Box<TrainInit>),
     /// actor_train: train on the actor step in the file `step`, then write the new weights to the
@@ -90,10 +93,10 @@ pub enum Request {
     TrainStep { step: PathBuf, weights_out: PathBuf },
     /// actor_train: write the optimizer moments to `path` (a checkpoint's optimizer file).
     TrainMoments { path: PathBuf },
-    /// actor_train: write weights and moments to the host copy at `path` and free them.
-    TrainOffload { path: PathBuf },
-    /// actor_train: load weights and moments back from the host copy at `path`.
-    TrainReload { path: PathBuf },
+    /// reference: load the model.
+    ReferenceInit(Box<ReferenceInit>),
+    /// reference: score the response tokens of the rows file `rows`; write the log-probs to `out`.
+    ReferenceLogprobs { rows: PathBuf, out: PathBuf },
 }
 
 impl Request {
@@ -101,11 +104,12 @@ impl Request {
     pub fn phase(&self) -> &'static str {
         match self {
             Request::Score { .. } => "score",
-            Request::InferInit(_) | Request::TrainInit(_) => "load",
+            Request::InferInit(_) | Request::TrainInit(_) | Request::ReferenceInit(_) => "load",
+            Request::ReferenceLogprobs { .. } => "reference_logprobs",
             Request::InferStep { .. } => "generate",
-            Request::InferWeights { .. } => "weight_sync",
-            Request::InferOffload { .. } | Request::TrainOffload { .. } => "offload",
-            Request::InferReload { .. } | Request::TrainReload { .. } => "reload",
+            Request::SetWeights { .. } => "weight_sync",
+            Request::Offload { .. } => "offload",
+            Request::Reload { .. } => "reload",
             Request::TrainStep { .. } => "train",
             Request::TrainMoments { .. } => "checkpoint",
         }

@@ -77,14 +77,14 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
                     bytes: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
                 })
                 .map_err(err),
-            (Request::TrainOffload { path }, Some(_), Some(r)) => {
+            (Request::Offload { path }, Some(_), Some(r)) => {
                 let tensors = r.opt.with_moments(r.model.params().named_tensors());
                 write_tensors(&path, &tensors).map_err(err).map(|bytes| {
                     resident = None;
                     Reply::Moved { bytes }
                 })
             }
-            (Request::TrainReload { path }, Some(b), None) => {
+            (Request::Reload { path }, Some(b), None) => {
                 reload(b, &path, steps).map(|(r, bytes)| {
                     resident = Some(r);
                     Reply::Moved { bytes }
@@ -106,7 +106,7 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
 fn load(init: &TrainInit) -> Result<(Base, Resident), String> {
     let config = ModelConfig::from_hf_json(&init.model_config.to_string(), "actor_train init")?;
     let tensors = read_tensors(&init.weights, &Device::Cpu).map_err(err)?;
-    let model = build(&config, tensors.into_iter().collect(), &init.weights)?;
+    let model = build_transformer(&config, tensors.into_iter().collect(), &init.weights)?;
     let mut opt = AdamW::new(
         model.params().named_vars(),
         init.rl.optimizer.clone(),
@@ -127,7 +127,7 @@ fn load(init: &TrainInit) -> Result<(Base, Resident), String> {
     Ok((base, Resident { model, opt }))
 }
 
-fn build(
+pub(super) fn build_transformer(
     config: &ModelConfig,
     tensors: BTreeMap<String, Tensor>,
     origin: &Path,
@@ -161,7 +161,7 @@ fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), Str
         .values()
         .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
         .sum();
-    let model = build(&base.config, tensors.into_iter().collect(), path)?;
+    let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
     let mut opt = AdamW::new(
         model.params().named_vars(),
         base.rl.optimizer.clone(),

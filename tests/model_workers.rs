@@ -1,8 +1,9 @@
-//! actor_train in a worker process (`workers.actor_train.mode: process`), end to end on the binary:
-//! it trains exactly as the trainer's process does (GAE with a critic, a KL reference, offloads
-//! through its host copy), and when it is killed with SIGKILL the run stops with an error naming
-//! the role, the worker and the phase, and `roll-tui resume` continues from the last checkpoint to
-//! exactly the result of an undisturbed run.
+//! actor_train and the KL reference in worker processes (`workers.<role>.mode: process`), end to
+//! end on the binary: they compute exactly what the trainer's process computes (GAE with a critic,
+//! a refreshed KL reference, offloads through their host copies). A reference killed with SIGKILL
+//! is replaced from its host copy and the run goes on unchanged; an actor_train killed with SIGKILL
+//! stops the run with an error naming the role, the worker and the phase, and `roll-tui resume`
+//! continues from the last checkpoint to exactly the result of an undisturbed run.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -37,6 +38,7 @@ checkpoint: { every: 3 }
 "#;
 
 const PROCESS: &str = "workers.actor_train.mode=process";
+const REFERENCE: &str = "workers.reference.mode=process";
 
 fn run(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     let store = dir.join(format!("{name}.db"));
@@ -48,39 +50,48 @@ fn run(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
 }
 
 #[test]
-fn a_worker_process_actor_train_trains_exactly_as_in_process() {
+fn actor_train_and_reference_in_worker_processes_compute_exactly_as_in_process() {
     let dir = tempfile::tempdir().unwrap();
     let here = run(dir.path(), "here", &[]);
-    let there = run(dir.path(), "there", &[PROCESS]);
+    let there = run(dir.path(), "there", &[PROCESS, REFERENCE]);
     assert_same_metrics(&here, &there, "train");
     assert_eq!(sample_rows(&here, "train"), sample_rows(&there, "train"));
 
     let (ev_here, ev_there) = (run_events(&here, "train"), run_events(&there, "train"));
-    // Colocated on device 0, the worker offloads and reloads the same weights and moments.
+    // Colocated on device 0, the workers offload and reload the same weights and moments.
     assert_eq!(transfers(&ev_here), transfers(&ev_there));
-    assert!(
-        transfers(&ev_there)
-            .iter()
-            .any(|(k, w, b)| k == "reload" && w == "actor_train" && *b > 0)
-    );
+    for role in ["actor_train", "reference"] {
+        assert!(
+            transfers(&ev_there)
+                .iter()
+                .any(|(k, w, b)| k == "reload" && w == role && *b > 0)
+        );
+    }
     for kind in ["worker_started", "worker_exited"] {
-        assert_eq!(of_kind(&ev_there, kind).len(), 1, "{ev_there:#?}");
+        let mut workers: Vec<&str> = of_kind(&ev_there, kind)
+            .iter()
+            .map(|e| e["worker"].as_str().unwrap())
+            .collect();
+        workers.sort();
+        assert_eq!(workers, ["actor_train-0", "reference-0"], "{ev_there:#?}");
     }
     assert!(
         of_kind(&ev_there, "worker_failed").is_empty(),
         "{ev_there:#?}"
     );
-    // The checkpoints hold the worker's optimizer: identical files either way.
-    let moments = |store: &Path| {
+    // The checkpoints hold the workers' optimizer and reference: identical files either way.
+    let file = |store: &Path, name: &str| {
         let show: Value =
             serde_json::from_str(&ok(roll(store, &["runs", "show", "train", "--json"]))).unwrap();
         let last = show["checkpoints"].as_array().unwrap().last().unwrap()["path"]
             .as_str()
             .unwrap()
             .to_string();
-        std::fs::read(Path::new(&last).join("optimizer.safetensors")).unwrap()
+        std::fs::read(Path::new(&last).join(name)).unwrap()
     };
-    assert_eq!(moments(&here), moments(&there));
+    for name in ["optimizer.safetensors", "reference.safetensors"] {
+        assert_eq!(file(&here, name), file(&there, name), "{name}");
+    }
 }
 
 #[test]
@@ -163,6 +174,48 @@ fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_
         resumed.contains("resumed run 'train' from rl step"),
         "{resumed}"
     );
+    assert_same_metrics(&calm, &store, "train");
+    assert_eq!(sample_rows(&calm, "train"), sample_rows(&store, "train"));
+}
+
+#[test]
+fn a_reference_killed_9_is_replaced_from_its_host_copy_and_the_run_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let calm = run(dir.path(), "calm", &[]);
+
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", RL);
+    let args = ["run", cfg.to_str().unwrap(), REFERENCE];
+    // After step 5 the reference has been refreshed once (refresh_every: 4): its replacement must
+    // load the refreshed weights, not the stage's starting policy.
+    let (mut child, lines) = spawn_until(&store, args, "rl      5/");
+    let pids = workers_of(child.id(), "reference");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let kill = Command::new("kill")
+        .args(["-9", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    assert!(workers_of(child.id(), "reference").is_empty());
+
+    let ev = run_events(&store, "train");
+    let failed = of_kind(&ev, "worker_failed");
+    assert_eq!(failed.len(), 1, "{ev:#?}");
+    assert_eq!(
+        failed[0]["message"].as_str().unwrap(),
+        format!("pid {} died (killed by signal 9)", pids[0])
+    );
+    assert_eq!(of_kind(&ev, "worker_started").len(), 2, "{ev:#?}");
+    let notes: Vec<&str> = of_kind(&ev, "warning")
+        .iter()
+        .filter_map(|w| w["message"].as_str())
+        .filter(|m| m.ends_with("; weights reloaded from its host copy"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{ev:#?}");
+    let restarts = common::rl_series(&store, "train", "workers/reference_restarts");
+    assert_eq!(restarts.last(), Some(&1.0), "{restarts:?}");
     assert_same_metrics(&calm, &store, "train");
     assert_eq!(sample_rows(&calm, "train"), sample_rows(&store, "train"));
 }

@@ -1,0 +1,113 @@
+//! The reference role in a worker process: a frozen copy of a policy that scores response tokens
+//! (the KL reference's log-probabilities). Requests and results travel as shared-memory files; a
+//! refresh (`rl.kl.refresh_every`) is new weights read from the role's host copy, and offloading
+//! writes the weights there and drops them.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+use super::protocol::{Reply, Request};
+use super::train::build_transformer;
+use crate::model::{ModelConfig, Transformer};
+use crate::pipeline::actor_step_file::read_rows;
+use crate::pipeline::rl_update::{Rows, response_logprobs};
+use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
+
+/// What to load: the model's shape, and its weights from the host copy `weights`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceInit {
+    /// The model's config.json (Hugging Face layout).
+    pub model_config: serde_json::Value,
+    pub pad_id: u32,
+    pub weights: PathBuf,
+}
+
+struct Base {
+    config: ModelConfig,
+    pad_id: u32,
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Serve reference calls until the call channel closes. `reply` sends one answer to the parent.
+pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply, String>)) {
+    let mut base: Option<Base> = None;
+    let mut model: Option<Transformer> = None;
+    while let Ok((id, request)) = calls.recv() {
+        let phase = request.phase();
+        let result = match (request, &base, &model) {
+            (Request::ReferenceInit(init), None, _) => load(&init).map(|(b, m)| {
+                let params = m.params().num_params();
+                (base, model) = (Some(b), Some(m));
+                Reply::Loaded { params }
+            }),
+            (Request::ReferenceLogprobs { rows, out }, Some(b), Some(m)) => {
+                logprobs(b, m, &rows, &out).map(|bytes| Reply::Moved { bytes })
+            }
+            (Request::SetWeights { path }, Some(_), Some(m)) => {
+                read_into_vars(&path, &m.params().named_vars())
+                    .map(|bytes| Reply::Moved { bytes })
+                    .map_err(err)
+            }
+            (Request::Offload { path }, Some(_), Some(m)) => {
+                write_tensors(&path, &m.params().named_tensors())
+                    .map_err(err)
+                    .map(|bytes| {
+                        model = None;
+                        Reply::Moved { bytes }
+                    })
+            }
+            (Request::Reload { path }, Some(b), None) => reload(b, &path).map(|(m, bytes)| {
+                model = Some(m);
+                Reply::Moved { bytes }
+            }),
+            (_, b, m) => Err(format!(
+                "cannot '{phase}' while the reference is {}",
+                match (b, m) {
+                    (None, _) => "not loaded",
+                    (Some(_), None) => "offloaded",
+                    (Some(_), Some(_)) => "loaded",
+                }
+            )),
+        };
+        reply(id, result);
+    }
+}
+
+fn load(init: &ReferenceInit) -> Result<(Base, Transformer), String> {
+    let config = ModelConfig::from_hf_json(&init.model_config.to_string(), "reference init")?;
+    let base = Base {
+        config,
+        pad_id: init.pad_id,
+    };
+    let (model, _) = reload(&base, &init.weights)?;
+    Ok((base, model))
+}
+
+fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
+    let tensors = read_tensors(path, &Device::Cpu).map_err(err)?;
+    let bytes = tensors
+        .values()
+        .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+        .sum();
+    let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
+    Ok((model, bytes))
+}
+
+/// Score the rows in the file `rows`; write the (n, width) log-probs to `out` as `ref_logp`.
+fn logprobs(base: &Base, model: &Transformer, rows: &Path, out: &Path) -> Result<u64, String> {
+    let (prompts, responses, micro, width, temperature) = read_rows(rows)?;
+    let rows = Rows {
+        prompts: &prompts,
+        responses: &responses,
+        micro,
+        width,
+    };
+    let logp = response_logprobs(model, base.pad_id, &rows, temperature).map_err(err)?;
+    write_tensors(out, &[("ref_logp".to_string(), logp)]).map_err(err)
+}
