@@ -127,11 +127,9 @@ fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_
 
     let store = dir.path().join("killed.db");
     let cfg = write_config(dir.path(), "killed", RL);
-    let (mut child, lines) = spawn_until(
-        &store,
-        ["run", cfg.to_str().unwrap(), PROCESS],
-        "rl      5/",
-    );
+    // The reference runs in a worker too: resuming must give it the refreshed weights.
+    let args = ["run", cfg.to_str().unwrap(), PROCESS, REFERENCE];
+    let (mut child, lines) = spawn_until(&store, args, "rl      5/");
     let pids = workers_of(child.id(), "actor_train");
     assert_eq!(pids.len(), 1, "{pids:?}");
     let kill = Command::new("kill")

@@ -184,11 +184,6 @@ impl<'m> Learner<'m> {
                 out.infer_restarts as f64,
             );
         }
-        if workers.reference.mode == PlacementMode::Process
-            && let Some(r) = &self.reference
-        {
-            m.insert("workers/reference_restarts".into(), r.restarts() as f64);
-        }
         rollout_metrics(&mut m, &out);
         sharing.enter(Phase::Train, &mut self.roles(infer), ctx, &mut m)?;
         // Groups in the order they were dispatched: the batch does not depend on finishing order.
@@ -236,6 +231,12 @@ impl<'m> Learner<'m> {
             ctx.warn(format!(
                 "rl step {step}: every group had equal rewards; no update"
             ))?;
+        }
+        // After this step's reference calls, so a replacement shows in its own step.
+        if ctx.cfg.workers.reference.mode == PlacementMode::Process
+            && let Some(r) = &self.reference
+        {
+            m.insert("workers/reference_restarts".into(), r.restarts() as f64);
         }
         let every = cfg.kl.refresh_every;
         if every > 0 && step.is_multiple_of(every) && self.reference.is_some() {
