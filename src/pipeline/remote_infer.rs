@@ -76,7 +76,16 @@ impl RemoteInfer {
             self.in_flight.len()
         );
         let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
-        self.worker.revive(lost, &carried, offloaded)
+        self.worker.revive(lost, &carried, offloaded)?;
+        // The fresh worker knows nothing: everything still in flight (sent or queued) starts again
+        // with the next step, whichever call found the worker lost.
+        self.ops = self
+            .in_flight
+            .iter()
+            .cloned()
+            .map(InferOp::Submit)
+            .collect();
+        Ok(())
     }
 
     fn call_once(&self, call: Call) -> Result<Reply, WorkerError> {
@@ -124,13 +133,7 @@ impl RemoteInfer {
         let reply = match first {
             Err(e) if worker_lost(&e) => {
                 self.revive(&e)?;
-                // The fresh worker knows nothing: everything still in flight starts again.
-                let ops = self
-                    .in_flight
-                    .iter()
-                    .cloned()
-                    .map(InferOp::Submit)
-                    .collect();
+                let ops = std::mem::take(&mut self.ops);
                 self.call_once(Call::InferStep { ops }).map_err(setup_err)?
             }
             other => other.map_err(setup_err)?,
