@@ -7,12 +7,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 
 use common::{
-    deterministic_metrics, of_kind, ok, rl_series, roll, run_events, sample_rows, spawn_until,
-    transfers, workers_of, write_config,
+    deterministic_metrics, kill_9_worker, of_kind, rl_series, run_events, run_quiet, sample_rows,
+    spawn_until, transfers, workers_of, write_config,
 };
 
 const RL: &str = r#"
@@ -33,13 +32,8 @@ const SEPARATE: [&str; 2] = [
 ];
 const PROCESS: &str = "workers.actor_infer.mode=process";
 
-fn run(dir: &Path, name: &str, overrides: &[&str]) -> std::path::PathBuf {
-    let store = dir.join(format!("{name}.db"));
-    let cfg = write_config(dir, name, RL);
-    let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
-    args.extend_from_slice(overrides);
-    ok(roll(&store, &args));
-    store
+fn run(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
+    run_quiet(dir, name, RL, overrides)
 }
 
 #[test]
@@ -91,14 +85,7 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     let (mut child, mut lines) = spawn_until(&store, &args, "rl      3/");
     let mut killed = vec![];
     for next in ["rl      6/", "rl      9/", ""] {
-        let pids = workers_of(child.id(), "actor_infer");
-        assert_eq!(pids.len(), 1, "{pids:?}");
-        let kill = Command::new("kill")
-            .args(["-9", &pids[0].to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        killed.push(pids[0]);
+        killed.push(kill_9_worker(child.id(), "actor_infer"));
         if !next.is_empty() {
             let seen = lines
                 .by_ref()

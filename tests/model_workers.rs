@@ -10,11 +10,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{
-    assert_same_metrics, of_kind, ok, roll, run_events, sample_rows, spawn_until, transfers,
-    workers_of, write_config,
+    assert_same_metrics, kill_9_worker, of_kind, ok, roll, run_events, run_quiet, sample_rows,
+    spawn_until, transfers, workers_of, write_config,
 };
 use serde_json::Value;
 
@@ -41,12 +40,7 @@ const PROCESS: &str = "workers.actor_train.mode=process";
 const REFERENCE: &str = "workers.reference.mode=process";
 
 fn run(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
-    let store = dir.join(format!("{name}.db"));
-    let cfg = write_config(dir, name, RL);
-    let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
-    args.extend_from_slice(overrides);
-    ok(roll(&store, &args));
-    store
+    run_quiet(dir, name, RL, overrides)
 }
 
 #[test]
@@ -130,13 +124,7 @@ fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_
     // The reference runs in a worker too: resuming must give it the refreshed weights.
     let args = ["run", cfg.to_str().unwrap(), PROCESS, REFERENCE];
     let (mut child, lines) = spawn_until(&store, args, "rl      5/");
-    let pids = workers_of(child.id(), "actor_train");
-    assert_eq!(pids.len(), 1, "{pids:?}");
-    let kill = Command::new("kill")
-        .args(["-9", &pids[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    let pid = kill_9_worker(child.id(), "actor_train");
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let status = child.wait().unwrap();
     assert!(!status.success(), "{rest:?}");
@@ -163,7 +151,7 @@ fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_
     assert_eq!(failed.len(), 1, "{ev:#?}");
     assert_eq!(
         failed[0]["message"].as_str().unwrap(),
-        format!("pid {} died (killed by signal 9)", pids[0])
+        format!("pid {pid} died (killed by signal 9)")
     );
 
     // Resumed (with a fresh worker), the run ends exactly where the undisturbed one did.
@@ -187,13 +175,7 @@ fn a_reference_killed_9_is_replaced_from_its_host_copy_and_the_run_is_unchanged(
     // After step 5 the reference has been refreshed once (refresh_every: 4): its replacement must
     // load the refreshed weights, not the stage's starting policy.
     let (mut child, lines) = spawn_until(&store, args, "rl      5/");
-    let pids = workers_of(child.id(), "reference");
-    assert_eq!(pids.len(), 1, "{pids:?}");
-    let kill = Command::new("kill")
-        .args(["-9", &pids[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    let pid = kill_9_worker(child.id(), "reference");
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(child.wait().unwrap().success(), "{rest:?}");
     assert!(workers_of(child.id(), "reference").is_empty());
@@ -203,7 +185,7 @@ fn a_reference_killed_9_is_replaced_from_its_host_copy_and_the_run_is_unchanged(
     assert_eq!(failed.len(), 1, "{ev:#?}");
     assert_eq!(
         failed[0]["message"].as_str().unwrap(),
-        format!("pid {} died (killed by signal 9)", pids[0])
+        format!("pid {pid} died (killed by signal 9)")
     );
     assert_eq!(of_kind(&ev, "worker_started").len(), 2, "{ev:#?}");
     let notes: Vec<&str> = of_kind(&ev, "warning")

@@ -37,30 +37,77 @@ fn unragged(flat: &Tensor, lens: &Tensor) -> candle_core::Result<Vec<Vec<u32>>> 
     Ok(rows)
 }
 
+/// What both files hold: the token rows, and scalars (f64 and i64).
+fn header(
+    prompts: &[Vec<u32>],
+    responses: &[Vec<u32>],
+    floats: &[f64],
+    ints: &[i64],
+) -> candle_core::Result<Vec<(String, Tensor)>> {
+    let (p, p_lens) = ragged(prompts)?;
+    let (r, r_lens) = ragged(responses)?;
+    Ok(vec![
+        ("prompts".to_string(), p),
+        ("prompt_lens".into(), p_lens),
+        ("responses".into(), r),
+        ("response_lens".into(), r_lens),
+        ("floats".into(), Tensor::new(floats, &Device::Cpu)?),
+        ("ints".into(), Tensor::new(ints, &Device::Cpu)?),
+    ])
+}
+
+/// A file being read: its tensors not taken yet, and how errors name it.
+struct Opened {
+    tensors: HashMap<String, Tensor>,
+    origin: String,
+}
+
+/// The rows and scalars of a file [`header`] began.
+type Header = (Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<f64>, Vec<i64>);
+
+impl Opened {
+    fn new(what: &str, path: &Path, device: &Device) -> Result<(Opened, Header), String> {
+        let tensors = read_tensors(path, device).map_err(|e| e.to_string())?;
+        let origin = format!("{what} '{}'", path.display());
+        let at = |e: candle_core::Error| format!("{origin}: {e}");
+        let mut f = Opened {
+            tensors,
+            origin: origin.clone(),
+        };
+        let prompts = unragged(&f.take("prompts")?, &f.take("prompt_lens")?).map_err(at)?;
+        let responses = unragged(&f.take("responses")?, &f.take("response_lens")?).map_err(at)?;
+        let floats = f.take("floats")?.to_vec1::<f64>().map_err(at)?;
+        let ints = f.take("ints")?.to_vec1::<i64>().map_err(at)?;
+        Ok((f, (prompts, responses, floats, ints)))
+    }
+
+    fn take(&mut self, name: &str) -> Result<Tensor, String> {
+        self.tensors
+            .remove(name)
+            .ok_or_else(|| format!("{}: tensor '{name}' is missing", self.origin))
+    }
+
+    fn bad_scalars(&self, expected: &str) -> String {
+        format!("{}: expected {expected}", self.origin)
+    }
+}
+
 /// Write `step` to `path`; returns the bytes of tensor data written.
 pub fn write(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
-    let err = |source| HostCopyError {
-        path: path.to_path_buf(),
-        source,
-    };
     let rows = &step.rows;
-    let (prompts, prompt_lens) = ragged(&rows.prompts).map_err(err)?;
-    let (responses, response_lens) = ragged(&rows.responses).map_err(err)?;
-    let floats = Tensor::new(&[step.temperature, step.kl_coef], &Device::Cpu).map_err(err)?;
     // Seeds use all 64 bits: they travel as their i64 bit pattern.
     let ints = [rows.group_size as i64, rows.micro as i64, rows.seed as i64];
-    let ints = Tensor::new(&ints, &Device::Cpu).map_err(err)?;
-    let mut tensors = vec![
-        ("prompts".to_string(), prompts),
-        ("prompt_lens".into(), prompt_lens),
-        ("responses".into(), responses),
-        ("response_lens".into(), response_lens),
-        ("floats".into(), floats),
-        ("ints".into(), ints),
+    let floats = [step.temperature, step.kl_coef];
+    let mut tensors =
+        header(&rows.prompts, &rows.responses, &floats, &ints).map_err(|source| HostCopyError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    tensors.extend([
         ("loss_mask".into(), rows.loss_mask.clone()),
         ("adv".into(), step.adv.clone()),
         ("old_logp".into(), step.old_logp.clone()),
-    ];
+    ]);
     if let Some(r) = &step.ref_logp {
         tensors.push(("ref_logp".into(), r.clone()));
     }
@@ -69,86 +116,48 @@ pub fn write(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
 
 /// Read what [`write`] wrote, with the per-token tensors on `device`.
 pub fn read(path: &Path, device: &Device) -> Result<ActorStep, String> {
-    let at = |e: candle_core::Error| format!("actor step '{}': {e}", path.display());
-    let mut t: HashMap<String, Tensor> = read_tensors(path, device).map_err(|e| e.to_string())?;
-    let mut take = |name: &str| {
-        t.remove(name).ok_or_else(|| {
-            format!(
-                "actor step '{}': tensor '{name}' is missing",
-                path.display()
-            )
-        })
-    };
-    let prompts = unragged(&take("prompts")?, &take("prompt_lens")?).map_err(at)?;
-    let responses = unragged(&take("responses")?, &take("response_lens")?).map_err(at)?;
-    let floats = take("floats")?.to_vec1::<f64>().map_err(at)?;
-    let ints = take("ints")?.to_vec1::<i64>().map_err(at)?;
+    let (mut f, (prompts, responses, floats, ints)) = Opened::new("actor step", path, device)?;
     let (&[temperature, kl_coef], &[group_size, micro, seed]) = (&floats[..], &ints[..]) else {
-        return Err(format!(
-            "actor step '{}': expected 2 floats and 3 integers",
-            path.display()
-        ));
+        return Err(f.bad_scalars("2 floats and 3 integers"));
     };
-    let ref_logp = take("ref_logp").ok();
+    let ref_logp = f.take("ref_logp").ok();
     Ok(ActorStep {
         rows: EpochRows {
             prompts,
             responses,
             group_size: group_size as usize,
             micro: micro as usize,
-            loss_mask: take("loss_mask")?,
+            loss_mask: f.take("loss_mask")?,
             seed: seed as u64,
         },
         temperature,
         kl_coef,
-        adv: take("adv")?,
-        old_logp: take("old_logp")?,
+        adv: f.take("adv")?,
+        old_logp: f.take("old_logp")?,
         ref_logp,
     })
 }
 
 /// Write `rows` and the sampling temperature to `path` (a reference log-prob request).
 pub fn write_rows(rows: &Rows<'_>, temperature: f64, path: &Path) -> Result<u64, HostCopyError> {
-    let err = |source| HostCopyError {
-        path: path.to_path_buf(),
-        source,
-    };
-    let (prompts, prompt_lens) = ragged(rows.prompts).map_err(err)?;
-    let (responses, response_lens) = ragged(rows.responses).map_err(err)?;
-    let floats = Tensor::new(&[temperature], &Device::Cpu).map_err(err)?;
-    let ints = Tensor::new(&[rows.micro as i64, rows.width as i64], &Device::Cpu).map_err(err)?;
-    write_tensors(
-        path,
-        &[
-            ("prompts".to_string(), prompts),
-            ("prompt_lens".into(), prompt_lens),
-            ("responses".into(), responses),
-            ("response_lens".into(), response_lens),
-            ("floats".into(), floats),
-            ("ints".into(), ints),
-        ],
-    )
+    let ints = [rows.micro as i64, rows.width as i64];
+    let tensors =
+        header(rows.prompts, rows.responses, &[temperature], &ints).map_err(|source| {
+            HostCopyError {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    write_tensors(path, &tensors)
 }
 
 /// The rows [`write_rows`] wrote: (prompts, responses, micro, width, temperature).
 pub type RowsFile = (Vec<Vec<u32>>, Vec<Vec<u32>>, usize, usize, f64);
 
 pub fn read_rows(path: &Path) -> Result<RowsFile, String> {
-    let at = |e: candle_core::Error| format!("rows '{}': {e}", path.display());
-    let mut t = read_tensors(path, &Device::Cpu).map_err(|e| e.to_string())?;
-    let mut take = |name: &str| {
-        t.remove(name)
-            .ok_or_else(|| format!("rows '{}': tensor '{name}' is missing", path.display()))
-    };
-    let prompts = unragged(&take("prompts")?, &take("prompt_lens")?).map_err(at)?;
-    let responses = unragged(&take("responses")?, &take("response_lens")?).map_err(at)?;
-    let floats = take("floats")?.to_vec1::<f64>().map_err(at)?;
-    let ints = take("ints")?.to_vec1::<i64>().map_err(at)?;
+    let (f, (prompts, responses, floats, ints)) = Opened::new("rows", path, &Device::Cpu)?;
     let (&[temperature], &[micro, width]) = (&floats[..], &ints[..]) else {
-        return Err(format!(
-            "rows '{}': expected 1 float and 2 integers",
-            path.display()
-        ));
+        return Err(f.bad_scalars("1 float and 2 integers"));
     };
     Ok((
         prompts,

@@ -199,3 +199,26 @@ pub fn assert_same_metrics(a: &Path, b: &Path, run: &str) {
         assert_eq!(x, y, "series {} {} differs", x["stage"], x["key"]);
     }
 }
+
+/// Run the tiny model and data with `rest` (see [`write_config`]) as `DIR/NAME.db`, quietly, with
+/// `overrides`; returns the store.
+pub fn run_quiet(dir: &Path, name: &str, rest: &str, overrides: &[&str]) -> std::path::PathBuf {
+    let store = dir.join(format!("{name}.db"));
+    let cfg = write_config(dir, name, rest);
+    let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
+    args.extend_from_slice(overrides);
+    ok(roll(&store, &args));
+    store
+}
+
+/// SIGKILL the one `role` worker of `parent`; returns its pid.
+pub fn kill_9_worker(parent: u32, role: &str) -> u32 {
+    let pids = workers_of(parent, role);
+    assert_eq!(pids.len(), 1, "{role} workers: {pids:?}");
+    let kill = Command::new("kill")
+        .args(["-9", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    pids[0]
+}
