@@ -8,8 +8,8 @@
 //! numbers an uninterrupted run would have.
 
 mod actor_infer;
-pub mod actor_step_file;
 pub mod actor_train;
+pub mod critic;
 pub mod reference;
 mod remote_infer;
 mod remote_worker;
@@ -23,6 +23,7 @@ mod rollout_loop;
 mod score_link;
 pub mod setup;
 pub mod sft;
+pub mod step_file;
 mod time_sharing;
 
 use std::path::PathBuf;
@@ -34,10 +35,8 @@ use crate::config::RunConfig;
 use crate::data::mix::MixerState;
 use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
 use crate::model::LoadedModel;
-use crate::train::checkpoint::{
-    RlResumeState, TrainerState, save_checkpoint, save_moments, save_vars,
-};
-use rl_update::Critic;
+use crate::train::checkpoint::{RlResumeState, TrainerState, save_checkpoint};
+use critic::{CRITIC_FILE, CRITIC_OPTIMIZER_FILE, Critic};
 
 /// Something a front-end may want to show.
 #[derive(Debug, Clone)]
@@ -175,7 +174,7 @@ impl Resume {
             }
         }
         if rl.critic.is_some() && rl_update::needs_critic(rl.adv_estimator) {
-            for f in ["critic.safetensors", "critic_optimizer.safetensors"] {
+            for f in [CRITIC_FILE, CRITIC_OPTIMIZER_FILE] {
                 if !self.dir.join(f).is_file() {
                     return Err(PipelineError::Setup(format!(
                         "checkpoint '{}': the critic file '{f}' is missing",
@@ -310,10 +309,7 @@ impl RunContext<'_> {
         let (critic, reference) = (extras.critic, extras.reference);
         let write_critic = |dir: &std::path::Path| -> Result<(), crate::model::LoadError> {
             if let Some(c) = critic {
-                let mut vars = c.model.params().named_vars();
-                vars.extend(c.head.vars());
-                save_vars(&vars, &dir.join("critic.safetensors"))?;
-                save_moments(&c.opt, &dir.join("critic_optimizer.safetensors"))?;
+                c.save(dir)?;
             }
             if let Some(r) = reference {
                 r.save(&dir.join(REFERENCE_FILE))?;

@@ -57,10 +57,7 @@ impl Role {
 
     /// Whether this build can run the role in a worker process.
     pub fn runs_out_of_process(self) -> bool {
-        matches!(
-            self,
-            Role::Reward | Role::ActorInfer | Role::ActorTrain | Role::Reference
-        )
+        !matches!(self, Role::Env)
     }
 }
 
@@ -95,7 +92,7 @@ pub enum WorkerError {
         detail: String,
     },
     #[error(
-        "role '{0}' cannot run in a worker process yet (only: reward, actor_infer, actor_train, reference)"
+        "role '{0}' cannot run in a worker process yet (only: reward, actor_infer, actor_train, reference, critic)"
     )]
     Unsupported(Role),
     #[error("{role} worker {index} did not answer '{phase}' within {secs} s")]

@@ -1,9 +1,10 @@
-//! actor_train and the KL reference in worker processes (`workers.<role>.mode: process`), end to
-//! end on the binary: they compute exactly what the trainer's process computes (GAE with a critic,
-//! a refreshed KL reference, offloads through their host copies). A reference killed with SIGKILL
-//! is replaced from its host copy and the run goes on unchanged; an actor_train killed with SIGKILL
-//! stops the run with an error naming the role, the worker and the phase, and `roll-tui resume`
-//! continues from the last checkpoint to exactly the result of an undisturbed run.
+//! actor_train, the KL reference and the critic in worker processes (`workers.<role>.mode:
+//! process`), end to end on the binary: they compute exactly what the trainer's process computes
+//! (GAE with a critic, a refreshed KL reference, offloads through their host copies). A reference
+//! killed with SIGKILL is replaced from its host copy and the run goes on unchanged; an actor_train
+//! or critic killed with SIGKILL stops the run with an error naming the role, the worker and the
+//! phase, and `roll-tui resume` continues from the last checkpoint to exactly the result of an
+//! undisturbed run.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -38,23 +39,24 @@ checkpoint: { every: 3 }
 
 const PROCESS: &str = "workers.actor_train.mode=process";
 const REFERENCE: &str = "workers.reference.mode=process";
+const CRITIC: &str = "workers.critic.mode=process";
 
 fn run(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     run_quiet(dir, name, RL, overrides)
 }
 
 #[test]
-fn actor_train_and_reference_in_worker_processes_compute_exactly_as_in_process() {
+fn actor_train_reference_and_critic_in_worker_processes_compute_exactly_as_in_process() {
     let dir = tempfile::tempdir().unwrap();
     let here = run(dir.path(), "here", &[]);
-    let there = run(dir.path(), "there", &[PROCESS, REFERENCE]);
+    let there = run(dir.path(), "there", &[PROCESS, REFERENCE, CRITIC]);
     assert_same_metrics(&here, &there, "train");
     assert_eq!(sample_rows(&here, "train"), sample_rows(&there, "train"));
 
     let (ev_here, ev_there) = (run_events(&here, "train"), run_events(&there, "train"));
     // Colocated on device 0, the workers offload and reload the same weights and moments.
     assert_eq!(transfers(&ev_here), transfers(&ev_there));
-    for role in ["actor_train", "reference"] {
+    for role in ["actor_train", "reference", "critic"] {
         assert!(
             transfers(&ev_there)
                 .iter()
@@ -67,13 +69,17 @@ fn actor_train_and_reference_in_worker_processes_compute_exactly_as_in_process()
             .map(|e| e["worker"].as_str().unwrap())
             .collect();
         workers.sort();
-        assert_eq!(workers, ["actor_train-0", "reference-0"], "{ev_there:#?}");
+        assert_eq!(
+            workers,
+            ["actor_train-0", "critic-0", "reference-0"],
+            "{ev_there:#?}"
+        );
     }
     assert!(
         of_kind(&ev_there, "worker_failed").is_empty(),
         "{ev_there:#?}"
     );
-    // The checkpoints hold the workers' optimizer and reference: identical files either way.
+    // The checkpoints hold the workers' optimizers, reference and critic: identical files.
     let file = |store: &Path, name: &str| {
         let show: Value =
             serde_json::from_str(&ok(roll(store, &["runs", "show", "train", "--json"]))).unwrap();
@@ -83,7 +89,12 @@ fn actor_train_and_reference_in_worker_processes_compute_exactly_as_in_process()
             .to_string();
         std::fs::read(Path::new(&last).join(name)).unwrap()
     };
-    for name in ["optimizer.safetensors", "reference.safetensors"] {
+    for name in [
+        "optimizer.safetensors",
+        "reference.safetensors",
+        "critic.safetensors",
+        "critic_optimizer.safetensors",
+    ] {
         assert_eq!(file(&here, name), file(&there, name), "{name}");
     }
 }
@@ -114,30 +125,40 @@ fn actor_train_and_actor_infer_both_in_processes_run_asynchronously() {
     assert_eq!(steps, 12);
 }
 
-#[test]
-fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_exactly() {
+/// Kill the one `role` worker (which alone holds an optimizer's state, `what`) of a run with
+/// `overrides` after step 5: the run must fail with a clear error, and a resume must end exactly
+/// where an undisturbed in-process run does.
+fn a_trainer_killed_9_stops_the_run_and_resume_finishes_it_exactly(
+    role: &str,
+    what: &str,
+    overrides: [&str; 2],
+) {
     let dir = tempfile::tempdir().unwrap();
     let calm = run(dir.path(), "calm", &[]);
 
     let store = dir.path().join("killed.db");
     let cfg = write_config(dir.path(), "killed", RL);
-    // The reference runs in a worker too: resuming must give it the refreshed weights.
-    let args = ["run", cfg.to_str().unwrap(), PROCESS, REFERENCE];
+    let [a, b] = overrides;
+    let args = ["run", cfg.to_str().unwrap(), a, b];
     let (mut child, lines) = spawn_until(&store, args, "rl      5/");
-    let pid = kill_9_worker(child.id(), "actor_train");
+    let pid = kill_9_worker(child.id(), role);
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let status = child.wait().unwrap();
     assert!(!status.success(), "{rest:?}");
-    assert!(workers_of(child.id(), "actor_train").is_empty());
+    assert!(workers_of(child.id(), role).is_empty());
 
     let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
     assert_eq!(runs[0]["status"], "failed", "{runs}");
     let error = runs[0]["error"].as_str().unwrap();
     assert!(
-        error.starts_with("actor_train worker 0 died during '"),
+        error.starts_with(&format!("{role} worker 0 died during '")),
         "{error}"
     );
     assert!(error.contains("(killed by signal 9)"), "{error}");
+    assert!(
+        error.contains(&format!("{what} lived only in that worker")),
+        "{error}"
+    );
     assert!(
         error.contains("`roll-tui resume train` continues from its last checkpoint"),
         "{error}"
@@ -162,6 +183,26 @@ fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_
     );
     assert_same_metrics(&calm, &store, "train");
     assert_eq!(sample_rows(&calm, "train"), sample_rows(&store, "train"));
+}
+
+#[test]
+fn actor_train_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_exactly() {
+    // The reference runs in a worker too: resuming must give it the refreshed weights.
+    a_trainer_killed_9_stops_the_run_and_resume_finishes_it_exactly(
+        "actor_train",
+        "the policy's optimizer state",
+        [PROCESS, REFERENCE],
+    );
+}
+
+#[test]
+fn a_critic_killed_9_stops_the_run_with_a_clear_error_and_resume_finishes_it_exactly() {
+    // The resumed critic loads its network, head and moments from the checkpoint's files.
+    a_trainer_killed_9_stops_the_run_and_resume_finishes_it_exactly(
+        "critic",
+        "the critic's optimizer state",
+        [CRITIC, PROCESS],
+    );
 }
 
 #[test]

@@ -131,14 +131,11 @@ async fn a_killed_worker_is_reported_within_5_s_and_calls_fail_at_once() {
 #[tokio::test]
 async fn roles_that_cannot_run_out_of_process_and_missing_programs_are_clear_errors() {
     let (tx, _events) = mpsc::unbounded_channel();
-    let err = WorkerProcess::spawn(&spec(Role::Critic), tx.clone())
+    let err = WorkerProcess::spawn(&spec(Role::Env), tx.clone())
         .await
         .err()
         .unwrap();
-    assert!(
-        matches!(err, WorkerError::Unsupported(Role::Critic)),
-        "{err}"
-    );
+    assert!(matches!(err, WorkerError::Unsupported(Role::Env)), "{err}");
     let missing = WorkerSpec {
         program: "/nonexistent/roll-tui".into(),
         ..spec(Role::Reward)
@@ -201,7 +198,7 @@ fn the_worker_command_refuses_roles_it_cannot_serve() {
         .unwrap()
         .args([
             "worker",
-            "critic",
+            "env",
             "--index",
             "0",
             "--socket",
@@ -214,7 +211,7 @@ fn the_worker_command_refuses_roles_it_cannot_serve() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("role 'critic' cannot run in a worker process yet"),
+        err.contains("role 'env' cannot run in a worker process yet"),
         "{err}"
     );
 }

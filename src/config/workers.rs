@@ -154,12 +154,6 @@ impl WorkersConfig {
                 r.num_workers
             ));
         }
-        if r.mode == PlacementMode::Process && !role.runs_out_of_process() {
-            p.push(format!(
-                "{at}.mode: process is not supported for {role} yet (this build runs reward, \
-                 actor_infer, actor_train and reference in worker processes); use mode: in_process"
-            ));
-        }
         // One engine serves the rollout; several actor_infer processes would need a request router.
         let single_worker = matches!(role, Role::ActorTrain | Role::Reference | Role::Critic)
             || (role == Role::ActorInfer && r.mode == PlacementMode::Process);

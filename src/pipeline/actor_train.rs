@@ -8,9 +8,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::remote_worker::{RemoteWorker, moved, setup_err};
+use super::remote_worker::{RemoteWorker, moved, setup_err, state_lost};
 use super::rl_epochs::{ActorStep, actor_epochs};
-use super::{PipelineError, Resume, TensorContext, actor_step_file};
+use super::{PipelineError, Resume, TensorContext, step_file};
 use crate::config::{PlacementMode, RlConfig, RunConfig};
 use crate::metrics::{Metrics, WorkerNotice};
 use crate::model::{LoadError, LoadedModel};
@@ -102,8 +102,9 @@ impl OptimizerState for ActorTrain {
         match self {
             ActorTrain::Local(opt) => opt.save_moments(path),
             ActorTrain::Remote(r) => {
-                let call = Call::TrainMoments {
-                    path: path.to_path_buf(),
+                let call = Call::TrainCheckpoint {
+                    weights: None,
+                    moments: path.to_path_buf(),
                 };
                 r.worker
                     .call(call)
@@ -126,17 +127,8 @@ const STEP_FILE: &str = "actor_step";
 const WEIGHTS_OUT: &str = "actor_train_weights";
 const HOST_COPY: &str = "actor_train";
 
-/// A failed call as an error: a worker that died, hung or broke the protocol is
-/// [`PipelineError::WorkerLost`] — its optimizer state is gone with it.
 fn lost(e: WorkerError) -> PipelineError {
-    match e {
-        WorkerError::Died { .. } | WorkerError::Timeout { .. } | WorkerError::Protocol { .. } => {
-            PipelineError::WorkerLost(format!(
-                "{e}; the policy's optimizer state lived only in that worker, so the run stops here"
-            ))
-        }
-        other => PipelineError::Setup(other.to_string()),
-    }
+    state_lost(e, "the policy's optimizer state")
 }
 
 impl RemoteTrain {
@@ -181,11 +173,11 @@ impl RemoteTrain {
 
     fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<Metrics, PipelineError> {
         let path = self.area.path(STEP_FILE);
-        actor_step_file::write(step, &path).map_err(setup_err)?;
+        step_file::write_actor(step, &path).map_err(setup_err)?;
         let weights_out = self.area.path(WEIGHTS_OUT);
         let reply = self.call(Call::TrainStep {
             step: path,
-            weights_out: weights_out.clone(),
+            weights_out: Some(weights_out.clone()),
         })?;
         let Reply::Trained {
             metric_bits,

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use candle_core::{Device, Tensor};
 
-use super::actor_step_file::write_rows;
 use super::remote_worker::{RemoteWorker, moved, setup_err, worker_lost};
 use super::rl_update::{Rows, response_logprobs};
+use super::step_file::write_rows;
 use super::{PipelineError, TensorContext};
 use crate::config::{PlacementMode, RunConfig};
 use crate::metrics::WorkerNotice;

@@ -1,6 +1,6 @@
 //! One worker process driven from the synchronous pipeline: a small tokio runtime of its own, the
-//! process, the call that loads it, and the events it reports. actor_infer and actor_train in
-//! worker processes are built on this.
+//! process, the call that loads it, and the events it reports. Every model role in a worker process
+//! (actor_infer, actor_train, reference, critic) is built on this.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,6 +35,18 @@ pub(super) fn worker_lost(e: &WorkerError) -> bool {
         e,
         WorkerError::Died { .. } | WorkerError::Timeout { .. } | WorkerError::Protocol { .. }
     )
+}
+
+/// A failed call to a worker that alone holds `what` (an optimizer's state): a worker that died,
+/// hung or broke the protocol is [`PipelineError::WorkerLost`], since `what` is gone with it.
+pub(super) fn state_lost(e: WorkerError, what: &str) -> PipelineError {
+    if worker_lost(&e) {
+        PipelineError::WorkerLost(format!(
+            "{e}; {what} lived only in that worker, so the run stops here"
+        ))
+    } else {
+        PipelineError::Setup(e.to_string())
+    }
 }
 
 pub(super) fn setup_err(e: impl std::fmt::Display) -> PipelineError {

@@ -1,14 +1,14 @@
 //! The optimisation half of an RL step: PPO-style epochs over mini-batches and micro-batches, for
 //! the actor (actor_train) and, under GAE, the critic. The two are independent — neither reads the
-//! other's weights — so each runs its own pass over the same seeded mini-batch plan, and the actor's
-//! pass can run in a worker process ([`ActorStep`] is everything it needs; `actor_step_file`
-//! carries it as one shared-memory safetensors file).
+//! other's weights — so each runs its own pass over the same seeded mini-batch plan, and either pass
+//! can run in a worker process ([`ActorStep`] and [`CriticStep`] are everything they need;
+//! `step_file` carries each as one shared-memory safetensors file).
 
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::{SeedableRng, rngs::StdRng};
 
-use super::rl_update::Critic;
+use super::critic::CriticNet;
 use super::{PipelineError, TensorContext, mix_seed};
 use crate::algo::aggregate::{LossAgg, aggregate, masked_mean};
 use crate::algo::kl::{KlMode, kl_penalty};
@@ -40,6 +40,15 @@ pub struct ActorStep {
     /// Behaviour-policy log-probs (the PPO "old" log-probs).
     pub old_logp: Tensor,
     pub ref_logp: Option<Tensor>,
+}
+
+/// Everything the critic's epochs read: the rows and the value targets.
+pub struct CriticStep {
+    pub rows: EpochRows,
+    /// (n, R) f32: GAE returns, the value targets.
+    pub returns: Tensor,
+    /// (n, R) f32: the values at rollout time (the centre of value clipping).
+    pub old_values: Tensor,
 }
 
 /// One micro-batch of a mini-batch.
@@ -260,7 +269,7 @@ pub fn actor_epochs(
 
 struct CriticLearner<'a> {
     cfg: &'a RlConfig,
-    critic: &'a mut Critic,
+    critic: &'a mut CriticNet,
     returns: &'a Tensor,
     old_values: &'a Tensor,
     acc: GradAccumulator,
@@ -301,23 +310,22 @@ impl MiniBatchLearner for CriticLearner<'_> {
 /// The critic's epochs over the same mini-batch plan; returns the `critic/*` training metrics.
 pub fn critic_epochs(
     cfg: &RlConfig,
-    rows: &EpochRows,
-    critic: &mut Critic,
+    step: &CriticStep,
+    critic: &mut CriticNet,
     pad_id: u32,
-    (returns, old_values): (&Tensor, &Tensor),
 ) -> Result<Metrics, PipelineError> {
     let kv_groups = critic.model.config().kv_groups();
     let dev = critic.model.device().clone();
     let mut learner = CriticLearner {
         cfg,
         critic,
-        returns,
-        old_values,
+        returns: &step.returns,
+        old_values: &step.old_values,
         acc: GradAccumulator::default(),
         value_loss: 0.0,
         grad_norm: 0.0,
     };
-    let minis = run_epochs(cfg, rows, (pad_id, kv_groups), &dev, &mut learner)?;
+    let minis = run_epochs(cfg, &step.rows, (pad_id, kv_groups), &dev, &mut learner)?;
     let per = (minis as f64).max(1.0);
     let mut m = Metrics::new();
     m.insert("critic/value_loss".into(), learner.value_loss / per);

@@ -6,9 +6,10 @@ use std::time::Instant;
 
 use super::actor_infer::Infer;
 use super::actor_train::ActorTrain;
+use super::critic::Critic;
 use super::reference::Reference;
 use super::rl_metrics::rollout_metrics;
-use super::rl_update::{Critic, RlBatch, UpdateState, needs_critic, update};
+use super::rl_update::{RlBatch, UpdateState, update};
 use super::rollout_loop::{Sample, StepRollout};
 use super::time_sharing::{Roles, TimeSharing};
 use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
@@ -20,8 +21,7 @@ use crate::metrics::{Metrics, SampleRecord};
 use crate::model::{LoadedModel, ParamStore, Transformer};
 use crate::rollout::FinishReason;
 use crate::scheduler::Phase;
-use crate::train::checkpoint::{RlResumeState, load_moments, load_vars};
-use crate::train::{AdamW, ValueHead};
+use crate::train::checkpoint::{RlResumeState, load_vars};
 
 pub(super) struct Learner<'m> {
     pub model: &'m LoadedModel,
@@ -55,30 +55,13 @@ impl<'m> Learner<'m> {
         resume: Option<&Resume>,
         mixer: &mut DomainMixer,
     ) -> Result<Learner<'m>, PipelineError> {
-        let updates_per_step = cfg.ppo_epochs * cfg.mini_batches;
-        let actor = ActorTrain::start(ctx.cfg, cfg, model, cfg.steps * updates_per_step, resume)?;
+        let updates = cfg.steps * cfg.ppo_epochs * cfg.mini_batches;
+        let actor = ActorTrain::start(ctx.cfg, cfg, model, updates, resume)?;
         // The reference is the policy as the stage began; a resumed stage reloads it from disk.
         let reference = match (cfg.kl.mode != KlMode::None, resume) {
             (false, _) => None,
             (true, None) => Some(copy_of(model)?),
             (true, Some(_)) => Some(super::setup::rl_start_policy(ctx.cfg)?.transformer),
-        };
-        let mut critic = match (&cfg.critic, needs_critic(cfg.adv_estimator)) {
-            (Some(c), true) => {
-                let net = copy_of(model)?;
-                let head = ValueHead::new(model.config().hidden_size, model.transformer.device())
-                    .during("value head")?;
-                let mut vars: Vec<_> = net.params().named_vars();
-                vars.extend(head.vars());
-                let opt = AdamW::new(vars, c.optimizer.clone(), cfg.steps * updates_per_step)
-                    .during("critic optimizer")?;
-                Some(Critic {
-                    model: net,
-                    head,
-                    opt,
-                })
-            }
-            _ => None,
         };
         let mut kl_ctl = KlController::new(
             cfg.kl.controller,
@@ -89,7 +72,6 @@ impl<'m> Learner<'m> {
         let mut running = RunningStats::new();
         let mut first_step = 1;
         if let Some(r) = resume {
-            let device = model.transformer.device();
             if let Some(m) = &r.state.mixer {
                 mixer.restore(m)?;
             }
@@ -98,15 +80,6 @@ impl<'m> Learner<'m> {
             })?;
             kl_ctl.set_coef(rl.kl_coef);
             running = rl.running_reward.clone();
-            if let Some(c) = critic.as_mut() {
-                let mut vars = c.model.params().named_vars();
-                vars.extend(c.head.vars());
-                load_vars(&vars, &r.dir.join("critic.safetensors"))?;
-                let moments = load_moments(&r.dir.join("critic_optimizer.safetensors"), device)?;
-                c.opt
-                    .restore(rl.critic_optimizer_steps.unwrap_or(0), &moments)
-                    .during("restoring the critic optimizer")?;
-            }
             first_step = r.state.step + 1;
         }
         // With refreshes, the reference is the policy of the last refresh at or before the resume
@@ -126,6 +99,7 @@ impl<'m> Learner<'m> {
             Some(copy) => Some(Reference::start(ctx.cfg, copy, model.pad_id)?),
             None => None,
         };
+        let critic = Critic::start(ctx.cfg, cfg, model, updates, resume)?;
         Ok(Learner {
             model,
             actor,
@@ -172,6 +146,9 @@ impl<'m> Learner<'m> {
         events.extend(self.actor.drain_events());
         if let Some(r) = self.reference.as_mut() {
             events.extend(r.drain_events());
+        }
+        if let Some(c) = self.critic.as_mut() {
+            events.extend(c.drain_events());
         }
         super::reward_pool::report_workers(ctx, events)?;
         let workers = &ctx.cfg.workers;
@@ -282,7 +259,7 @@ impl<'m> Learner<'m> {
             rl: Some(RlResumeState {
                 kl_coef,
                 running_reward: running,
-                critic_optimizer_steps: critic.map(|c| c.opt.steps_taken()),
+                critic_optimizer_steps: critic.map(Critic::steps_taken),
             }),
             critic,
             reference,

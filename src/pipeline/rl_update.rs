@@ -10,32 +10,13 @@ use crate::algo::normalize::{RunningStats, clip_tensor, clip_values, normalize_r
 use crate::config::RlConfig;
 use crate::metrics::Metrics;
 use crate::model::{LoadedModel, Numerics, Transformer};
-use crate::train::batch::response_hidden;
-use crate::train::{AdamW, TrainBatch, ValueHead, response_forward};
+use crate::train::{TrainBatch, response_forward};
 
 use super::actor_train::ActorTrain;
+use super::critic::Critic;
 use super::reference::Reference;
-use super::rl_epochs::{ActorStep, EpochRows, critic_epochs, mean_of};
+use super::rl_epochs::{ActorStep, CriticStep, EpochRows, mean_of};
 use super::{PipelineError, TensorContext};
-
-/// The critic of GAE runs: a transformer (initialised from the policy) with a value head.
-pub struct Critic {
-    pub model: Transformer,
-    pub head: ValueHead,
-    pub opt: AdamW,
-}
-
-impl Critic {
-    /// values: (b, R) for the positions that predict response tokens.
-    pub(super) fn values(
-        &self,
-        tb: &TrainBatch,
-        numerics: Numerics,
-    ) -> candle_core::Result<Tensor> {
-        let hidden = response_hidden(&self.model, tb, numerics)?;
-        self.head.forward(&hidden)? * &tb.response_mask
-    }
-}
 
 /// A scored rollout batch; rows of a group are consecutive.
 pub struct RlBatch {
@@ -89,7 +70,7 @@ pub struct Rows<'a> {
 
 /// Run `f` over micro-batches of rows (batched for `model`) and stitch the (rows, r) results into
 /// (n, width).
-fn chunked(
+pub(super) fn chunked(
     model: &Transformer,
     pad_id: u32,
     rows: &Rows<'_>,
@@ -126,7 +107,7 @@ pub fn response_logprobs(
 pub fn update(
     cfg: &RlConfig,
     policy: &LoadedModel,
-    st: UpdateState<'_>,
+    mut st: UpdateState<'_>,
     batch: &RlBatch,
 ) -> Result<UpdateOutput, PipelineError> {
     let n = batch.prompts.len();
@@ -198,13 +179,8 @@ pub fn update(
     }
 
     let t_adv = std::time::Instant::now();
-    let old_values = match st.critic.as_deref() {
-        Some(c) => Some(
-            chunked(&policy.transformer, policy.pad_id, &rows, &|tb| {
-                c.values(tb, Numerics::Fast)
-            })
-            .during("critic values")?,
-        ),
+    let old_values = match st.critic.as_deref_mut() {
+        Some(c) => Some(c.values(policy.pad_id, &rows, &dev)?),
         None => None,
     };
     let params = AdvantageParams {
@@ -281,15 +257,13 @@ pub fn update(
         ref_logp,
     };
     m.extend(st.actor.train(cfg, &step, policy)?);
-    if let (Some(critic), Some(old_values)) = (st.critic, &old_values) {
-        let targets = (&returns, old_values);
-        m.extend(critic_epochs(
-            cfg,
-            &step.rows,
-            critic,
-            policy.pad_id,
-            targets,
-        )?);
+    if let (Some(critic), Some(old_values)) = (st.critic, old_values) {
+        let step = CriticStep {
+            rows: step.rows,
+            returns,
+            old_values,
+        };
+        m.extend(critic.train(cfg, &step, policy.pad_id)?);
     }
     m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
     if let Some(kl) = m.get("actor/kl") {

@@ -85,6 +85,9 @@ pub fn run_rlvr(
     if let Some(r) = learner.reference {
         events.extend(r.shutdown());
     }
+    if let Some(c) = learner.critic {
+        events.extend(c.shutdown());
+    }
     report_workers(ctx, events)?;
     let status = status.map_err(|e| match e {
         PipelineError::WorkerLost(why) => PipelineError::WorkerLost(format!(

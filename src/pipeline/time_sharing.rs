@@ -14,8 +14,8 @@ use candle_core::Tensor;
 
 use super::actor_infer::{Infer, lock};
 use super::actor_train::ActorTrain;
+use super::critic::Critic;
 use super::reference::Reference;
-use super::rl_update::Critic;
 use super::{PipelineError, RunContext, TensorContext};
 use crate::metrics::Metrics;
 use crate::model::{LoadedModel, Transformer};
@@ -148,21 +148,29 @@ fn worker_move(
     direction: Direction,
     roles: &mut Roles<'_>,
 ) -> Option<Result<u64, PipelineError>> {
-    let reference = roles.reference.as_deref_mut().and_then(Reference::remote);
-    match (role, roles.infer, &mut *roles.actor, reference) {
-        (Role::ActorInfer, Infer::Remote(r), _, _) => Some(match direction {
-            Direction::Offload => lock(r).offload(),
-            Direction::Reload => lock(r).reload(),
-        }),
-        (Role::ActorTrain, _, ActorTrain::Remote(r), _) => Some(match direction {
-            Direction::Offload => r.offload(),
-            Direction::Reload => r.reload(),
-        }),
-        (Role::Reference, _, _, Some(r)) => Some(match direction {
-            Direction::Offload => r.offload(),
-            Direction::Reload => r.reload(),
-        }),
-        _ => None,
+    let offload = direction == Direction::Offload;
+    match role {
+        Role::ActorInfer => match roles.infer {
+            Infer::Remote(r) => Some(if offload {
+                lock(r).offload()
+            } else {
+                lock(r).reload()
+            }),
+            Infer::Local(_) => None,
+        },
+        Role::ActorTrain => match &mut *roles.actor {
+            ActorTrain::Remote(r) => Some(if offload { r.offload() } else { r.reload() }),
+            ActorTrain::Local(_) => None,
+        },
+        Role::Reference => {
+            let r = roles.reference.as_deref_mut().and_then(Reference::remote)?;
+            Some(if offload { r.offload() } else { r.reload() })
+        }
+        Role::Critic => {
+            let r = roles.critic.as_deref_mut().and_then(Critic::remote)?;
+            Some(if offload { r.offload() } else { r.reload() })
+        }
+        Role::Reward | Role::Env => None,
     }
 }
 
@@ -183,17 +191,9 @@ fn role_tensors(role: Role, r: &Roles<'_>) -> Result<Vec<(String, Tensor)>, Pipe
             .map(named)
             .unwrap_or_default(),
         Role::Critic => match r.critic.as_deref() {
-            Some(c) => {
-                let mut t = named(&c.model);
-                t.extend(
-                    c.head
-                        .vars()
-                        .into_iter()
-                        .map(|(n, v)| (n, v.as_tensor().clone())),
-                );
-                c.opt.with_moments(t)
-            }
-            None => vec![],
+            Some(Critic::Local(c)) => c.opt.with_moments(c.named_tensors()),
+            // None, or moved by the worker itself.
+            Some(Critic::Remote(_)) | None => vec![],
         },
         Role::Reward | Role::Env => vec![],
     })
@@ -221,13 +221,9 @@ fn restore(area: &HostArea, role: Role, r: &mut Roles<'_>) -> Result<u64, Pipeli
                 .map_err(copy_err),
             None => Ok(0), // none, or moved by the worker itself
         },
-        Role::Critic => match r.critic.as_deref_mut() {
-            Some(c) => {
-                let mut vars = model_vars(&c.model);
-                vars.extend(c.head.vars());
-                restore_trainable(area, role, &vars, &mut c.opt)
-            }
-            None => Ok(0),
+        Role::Critic => match r.critic.as_deref_mut().and_then(Critic::local_mut) {
+            Some(c) => restore_trainable(area, role, &c.vars(), &mut c.opt),
+            None => Ok(0), // none, or moved by the worker itself
         },
         Role::Reward | Role::Env => Ok(0),
     }

@@ -21,7 +21,7 @@ use super::train::TrainInit;
 use crate::reward::{RewardKind, RewardOutcome};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// The crate version; parent and worker must be the same build.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Control messages larger than this are a bug (bulk data does not travel here).
@@ -81,18 +81,27 @@ pub enum Request {
     /// A model role (actor_infer, reference): take the weights in the host copy at `path`
     /// (weight sync, reference refresh).
     SetWeights { path: PathBuf },
-    /// A model role: write its state (weights; for actor_train also the optimizer moments) to the
-    /// host copy at `path` and free it.
+    /// A model role: write its state (weights; for actor_train and the critic also the optimizer
+    /// moments) to the host copy at `path` and free it.
     Offload { path: PathBuf },
     /// A model role: load its state back from the host copy at `path`.
     Reload { path: PathBuf },
-    /// actor_train: load the policy and its optimizer.
+    /// actor_train, critic: load the network and its optimizer.
     TrainInit(Box<TrainInit>),
-    /// actor_train: train on the actor step in the file `step`, then write the new weights to the
-    /// host copy `weights_out`.
-    TrainStep { step: PathBuf, weights_out: PathBuf },
-    /// actor_train: write the optimizer moments to `path` (a checkpoint's optimizer file).
-    TrainMoments { path: PathBuf },
+    /// actor_train, critic: train on the step in the file `step` (an actor or a critic step), then
+    /// write the new weights to the host copy `weights_out` when given.
+    TrainStep {
+        step: PathBuf,
+        weights_out: Option<PathBuf>,
+    },
+    /// actor_train, critic: write the optimizer moments to `moments` and, when given, the weights
+    /// to `weights` (a checkpoint's files).
+    TrainCheckpoint {
+        weights: Option<PathBuf>,
+        moments: PathBuf,
+    },
+    /// critic: the values of the response tokens of the rows file `rows`, written to `out`.
+    CriticValues { rows: PathBuf, out: PathBuf },
     /// reference: load the model.
     ReferenceInit(Box<ReferenceInit>),
     /// reference: score the response tokens of the rows file `rows`; write the log-probs to `out`.
@@ -106,12 +115,13 @@ impl Request {
             Request::Score { .. } => "score",
             Request::InferInit(_) | Request::TrainInit(_) | Request::ReferenceInit(_) => "load",
             Request::ReferenceLogprobs { .. } => "reference_logprobs",
+            Request::CriticValues { .. } => "critic_values",
             Request::InferStep { .. } => "generate",
             Request::SetWeights { .. } => "weight_sync",
             Request::Offload { .. } => "offload",
             Request::Reload { .. } => "reload",
             Request::TrainStep { .. } => "train",
-            Request::TrainMoments { .. } => "checkpoint",
+            Request::TrainCheckpoint { .. } => "checkpoint",
         }
     }
 }
@@ -132,7 +142,7 @@ pub enum Reply {
     Moved {
         bytes: u64,
     },
-    /// The actor's metrics of a train step (f64 bit patterns: exact, NaN and infinities
+    /// The metrics of a train step (f64 bit patterns: exact, NaN and infinities
     /// included), and the AdamW steps taken so far.
     Trained {
         metric_bits: Vec<(String, u64)>,

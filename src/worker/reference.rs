@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::protocol::{Reply, Request};
 use super::train::build_transformer;
 use crate::model::{ModelConfig, Transformer};
-use crate::pipeline::actor_step_file::read_rows;
 use crate::pipeline::rl_update::{Rows, response_logprobs};
+use crate::pipeline::step_file::read_rows;
 use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
 
 /// What to load: the model's shape, and its weights from the host copy `weights`.

@@ -62,7 +62,7 @@ pub async fn serve(role: Role, index: usize, socket: &Path) -> Result<(), Worker
             };
             match role {
                 Role::ActorInfer => super::infer::serve(&calls_rx, &reply),
-                Role::ActorTrain => super::train::serve(&calls_rx, &reply),
+                Role::ActorTrain | Role::Critic => super::train::serve(role, &calls_rx, &reply),
                 Role::Reference => super::reference::serve(&calls_rx, &reply),
                 _ => {
                     while let Ok((id, request)) = calls_rx.recv() {

@@ -1,28 +1,39 @@
-//! The actor_train role in a worker process: the policy's trainable weights and AdamW state, and
-//! the actor's PPO epochs over each step's [`ActorStep`].
+//! The trainable roles in a worker process — actor_train (the policy's weights and AdamW state,
+//! and the actor's PPO epochs over each step's [`ActorStep`]) and the critic (its network, value
+//! head and AdamW state, the values of each step's rows and the critic's epochs over each
+//! [`CriticStep`]).
 //!
-//! The trainer's process prepares every step (rewards, reference log-probs, advantages, masks)
-//! and hands the worker one shared-memory file; the worker trains and writes the new weights to
-//! the host copy it is told, which the trainer reads back as its mirror of the policy (for weight
-//! sync, reference refreshes and checkpoints). Offloading writes weights and moments to a host copy
-//! and drops them, so the worker's memory is really freed until the reload.
+//! The trainer's process prepares every step (rewards, reference log-probs, values, advantages,
+//! masks) and hands the worker one shared-memory file. actor_train trains and writes the new weights
+//! to the host copy it is told, which the trainer reads back as its mirror of the policy (for weight
+//! sync, reference refreshes and checkpoints); the critic keeps its weights to itself. Offloading
+//! writes weights and moments to a host copy and drops them, so the worker's memory is really freed
+//! until the reload.
+//!
+//! [`ActorStep`]: crate::pipeline::rl_epochs::ActorStep
+//! [`CriticStep`]: crate::pipeline::rl_epochs::CriticStep
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 use serde::{Deserialize, Serialize};
 
+use super::Role;
 use super::protocol::{Reply, Request};
 use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
-use crate::pipeline::rl_epochs::actor_epochs;
+use crate::pipeline::critic::CriticNet;
+use crate::pipeline::rl_epochs::{actor_epochs, critic_epochs};
+use crate::pipeline::rl_update::Rows;
+use crate::pipeline::step_file::{read_actor, read_critic, read_rows};
 use crate::scheduler::host_copy::{read_tensors, write_tensors};
-use crate::train::AdamW;
-use crate::train::checkpoint::{load_moments, save_moments};
+use crate::train::checkpoint::{load_moments, save_moments, save_vars};
+use crate::train::{AdamW, OptimizerConfig};
 
-/// What to load: the policy's shape, its weights from the host copy `weights`, its optimizer.
+/// What to load: the network's shape, its weights from the host copy `weights` (for the critic
+/// with its `value_head.*`), its optimizer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainInit {
     /// The policy's config.json (Hugging Face layout).
@@ -39,23 +50,94 @@ pub struct TrainInit {
 
 /// Everything but the weights and moments: kept while offloaded.
 struct Base {
+    role: Role,
     config: ModelConfig,
     pad_id: u32,
     rl: RlConfig,
     total_updates: usize,
 }
 
-struct Resident {
-    model: Transformer,
-    opt: AdamW,
+/// The network and its optimizer, while on the device.
+enum Resident {
+    Actor { model: Transformer, opt: AdamW },
+    Critic(CriticNet),
 }
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Serve actor_train calls until the call channel closes. `reply` sends one answer to the parent.
-pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply, String>)) {
+impl Base {
+    fn optimizer(&self) -> Result<&OptimizerConfig, String> {
+        match self.role {
+            Role::Critic => self
+                .rl
+                .critic
+                .as_ref()
+                .map(|c| &c.optimizer)
+                .ok_or_else(|| "the critic was started for a run without rl.critic".to_string()),
+            _ => Ok(&self.rl.optimizer),
+        }
+    }
+
+    /// The network from named tensors (`origin` names their file), with a fresh optimizer.
+    fn build(&self, tensors: BTreeMap<String, Tensor>, origin: &Path) -> Result<Resident, String> {
+        let optimizer = self.optimizer()?;
+        if self.role == Role::Critic {
+            let net = CriticNet::from_tensors(
+                &self.config,
+                tensors,
+                optimizer,
+                self.total_updates,
+                origin,
+            )?;
+            return Ok(Resident::Critic(net));
+        }
+        let model = build_transformer(&self.config, tensors, origin)?;
+        let vars = model.params().named_vars();
+        let opt = AdamW::new(vars, optimizer.clone(), self.total_updates).map_err(err)?;
+        Ok(Resident::Actor { model, opt })
+    }
+}
+
+impl Resident {
+    fn opt(&self) -> &AdamW {
+        match self {
+            Resident::Actor { opt, .. } => opt,
+            Resident::Critic(net) => &net.opt,
+        }
+    }
+
+    fn opt_mut(&mut self) -> &mut AdamW {
+        match self {
+            Resident::Actor { opt, .. } => opt,
+            Resident::Critic(net) => &mut net.opt,
+        }
+    }
+
+    /// The trained variables (for the critic, network then value head).
+    fn vars(&self) -> Vec<(String, Var)> {
+        match self {
+            Resident::Actor { model, .. } => model.params().named_vars(),
+            Resident::Critic(net) => net.vars(),
+        }
+    }
+
+    fn weights(&self) -> Vec<(String, Tensor)> {
+        self.vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect()
+    }
+}
+
+/// Serve actor_train or critic calls until the call channel closes. `reply` sends one answer to
+/// the parent.
+pub fn serve(
+    role: Role,
+    calls: &Receiver<(u64, Request)>,
+    reply: &dyn Fn(u64, Result<Reply, String>),
+) {
     let mut base: Option<Base> = None;
     let mut resident: Option<Resident> = None;
     // AdamW steps taken, kept across offloads.
@@ -63,22 +145,24 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
     while let Ok((id, request)) = calls.recv() {
         let phase = request.phase();
         let result = match (request, &base, resident.as_mut()) {
-            (Request::TrainInit(init), None, _) => load(&init).map(|(b, r)| {
-                let params = r.model.params().num_params();
-                steps = r.opt.steps_taken();
+            (Request::TrainInit(init), None, _) => load(role, &init).map(|(b, r)| {
+                let params = r.vars().iter().map(|(_, v)| v.elem_count()).sum();
+                steps = r.opt().steps_taken();
                 (base, resident) = (Some(b), Some(r));
                 Reply::Loaded { params }
             }),
             (Request::TrainStep { step, weights_out }, Some(b), Some(r)) => {
-                train(b, r, &step, &weights_out).inspect(|_| steps = r.opt.steps_taken())
+                train(b, r, &step, weights_out.as_deref())
+                    .inspect(|_| steps = r.opt().steps_taken())
             }
-            (Request::TrainMoments { path }, Some(_), Some(r)) => save_moments(&r.opt, &path)
-                .map(|()| Reply::Moved {
-                    bytes: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
-                })
-                .map_err(err),
+            (Request::CriticValues { rows, out }, Some(b), Some(Resident::Critic(net))) => {
+                values(b, net, &rows, &out).map(|bytes| Reply::Moved { bytes })
+            }
+            (Request::TrainCheckpoint { weights, moments }, Some(_), Some(r)) => {
+                checkpoint(r, weights.as_deref(), &moments).map(|bytes| Reply::Moved { bytes })
+            }
             (Request::Offload { path }, Some(_), Some(r)) => {
-                let tensors = r.opt.with_moments(r.model.params().named_tensors());
+                let tensors = r.opt().with_moments(r.weights());
                 write_tensors(&path, &tensors).map_err(err).map(|bytes| {
                     resident = None;
                     Reply::Moved { bytes }
@@ -91,7 +175,7 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
                 })
             }
             (_, b, r) => Err(format!(
-                "cannot '{phase}' while the policy is {}",
+                "cannot '{phase}' while the {role} is {}",
                 match (b, r) {
                     (None, _) => "not loaded",
                     (Some(_), None) => "offloaded",
@@ -103,28 +187,26 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
     }
 }
 
-fn load(init: &TrainInit) -> Result<(Base, Resident), String> {
-    let config = ModelConfig::from_hf_json(&init.model_config.to_string(), "actor_train init")?;
-    let tensors = read_tensors(&init.weights, &Device::Cpu).map_err(err)?;
-    let model = build_transformer(&config, tensors.into_iter().collect(), &init.weights)?;
-    let mut opt = AdamW::new(
-        model.params().named_vars(),
-        init.rl.optimizer.clone(),
-        init.total_updates,
-    )
-    .map_err(err)?;
-    if let Some(path) = &init.moments {
-        let moments = load_moments(path, &Device::Cpu).map_err(err)?;
-        opt.restore(init.optimizer_steps, &moments)
-            .map_err(|e| format!("restoring the optimizer from '{}': {e}", path.display()))?;
-    }
+fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
+    let config =
+        ModelConfig::from_hf_json(&init.model_config.to_string(), &format!("{role} init"))?;
     let base = Base {
+        role,
         config,
         pad_id: init.pad_id,
         rl: init.rl.clone(),
         total_updates: init.total_updates,
     };
-    Ok((base, Resident { model, opt }))
+    let tensors = read_tensors(&init.weights, &Device::Cpu).map_err(err)?;
+    let mut resident = base.build(tensors.into_iter().collect(), &init.weights)?;
+    if let Some(path) = &init.moments {
+        let moments = load_moments(path, &Device::Cpu).map_err(err)?;
+        resident
+            .opt_mut()
+            .restore(init.optimizer_steps, &moments)
+            .map_err(|e| format!("restoring the optimizer from '{}': {e}", path.display()))?;
+    }
+    Ok((base, resident))
 }
 
 pub(super) fn build_transformer(
@@ -140,37 +222,72 @@ pub(super) fn build_transformer(
     Transformer::new(config.clone(), params).map_err(err)
 }
 
-fn train(base: &Base, r: &mut Resident, step: &Path, weights_out: &Path) -> Result<Reply, String> {
-    let inputs = crate::pipeline::actor_step_file::read(step, r.model.device())?;
-    let metrics =
-        actor_epochs(&base.rl, &inputs, &r.model, base.pad_id, &mut r.opt).map_err(err)?;
-    write_tensors(weights_out, &r.model.params().named_tensors()).map_err(err)?;
+fn train(
+    base: &Base,
+    r: &mut Resident,
+    step: &Path,
+    weights_out: Option<&Path>,
+) -> Result<Reply, String> {
+    let metrics = match r {
+        Resident::Actor { model, opt } => {
+            let inputs = read_actor(step, model.device())?;
+            actor_epochs(&base.rl, &inputs, model, base.pad_id, opt).map_err(err)?
+        }
+        Resident::Critic(net) => {
+            let inputs = read_critic(step, net.model.device())?;
+            critic_epochs(&base.rl, &inputs, net, base.pad_id).map_err(err)?
+        }
+    };
+    if let Some(path) = weights_out {
+        write_tensors(path, &r.weights()).map_err(err)?;
+    }
     Ok(Reply::Trained {
         metric_bits: metrics.into_iter().map(|(k, v)| (k, v.to_bits())).collect(),
-        optimizer_steps: r.opt.steps_taken(),
+        optimizer_steps: r.opt().steps_taken(),
     })
 }
 
-/// Rebuild the policy and its optimizer from an offload's host copy.
+/// Score the rows in the file `rows`; write the (n, width) values to `out` as `values`.
+fn values(base: &Base, net: &CriticNet, rows: &Path, out: &Path) -> Result<u64, String> {
+    let (prompts, responses, micro, width, _) = read_rows(rows)?;
+    let rows = Rows {
+        prompts: &prompts,
+        responses: &responses,
+        micro,
+        width,
+    };
+    let values = net.row_values(base.pad_id, &rows).map_err(err)?;
+    write_tensors(out, &[("values".to_string(), values)]).map_err(err)
+}
+
+/// A checkpoint's files: the moments, and the weights when asked. Returns bytes written.
+fn checkpoint(r: &Resident, weights: Option<&Path>, moments: &Path) -> Result<u64, String> {
+    save_moments(r.opt(), moments).map_err(err)?;
+    let mut paths = vec![moments];
+    if let Some(path) = weights {
+        save_vars(&r.vars(), path).map_err(err)?;
+        paths.push(path);
+    }
+    Ok(paths
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum())
+}
+
+/// Rebuild the network and its optimizer from an offload's host copy.
 fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), String> {
     let mut tensors = read_tensors(path, &Device::Cpu).map_err(err)?;
-    let moments: std::collections::HashMap<String, Tensor> = tensors
+    let mut moments: HashMap<String, Tensor> = tensors
         .extract_if(|k, _| k.starts_with("adam_m.") || k.starts_with("adam_v."))
         .collect();
     let weight_bytes: u64 = tensors
         .values()
         .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
         .sum();
-    let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
-    let mut opt = AdamW::new(
-        model.params().named_vars(),
-        base.rl.optimizer.clone(),
-        base.total_updates,
-    )
-    .map_err(err)?;
-    let mut moments = moments;
-    let moment_bytes = opt
+    let mut r = base.build(tensors.into_iter().collect(), path)?;
+    let moment_bytes = r
+        .opt_mut()
         .take_moments(steps, &mut moments)
         .map_err(|e| format!("host copy '{}': {e}", path.display()))?;
-    Ok((Resident { model, opt }, weight_bytes + moment_bytes))
+    Ok((r, weight_bytes + moment_bytes))
 }

@@ -1,14 +1,14 @@
 //! What model roles in worker processes work on, as one safetensors file each: an [`ActorStep`]
-//! for actor_train, the [`Rows`] of a reference forward pass. Ragged token rows are flattened beside
-//! their lengths, and scalars travel as f64 / i64 tensors so that the worker computes on exactly
-//! the parent's values.
+//! for actor_train, a [`CriticStep`] for the critic, the [`Rows`] of a forward pass (reference
+//! log-probs, critic values). Ragged token rows are flattened beside their lengths, and scalars
+//! travel as f64 / i64 tensors so that the worker computes on exactly the parent's values.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::rl_epochs::{ActorStep, EpochRows};
+use super::rl_epochs::{ActorStep, CriticStep, EpochRows};
 use super::rl_update::Rows;
 use crate::scheduler::host_copy::{HostCopyError, read_tensors, write_tensors};
 
@@ -92,19 +92,53 @@ impl Opened {
     }
 }
 
-/// Write `step` to `path`; returns the bytes of tensor data written.
-pub fn write(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
-    let rows = &step.rows;
+/// The header and loss mask of an epoch file: `rows` and the scalars after its own.
+fn epoch_header(
+    rows: &EpochRows,
+    floats: &[f64],
+    path: &Path,
+) -> Result<Vec<(String, Tensor)>, HostCopyError> {
     // Seeds use all 64 bits: they travel as their i64 bit pattern.
     let ints = [rows.group_size as i64, rows.micro as i64, rows.seed as i64];
-    let floats = [step.temperature, step.kl_coef];
     let mut tensors =
-        header(&rows.prompts, &rows.responses, &floats, &ints).map_err(|source| HostCopyError {
+        header(&rows.prompts, &rows.responses, floats, &ints).map_err(|source| HostCopyError {
             path: path.to_path_buf(),
             source,
         })?;
+    tensors.push(("loss_mask".into(), rows.loss_mask.clone()));
+    Ok(tensors)
+}
+
+/// Open a file [`epoch_header`] began, expecting `floats` scalars after its own.
+fn open_epoch(
+    what: &str,
+    path: &Path,
+    device: &Device,
+    floats: usize,
+) -> Result<(Opened, EpochRows, Vec<f64>), String> {
+    let (mut f, (prompts, responses, fl, ints)) = Opened::new(what, path, device)?;
+    let &[group_size, micro, seed] = &ints[..] else {
+        return Err(f.bad_scalars("3 integers"));
+    };
+    if fl.len() != floats {
+        return Err(f.bad_scalars(&format!("{floats} floats")));
+    }
+    let rows = EpochRows {
+        prompts,
+        responses,
+        group_size: group_size as usize,
+        micro: micro as usize,
+        loss_mask: f.take("loss_mask")?,
+        seed: seed as u64,
+    };
+    Ok((f, rows, fl))
+}
+
+/// Write `step` to `path`; returns the bytes of tensor data written.
+pub fn write_actor(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
+    let floats = [step.temperature, step.kl_coef];
+    let mut tensors = epoch_header(&step.rows, &floats, path)?;
     tensors.extend([
-        ("loss_mask".into(), rows.loss_mask.clone()),
         ("adv".into(), step.adv.clone()),
         ("old_logp".into(), step.old_logp.clone()),
     ]);
@@ -114,27 +148,36 @@ pub fn write(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
     write_tensors(path, &tensors)
 }
 
-/// Read what [`write`] wrote, with the per-token tensors on `device`.
-pub fn read(path: &Path, device: &Device) -> Result<ActorStep, String> {
-    let (mut f, (prompts, responses, floats, ints)) = Opened::new("actor step", path, device)?;
-    let (&[temperature, kl_coef], &[group_size, micro, seed]) = (&floats[..], &ints[..]) else {
-        return Err(f.bad_scalars("2 floats and 3 integers"));
-    };
-    let ref_logp = f.take("ref_logp").ok();
+/// Read what [`write_actor`] wrote, with the per-token tensors on `device`.
+pub fn read_actor(path: &Path, device: &Device) -> Result<ActorStep, String> {
+    let (mut f, rows, floats) = open_epoch("actor step", path, device, 2)?;
     Ok(ActorStep {
-        rows: EpochRows {
-            prompts,
-            responses,
-            group_size: group_size as usize,
-            micro: micro as usize,
-            loss_mask: f.take("loss_mask")?,
-            seed: seed as u64,
-        },
-        temperature,
-        kl_coef,
+        rows,
+        temperature: floats[0],
+        kl_coef: floats[1],
         adv: f.take("adv")?,
         old_logp: f.take("old_logp")?,
-        ref_logp,
+        ref_logp: f.take("ref_logp").ok(),
+    })
+}
+
+/// Write a critic's step to `path`; returns the bytes of tensor data written.
+pub fn write_critic(step: &CriticStep, path: &Path) -> Result<u64, HostCopyError> {
+    let mut tensors = epoch_header(&step.rows, &[], path)?;
+    tensors.extend([
+        ("returns".into(), step.returns.clone()),
+        ("old_values".into(), step.old_values.clone()),
+    ]);
+    write_tensors(path, &tensors)
+}
+
+/// Read what [`write_critic`] wrote, with the per-token tensors on `device`.
+pub fn read_critic(path: &Path, device: &Device) -> Result<CriticStep, String> {
+    let (mut f, rows, _) = open_epoch("critic step", path, device, 0)?;
+    Ok(CriticStep {
+        rows,
+        returns: f.take("returns")?,
+        old_values: f.take("old_values")?,
     })
 }
 
@@ -193,8 +236,8 @@ mod tests {
         };
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("step.safetensors");
-        write(&step, &path).expect("write");
-        let back = read(&path, &dev).expect("read");
+        write_actor(&step, &path).expect("write");
+        let back = read_actor(&path, &dev).expect("read");
         assert_eq!(back.rows.prompts, step.rows.prompts);
         assert_eq!(back.rows.responses, step.rows.responses);
         assert_eq!(
@@ -215,6 +258,49 @@ mod tests {
         assert_eq!(bits(&back.old_logp), bits(&step.old_logp));
         assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
         assert!(back.ref_logp.is_none());
+    }
+
+    #[test]
+    fn a_critic_step_round_trips_exactly_and_is_not_an_actor_step() {
+        let dev = Device::Cpu;
+        let t = |v: &[f32]| Tensor::from_vec(v.to_vec(), (2, 2), &dev).expect("t");
+        let step = CriticStep {
+            rows: EpochRows {
+                prompts: vec![vec![1], vec![2, 3]],
+                responses: vec![vec![4, 5], vec![6]],
+                group_size: 1,
+                micro: 2,
+                loss_mask: t(&[1., 1., 1., 0.]),
+                seed: 7,
+            },
+            returns: t(&[0.5, 1.0 / 3.0, -2.0, 0.0]),
+            old_values: t(&[0.25, -0.125, 1e-30, 0.0]),
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("critic.safetensors");
+        write_critic(&step, &path).expect("write");
+        let back = read_critic(&path, &dev).expect("read");
+        assert_eq!(back.rows.prompts, step.rows.prompts);
+        assert_eq!(back.rows.responses, step.rows.responses);
+        assert_eq!(
+            (back.rows.group_size, back.rows.micro, back.rows.seed),
+            (1, 2, 7)
+        );
+        let bits = |x: &Tensor| -> Vec<u32> {
+            x.flatten_all()
+                .and_then(|x| x.to_vec1::<f32>())
+                .expect("v")
+                .iter()
+                .map(|f| f.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&back.returns), bits(&step.returns));
+        assert_eq!(bits(&back.old_values), bits(&step.old_values));
+        assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
+        let e = read_actor(&path, &dev)
+            .err()
+            .expect("a critic step is no actor step");
+        assert!(e.contains("expected 2 floats"), "{e}");
     }
 
     #[test]
