@@ -84,6 +84,7 @@ fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
 
     let processes = [
         "workers.actor_infer.mode=process",
+        "workers.actor_train.mode=process",
         "workers.reward.mode=process",
         "workers.reward.num_workers=2",
     ];
@@ -99,7 +100,10 @@ fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
         .map(|(worker, _, _)| worker.as_str())
         .collect();
     started.sort_unstable();
-    assert_eq!(started, ["actor_infer-0", "reward-0", "reward-1"]);
+    assert_eq!(
+        started,
+        ["actor_infer-0", "actor_train-0", "reward-0", "reward-1"]
+    );
 
     let separate = [
         "workers.devices.count=2",
@@ -117,6 +121,7 @@ fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
         separate[0],
         separate[1],
         processes[0],
+        processes[1],
         "rl.async_generation_ratio=2",
     ];
     let (_, _, asy) = grpo(dir.path(), &sft, "async", &asynchronous);
