@@ -111,9 +111,21 @@ fn actor_train_and_actor_infer_both_in_processes_run_asynchronously() {
             "workers.devices.count=2",
             "workers.actor_infer.device_mapping=[1]",
             "rl.async_generation_ratio=1",
+            "checkpoint.every=0",
         ],
     );
     let ev = run_events(&store, "train");
+    // The optimizer state lives only in the worker, and nothing checkpoints it during the stage.
+    let warnings: Vec<&str> = of_kind(&ev, "warning")
+        .iter()
+        .filter_map(|w| w["message"].as_str())
+        .collect();
+    assert!(
+        warnings.iter().any(|m| m.starts_with(
+            "actor_train in a worker process with checkpoint.every: 0: if that worker dies"
+        )),
+        "{warnings:?}"
+    );
     let started: Vec<&str> = of_kind(&ev, "worker_started")
         .iter()
         .map(|e| e["worker"].as_str().unwrap())

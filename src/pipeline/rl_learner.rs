@@ -113,6 +113,18 @@ impl<'m> Learner<'m> {
         })
     }
 
+    /// The roles in worker processes whose optimizer state lives only there (lost with the worker).
+    pub fn lone_state_workers(&self) -> Vec<&'static str> {
+        let mut roles = vec![];
+        if matches!(self.actor, ActorTrain::Remote(_)) {
+            roles.push("actor_train");
+        }
+        if matches!(self.critic, Some(Critic::Remote(_))) {
+            roles.push("critic");
+        }
+        roles
+    }
+
     /// The roles the ledger moves, with `infer` as actor_infer.
     pub fn roles<'r>(&'r mut self, infer: &'r Infer) -> Roles<'r> {
         Roles {

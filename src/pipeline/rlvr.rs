@@ -50,6 +50,15 @@ pub fn run_rlvr(
     let seed = ctx.cfg.seed;
     let mut mixer = data.mixer(mix_seed(&[seed, 2]))?;
     let mut learner = Learner::new(ctx, cfg, model, resume, &mut mixer)?;
+    let lone = learner.lone_state_workers();
+    if !lone.is_empty() && ctx.cfg.checkpoint.every == 0 {
+        ctx.warn(format!(
+            "{} in a worker process with checkpoint.every: 0: if that worker dies, the run stops \
+             with no checkpoint of this stage to resume from (set checkpoint.every to checkpoint \
+             during the stage)",
+            lone.join(" and ")
+        ))?;
+    }
     let placement = placement_for(ctx.cfg, model)?
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement)?;
