@@ -18,13 +18,13 @@ use crate::plot::ExportFormat;
     version,
     about = "Reinforcement-learning post-training of language models, from a terminal"
 )]
-#[command(arg_required_else_help = true)]
+#[command(after_help = "With no command, roll-tui opens the interactive workbench on the store.")]
 pub struct Cli {
     /// The experiment store (an SQLite file; created by `run` when missing).
     #[arg(long, global = true, env = crate::store::STORE_ENV, default_value = crate::store::DEFAULT_STORE)]
     pub store: PathBuf,
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -240,7 +240,10 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 
 pub fn main_with(cli: Cli) -> Result<i32> {
     let store = cli.store;
-    match cli.command {
+    let Some(command) = cli.command else {
+        return workbench(&store).map(|_| 0);
+    };
+    match command {
         Command::Run(args) => run_cmd::run(&store, args),
         Command::Resume(args) => run_cmd::resume(&store, args),
         Command::Runs(args) => store_cmd::runs(&store, args),
@@ -251,6 +254,18 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Worker(args) => worker(args).map(|_| 0),
     }
+}
+
+/// `roll-tui` alone: the interactive workbench, which needs a terminal on both ends.
+fn workbench(store: &std::path::Path) -> Result<()> {
+    use std::io::IsTerminal;
+    if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+        anyhow::bail!(
+            "roll-tui with no command opens the interactive workbench, which needs a terminal; \
+             see `roll-tui --help` for the commands"
+        );
+    }
+    crate::tui::run(store)
 }
 
 fn worker(args: WorkerArgs) -> Result<()> {

@@ -16,6 +16,7 @@
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
 //! - [`worker`]: worker processes (`roll-tui worker ROLE`): control protocol, spawn and supervision.
+//! - [`tui`]: the interactive workbench (`roll-tui` with no arguments), a front-end over the store.
 //! - [`cli`]: command-line definitions and dispatch.
 //!
 //! Nothing here imports a front-end; front-ends only call into these modules.
@@ -35,4 +36,5 @@ pub mod rollout;
 pub mod scheduler;
 pub mod store;
 pub mod train;
+pub mod tui;
 pub mod worker;

@@ -20,7 +20,7 @@ mod chart;
 mod csv_io;
 mod palette;
 mod points;
-mod select;
+pub(crate) mod select;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,9 @@
 //! - `loss`: `actor/pg_loss`, `critic/value_loss` and `sft/loss`;
 //! - `kl`: `actor/kl`; `entropy`: `actor/entropy`;
 //! - `response_length`: `response_length/mean`, `response_length/max`;
+//! - `grad_norm`: `actor/grad_norm`, `critic/grad_norm`;
+//! - `staleness`: `async/staleness_mean`, `async/staleness_max`;
+//! - `throughput`: `system/tokens_per_s`;
 //! - `timings`: every `time/*` key.
 //!
 //! Stage rule: both stages count steps from 1, so one chart never mixes stages. The `rl` series of a
@@ -64,6 +67,21 @@ const KINDS: &[ChartKind] = &[
         name: "response_length",
         y_label: "tokens",
         matches: |key| matches!(key, "response_length/mean" | "response_length/max"),
+    },
+    ChartKind {
+        name: "grad_norm",
+        y_label: "grad norm",
+        matches: |key| matches!(key, "actor/grad_norm" | "critic/grad_norm"),
+    },
+    ChartKind {
+        name: "staleness",
+        y_label: "steps",
+        matches: |key| matches!(key, "async/staleness_mean" | "async/staleness_max"),
+    },
+    ChartKind {
+        name: "throughput",
+        y_label: "tokens/s",
+        matches: |key| key == "system/tokens_per_s",
     },
     ChartKind {
         name: "timings",

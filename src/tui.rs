@@ -1,0 +1,121 @@
+//! The interactive workbench (`roll-tui` with no arguments): a front-end only. It reads runs and
+//! their series from the store and never owns training logic; nothing outside this module
+//! imports it.
+//!
+//! Shape (TEA, as in STYLE.md): [`app::App`] holds all state and changes only in `update(Msg)`,
+//! which returns the reads ([`app::Effect`]) to run; [`loader`] runs them on the async runtime and
+//! answers with messages; [`ui::render`] draws the state. Keys become [`action::Action`]s through
+//! one keymap, which is also what the help screen lists. The terminal is restored on exit, on
+//! panic and on SIGTERM.
+
+pub mod action;
+pub mod app;
+pub mod dashboard;
+pub mod decimate;
+pub mod loader;
+pub mod runs;
+pub mod theme;
+pub mod ui;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossterm::event::{
+    DisableMouseCapture, EnableMouseCapture, Event, EventStream, KeyEventKind, MouseEventKind,
+};
+use crossterm::execute;
+use futures_util::StreamExt;
+use ratatui::DefaultTerminal;
+use tokio::sync::mpsc;
+
+use app::{App, Effect, Msg};
+use loader::Loader;
+
+/// How often the app ticks (spinners, live polling).
+const TICK: Duration = Duration::from_millis(250);
+
+/// Open the workbench on the store at `store_path` until the user quits.
+pub fn run(store_path: &Path) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("roll-tui")
+        .enable_all()
+        .build()?;
+    // ratatui::init restores the terminal from a panic hook before the panic message prints.
+    let mut terminal = ratatui::init();
+    let _ = execute!(std::io::stdout(), EnableMouseCapture);
+    let result = rt.block_on(event_loop(&mut terminal, store_path));
+    let _ = execute!(std::io::stdout(), DisableMouseCapture);
+    ratatui::restore();
+    result
+}
+
+fn to_msg(event: Event) -> Option<Msg> {
+    match event {
+        Event::Key(k) if k.kind != KeyEventKind::Release => Some(Msg::Key(k)),
+        Event::Resize(width, height) => Some(Msg::Resize { width, height }),
+        Event::Mouse(m) => match m.kind {
+            MouseEventKind::ScrollUp => Some(Msg::Scroll { up: true }),
+            MouseEventKind::ScrollDown => Some(Msg::Scroll { up: false }),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+async fn event_loop(terminal: &mut DefaultTerminal, store_path: &Path) -> anyhow::Result<()> {
+    let loader = Arc::new(Loader::new(store_path));
+    let (tx, mut answers) = mpsc::unbounded_channel::<Msg>();
+    let mut app = App::new();
+    let size = terminal.size()?;
+    app.update(Msg::Resize {
+        width: size.width,
+        height: size.height,
+    });
+    // One read of each kind at a time: a slow store is not asked again while it answers.
+    let mut in_flight: Vec<Effect> = vec![];
+    let run_effects = |effects: Vec<Effect>, in_flight: &mut Vec<Effect>| {
+        for effect in effects {
+            if in_flight.contains(&effect) {
+                continue;
+            }
+            in_flight.push(effect.clone());
+            let (loader, tx) = (loader.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _ = tx.send(loader.load(effect).await);
+            });
+        }
+    };
+    run_effects(app.start(), &mut in_flight);
+    let mut events = EventStream::new();
+    let mut ticks = tokio::time::interval(TICK);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    while !app.quit {
+        terminal.draw(|f| ui::render(f, &app, crate::store::now_ms()))?;
+        let msg = tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(e)) => to_msg(e),
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            _ = ticks.tick() => Some(Msg::Tick),
+            Some(answer) = answers.recv() => {
+                let done = match &answer {
+                    Msg::RunsLoaded(_) => Some(Effect::LoadRuns),
+                    Msg::SeriesLoaded { run, .. } => Some(Effect::LoadSeries(*run)),
+                    _ => None,
+                };
+                in_flight.retain(|e| Some(e) != done.as_ref());
+                Some(answer)
+            }
+            _ = term.recv() => break,
+        };
+        if let Some(msg) = msg {
+            let effects = app.update(msg);
+            run_effects(effects, &mut in_flight);
+        }
+    }
+    loader.close().await;
+    Ok(())
+}

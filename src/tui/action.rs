@@ -1,0 +1,303 @@
+//! The one vocabulary of the workbench: every [`Action`] a key can trigger, the default keymap, and
+//! the help lines built from it. Keys, the help screen and the tests all speak in actions, so a
+//! binding shown by `?` is the binding that works.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// Where a binding applies: everywhere, or in one view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Global,
+    Runs,
+    Dashboard,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Quit,
+    Back,
+    ToggleHelp,
+    /// Start typing a filter (`/`).
+    Filter,
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+    Left,
+    Right,
+    /// Drill down: run → dashboard.
+    Open,
+    NextPane,
+    PrevPane,
+    /// Jump to the n-th view (1-based).
+    View(u8),
+    Refresh,
+    /// Runs: mark the selected run for comparison.
+    Mark,
+    /// Runs: cycle the sort column.
+    Sort,
+    /// Dashboard: narrow or widen the x window around its centre; `=` shows everything.
+    ZoomIn,
+    ZoomOut,
+    ZoomReset,
+    /// Dashboard: the focused panel fills the view, or goes back into the grid.
+    Expand,
+    /// Dashboard: stop (or restart) following new points while a run is live.
+    Freeze,
+    /// Dashboard: x-axis in steps or wall time.
+    ToggleXAxis,
+    SmoothMore,
+    SmoothLess,
+}
+
+impl Action {
+    /// What the action does, for the help screen.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Action::Quit => "quit",
+            Action::Back => "back / close",
+            Action::ToggleHelp => "this help",
+            Action::Filter => "filter",
+            Action::Up => "up",
+            Action::Down => "down",
+            Action::PageUp => "page up",
+            Action::PageDown => "page down",
+            Action::Top => "first",
+            Action::Bottom => "last",
+            Action::Left => "pan left",
+            Action::Right => "pan right",
+            Action::Open => "open",
+            Action::NextPane => "next panel",
+            Action::PrevPane => "previous panel",
+            Action::View(_) => "go to view",
+            Action::Refresh => "reload from the store",
+            Action::Mark => "mark for comparison",
+            Action::Sort => "sort by the next column",
+            Action::ZoomIn => "zoom in",
+            Action::ZoomOut => "zoom out",
+            Action::ZoomReset => "show every step",
+            Action::Expand => "expand panel",
+            Action::Freeze => "freeze live updates",
+            Action::ToggleXAxis => "x-axis: step / wall time",
+            Action::SmoothMore => "more smoothing",
+            Action::SmoothLess => "less smoothing",
+        }
+    }
+}
+
+/// One binding: a key (with its modifiers), where it applies, and what it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    pub code: KeyCode,
+    pub modifiers: KeyModifiers,
+    pub scope: Scope,
+    pub action: Action,
+}
+
+const fn key(code: KeyCode, scope: Scope, action: Action) -> Binding {
+    Binding {
+        code,
+        modifiers: KeyModifiers::NONE,
+        scope,
+        action,
+    }
+}
+
+const fn ctrl(c: char, scope: Scope, action: Action) -> Binding {
+    Binding {
+        code: KeyCode::Char(c),
+        modifiers: KeyModifiers::CONTROL,
+        scope,
+        action,
+    }
+}
+
+use Action as A;
+use KeyCode as K;
+use Scope as S;
+
+/// The default keymap: vim keys and arrows, `?` help, `q`/Ctrl-C quit, `Esc` back, `/` filter.
+pub const DEFAULT_KEYS: &[Binding] = &[
+    key(K::Char('q'), S::Global, A::Quit),
+    ctrl('c', S::Global, A::Quit),
+    key(K::Esc, S::Global, A::Back),
+    key(K::Char('?'), S::Global, A::ToggleHelp),
+    key(K::Char('/'), S::Global, A::Filter),
+    key(K::Char('k'), S::Global, A::Up),
+    key(K::Up, S::Global, A::Up),
+    key(K::Char('j'), S::Global, A::Down),
+    key(K::Down, S::Global, A::Down),
+    key(K::PageUp, S::Global, A::PageUp),
+    ctrl('u', S::Global, A::PageUp),
+    key(K::PageDown, S::Global, A::PageDown),
+    ctrl('d', S::Global, A::PageDown),
+    key(K::Char('g'), S::Global, A::Top),
+    key(K::Home, S::Global, A::Top),
+    key(K::Char('G'), S::Global, A::Bottom),
+    key(K::End, S::Global, A::Bottom),
+    key(K::Enter, S::Global, A::Open),
+    key(K::Tab, S::Global, A::NextPane),
+    key(K::BackTab, S::Global, A::PrevPane),
+    key(K::Char('1'), S::Global, A::View(1)),
+    key(K::Char('2'), S::Global, A::View(2)),
+    ctrl('r', S::Global, A::Refresh),
+    key(K::Char(' '), S::Runs, A::Mark),
+    key(K::Char('s'), S::Runs, A::Sort),
+    key(K::Char('h'), S::Dashboard, A::Left),
+    key(K::Left, S::Dashboard, A::Left),
+    key(K::Char('l'), S::Dashboard, A::Right),
+    key(K::Right, S::Dashboard, A::Right),
+    key(K::Char('+'), S::Dashboard, A::ZoomIn),
+    key(K::Char('-'), S::Dashboard, A::ZoomOut),
+    key(K::Char('='), S::Dashboard, A::ZoomReset),
+    key(K::Char('e'), S::Dashboard, A::Expand),
+    key(K::Char('f'), S::Dashboard, A::Freeze),
+    key(K::Char('w'), S::Dashboard, A::ToggleXAxis),
+    key(K::Char(']'), S::Dashboard, A::SmoothMore),
+    key(K::Char('['), S::Dashboard, A::SmoothLess),
+];
+
+/// The action `event` triggers in a view of `scope`: that view's binding first, then a global one.
+pub fn action_for(keys: &[Binding], scope: Scope, event: &KeyEvent) -> Option<Action> {
+    // Shifted characters arrive as the character with SHIFT set ('G', '?', '+'): match on the
+    // character alone.
+    let modifiers = match event.code {
+        KeyCode::Char(_) => event.modifiers - KeyModifiers::SHIFT,
+        _ => event.modifiers,
+    };
+    let matches = |b: &&Binding| b.code == event.code && b.modifiers == modifiers;
+    let find = |s: Scope| keys.iter().filter(|b| b.scope == s).find(matches);
+    find(scope)
+        .or_else(|| find(Scope::Global))
+        .map(|b| b.action)
+}
+
+/// How a key is written in help: `q`, `Ctrl-c`, `Enter`, `PgUp`.
+pub fn key_name(b: &Binding) -> String {
+    let base = match b.code {
+        KeyCode::Char(' ') => "Space".to_string(),
+        KeyCode::Char(c) => c.to_string(),
+        KeyCode::Enter => "Enter".into(),
+        KeyCode::Esc => "Esc".into(),
+        KeyCode::Tab => "Tab".into(),
+        KeyCode::BackTab => "Shift-Tab".into(),
+        KeyCode::Up => "↑".into(),
+        KeyCode::Down => "↓".into(),
+        KeyCode::Left => "←".into(),
+        KeyCode::Right => "→".into(),
+        KeyCode::PageUp => "PgUp".into(),
+        KeyCode::PageDown => "PgDn".into(),
+        KeyCode::Home => "Home".into(),
+        KeyCode::End => "End".into(),
+        other => format!("{other:?}"),
+    };
+    if b.modifiers.contains(KeyModifiers::CONTROL) {
+        format!("Ctrl-{base}")
+    } else {
+        base
+    }
+}
+
+/// The help lines of a view: its own bindings, then the global ones, one line per action with
+/// every key bound to it (`k ↑  up`).
+pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)> {
+    let mut lines: Vec<(String, &'static str)> = vec![];
+    let mut seen: Vec<Action> = vec![];
+    for s in [scope, Scope::Global] {
+        for b in keys.iter().filter(|b| b.scope == s) {
+            if seen.contains(&b.action) {
+                continue;
+            }
+            seen.push(b.action);
+            let names: Vec<String> = keys
+                .iter()
+                .filter(|o| o.scope == s && o.action == b.action)
+                .map(key_name)
+                .collect();
+            let what = match b.action {
+                Action::View(_) => "go to view (1 runs, 2 dashboard)",
+                other => other.describe(),
+            };
+            let names = match b.action {
+                Action::View(_) => "1 2".to_string(),
+                _ => names.join(" "),
+            };
+            lines.push((names, what));
+        }
+        if s == Scope::Global {
+            break;
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn press(code: KeyCode, modifiers: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, modifiers)
+    }
+
+    #[test]
+    fn view_bindings_come_before_global_ones_and_shift_is_ignored_for_characters() {
+        let a = |scope, code, m| action_for(DEFAULT_KEYS, scope, &press(code, m));
+        assert_eq!(
+            a(Scope::Runs, K::Char('q'), KeyModifiers::NONE),
+            Some(A::Quit)
+        );
+        assert_eq!(
+            a(Scope::Runs, K::Char('c'), KeyModifiers::CONTROL),
+            Some(A::Quit)
+        );
+        assert_eq!(
+            a(Scope::Dashboard, K::Char('G'), KeyModifiers::SHIFT),
+            Some(A::Bottom)
+        );
+        assert_eq!(
+            a(Scope::Dashboard, K::Char('+'), KeyModifiers::SHIFT),
+            Some(A::ZoomIn)
+        );
+        // `e` expands on the dashboard and means nothing on the runs list.
+        assert_eq!(
+            a(Scope::Dashboard, K::Char('e'), KeyModifiers::NONE),
+            Some(A::Expand)
+        );
+        assert_eq!(a(Scope::Runs, K::Char('e'), KeyModifiers::NONE), None);
+        // Ctrl-q is not q.
+        assert_eq!(a(Scope::Runs, K::Char('q'), KeyModifiers::CONTROL), None);
+    }
+
+    #[test]
+    fn help_lists_every_binding_of_the_view_once_per_action() {
+        let lines = help_lines(DEFAULT_KEYS, Scope::Dashboard);
+        let find = |what: &str| {
+            lines
+                .iter()
+                .find(|(_, w)| *w == what)
+                .map(|(k, _)| k.clone())
+        };
+        assert_eq!(find("zoom in").as_deref(), Some("+"));
+        assert_eq!(find("pan left").as_deref(), Some("h ←"));
+        assert_eq!(find("quit").as_deref(), Some("q Ctrl-c"));
+        assert_eq!(find("down").as_deref(), Some("j ↓"));
+        // Every dashboard and global binding's action appears.
+        for b in DEFAULT_KEYS
+            .iter()
+            .filter(|b| b.scope != Scope::Runs && !matches!(b.action, Action::View(_)))
+        {
+            assert!(
+                lines.iter().any(|(_, w)| *w == b.action.describe()),
+                "{:?} missing",
+                b.action
+            );
+        }
+        assert!(
+            !help_lines(DEFAULT_KEYS, Scope::Runs)
+                .iter()
+                .any(|(_, w)| *w == "zoom in")
+        );
+    }
+}

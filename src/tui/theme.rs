@@ -1,0 +1,52 @@
+//! Colours of the workbench. Only the terminal's own foreground and the eight basic ANSI colours
+//! are used, never a fixed background: the terminal's palette maps them to shades that read on its
+//! own background, dark or light.
+
+use ratatui::style::{Color, Modifier, Style};
+
+#[derive(Debug, Clone)]
+pub struct Theme {
+    pub text: Style,
+    pub muted: Style,
+    pub border: Style,
+    pub focus_border: Style,
+    pub title: Style,
+    pub header: Style,
+    pub selected: Style,
+    pub good: Style,
+    pub bad: Style,
+    /// Line colours, in the order series are drawn.
+    pub series: &'static [Color],
+}
+
+const SERIES: &[Color] = &[
+    Color::Blue,
+    Color::Magenta,
+    Color::Cyan,
+    Color::Green,
+    Color::Red,
+    Color::Yellow,
+];
+
+impl Default for Theme {
+    fn default() -> Self {
+        Theme {
+            text: Style::default(),
+            muted: Style::default().add_modifier(Modifier::DIM),
+            border: Style::default().add_modifier(Modifier::DIM),
+            focus_border: Style::default().fg(Color::Cyan),
+            title: Style::default().add_modifier(Modifier::BOLD),
+            header: Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+            selected: Style::default().add_modifier(Modifier::REVERSED),
+            good: Style::default().fg(Color::Green),
+            bad: Style::default().fg(Color::Red),
+            series: SERIES,
+        }
+    }
+}
+
+impl Theme {
+    pub fn series_color(&self, i: usize) -> Color {
+        self.series[i % self.series.len()]
+    }
+}
