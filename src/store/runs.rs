@@ -30,7 +30,9 @@ pub struct NewRun {
     pub output_dir: String,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A run as stored. It also reads back from its JSON (`roll-tui runs --json`), without the config
+/// and the process token, which that leaves out.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInfo {
     pub id: RunId,
     pub name: String,

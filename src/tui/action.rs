@@ -138,8 +138,8 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('G'), S::Global, A::Bottom),
     key(K::End, S::Global, A::Bottom),
     key(K::Enter, S::Global, A::Open),
-    key(K::Tab, S::Global, A::NextPane),
-    key(K::BackTab, S::Global, A::PrevPane),
+    key(K::Tab, S::Dashboard, A::NextPane),
+    key(K::BackTab, S::Dashboard, A::PrevPane),
     key(K::Char('1'), S::Global, A::View(1)),
     key(K::Char('2'), S::Global, A::View(2)),
     ctrl('r', S::Global, A::Refresh),
@@ -203,31 +203,29 @@ pub fn key_name(b: &Binding) -> String {
 /// The help lines of a view: its own bindings, then the global ones, one line per action with
 /// every key bound to it (`k ↑  up`).
 pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)> {
+    // The view keys are one line: `1 2  go to view`.
+    let same = |a: Action, b: Action| match (a, b) {
+        (Action::View(_), Action::View(_)) => true,
+        _ => a == b,
+    };
     let mut lines: Vec<(String, &'static str)> = vec![];
     let mut seen: Vec<Action> = vec![];
     for s in [scope, Scope::Global] {
         for b in keys.iter().filter(|b| b.scope == s) {
-            if seen.contains(&b.action) {
+            if seen.iter().any(|a| same(*a, b.action)) {
                 continue;
             }
             seen.push(b.action);
             let names: Vec<String> = keys
                 .iter()
-                .filter(|o| o.scope == s && o.action == b.action)
+                .filter(|o| o.scope == s && same(o.action, b.action))
                 .map(key_name)
                 .collect();
             let what = match b.action {
                 Action::View(_) => "go to view (1 runs, 2 dashboard)",
                 other => other.describe(),
             };
-            let names = match b.action {
-                Action::View(_) => "1 2".to_string(),
-                _ => names.join(" "),
-            };
-            lines.push((names, what));
-        }
-        if s == Scope::Global {
-            break;
+            lines.push((names.join(" "), what));
         }
     }
     lines

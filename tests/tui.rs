@@ -1,0 +1,265 @@
+//! The workbench without a terminal: state tests (messages in, state and effects out), render
+//! snapshots of every view on ratatui's `TestBackend` (fixed clock, no ids or paths on screen), and
+//! the loader reading a real store written by the binary.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use roll::metrics::Series;
+use roll::store::{RunId, RunInfo, RunStatus};
+use roll::tui::app::{App, Effect, Msg, View};
+use roll::tui::loader::Loader;
+use roll::tui::runs::RunRow;
+use roll::tui::ui::render;
+
+const TINY_RL: &str = r#"
+name: tiny
+seed: 3
+sft: { steps: 2, batch_size: 8, optimizer: { lr: 0.01 } }
+rl:
+  steps: 2
+  prompts_per_step: 4
+  group_size: 4
+  sampling: { temperature: 1.0, max_new_tokens: 6 }
+  optimizer: { lr: 0.001 }
+"#;
+
+/// The clock of every snapshot: 2026-01-01T00:00:00Z.
+const NOW: i64 = 1_767_225_600_000;
+
+fn key(code: KeyCode) -> Msg {
+    Msg::Key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn ch(c: char) -> Msg {
+    key(KeyCode::Char(c))
+}
+
+fn info(id: i64, name: &str, status: RunStatus, minutes_ago: i64) -> RunInfo {
+    let json = serde_json::json!({
+        "id": id, "name": name, "status": status.as_str(),
+        "created_at": NOW - minutes_ago * 60_000, "updated_at": NOW, "heartbeat_at": NOW,
+        "config_hash": "h", "git_revision": null, "seed": 1, "output_dir": "out", "notes": "",
+        "tags": [], "last_stage": "rl", "last_step": id * 10, "error": null, "host": null,
+        "pid": null,
+    });
+    serde_json::from_value(json).unwrap()
+}
+
+fn rows() -> Vec<RunRow> {
+    let mut a = RunRow {
+        info: info(1, "quickstart", RunStatus::Finished, 3 * 60),
+        live: false,
+        reward: Some(0.8125),
+        accuracy: Some(0.75),
+        sft_loss: Some(0.4321),
+    };
+    a.info.tags = vec!["baseline".into()];
+    let b = RunRow {
+        info: info(2, "gae-critic", RunStatus::Failed, 90),
+        live: false,
+        reward: Some(0.25),
+        accuracy: None,
+        sft_loss: Some(1.5),
+    };
+    let c = RunRow {
+        info: info(3, "async-a2", RunStatus::Running, 2),
+        live: true,
+        reward: None,
+        accuracy: None,
+        sft_loss: None,
+    };
+    vec![a, b, c]
+}
+
+fn series(key: &str, f: impl Fn(f64) -> f64) -> Series {
+    let n = 60;
+    Series {
+        stage: "rl".into(),
+        key: key.into(),
+        steps: (1..=n).collect(),
+        wall_time: (0..n).map(|i| i as f64 * 1.5).collect(),
+        values: (1..=n).map(|s| f(s as f64)).collect(),
+    }
+}
+
+fn dashboard_series() -> Vec<Series> {
+    vec![
+        series("reward/add/mean", |s| 1.0 - (-s / 20.0).exp()),
+        series("reward/rev/mean", |s| 0.5 - 0.5 * (-s / 10.0).exp()),
+        series("actor/pg_loss", |s| (s * 0.7).sin() * 0.1),
+        series("actor/entropy", |s| 2.0 - s / 40.0),
+        series("response_length/mean", |s| 4.0 + (s / 7.0).cos()),
+        series("time/step", |_| 0.06),
+    ]
+}
+
+fn screen(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| render(f, app, NOW)).unwrap();
+    terminal.backend().to_string()
+}
+
+fn loaded_app() -> App {
+    let mut app = App::new();
+    app.update(Msg::Resize {
+        width: 100,
+        height: 30,
+    });
+    app.update(Msg::RunsLoaded(Ok(rows())));
+    app
+}
+
+#[test]
+fn keys_drive_the_views_and_effects() {
+    let mut app = App::new();
+    assert_eq!(app.start(), vec![Effect::LoadRuns]);
+    app.update(Msg::RunsLoaded(Ok(rows())));
+    // Newest first: async-a2 is selected; j moves to gae-critic; Enter opens its dashboard.
+    assert_eq!(app.runs.selected, Some(RunId(3)));
+    app.update(ch('j'));
+    assert_eq!(
+        app.update(key(KeyCode::Enter)),
+        vec![Effect::LoadSeries(RunId(2))]
+    );
+    assert_eq!(app.view, View::Dashboard);
+    // An answer for another run (a dashboard closed since) changes nothing.
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        result: Ok(dashboard_series()),
+    });
+    assert!(!app.dashboard.as_ref().unwrap().loaded);
+    app.update(Msg::SeriesLoaded {
+        run: RunId(2),
+        result: Ok(dashboard_series()),
+    });
+    assert!(app.dashboard.as_ref().unwrap().loaded);
+    // A stored (not live) run is never polled; Ctrl-r reloads it.
+    for _ in 0..8 {
+        assert!(app.update(Msg::Tick).is_empty());
+    }
+    let reload = Msg::Key(KeyEvent::new(KeyCode::Char('r'), KeyModifiers::CONTROL));
+    assert_eq!(app.update(reload), vec![Effect::LoadSeries(RunId(2))]);
+    // Esc goes back; reopening the same run does not read it again.
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Runs);
+    assert!(app.update(key(KeyCode::Enter)).is_empty());
+    app.update(ch('1'));
+    // The run list polls while a live run is on it.
+    let polls: Vec<Effect> = (0..4).flat_map(|_| app.update(Msg::Tick)).collect();
+    assert_eq!(polls, vec![Effect::LoadRuns]);
+    // Help is modal: q closes it instead of quitting.
+    app.update(ch('?'));
+    assert!(app.help);
+    app.update(ch('q'));
+    assert!(!app.help && !app.quit);
+    app.update(ch('q'));
+    assert!(app.quit);
+}
+
+#[test]
+fn typing_a_filter_narrows_the_list_and_esc_clears_it() {
+    let mut app = loaded_app();
+    app.update(ch('/'));
+    for c in "gae".chars() {
+        app.update(ch(c));
+    }
+    assert_eq!(app.runs.visible().len(), 1);
+    assert_eq!(app.runs.selected, Some(RunId(2)));
+    // While typing, q is a letter, not quit.
+    app.update(ch('q'));
+    assert!(!app.quit);
+    assert_eq!(app.runs.filter, "gaeq");
+    app.update(key(KeyCode::Backspace));
+    app.update(key(KeyCode::Enter));
+    assert_eq!(app.input, None);
+    assert_eq!(app.runs.filter, "gae");
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.runs.filter, "");
+    assert_eq!(app.runs.visible().len(), 3);
+    // Errors from the loader show in the status line.
+    app.update(Msg::RunsLoaded(Err("database is locked".into())));
+    assert!(screen(&app, 100, 30).contains("database is locked"));
+}
+
+#[test]
+fn runs_view_snapshots() {
+    let mut app = loaded_app();
+    app.update(ch(' ')); // mark async-a2
+    insta::assert_snapshot!("runs", screen(&app, 100, 12));
+    app.update(ch('?'));
+    insta::assert_snapshot!("runs_help", screen(&app, 100, 30));
+    let mut loading = App::new();
+    loading.update(Msg::Resize {
+        width: 80,
+        height: 24,
+    });
+    insta::assert_snapshot!("runs_loading", screen(&loading, 80, 24));
+    loading.update(Msg::Resize {
+        width: 60,
+        height: 20,
+    });
+    insta::assert_snapshot!("too_small", screen(&loading, 60, 20));
+}
+
+#[test]
+fn dashboard_snapshots() {
+    let mut app = loaded_app();
+    app.update(ch('G')); // the oldest run: quickstart
+    app.update(key(KeyCode::Enter));
+    insta::assert_snapshot!("dashboard_loading", screen(&app, 100, 30));
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        result: Ok(dashboard_series()),
+    });
+    insta::assert_snapshot!("dashboard", screen(&app, 100, 30));
+    app.update(key(KeyCode::Tab));
+    app.update(ch('e'));
+    app.update(ch('+'));
+    app.update(ch(']'));
+    insta::assert_snapshot!("dashboard_expanded_zoomed", screen(&app, 100, 30));
+}
+
+#[test]
+fn the_loader_reads_a_store_the_binary_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Before any run there is no store: a clear error, not a crash or a new file.
+    let missing = rt.block_on(Loader::new(&store).load(Effect::LoadRuns));
+    let Msg::RunsLoaded(Err(e)) = missing else {
+        panic!("{missing:?}")
+    };
+    assert!(
+        e.contains("no store at") && e.contains("`roll-tui run CONFIG` creates it"),
+        "{e}"
+    );
+    assert!(!store.exists());
+
+    let tiny = common::run_quiet(dir.path(), "tiny", TINY_RL, &[]);
+    let loader = Loader::new(&tiny);
+    let Msg::RunsLoaded(Ok(rows)) = rt.block_on(loader.load(Effect::LoadRuns)) else {
+        panic!("runs not loaded")
+    };
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!((row.info.name.as_str(), row.live), ("tiny", false));
+    assert_eq!(row.info.status, RunStatus::Finished);
+    assert!(row.reward.is_some() && row.sft_loss.is_some(), "{row:?}");
+    let Msg::SeriesLoaded {
+        result: Ok(series), ..
+    } = rt.block_on(loader.load(Effect::LoadSeries(row.info.id)))
+    else {
+        panic!("series not loaded")
+    };
+    assert!(
+        series
+            .iter()
+            .any(|s| s.key == "actor/pg_loss" && !s.values.is_empty())
+    );
+    rt.block_on(loader.close());
+}
