@@ -11,7 +11,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragraph};
 
 use super::action::Action;
-use super::decimate::{ema, min_max, value_range};
+use super::decimate::{Pyramid, ema, min_max_with, value_range};
 use super::theme::Theme;
 use crate::metrics::Series;
 use crate::plot::select::plan_charts;
@@ -45,6 +45,9 @@ pub struct Dashboard {
     steps: Vec<Vec<f64>>,
     /// EMA of each series at the current smoothing.
     smoothed: Vec<Vec<f64>>,
+    /// Block extremes of each series and of its EMA, for fast decimation.
+    raw_pyramids: Vec<Pyramid>,
+    smooth_pyramids: Vec<Pyramid>,
     pub loaded: bool,
     pub filter: String,
     pub focus: usize,
@@ -67,6 +70,8 @@ impl Dashboard {
             series: vec![],
             steps: vec![],
             smoothed: vec![],
+            raw_pyramids: vec![],
+            smooth_pyramids: vec![],
             loaded: false,
             filter: String::new(),
             focus: 0,
@@ -84,6 +89,7 @@ impl Dashboard {
             .iter()
             .map(|s| s.steps.iter().map(|&x| x as f64).collect())
             .collect();
+        self.raw_pyramids = series.iter().map(|s| Pyramid::new(&s.values)).collect();
         self.series = series;
         self.smooth();
         self.loaded = true;
@@ -96,6 +102,7 @@ impl Dashboard {
             .iter()
             .map(|s| ema(&s.values, self.smoothing))
             .collect();
+        self.smooth_pyramids = self.smoothed.iter().map(|s| Pyramid::new(s)).collect();
     }
 
     pub fn set_filter(&mut self, filter: String) {
@@ -311,9 +318,11 @@ fn render_panel(
     let mut smooth: Vec<Vec<(f64, f64)>> = vec![];
     for &i in &panel.lines {
         let xs = d.xs(i);
-        raw.push(min_max(xs, &d.series[i].values, window, columns));
+        let (values, pyramid) = (&d.series[i].values, &d.raw_pyramids[i]);
+        raw.push(min_max_with(xs, values, pyramid, window, columns));
         if d.smoothing > 0.0 {
-            smooth.push(min_max(xs, &d.smoothed[i], window, columns));
+            let (values, pyramid) = (&d.smoothed[i], &d.smooth_pyramids[i]);
+            smooth.push(min_max_with(xs, values, pyramid, window, columns));
         }
     }
     let (lo, hi) = raw
