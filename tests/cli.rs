@@ -189,3 +189,22 @@ fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
     assert_eq!(runs[0]["status"], "interrupted");
     assert_eq!(runs[0]["name"], "quickstart");
 }
+
+#[test]
+fn the_workbench_without_a_terminal_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = stderr_of(
+        roll()
+            .current_dir(dir.path())
+            .write_stdin("")
+            .env_remove("ROLL_STORE"),
+    );
+    assert!(
+        err.contains(
+            "roll-tui with no command opens the interactive workbench, which needs a terminal"
+        ),
+        "{err}"
+    );
+    // Nothing was created: the store stays absent until a run writes one.
+    assert!(!dir.path().join("roll.db").exists());
+}
