@@ -137,6 +137,18 @@ fn actor_train_and_actor_infer_both_in_processes_run_asynchronously() {
     assert_eq!(steps, 12);
 }
 
+/// The run's events, after checking they record exactly one worker failure: `pid`'s SIGKILL.
+fn one_worker_killed(store: &Path, pid: u32) -> Vec<Value> {
+    let ev = run_events(store, "train");
+    let failed = of_kind(&ev, "worker_failed");
+    assert_eq!(failed.len(), 1, "{ev:#?}");
+    assert_eq!(
+        failed[0]["message"].as_str().unwrap(),
+        format!("pid {pid} died (killed by signal 9)")
+    );
+    ev
+}
+
 /// Kill the one `role` worker (which alone holds an optimizer's state, `what`) of a run with
 /// `overrides` after step 5: the run must fail with a clear error, and a resume must end exactly
 /// where an undisturbed in-process run does.
@@ -179,13 +191,7 @@ fn a_trainer_killed_9_stops_the_run_and_resume_finishes_it_exactly(
         error.contains("rl-step3") || error.contains("rl-step6"),
         "{error}"
     );
-    let ev = run_events(&store, "train");
-    let failed = of_kind(&ev, "worker_failed");
-    assert_eq!(failed.len(), 1, "{ev:#?}");
-    assert_eq!(
-        failed[0]["message"].as_str().unwrap(),
-        format!("pid {pid} died (killed by signal 9)")
-    );
+    one_worker_killed(&store, pid);
 
     // Resumed (with a fresh worker), the run ends exactly where the undisturbed one did.
     let resumed = ok(roll(&store, &["resume", "train", "--quiet"]));
@@ -233,13 +239,7 @@ fn a_reference_killed_9_is_replaced_from_its_host_copy_and_the_run_is_unchanged(
     assert!(child.wait().unwrap().success(), "{rest:?}");
     assert!(workers_of(child.id(), "reference").is_empty());
 
-    let ev = run_events(&store, "train");
-    let failed = of_kind(&ev, "worker_failed");
-    assert_eq!(failed.len(), 1, "{ev:#?}");
-    assert_eq!(
-        failed[0]["message"].as_str().unwrap(),
-        format!("pid {pid} died (killed by signal 9)")
-    );
+    let ev = one_worker_killed(&store, pid);
     assert_eq!(of_kind(&ev, "worker_started").len(), 2, "{ev:#?}");
     let notes: Vec<&str> = of_kind(&ev, "warning")
         .iter()

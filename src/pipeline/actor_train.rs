@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::remote_worker::{RemoteWorker, moved, setup_err, state_lost};
+use super::remote_worker::{RemoteWorker, moved, setup_err, state_lost, trained};
 use super::rl_epochs::{ActorStep, actor_epochs};
 use super::{PipelineError, Resume, TensorContext, step_file};
 use crate::config::{PlacementMode, RlConfig, RunConfig};
@@ -179,22 +179,11 @@ impl RemoteTrain {
             step: path,
             weights_out: Some(weights_out.clone()),
         })?;
-        let Reply::Trained {
-            metric_bits,
-            optimizer_steps,
-        } = reply
-        else {
-            return Err(PipelineError::Setup(format!(
-                "actor_train answered a train call with {reply:?}"
-            )));
-        };
+        let (metrics, optimizer_steps) = trained(Role::ActorTrain, reply)?;
         read_into_vars(&weights_out, &policy.transformer.params().named_vars())
             .map_err(setup_err)?;
         self.optimizer_steps = optimizer_steps;
-        Ok(metric_bits
-            .into_iter()
-            .map(|(k, bits)| (k, f64::from_bits(bits)))
-            .collect())
+        Ok(metrics)
     }
 
     /// Offload: the worker writes weights and moments to its host copy and frees them.

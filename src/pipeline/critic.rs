@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use candle_core::{Device, Tensor, Var};
 
-use super::remote_worker::{RemoteWorker, moved, setup_err, state_lost};
+use super::remote_worker::{RemoteWorker, moved, setup_err, state_lost, trained};
 use super::rl_epochs::{CriticStep, critic_epochs};
 use super::rl_update::{Rows, chunked, needs_critic};
 use super::step_file::{write_critic, write_rows};
@@ -360,20 +360,9 @@ impl RemoteCritic {
             step: path,
             weights_out: None,
         })?;
-        let Reply::Trained {
-            metric_bits,
-            optimizer_steps,
-        } = reply
-        else {
-            return Err(PipelineError::Setup(format!(
-                "the critic answered a train call with {reply:?}"
-            )));
-        };
+        let (metrics, optimizer_steps) = trained(Role::Critic, reply)?;
         self.optimizer_steps = optimizer_steps;
-        Ok(metric_bits
-            .into_iter()
-            .map(|(k, bits)| (k, f64::from_bits(bits)))
-            .collect())
+        Ok(metrics)
     }
 
     /// Offload: the worker writes weights, head and moments to its host copy and frees them.

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::PipelineError;
 use super::reward_pool::drain;
-use crate::metrics::WorkerNotice;
+use crate::metrics::{Metrics, WorkerNotice};
 use crate::worker::{Reply, Request, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 
 pub(super) struct RemoteWorker {
@@ -147,6 +147,25 @@ fn launch(
         Ok::<_, WorkerError>(worker)
     })
     .map_err(setup_err)
+}
+
+/// The metrics and AdamW steps so far from a train call's reply.
+pub(super) fn trained(role: Role, reply: Reply) -> Result<(Metrics, usize), PipelineError> {
+    match reply {
+        Reply::Trained {
+            metric_bits,
+            optimizer_steps,
+        } => Ok((
+            metric_bits
+                .into_iter()
+                .map(|(k, bits)| (k, f64::from_bits(bits)))
+                .collect(),
+            optimizer_steps,
+        )),
+        other => Err(PipelineError::Setup(format!(
+            "{role} answered a train call with {other:?}"
+        ))),
+    }
 }
 
 /// Bytes from a host-copy move's reply.

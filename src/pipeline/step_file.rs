@@ -215,6 +215,16 @@ pub fn read_rows(path: &Path) -> Result<RowsFile, String> {
 mod tests {
     use super::*;
 
+    /// Every element's bit pattern: equal tensors, NaN and -0 included.
+    fn bits(x: &Tensor) -> Vec<u32> {
+        x.flatten_all()
+            .and_then(|x| x.to_vec1::<f32>())
+            .expect("v")
+            .iter()
+            .map(|f| f.to_bits())
+            .collect()
+    }
+
     #[test]
     fn a_step_round_trips_exactly() {
         let dev = Device::Cpu;
@@ -246,14 +256,6 @@ mod tests {
         );
         assert_eq!(back.temperature.to_bits(), 0.7f64.to_bits());
         assert_eq!(back.kl_coef.to_bits(), (1.0f64 / 3.0).to_bits());
-        let bits = |x: &Tensor| -> Vec<u32> {
-            x.flatten_all()
-                .and_then(|x| x.to_vec1::<f32>())
-                .expect("v")
-                .iter()
-                .map(|f| f.to_bits())
-                .collect()
-        };
         assert_eq!(bits(&back.adv), bits(&step.adv));
         assert_eq!(bits(&back.old_logp), bits(&step.old_logp));
         assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
@@ -286,14 +288,6 @@ mod tests {
             (back.rows.group_size, back.rows.micro, back.rows.seed),
             (1, 2, 7)
         );
-        let bits = |x: &Tensor| -> Vec<u32> {
-            x.flatten_all()
-                .and_then(|x| x.to_vec1::<f32>())
-                .expect("v")
-                .iter()
-                .map(|f| f.to_bits())
-                .collect()
-        };
         assert_eq!(bits(&back.returns), bits(&step.returns));
         assert_eq!(bits(&back.old_values), bits(&step.old_values));
         assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
