@@ -91,7 +91,7 @@ const KINDS: &[ChartKind] = &[
 ];
 
 /// `<prefix>/<domain>/<suffix>` with a non-empty domain.
-fn is_domain_key(key: &str, prefix: &str, suffix: &str) -> bool {
+pub(crate) fn is_domain_key(key: &str, prefix: &str, suffix: &str) -> bool {
     let parts: Vec<&str> = key.split('/').collect();
     matches!(parts.as_slice(), [p, domain, s] if *p == prefix && !domain.is_empty() && *s == suffix)
 }

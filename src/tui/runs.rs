@@ -9,6 +9,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 
 use super::action::Action;
 use super::theme::Theme;
+use crate::plot::select::is_domain_key;
 use crate::store::series::SeriesInfo;
 use crate::store::{RunId, RunInfo, RunStatus};
 
@@ -26,11 +27,11 @@ pub struct RunRow {
     pub sft_loss: Option<f64>,
 }
 
+/// The mean of the last values of the rl series `<prefix>/<domain>/<suffix>`.
 fn mean_last(series: &[SeriesInfo], prefix: &str, suffix: &str) -> Option<f64> {
     let values: Vec<f64> = series
         .iter()
-        .filter(|s| s.stage == "rl" && s.key.starts_with(prefix) && s.key.ends_with(suffix))
-        .filter(|s| s.key.matches('/').count() == 2)
+        .filter(|s| s.stage == "rl" && is_domain_key(&s.key, prefix, suffix))
         .filter_map(|s| s.last_value)
         .filter(|v| v.is_finite())
         .collect();
@@ -42,8 +43,8 @@ impl RunRow {
         RunRow {
             info,
             live,
-            reward: mean_last(series, "reward/", "/mean"),
-            accuracy: mean_last(series, "score/", "/accuracy"),
+            reward: mean_last(series, "reward", "mean"),
+            accuracy: mean_last(series, "score", "accuracy"),
             sft_loss: series
                 .iter()
                 .find(|s| s.key == "sft/loss")
