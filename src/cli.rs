@@ -146,6 +146,9 @@ pub struct SamplesArgs {
     pub step: Option<u64>,
     #[arg(long)]
     pub domain: Option<String>,
+    /// Only the samples of this exact prompt (one prompt followed across steps).
+    #[arg(long)]
+    pub prompt: Option<String>,
     /// "sft" or "rl".
     #[arg(long)]
     pub stage: Option<String>,

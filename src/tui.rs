@@ -12,10 +12,14 @@ pub mod action;
 pub mod app;
 pub mod dashboard;
 pub mod decimate;
+pub mod events;
 pub mod loader;
+pub mod replay;
 pub mod runs;
+pub mod samples;
 pub mod theme;
 pub mod ui;
+pub mod workers;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -170,6 +170,23 @@ async fn write_then_read_everything_back() {
         ..Default::default()
     };
     assert_eq!(store.samples(run, &only).await.unwrap().len(), 1);
+    let by_prompt = |p: &str| SampleFilter {
+        prompt: Some(p.into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        store.samples(run, &by_prompt("1+2=")).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        store.samples(run, &by_prompt("1+2")).await.unwrap().len(),
+        0
+    );
+    assert_eq!(store.sample_steps(run, "rl").await.unwrap(), vec![1, 2]);
+    assert_eq!(
+        store.sample_steps(run, "sft").await.unwrap(),
+        Vec::<u64>::new()
+    );
     let t = store.trajectories(run, Some(2)).await.unwrap();
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].turns[1].parsed_action, None);

@@ -305,6 +305,7 @@ pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
             stage: args.stage.clone(),
             step: args.step,
             domain: args.domain.clone(),
+            prompt: args.prompt.clone(),
             limit: args.limit,
         };
         let samples = store.samples(run.id, &filter).await?;

@@ -17,6 +17,8 @@ pub struct SampleFilter {
     pub stage: Option<String>,
     pub step: Option<u64>,
     pub domain: Option<String>,
+    /// Only the samples of this exact prompt (to follow one prompt across steps).
+    pub prompt: Option<String>,
     pub limit: Option<u64>,
 }
 
@@ -57,17 +59,35 @@ impl Store {
     ) -> Result<Vec<SampleRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM samples WHERE run_id = ?1 AND (?2 IS NULL OR stage = ?2) \
-             AND (?3 IS NULL OR step = ?3) AND (?4 IS NULL OR domain = ?4) ORDER BY id LIMIT ?5",
+             AND (?3 IS NULL OR step = ?3) AND (?4 IS NULL OR domain = ?4) \
+             AND (?6 IS NULL OR prompt = ?6) ORDER BY id LIMIT ?5",
         )
         .bind(run.0)
         .bind(&f.stage)
         .bind(f.step.map(|s| s as i64))
         .bind(&f.domain)
         .bind(f.limit.map(|l| l as i64).unwrap_or(-1))
+        .bind(&f.prompt)
         .fetch_all(self.pool())
         .await
         .map_err(self.err("reading samples"))?;
         Ok(rows.iter().map(sample_from_row).collect())
+    }
+
+    /// The steps of `stage` that recorded samples, in order.
+    pub async fn sample_steps(&self, run: RunId, stage: &str) -> Result<Vec<u64>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT step FROM samples WHERE run_id = ? AND stage = ? ORDER BY step",
+        )
+        .bind(run.0)
+        .bind(stage)
+        .fetch_all(self.pool())
+        .await
+        .map_err(self.err("reading sample steps"))?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<i64, _>("step") as u64)
+            .collect())
     }
 
     /// Checkpoints in the order a run made them (stage, then step).

@@ -10,6 +10,9 @@ pub enum Scope {
     Global,
     Runs,
     Dashboard,
+    Samples,
+    Workers,
+    Events,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,9 +53,50 @@ pub enum Action {
     ToggleXAxis,
     SmoothMore,
     SmoothLess,
+    /// Open the command palette (`:`): every action by name.
+    Palette,
+    /// Write the open (or selected) run's plots and CSV to `exports/`.
+    Export,
+    /// Runs: start a new run from a config, with overrides edited in a form.
+    NewRun,
+    /// Runs: ask the selected live run to stop after its step (it writes a checkpoint).
+    StopRun,
+    /// Runs: pause the selected live run, or let a paused one continue.
+    PauseRun,
+    /// Runs: continue the selected stopped or failed run from its last checkpoint.
+    ResumeRun,
+    /// Runs: open the dashboard with every marked run overlaid.
+    Compare,
+    /// Replay: start it at the current step, or leave it and follow the newest step again.
+    Replay,
+    /// Replay: one step back or forward; ten with the Shift keys.
+    StepBack,
+    StepForward,
+    StepBack10,
+    StepForward10,
+    /// Replay: play from the selected step on, or pause.
+    Play,
+    /// Replay: the next play speed (steps per second).
+    Speed,
+    /// Samples: follow the selected prompt across steps, or stop following it.
+    Follow,
 }
 
 impl Action {
+    /// What the action does in a view of `scope`, where that differs from [`Action::describe`].
+    pub fn describe_in(self, scope: Scope) -> &'static str {
+        match (scope, self) {
+            (Scope::Samples, Action::Left) => "previous step",
+            (Scope::Samples, Action::Right) => "next step",
+            (Scope::Samples, Action::Open) => "show the whole response",
+            (Scope::Samples, Action::NextPane | Action::PrevPane) => "domain filter",
+            (Scope::Workers, Action::NextPane | Action::PrevPane) => "workers / devices",
+            (Scope::Events, Action::NextPane | Action::PrevPane) => "kind filter",
+            (Scope::Dashboard, Action::Open) => "samples of the step",
+            _ => self.describe(),
+        }
+    }
+
     /// What the action does, for the help screen.
     pub fn describe(self) -> &'static str {
         match self {
@@ -83,6 +127,21 @@ impl Action {
             Action::ToggleXAxis => "x-axis: step / wall time",
             Action::SmoothMore => "more smoothing",
             Action::SmoothLess => "less smoothing",
+            Action::Palette => "command palette",
+            Action::Export => "export plots (PNG, SVG) and CSV",
+            Action::NewRun => "new run from a config",
+            Action::StopRun => "stop the run (after its step)",
+            Action::PauseRun => "pause / continue the run",
+            Action::ResumeRun => "resume from the last checkpoint",
+            Action::Compare => "compare the marked runs",
+            Action::Replay => "replay: start / leave",
+            Action::StepBack => "replay: step back",
+            Action::StepForward => "replay: step forward",
+            Action::StepBack10 => "replay: 10 steps back",
+            Action::StepForward10 => "replay: 10 steps forward",
+            Action::Play => "replay: play / pause",
+            Action::Speed => "replay: play speed",
+            Action::Follow => "follow this prompt across steps",
         }
     }
 }
@@ -142,9 +201,37 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::BackTab, S::Dashboard, A::PrevPane),
     key(K::Char('1'), S::Global, A::View(1)),
     key(K::Char('2'), S::Global, A::View(2)),
+    key(K::Char('3'), S::Global, A::View(3)),
+    key(K::Char('4'), S::Global, A::View(4)),
+    key(K::Char('5'), S::Global, A::View(5)),
     ctrl('r', S::Global, A::Refresh),
+    key(K::Char(':'), S::Global, A::Palette),
+    key(K::Char('E'), S::Global, A::Export),
+    key(K::Char('r'), S::Global, A::Replay),
+    key(K::Char(','), S::Global, A::StepBack),
+    key(K::Char('.'), S::Global, A::StepForward),
+    key(K::Char('<'), S::Global, A::StepBack10),
+    key(K::Char('>'), S::Global, A::StepForward10),
+    key(K::Char(' '), S::Global, A::Play),
+    key(K::Char('t'), S::Global, A::Speed),
     key(K::Char(' '), S::Runs, A::Mark),
     key(K::Char('s'), S::Runs, A::Sort),
+    key(K::Char('n'), S::Runs, A::NewRun),
+    key(K::Char('X'), S::Runs, A::StopRun),
+    key(K::Char('p'), S::Runs, A::PauseRun),
+    key(K::Char('r'), S::Runs, A::ResumeRun),
+    key(K::Char('c'), S::Runs, A::Compare),
+    key(K::Char('h'), S::Samples, A::Left),
+    key(K::Left, S::Samples, A::Left),
+    key(K::Char('l'), S::Samples, A::Right),
+    key(K::Right, S::Samples, A::Right),
+    key(K::Char('f'), S::Samples, A::Follow),
+    key(K::Tab, S::Samples, A::NextPane),
+    key(K::BackTab, S::Samples, A::PrevPane),
+    key(K::Tab, S::Workers, A::NextPane),
+    key(K::BackTab, S::Workers, A::PrevPane),
+    key(K::Tab, S::Events, A::NextPane),
+    key(K::BackTab, S::Events, A::PrevPane),
     key(K::Char('h'), S::Dashboard, A::Left),
     key(K::Left, S::Dashboard, A::Left),
     key(K::Char('l'), S::Dashboard, A::Right),
@@ -222,8 +309,8 @@ pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)>
                 .map(key_name)
                 .collect();
             let what = match b.action {
-                Action::View(_) => "go to view (1 runs, 2 dashboard)",
-                other => other.describe(),
+                Action::View(_) => "views: 1 runs 2 dashboard 3 samples 4 workers 5 events",
+                other => other.describe_in(s),
             };
             lines.push((names.join(" "), what));
         }

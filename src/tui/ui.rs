@@ -90,7 +90,7 @@ fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let [popup] = Layout::vertical([Constraint::Length(height)])
         .flex(Flex::Center)
         .areas(area);
-    let [popup] = Layout::horizontal([Constraint::Length(56.min(area.width))])
+    let [popup] = Layout::horizontal([Constraint::Length(76.min(area.width))])
         .flex(Flex::Center)
         .areas(popup);
     let rows: Vec<Row> = lines
