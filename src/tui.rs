@@ -10,9 +10,11 @@
 
 pub mod action;
 pub mod app;
+pub mod commands;
 pub mod dashboard;
 pub mod decimate;
 pub mod events;
+pub mod launch;
 pub mod loader;
 pub mod replay;
 pub mod runs;

@@ -71,6 +71,13 @@ fn token_of(pid: u32) -> Option<String> {
 }
 
 /// Field 22 of `/proc/PID/stat` (after the parenthesised command name, which may contain spaces).
+/// Whether `pid` is stopped (SIGSTOP, state `T` in `/proc/<pid>/stat`); `None` without /proc.
+pub fn is_stopped(pid: u32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    Some(after_name.split_whitespace().next()? == "T")
+}
+
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 1..];

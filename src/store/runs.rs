@@ -90,17 +90,28 @@ impl RunInfo {
         if self.status != RunStatus::Running {
             return false;
         }
+        self.owner_alive()
+            .unwrap_or(now_ms() - self.heartbeat_at <= STALE_AFTER_MS)
+    }
+
+    fn owner_alive(&self) -> Option<bool> {
         let owner = match (&self.host, self.pid) {
-            (Some(host), Some(pid)) => Some(ProcessIdentity {
+            (Some(host), Some(pid)) => ProcessIdentity {
                 host: host.clone(),
                 pid,
                 token: self.process_token.clone(),
-            }),
-            _ => None,
+            },
+            _ => return None,
         };
-        owner
-            .and_then(|o| o.is_alive())
-            .unwrap_or(now_ms() - self.heartbeat_at <= STALE_AFTER_MS)
+        owner.is_alive()
+    }
+
+    /// The pid of this running run's process when it is on this machine and provably the run's own
+    /// (the same process start time), so a signal can never reach a process that reused the pid.
+    pub fn local_pid(&self) -> Option<u32> {
+        (self.status == RunStatus::Running && self.owner_alive() == Some(true))
+            .then_some(self.pid)
+            .flatten()
     }
 }
 

@@ -310,7 +310,7 @@ pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)>
                 .collect();
             let what = match b.action {
                 Action::View(_) => "views: 1 runs 2 dashboard 3 samples 4 workers 5 events",
-                other => other.describe_in(s),
+                other => other.describe_in(scope),
             };
             lines.push((names.join(" "), what));
         }
@@ -371,10 +371,13 @@ mod tests {
         // Every dashboard and global binding's action appears.
         for b in DEFAULT_KEYS
             .iter()
-            .filter(|b| b.scope != Scope::Runs && !matches!(b.action, Action::View(_)))
+            .filter(|b| matches!(b.scope, Scope::Dashboard | Scope::Global))
+            .filter(|b| !matches!(b.action, Action::View(_)))
         {
             assert!(
-                lines.iter().any(|(_, w)| *w == b.action.describe()),
+                lines
+                    .iter()
+                    .any(|(_, w)| *w == b.action.describe_in(Scope::Dashboard)),
                 "{:?} missing",
                 b.action
             );

@@ -1,0 +1,346 @@
+//! The new-run form: pick a config from `configs/` or `experiments/`, edit `key=value` overrides,
+//! start it. The config is loaded and validated with the overrides before anything starts, so a
+//! typo is an error in the form, not a failed process; a name already in the store gets a free
+//! `name=` override proposed, since `run` refuses to replace a run without `--overwrite`.
+
+use std::path::{Path, PathBuf};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, List, ListItem, ListState, Paragraph, Wrap};
+
+use super::theme::Theme;
+use crate::config::RunConfig;
+
+/// The folders the form offers configs from, relative to the working directory.
+pub const CONFIG_DIRS: [&str; 2] = ["configs", "experiments"];
+
+/// Every `*.yaml`/`*.yml` directly in `dirs`, sorted; missing folders are skipped.
+pub fn find_configs(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found = vec![];
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut here: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        here.sort();
+        found.extend(here);
+    }
+    found
+}
+
+/// What a key did to the form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormOutcome {
+    Stay,
+    Cancel,
+    /// Start `roll-tui run CONFIG OVERRIDES…`; the run will be called `name`.
+    Launch {
+        config: PathBuf,
+        overrides: Vec<String>,
+        name: String,
+    },
+}
+
+#[derive(Debug)]
+pub struct LaunchForm {
+    pub configs: Vec<PathBuf>,
+    pub selected: usize,
+    pub overrides: String,
+    /// Why the form cannot start the selected config as it stands.
+    pub error: Option<String>,
+    /// Run names already in the store.
+    taken: Vec<String>,
+    /// The overrides were proposed by the form (and follow the selection) until the user types.
+    proposed: bool,
+}
+
+impl LaunchForm {
+    pub fn new(configs: Vec<PathBuf>, taken: Vec<String>) -> LaunchForm {
+        let mut form = LaunchForm {
+            configs,
+            selected: 0,
+            overrides: String::new(),
+            error: None,
+            taken,
+            proposed: true,
+        };
+        form.propose();
+        form
+    }
+
+    pub fn selected_config(&self) -> Option<&Path> {
+        self.configs.get(self.selected).map(PathBuf::as_path)
+    }
+
+    fn overrides_list(&self) -> Vec<String> {
+        self.overrides
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Propose a free `name=` when the selected config's own name is taken.
+    fn propose(&mut self) {
+        self.error = None;
+        let Some(path) = self.selected_config() else {
+            self.error = Some(format!(
+                "no configs found in {} (in the working directory)",
+                CONFIG_DIRS.join("/ or ")
+            ));
+            return;
+        };
+        if !self.proposed {
+            self.check();
+            return;
+        }
+        match RunConfig::load(path, &[]) {
+            Ok(cfg) => {
+                self.overrides = if self.taken.contains(&cfg.name) {
+                    format!("name={}", self.free_name(&cfg.name))
+                } else {
+                    String::new()
+                };
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    fn free_name(&self, base: &str) -> String {
+        (2..)
+            .map(|n| format!("{base}-{n}"))
+            .find(|n| !self.taken.contains(n))
+            .unwrap_or_else(|| base.to_string())
+    }
+
+    /// Load the selected config with the overrides: its run name, or why it cannot start.
+    fn check(&mut self) -> Option<String> {
+        self.error = None;
+        let path = self.selected_config()?.to_path_buf();
+        match RunConfig::load(&path, &self.overrides_list()) {
+            Ok(cfg) if self.taken.contains(&cfg.name) => {
+                self.error = Some(format!(
+                    "a run named '{}' is already in the store: add name=… to start a new one",
+                    cfg.name
+                ));
+                None
+            }
+            Ok(cfg) => Some(cfg.name),
+            Err(e) => {
+                self.error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    pub fn key(&mut self, key: KeyEvent) -> FormOutcome {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        match key.code {
+            KeyCode::Esc => return FormOutcome::Cancel,
+            KeyCode::Char('c') if ctrl => return FormOutcome::Cancel,
+            KeyCode::Up | KeyCode::Down if !self.configs.is_empty() => {
+                let n = self.configs.len();
+                self.selected = match key.code {
+                    KeyCode::Up => (self.selected + n - 1) % n,
+                    _ => (self.selected + 1) % n,
+                };
+                self.propose();
+            }
+            KeyCode::Enter => {
+                if let (Some(name), Some(config)) =
+                    (self.check(), self.selected_config().map(Path::to_path_buf))
+                {
+                    return FormOutcome::Launch {
+                        config,
+                        overrides: self.overrides_list(),
+                        name,
+                    };
+                }
+            }
+            KeyCode::Backspace => {
+                self.overrides.pop();
+                self.proposed = false;
+                self.error = None;
+            }
+            KeyCode::Char('u') if ctrl => {
+                self.overrides.clear();
+                self.proposed = false;
+                self.error = None;
+            }
+            KeyCode::Char(c) if !ctrl => {
+                self.overrides.push(c);
+                self.proposed = false;
+                self.error = None;
+            }
+            _ => {}
+        }
+        FormOutcome::Stay
+    }
+}
+
+pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
+    let height = (form.configs.len() as u16 + 10).clamp(12, area.height);
+    let [popup] = Layout::vertical([Constraint::Length(height)])
+        .flex(Flex::Center)
+        .areas(area);
+    let [popup] = Layout::horizontal([Constraint::Length(76.min(area.width))])
+        .flex(Flex::Center)
+        .areas(popup);
+    frame.render_widget(Clear, popup);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.focus_border)
+        .title(" new run ");
+    let inner = block.inner(popup);
+    frame.render_widget(block, popup);
+    let [list_area, label, input, error, hint] = Layout::vertical([
+        Constraint::Min(1),
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Length(3),
+        Constraint::Length(1),
+    ])
+    .areas(inner);
+    let items: Vec<ListItem> = form
+        .configs
+        .iter()
+        .map(|p| ListItem::new(p.display().to_string()))
+        .collect();
+    let mut state = ListState::default().with_selected(Some(form.selected));
+    frame.render_stateful_widget(
+        List::new(items)
+            .highlight_style(theme.selected)
+            .highlight_symbol("▶ "),
+        list_area,
+        &mut state,
+    );
+    frame.render_widget(
+        Paragraph::new(Span::styled(
+            "overrides (key.sub=value, space-separated):",
+            theme.muted,
+        )),
+        label,
+    );
+    frame.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::raw(form.overrides.as_str()),
+            Span::styled("▏", theme.muted),
+        ])),
+        input,
+    );
+    if let Some(e) = &form.error {
+        frame.render_widget(
+            Paragraph::new(Span::styled(e.as_str(), theme.bad)).wrap(Wrap { trim: true }),
+            error,
+        );
+    }
+    frame.render_widget(
+        Paragraph::new(Span::styled(
+            "↑↓ config · type overrides · Ctrl-u clear · Enter start · Esc cancel",
+            theme.muted,
+        )),
+        hint,
+    );
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on failure
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+name: tiny
+seed: 1
+model:
+  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: "0123456789+=" }
+data:
+  domains:
+    - { name: add, synthetic: { task: addition, count: 40, digits: 1 }, reward: math_rule }
+sft: { steps: 2, batch_size: 4, optimizer: { lr: 0.01 } }
+"#;
+
+    fn press(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn dir_with_configs() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let exp = dir.path().join("experiments");
+        std::fs::create_dir(&exp).unwrap();
+        std::fs::write(exp.join("b.yaml"), CONFIG).unwrap();
+        std::fs::write(
+            exp.join("a.yml"),
+            CONFIG.replace("name: tiny", "name: other"),
+        )
+        .unwrap();
+        std::fs::write(exp.join("notes.txt"), "not a config").unwrap();
+        dir
+    }
+
+    #[test]
+    fn configs_are_found_sorted_and_missing_folders_skipped() {
+        let dir = dir_with_configs();
+        let found = find_configs(&[dir.path().join("configs"), dir.path().join("experiments")]);
+        let names: Vec<_> = found
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a.yml", "b.yaml"]);
+    }
+
+    #[test]
+    fn a_taken_name_gets_a_free_one_proposed_and_typing_edits_the_overrides() {
+        let dir = dir_with_configs();
+        let configs = find_configs(&[dir.path().join("experiments")]);
+        let taken = vec!["tiny".to_string(), "tiny-2".to_string()];
+        let mut form = LaunchForm::new(configs, taken);
+        assert_eq!(form.overrides, "", "'other' is free");
+        form.key(press(KeyCode::Down));
+        assert_eq!(form.overrides, "name=tiny-3");
+        for c in " seed=9".chars() {
+            form.key(press(KeyCode::Char(c)));
+        }
+        match form.key(press(KeyCode::Enter)) {
+            FormOutcome::Launch {
+                overrides, name, ..
+            } => {
+                assert_eq!(overrides, ["name=tiny-3", "seed=9"]);
+                assert_eq!(name, "tiny-3");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_overrides_and_taken_names_are_errors_in_the_form() {
+        let dir = dir_with_configs();
+        let configs = find_configs(&[dir.path().join("experiments")]);
+        let mut form = LaunchForm::new(configs, vec!["other".into()]);
+        form.key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+        assert_eq!(form.key(press(KeyCode::Enter)), FormOutcome::Stay);
+        assert!(form.error.as_deref().unwrap().contains("'other'"));
+        for c in "name=x sft.stepz=3".chars() {
+            form.key(press(KeyCode::Char(c)));
+        }
+        assert_eq!(form.key(press(KeyCode::Enter)), FormOutcome::Stay);
+        assert!(
+            form.error.as_deref().unwrap().contains("stepz"),
+            "{:?}",
+            form.error
+        );
+        assert_eq!(form.key(press(KeyCode::Esc)), FormOutcome::Cancel);
+    }
+
+    #[test]
+    fn no_configs_is_said_and_enter_does_nothing() {
+        let mut form = LaunchForm::new(vec![], vec![]);
+        assert!(form.error.as_deref().unwrap().contains("no configs"));
+        assert_eq!(form.key(press(KeyCode::Enter)), FormOutcome::Stay);
+        assert_eq!(form.key(press(KeyCode::Down)), FormOutcome::Stay);
+    }
+}
