@@ -15,6 +15,28 @@ pub enum Scope {
     Events,
 }
 
+impl Scope {
+    pub const ALL: [Scope; 6] = [
+        Scope::Global,
+        Scope::Runs,
+        Scope::Dashboard,
+        Scope::Samples,
+        Scope::Workers,
+        Scope::Events,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::Runs => "runs",
+            Scope::Dashboard => "dashboard",
+            Scope::Samples => "samples",
+            Scope::Workers => "workers",
+            Scope::Events => "events",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Quit,
@@ -83,6 +105,78 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, for the keys config file (`View(n)` is `view_1` … `view_5`).
+    pub const ALL: [Action; 46] = [
+        Action::Quit,
+        Action::Back,
+        Action::ToggleHelp,
+        Action::Filter,
+        Action::Up,
+        Action::Down,
+        Action::PageUp,
+        Action::PageDown,
+        Action::Top,
+        Action::Bottom,
+        Action::Left,
+        Action::Right,
+        Action::Open,
+        Action::NextPane,
+        Action::PrevPane,
+        Action::View(1),
+        Action::View(2),
+        Action::View(3),
+        Action::View(4),
+        Action::View(5),
+        Action::Refresh,
+        Action::Mark,
+        Action::Sort,
+        Action::ZoomIn,
+        Action::ZoomOut,
+        Action::ZoomReset,
+        Action::Expand,
+        Action::Freeze,
+        Action::ToggleXAxis,
+        Action::SmoothMore,
+        Action::SmoothLess,
+        Action::Palette,
+        Action::Export,
+        Action::NewRun,
+        Action::StopRun,
+        Action::PauseRun,
+        Action::ResumeRun,
+        Action::Compare,
+        Action::Replay,
+        Action::StepBack,
+        Action::StepForward,
+        Action::StepBack10,
+        Action::StepForward10,
+        Action::Play,
+        Action::Speed,
+        Action::Follow,
+    ];
+
+    /// The action's name in the keys config file: its variant in snake case.
+    pub fn name(self) -> String {
+        match self {
+            Action::View(n) => format!("view_{n}"),
+            other => {
+                let debug = format!("{other:?}");
+                let mut out = String::new();
+                for (i, c) in debug.chars().enumerate() {
+                    if c.is_ascii_uppercase() && i > 0 {
+                        out.push('_');
+                    }
+                    out.push(c.to_ascii_lowercase());
+                }
+                out
+            }
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == name)
+    }
+
     /// What the action does in a view of `scope`, where that differs from [`Action::describe`].
     pub fn describe_in(self, scope: Scope) -> &'static str {
         match (scope, self) {
@@ -287,33 +381,62 @@ pub fn key_name(b: &Binding) -> String {
     }
 }
 
-/// The help lines of a view: its own bindings, then the global ones, one line per action with
-/// every key bound to it (`k ↑  up`).
-pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)> {
-    // The view keys are one line: `1 2  go to view`.
-    let same = |a: Action, b: Action| match (a, b) {
-        (Action::View(_), Action::View(_)) => true,
-        _ => a == b,
-    };
-    let mut lines: Vec<(String, &'static str)> = vec![];
-    let mut seen: Vec<Action> = vec![];
+/// One action as help and the palette list it: what it does in the view, and its keys there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub what: &'static str,
+    pub keys: String,
+    pub action: Action,
+}
+
+/// The actions of a view of `scope`, once each with every key bound to it: the view's own
+/// bindings first, then the global ones, leaving out global keys the view binds to something else.
+pub fn entries(keys: &[Binding], scope: Scope) -> Vec<Entry> {
+    let mut out: Vec<Entry> = vec![];
     for s in [scope, Scope::Global] {
         for b in keys.iter().filter(|b| b.scope == s) {
-            if seen.iter().any(|a| same(*a, b.action)) {
+            let shadowed = s == Scope::Global
+                && keys
+                    .iter()
+                    .any(|o| o.scope == scope && o.code == b.code && o.modifiers == b.modifiers);
+            if shadowed {
                 continue;
             }
-            seen.push(b.action);
-            let names: Vec<String> = keys
-                .iter()
-                .filter(|o| o.scope == s && same(o.action, b.action))
-                .map(key_name)
-                .collect();
-            let what = match b.action {
-                Action::View(_) => "views: 1 runs 2 dashboard 3 samples 4 workers 5 events",
-                other => other.describe_in(scope),
-            };
-            lines.push((names.join(" "), what));
+            match out.iter_mut().find(|e| e.action == b.action) {
+                Some(e) => e.keys = format!("{} {}", e.keys, key_name(b)),
+                None => out.push(Entry {
+                    what: match b.action {
+                        Action::View(1) => "view: runs",
+                        Action::View(2) => "view: dashboard",
+                        Action::View(3) => "view: samples",
+                        Action::View(4) => "view: workers and devices",
+                        Action::View(5) => "view: events and logs",
+                        other => other.describe_in(scope),
+                    },
+                    keys: key_name(b),
+                    action: b.action,
+                }),
+            }
         }
+    }
+    out
+}
+
+/// The help lines of a view: [`entries`], with the view keys on one line (`1 2 3 4 5  views`).
+pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)> {
+    let mut lines = vec![];
+    let mut views = vec![];
+    for e in entries(keys, scope) {
+        match e.action {
+            Action::View(_) => views.push(e.keys),
+            _ => lines.push((e.keys, e.what)),
+        }
+    }
+    if !views.is_empty() {
+        lines.push((
+            views.join(" "),
+            "views: 1 runs 2 dashboard 3 samples 4 workers 5 events",
+        ));
     }
     lines
 }

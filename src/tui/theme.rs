@@ -16,7 +16,7 @@ pub struct Theme {
     pub good: Style,
     pub bad: Style,
     /// Line colours, in the order series are drawn.
-    pub series: &'static [Color],
+    pub series: Vec<Color>,
 }
 
 const SERIES: &[Color] = &[
@@ -40,7 +40,7 @@ impl Default for Theme {
             selected: Style::default().add_modifier(Modifier::REVERSED),
             good: Style::default().fg(Color::Green),
             bad: Style::default().fg(Color::Red),
-            series: SERIES,
+            series: SERIES.to_vec(),
         }
     }
 }
