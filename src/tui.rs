@@ -17,6 +17,7 @@ pub mod loader;
 pub mod replay;
 pub mod runs;
 pub mod samples;
+pub mod samples_render;
 pub mod theme;
 pub mod ui;
 pub mod workers;
