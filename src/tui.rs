@@ -21,6 +21,7 @@ pub mod palette;
 pub mod replay;
 pub mod runs;
 pub mod samples;
+pub mod samples_render;
 pub mod theme;
 pub mod ui;
 pub mod workers;
