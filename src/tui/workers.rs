@@ -1,1 +1,605 @@
+//! The Workers view: the run's alarms at the top ([`alarms`]), a table of the run and its worker
+//! processes (pid, state, last sign of life, restarts: [`rows`]) and the devices pane ([`devices`]:
+//! memory ledger and timeline). Everything is derived from the run row, its events and its series,
+//! as of a replay cursor or now; this module only keeps the selection and draws.
 
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
+
+pub mod alarms;
+pub mod devices;
+pub mod rows;
+
+pub use alarms::{Alarm, AlarmKind, StepRef, alarms};
+pub use rows::{WorkerRow, WorkerState, parse_pid, role_of, worker_rows};
+
+use super::action::Action;
+use super::events::{clean, rel_time, warn_style};
+use super::replay::Cursor;
+use super::runs::age;
+use super::theme::Theme;
+use crate::metrics::Series;
+use crate::store::reads::StoredEvent;
+use crate::store::{RunId, RunInfo, RunStatus};
+use devices::{DevicesPane, ledgers};
+use rows::run_line;
+
+/// Which pane the keys move in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Focus {
+    #[default]
+    Workers,
+    Devices,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkersView {
+    pub run: RunId,
+    /// False until the first load answers: the view shows a spinner.
+    pub loaded: bool,
+    pub focus: Focus,
+    pub info: Option<RunInfo>,
+    pub events: Vec<StoredEvent>,
+    pub series: Vec<Series>,
+    /// The selected row: `None` is the run's own row, else a worker's name (kept across reloads).
+    pub selected: Option<String>,
+    /// The selected device, by name.
+    pub device: Option<String>,
+}
+
+/// Rows a page key moves.
+const PAGE: usize = 10;
+
+impl WorkersView {
+    pub fn new(run: RunId) -> WorkersView {
+        WorkersView {
+            run,
+            loaded: false,
+            focus: Focus::Workers,
+            info: None,
+            events: vec![],
+            series: vec![],
+            selected: None,
+            device: None,
+        }
+    }
+
+    pub fn set_data(&mut self, info: RunInfo, events: Vec<StoredEvent>, series: Vec<Series>) {
+        self.info = Some(info);
+        self.events = events;
+        self.series = series;
+        self.loaded = true;
+    }
+
+    /// The table's rows: the run (`None`), then each worker by name.
+    fn row_keys(&self) -> Vec<Option<String>> {
+        std::iter::once(None)
+            .chain(
+                worker_rows(&self.events, None)
+                    .into_iter()
+                    .map(|w| Some(w.name)),
+            )
+            .collect()
+    }
+
+    fn device_keys(&self) -> Vec<String> {
+        let start = self.info.as_ref().map_or(0, |i| i.created_at);
+        ledgers(&self.events, start, None)
+            .into_iter()
+            .map(|l| l.device)
+            .collect()
+    }
+
+    pub fn act(&mut self, action: Action) {
+        let step = |at: usize, last: usize| match action {
+            Action::Up => Some(at.saturating_sub(1)),
+            Action::Down => Some((at + 1).min(last)),
+            Action::PageUp => Some(at.saturating_sub(PAGE)),
+            Action::PageDown => Some((at + PAGE).min(last)),
+            Action::Top => Some(0),
+            Action::Bottom => Some(last),
+            _ => None,
+        };
+        match (action, self.focus) {
+            (Action::NextPane | Action::PrevPane, Focus::Workers) => self.focus = Focus::Devices,
+            (Action::NextPane | Action::PrevPane, Focus::Devices) => self.focus = Focus::Workers,
+            (_, Focus::Workers) => {
+                let keys = self.row_keys();
+                let at = keys.iter().position(|k| *k == self.selected).unwrap_or(0);
+                if let Some(to) = step(at, keys.len().saturating_sub(1)) {
+                    self.selected = keys.get(to).cloned().flatten();
+                }
+            }
+            (_, Focus::Devices) => {
+                let keys = self.device_keys();
+                let at = keys
+                    .iter()
+                    .position(|k| Some(k) == self.device.as_ref())
+                    .unwrap_or(0);
+                if let Some(to) = step(at, keys.len().saturating_sub(1)) {
+                    self.device = keys.get(to).cloned();
+                }
+            }
+        }
+    }
+}
+
+fn block<'a>(title: String, focused: bool, theme: &Theme) -> Block<'a> {
+    Block::default()
+        .borders(Borders::ALL)
+        .border_style(if focused {
+            theme.focus_border
+        } else {
+            theme.border
+        })
+        .title(Span::styled(title, theme.title))
+}
+
+fn alarm_style(kind: AlarmKind, theme: &Theme) -> Style {
+    match kind {
+        AlarmKind::Stalled | AlarmKind::WorkerFailed => theme.bad,
+        _ => warn_style(),
+    }
+}
+
+pub fn render(
+    frame: &mut Frame,
+    area: Rect,
+    view: &WorkersView,
+    until: Option<Cursor>,
+    now_ms: i64,
+    spinner: &str,
+    theme: &Theme,
+) {
+    let (true, Some(info)) = (view.loaded, view.info.as_ref()) else {
+        let text = Paragraph::new(format!("{spinner} reading the run's workers and events…"))
+            .style(theme.muted)
+            .block(block(" Workers ".into(), false, theme));
+        frame.render_widget(text, area);
+        return;
+    };
+    let until_ms = until.map(|c| c.at_ms);
+    let clock = until_ms.unwrap_or(now_ms);
+    let found = alarms(info, &view.events, &view.series, until, now_ms);
+    let rows = worker_rows(&view.events, until_ms);
+    let ledgers = ledgers(&view.events, info.created_at, until_ms);
+
+    let max_alarms = match area.height {
+        0..30 => 4,
+        30..40 => 5,
+        _ => 8,
+    };
+    let alarm_lines = found.len().clamp(1, max_alarms) as u16;
+    let rest = area.height.saturating_sub(alarm_lines + 2);
+    let devices_min = if ledgers.is_empty() {
+        4
+    } else {
+        ledgers.len() as u16 + 5
+    };
+    let workers_h =
+        (rows.len().max(1) as u16 + 4).min(rest.saturating_sub(devices_min).max(rest.min(5)));
+    let [alarm_area, table_area, devices_area] = Layout::vertical([
+        Constraint::Length(alarm_lines + 2),
+        Constraint::Length(workers_h),
+        Constraint::Min(0),
+    ])
+    .areas(area);
+
+    // Alarms.
+    let mut title = format!(" Alarms ({})", found.len());
+    if let Some(c) = until {
+        title.push_str(&format!(
+            " · as of step {} ({})",
+            c.step,
+            rel_time(c.at_ms - info.created_at)
+        ));
+    }
+    title.push(' ');
+    let mut lines: Vec<Line> = found
+        .iter()
+        .take(if found.len() > max_alarms {
+            max_alarms - 1
+        } else {
+            max_alarms
+        })
+        .map(|a| {
+            let since = a
+                .since
+                .as_ref()
+                .map(|s| format!(" · since {s}"))
+                .unwrap_or_default();
+            Line::from(vec![
+                Span::styled(
+                    format!("▲ {}", a.kind.as_str()),
+                    alarm_style(a.kind, theme).add_modifier(Modifier::BOLD),
+                ),
+                Span::styled(format!(" · {}{since}", a.place), alarm_style(a.kind, theme)),
+                Span::styled(format!(": {}", a.detail), theme.text),
+            ])
+        })
+        .collect();
+    if found.len() > max_alarms {
+        lines.push(Line::from(Span::styled(
+            format!("… and {} more", found.len() - (max_alarms - 1)),
+            theme.muted,
+        )));
+    }
+    if found.is_empty() {
+        lines.push(Line::from(Span::styled("no alarms", theme.good)));
+    }
+    frame.render_widget(
+        Paragraph::new(lines).block(block(title, false, theme)),
+        alarm_area,
+    );
+
+    // Workers.
+    let run = run_line(info, &view.events, until_ms, now_ms, theme);
+    let beat = |ms: Option<i64>| ms.map(|t| age(clock, t)).unwrap_or_else(|| "-".into());
+    let name_w = rows
+        .iter()
+        .map(|w| w.name.chars().count())
+        .chain([info.name.chars().count(), 4])
+        .max()
+        .unwrap_or(4)
+        .min(24) as u16;
+    let mut table_rows = vec![Row::new([
+        Cell::from(clean(&info.name, 40, false)).style(theme.title),
+        Cell::from(
+            info.pid
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "-".into()),
+        ),
+        Cell::from(run.status).style(run.style),
+        Cell::from(beat(run.last_ms)),
+        Cell::from(run.resumes.to_string()),
+        Cell::from(clean(run.last.trim_end(), 300, false)).style(theme.muted),
+    ])];
+    for w in &rows {
+        table_rows.push(Row::new([
+            Cell::from(clean(&w.name, 40, false)),
+            Cell::from(w.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
+            Cell::from(w.state.as_str()).style(w.state.style(theme)),
+            Cell::from(beat(w.last_ms)),
+            Cell::from(w.restarts.to_string()).style(if w.restarts > 0 {
+                warn_style()
+            } else {
+                theme.text
+            }),
+            Cell::from(clean(w.last.trim_end(), 300, false)).style(theme.muted),
+        ]));
+    }
+    let selected = std::iter::once(None)
+        .chain(rows.iter().map(|w| Some(w.name.clone())))
+        .position(|k| k == view.selected)
+        .unwrap_or(0);
+    let header = Row::new([
+        "name",
+        "pid",
+        "state",
+        "heartbeat",
+        "restarts",
+        "last event",
+    ])
+    .style(theme.header);
+    let widths = [
+        Constraint::Length(name_w),
+        Constraint::Length(7),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(8),
+        Constraint::Min(8),
+    ];
+    let focused = view.focus == Focus::Workers;
+    let table = Table::new(table_rows, widths)
+        .header(header)
+        .block(block(format!(" Workers ({}) ", rows.len()), focused, theme))
+        .row_highlight_style(if focused {
+            theme.selected
+        } else {
+            Style::default()
+        })
+        .highlight_symbol("▶ ");
+    let mut state = TableState::default().with_selected(Some(selected));
+    frame.render_stateful_widget(table, table_area, &mut state);
+    if rows.is_empty() && table_area.height >= 5 {
+        let line = Rect {
+            y: table_area.y + 3,
+            height: 1,
+            ..table_area.inner(ratatui::layout::Margin::new(1, 0))
+        };
+        let text = "No worker events recorded: every role runs in-process, or none started yet.";
+        frame.render_widget(
+            Paragraph::new(text)
+                .style(theme.muted)
+                .wrap(Wrap { trim: true }),
+            line,
+        );
+    }
+
+    // Devices.
+    let to_ms = match until_ms {
+        Some(u) => u,
+        None if info.status == RunStatus::Running => now_ms,
+        None => view
+            .events
+            .iter()
+            .map(|e| e.at)
+            .max()
+            .unwrap_or(info.updated_at)
+            .max(info.updated_at),
+    };
+    let from_ms = view
+        .events
+        .first()
+        .map_or(info.created_at, |e| e.at.min(info.created_at));
+    let selected_device = view
+        .device
+        .as_ref()
+        .and_then(|d| ledgers.iter().position(|l| l.device == *d))
+        .unwrap_or(0);
+    let pane = DevicesPane {
+        ledgers: &ledgers,
+        selected: selected_device,
+        focused: view.focus == Focus::Devices,
+        from_ms,
+        to_ms,
+        start_ms: info.created_at,
+    };
+    devices::render(frame, devices_area, &pane, theme);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::records::EventKind as K;
+    use crate::tui::events::tests::{ev, screen, transfer};
+    use crate::tui::runs::tests::info;
+
+    const MIB: u64 = 1 << 20;
+    /// The clock of the snapshots; the run started two minutes before.
+    const NOW: i64 = 1_767_225_600_000;
+    const START: i64 = NOW - 120_000;
+
+    fn run_info(status: RunStatus) -> RunInfo {
+        let mut i = info(7, "grpo-math", status, START);
+        i.pid = Some(4000);
+        i.heartbeat_at = NOW - 1_000;
+        i
+    }
+
+    /// Reward and inference workers with a failure and a restart; actor_train and reference in
+    /// process, time-sharing device 0 with actor_infer (memory of reference creeping up).
+    fn events() -> Vec<StoredEvent> {
+        let t = |s: f64| START + (s * 1000.0) as i64;
+        vec![
+            ev(t(0.0), K::RunStarted, None, "run 'grpo-math' started"),
+            ev(
+                t(0.5),
+                K::WorkerStarted,
+                Some("reward-0"),
+                "started, pid 4101",
+            ),
+            ev(
+                t(0.5),
+                K::WorkerStarted,
+                Some("reward-1"),
+                "started, pid 4102",
+            ),
+            ev(
+                t(0.6),
+                K::WorkerStarted,
+                Some("actor_infer-0"),
+                "started, pid 4200",
+            ),
+            transfer(t(10.0), false, "actor_infer", "0", 300 * MIB, "train"),
+            transfer(t(20.0), false, "actor_train", "0", 200 * MIB, "generate"),
+            transfer(t(20.0), false, "reference", "0", 100 * MIB, "generate"),
+            transfer(t(20.0), true, "actor_infer", "0", 300 * MIB, "generate"),
+            ev(
+                t(25.0),
+                K::WorkerFailed,
+                Some("reward-1"),
+                "pid 4102 died (signal: 9 (SIGKILL))",
+            ),
+            ev(
+                t(25.1),
+                K::WorkerStarted,
+                Some("reward-1"),
+                "started, pid 4103",
+            ),
+            ev(
+                t(25.1),
+                K::Warning,
+                Some("reward-1"),
+                "replaced (worker reward-1 died)",
+            ),
+            transfer(t(30.0), false, "actor_infer", "0", 300 * MIB, "train"),
+            transfer(t(30.0), true, "actor_train", "0", 200 * MIB, "train"),
+            transfer(t(30.0), true, "reference", "0", 110 * MIB, "train"),
+            transfer(t(40.0), false, "actor_train", "0", 200 * MIB, "generate"),
+            transfer(t(40.0), false, "reference", "0", 110 * MIB, "generate"),
+            transfer(t(40.0), true, "actor_infer", "0", 300 * MIB, "generate"),
+            transfer(t(50.0), false, "actor_infer", "0", 300 * MIB, "train"),
+            transfer(t(50.0), true, "actor_train", "0", 200 * MIB, "train"),
+            transfer(t(50.0), true, "reference", "0", 120 * MIB, "train"),
+            transfer(t(60.0), false, "actor_train", "0", 200 * MIB, "generate"),
+            transfer(t(60.0), false, "reference", "0", 120 * MIB, "generate"),
+            transfer(t(60.0), true, "actor_infer", "0", 300 * MIB, "generate"),
+            transfer(t(70.0), false, "actor_infer", "0", 300 * MIB, "train"),
+            transfer(t(70.0), true, "actor_train", "0", 200 * MIB, "train"),
+            transfer(t(70.0), true, "reference", "0", 130 * MIB, "train"),
+            ev(
+                t(80.0),
+                K::Info,
+                Some("actor_infer-0"),
+                "stderr: kv cache\x1b[2K 93% full\n",
+            ),
+            ev(
+                t(90.0),
+                K::WorkerExited,
+                Some("reward-0"),
+                "pid 4101 exited (exit status: 0)",
+            ),
+        ]
+    }
+
+    /// Steps every 10 s; entropy collapsing; groups flat from step 6.
+    fn series() -> Vec<Series> {
+        let s = |key: &str, values: &[f64]| Series {
+            stage: "rl".into(),
+            key: key.into(),
+            steps: (1..=values.len() as u64).collect(),
+            wall_time: (1..=values.len()).map(|s| 10.0 * s as f64).collect(),
+            values: values.to_vec(),
+        };
+        vec![
+            s("time/step", &[10.0; 9]),
+            s(
+                "actor/entropy",
+                &[2.0, 1.9, 2.1, 1.2, 0.6, 0.3, 0.15, 0.1, 0.08],
+            ),
+            s(
+                "group/frac_zero_std",
+                &[0.3, 0.4, 0.5, 0.6, 0.8, 0.92, 1.0, 0.97, 1.0],
+            ),
+        ]
+    }
+
+    fn loaded() -> WorkersView {
+        let mut v = WorkersView::new(RunId(7));
+        v.set_data(run_info(RunStatus::Running), events(), series());
+        v
+    }
+
+    #[test]
+    fn workers_take_their_state_pid_and_restarts_from_events() {
+        let rows = worker_rows(&events(), None);
+        let names: Vec<&str> = rows.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "actor_train",
+                "actor_infer-0",
+                "reference",
+                "reward-0",
+                "reward-1"
+            ]
+        );
+        let state = |n: &str| {
+            let w = rows.iter().find(|w| w.name == n).unwrap();
+            (w.state, w.pid, w.restarts)
+        };
+        assert_eq!(state("actor_train"), (WorkerState::Loaded, None, 0));
+        assert_eq!(
+            state("actor_infer-0"),
+            (WorkerState::Offloaded, Some(4200), 0)
+        );
+        assert_eq!(state("reward-0"), (WorkerState::Exited, Some(4101), 0));
+        assert_eq!(state("reward-1"), (WorkerState::Running, Some(4103), 1));
+        // Its last sign of life: its own log line, later than its role's last transfer.
+        let infer = &rows[1];
+        assert_eq!(infer.last_ms, Some(START + 80_000));
+        // At t=25.05 s (replay): reward-1 had failed and not yet restarted.
+        let then = worker_rows(&events(), Some(START + 25_050));
+        let r1 = then.iter().find(|w| w.name == "reward-1").unwrap();
+        assert_eq!(
+            (r1.state, r1.pid, r1.restarts),
+            (WorkerState::Failed, Some(4102), 0)
+        );
+        assert_eq!(role_of("actor_infer-12"), "actor_infer");
+        assert_eq!(role_of("reward-"), "reward-");
+        assert_eq!(role_of("env"), "env");
+        assert_eq!(parse_pid("pid 4102 died (signal: 9)"), Some(4102));
+        assert_eq!(parse_pid("started, pid 99999999999"), None);
+        assert_eq!(parse_pid("no pid here"), None);
+    }
+
+    #[test]
+    fn keys_select_workers_and_devices() {
+        let mut v = loaded();
+        assert_eq!((v.focus, v.selected.as_deref()), (Focus::Workers, None));
+        v.act(Action::Down);
+        assert_eq!(v.selected.as_deref(), Some("actor_train"));
+        v.act(Action::Bottom);
+        assert_eq!(v.selected.as_deref(), Some("reward-1"));
+        v.act(Action::Down); // clamped
+        assert_eq!(v.selected.as_deref(), Some("reward-1"));
+        v.act(Action::Top);
+        assert_eq!(v.selected, None);
+        v.act(Action::NextPane);
+        assert_eq!(v.focus, Focus::Devices);
+        v.act(Action::Down);
+        assert_eq!(v.device.as_deref(), Some("0")); // the only device
+        v.act(Action::PrevPane);
+        assert_eq!(v.focus, Focus::Workers);
+        // Reloads keep the selection by name.
+        v.act(Action::PageDown);
+        v.set_data(run_info(RunStatus::Running), events(), series());
+        assert_eq!(v.selected.as_deref(), Some("reward-1"));
+        let mut empty = WorkersView::new(RunId(1));
+        for a in [Action::Down, Action::NextPane, Action::Down, Action::Bottom] {
+            empty.act(a);
+        }
+        assert_eq!(
+            (empty.selected.as_deref(), empty.device.as_deref()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn the_view_raises_every_alarm_of_the_scenario() {
+        let v = loaded();
+        let info = v.info.as_ref().unwrap();
+        let found = alarms(info, &v.events, &v.series, None, NOW);
+        let kinds: Vec<AlarmKind> = found.iter().map(|a| a.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                AlarmKind::WorkerFailed,
+                AlarmKind::EntropyCollapse,
+                AlarmKind::FlatRewards,
+                AlarmKind::MemoryCreep
+            ]
+        );
+        // Reference reloads at 30, 50, 70 s: resident 310, 320, 330 MiB, since step 3.
+        assert_eq!(found[3].since.as_ref().map(|s| s.step), Some(3));
+        // As of step 4 (40 s): only the failure.
+        let cursor = Cursor {
+            step: 4,
+            at_ms: START + 40_000,
+        };
+        let then = alarms(info, &v.events, &v.series, Some(cursor), NOW);
+        assert_eq!(then.len(), 1);
+        assert_eq!(then[0].kind, AlarmKind::WorkerFailed);
+    }
+
+    fn draw(v: &WorkersView, until: Option<Cursor>, width: u16, height: u16) -> String {
+        screen(width, height, |f| {
+            render(f, f.area(), v, until, NOW, "⠋", &Theme::default())
+        })
+    }
+
+    #[test]
+    fn snapshots() {
+        let mut v = loaded();
+        insta::assert_snapshot!("workers_80x24", draw(&v, None, 80, 24));
+        v.act(Action::Down);
+        v.act(Action::Down);
+        v.act(Action::NextPane);
+        insta::assert_snapshot!("workers_devices_120x40", draw(&v, None, 120, 40));
+        let cursor = Cursor {
+            step: 3,
+            at_ms: START + 30_000,
+        };
+        insta::assert_snapshot!("workers_replay_80x24", draw(&v, Some(cursor), 80, 24));
+        let mut stale = run_info(RunStatus::Running);
+        stale.heartbeat_at = NOW - 95_000;
+        v.set_data(stale, vec![], vec![]);
+        insta::assert_snapshot!("workers_stale_no_events_80x24", draw(&v, None, 80, 24));
+        let v = WorkersView::new(RunId(7));
+        insta::assert_snapshot!("workers_loading", draw(&v, None, 80, 24));
+    }
+}

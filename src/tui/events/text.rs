@@ -1,0 +1,117 @@
+//! Text from worker processes made safe to draw, and the units times and sizes are shown in.
+
+/// `text` made safe to draw, at most `max_chars` characters: ANSI escape sequences dropped, other
+/// control and invisible formatting characters shown as `�`, newlines as `⏎` (or kept when
+/// `keep_newlines`), tabs as a space.
+pub fn clean(text: &str, max_chars: usize, keep_newlines: bool) -> String {
+    let mut out = String::new();
+    let mut count = 0;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if count == max_chars {
+            out.push('…');
+            break;
+        }
+        let shown = match c {
+            '\x1b' => {
+                skip_escape(&mut chars);
+                continue;
+            }
+            '\r' if chars.peek() == Some(&'\n') => continue,
+            '\n' | '\r' if keep_newlines => '\n',
+            '\n' | '\r' => '⏎',
+            '\t' => ' ',
+            c if c.is_control() || is_invisible(c) => '\u{fffd}',
+            c => c,
+        };
+        out.push(shown);
+        count += 1;
+    }
+    out
+}
+
+/// Skip the rest of an escape sequence: CSI (`ESC [ … final`), OSC (`ESC ] … BEL` or `ESC \`), or
+/// one character after a lone ESC.
+fn skip_escape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    match chars.next() {
+        Some('[') => {
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+        Some(']') => {
+            while let Some(c) = chars.next() {
+                if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                    break;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Zero-width and direction-changing characters that would hide or reorder text on screen.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
+/// A time relative to the run's start: `+12.3 s`, `+4m05s`, `+2h10m`, `+3d04h`.
+pub fn rel_time(ms: i64) -> String {
+    let sign = if ms < 0 { "-" } else { "+" };
+    let a = ms.unsigned_abs();
+    let s = a / 1000;
+    match a {
+        0..60_000 => format!("{sign}{:.1} s", a as f64 / 1000.0),
+        60_000..3_600_000 => format!("{sign}{}m{:02}s", s / 60, s % 60),
+        3_600_000..360_000_000 => format!("{sign}{}h{:02}m", s / 3600, s / 60 % 60),
+        _ => format!("{sign}{}d{:02}h", s / 86_400, s / 3600 % 24),
+    }
+}
+
+/// Bytes with a binary unit: `512 B`, `1.5 KiB`, `3.0 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_made_safe_character_by_character() {
+        assert_eq!(clean("a\x1b[1;31mred\x1b[0m b", 100, false), "ared b");
+        assert_eq!(clean("t\x1b]0;title\x07x", 100, false), "tx");
+        assert_eq!(clean("one\r\ntwo\rthree\n", 100, false), "one⏎two⏎three⏎");
+        assert_eq!(clean("one\r\ntwo", 100, true), "one\ntwo");
+        assert_eq!(clean("a\tb\x00c\x7fd\u{202e}e", 100, false), "a b�c�d�e");
+        // Multi-byte characters are cut whole.
+        assert_eq!(clean("ééééé", 3, false), "ééé…");
+        assert_eq!(clean("日本語", 3, false), "日本語");
+        assert_eq!(clean("\x1b", 3, false), "");
+    }
+
+    #[test]
+    fn times_and_sizes_read_well() {
+        assert_eq!(rel_time(12_345), "+12.3 s");
+        assert_eq!(rel_time(-1_500), "-1.5 s");
+        assert_eq!(rel_time(245_000), "+4m05s");
+        assert_eq!(rel_time(2 * 3_600_000 + 600_000), "+2h10m");
+        assert_eq!(rel_time(100 * 3_600_000), "+4d04h");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(human_bytes(u64::MAX), "16384.0 PiB");
+    }
+}
