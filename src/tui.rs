@@ -11,7 +11,9 @@
 pub mod action;
 pub mod app;
 pub mod commands;
+pub mod control;
 pub mod dashboard;
+pub mod dashboard_render;
 pub mod decimate;
 pub mod events;
 pub mod keyconfig;
@@ -22,6 +24,7 @@ pub mod replay;
 pub mod runs;
 pub mod samples;
 pub mod samples_render;
+pub mod sync;
 pub mod theme;
 pub mod ui;
 pub mod workers;
@@ -31,7 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossterm::event::{
-    DisableMouseCapture, EnableMouseCapture, Event, EventStream, KeyEventKind, MouseEventKind,
+    DisableMouseCapture, EnableMouseCapture, Event, EventStream, KeyEventKind, MouseButton,
+    MouseEventKind,
 };
 use crossterm::execute;
 use futures_util::StreamExt;
@@ -46,6 +50,10 @@ const TICK: Duration = Duration::from_millis(250);
 
 /// Open the workbench on the store at `store_path` until the user quits.
 pub fn run(store_path: &Path) -> anyhow::Result<()> {
+    // A broken config file is an error before the terminal is taken over.
+    let config = keyconfig::config_path();
+    let required = std::env::var_os("ROLL_TUI_CONFIG").is_some();
+    let (keys, theme) = keyconfig::load(config.as_deref(), required).map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("roll-tui")
@@ -54,7 +62,8 @@ pub fn run(store_path: &Path) -> anyhow::Result<()> {
     // ratatui::init restores the terminal from a panic hook before the panic message prints.
     let mut terminal = ratatui::init();
     let _ = execute!(std::io::stdout(), EnableMouseCapture);
-    let result = rt.block_on(event_loop(&mut terminal, store_path));
+    let app = App::with_config(keys, theme);
+    let result = rt.block_on(event_loop(&mut terminal, store_path, app));
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
@@ -67,16 +76,42 @@ fn to_msg(event: Event) -> Option<Msg> {
         Event::Mouse(m) => match m.kind {
             MouseEventKind::ScrollUp => Some(Msg::Scroll { up: true }),
             MouseEventKind::ScrollDown => Some(Msg::Scroll { up: false }),
+            MouseEventKind::Down(MouseButton::Left) => Some(Msg::Click {
+                column: m.column,
+                row: m.row,
+            }),
             _ => None,
         },
         _ => None,
     }
 }
 
-async fn event_loop(terminal: &mut DefaultTerminal, store_path: &Path) -> anyhow::Result<()> {
+/// The read a message answers, so the same read can be asked again.
+fn answered(msg: &Msg) -> Option<Effect> {
+    Some(match msg {
+        Msg::RunsLoaded(_) => Effect::LoadRuns,
+        Msg::SeriesLoaded { run, .. } => Effect::LoadSeries(*run),
+        Msg::SampleStepsLoaded { run, .. } => Effect::LoadSampleSteps(*run),
+        Msg::SamplesLoaded { run, step, .. } => Effect::LoadSamples {
+            run: *run,
+            step: *step,
+        },
+        Msg::PromptLoaded { run, prompt, .. } => Effect::LoadPrompt {
+            run: *run,
+            prompt: prompt.clone(),
+        },
+        Msg::EventsLoaded { run, .. } => Effect::LoadEvents(*run),
+        _ => return None,
+    })
+}
+
+async fn event_loop(
+    terminal: &mut DefaultTerminal,
+    store_path: &Path,
+    mut app: App,
+) -> anyhow::Result<()> {
     let loader = Arc::new(Loader::new(store_path));
     let (tx, mut answers) = mpsc::unbounded_channel::<Msg>();
-    let mut app = App::new();
     let size = terminal.size()?;
     app.update(Msg::Resize {
         width: size.width,
@@ -86,14 +121,22 @@ async fn event_loop(terminal: &mut DefaultTerminal, store_path: &Path) -> anyhow
     let mut in_flight: Vec<Effect> = vec![];
     let run_effects = |effects: Vec<Effect>, in_flight: &mut Vec<Effect>| {
         for effect in effects {
-            if in_flight.contains(&effect) {
+            // Signals are sent at once: one asked for on the way out must leave before we do.
+            if let Effect::Signal { pid, signal } = effect {
+                let sent = commands::signal(pid, signal);
+                let _ = tx.send(Msg::Done(
+                    sent.map(|_| format!("sent {signal:?} to pid {pid}")),
+                ));
                 continue;
             }
-            in_flight.push(effect.clone());
+            if effect.is_read() {
+                if in_flight.contains(&effect) {
+                    continue;
+                }
+                in_flight.push(effect.clone());
+            }
             let (loader, tx) = (loader.clone(), tx.clone());
-            tokio::spawn(async move {
-                let _ = tx.send(loader.load(effect).await);
-            });
+            tokio::spawn(async move { loader.carry_out(effect, &tx).await });
         }
     };
     run_effects(app.start(), &mut in_flight);
@@ -110,11 +153,7 @@ async fn event_loop(terminal: &mut DefaultTerminal, store_path: &Path) -> anyhow
             },
             _ = ticks.tick() => Some(Msg::Tick),
             Some(answer) = answers.recv() => {
-                let done = match &answer {
-                    Msg::RunsLoaded(_) => Some(Effect::LoadRuns),
-                    Msg::SeriesLoaded { run, .. } => Some(Effect::LoadSeries(*run)),
-                    _ => None,
-                };
+                let done = answered(&answer);
                 in_flight.retain(|e| Some(e) != done.as_ref());
                 Some(answer)
             }

@@ -57,6 +57,8 @@ fn rows() -> Vec<RunRow> {
         reward: Some(0.8125),
         accuracy: Some(0.75),
         sft_loss: Some(0.4321),
+        pid: None,
+        paused: false,
     };
     a.info.tags = vec!["baseline".into()];
     let b = RunRow {
@@ -65,6 +67,8 @@ fn rows() -> Vec<RunRow> {
         reward: Some(0.25),
         accuracy: None,
         sft_loss: Some(1.5),
+        pid: None,
+        paused: false,
     };
     let c = RunRow {
         info: info(3, "async-a2", RunStatus::Running, 2),
@@ -72,6 +76,8 @@ fn rows() -> Vec<RunRow> {
         reward: None,
         accuracy: None,
         sft_loss: None,
+        pid: None,
+        paused: false,
     };
     vec![a, b, c]
 }
@@ -235,7 +241,7 @@ fn the_loader_reads_a_store_the_binary_wrote() {
         panic!("{missing:?}")
     };
     assert!(
-        e.contains("no store at") && e.contains("`roll-tui run CONFIG` creates it"),
+        e.contains("no store at") && e.contains("start a run (n) to create it"),
         "{e}"
     );
     assert!(!store.exists());

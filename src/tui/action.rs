@@ -177,6 +177,22 @@ impl Action {
         Action::ALL.into_iter().find(|a| a.name() == name)
     }
 
+    /// Whether the action means anything in a view of `scope`: replay moves through the open
+    /// run, which the runs list is not.
+    pub fn applies_in(self, scope: Scope) -> bool {
+        let replay = matches!(
+            self,
+            Action::Replay
+                | Action::StepBack
+                | Action::StepForward
+                | Action::StepBack10
+                | Action::StepForward10
+                | Action::Play
+                | Action::Speed
+        );
+        !(replay && scope == Scope::Runs)
+    }
+
     /// What the action does in a view of `scope`, where that differs from [`Action::describe`].
     pub fn describe_in(self, scope: Scope) -> &'static str {
         match (scope, self) {
@@ -399,7 +415,7 @@ pub fn entries(keys: &[Binding], scope: Scope) -> Vec<Entry> {
                 && keys
                     .iter()
                     .any(|o| o.scope == scope && o.code == b.code && o.modifiers == b.modifiers);
-            if shadowed {
+            if shadowed || !b.action.applies_in(scope) {
                 continue;
             }
             match out.iter_mut().find(|e| e.action == b.action) {
@@ -433,10 +449,7 @@ pub fn help_lines(keys: &[Binding], scope: Scope) -> Vec<(String, &'static str)>
         }
     }
     if !views.is_empty() {
-        lines.push((
-            views.join(" "),
-            "views: 1 runs 2 dashboard 3 samples 4 workers 5 events",
-        ));
+        lines.push((views.join(" "), "go to view (the numbered tabs)"));
     }
     lines
 }

@@ -1,14 +1,27 @@
 //! The workbench's state and its one update function (TEA): [`App::update`] takes a [`Msg`] (a key,
-//! a tick, data the loader read) and returns the [`Effect`]s the runtime must carry out (reads).
-//! No IO and no drawing here, so every behaviour is testable by feeding messages.
+//! a tick, data the loader read, a process that started or ended) and returns the [`Effect`]s the
+//! runtime must carry out (reads, starting and signalling runs, exports). No IO and no drawing
+//! here, so every behaviour is testable by feeding messages.
+
+use std::path::PathBuf;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::action::{Action, Binding, DEFAULT_KEYS, Scope, action_for};
+use super::commands::{RunSignal, Started};
+use super::control::Confirm;
 use super::dashboard::Dashboard;
+use super::events::EventsView;
+use super::launch::LaunchForm;
+use super::palette::{Palette, PaletteOutcome};
+use super::replay::{Replay, Timeline};
 use super::runs::{RunRow, RunsView};
-use crate::metrics::Series;
-use crate::store::RunId;
+use super::samples::SamplesView;
+use super::theme::Theme;
+use super::workers::WorkersView;
+use crate::metrics::{SampleRecord, Series};
+use crate::store::reads::StoredEvent;
+use crate::store::{RunId, RunInfo};
 
 /// Below this the views do not fit; the screen says so instead.
 pub const MIN_WIDTH: u16 = 80;
@@ -18,13 +31,27 @@ pub const MIN_HEIGHT: u16 = 24;
 pub enum View {
     Runs,
     Dashboard,
+    Samples,
+    Workers,
+    Events,
 }
 
 impl View {
+    pub const ALL: [View; 5] = [
+        View::Runs,
+        View::Dashboard,
+        View::Samples,
+        View::Workers,
+        View::Events,
+    ];
+
     pub fn scope(self) -> Scope {
         match self {
             View::Runs => Scope::Runs,
             View::Dashboard => Scope::Dashboard,
+            View::Samples => Scope::Samples,
+            View::Workers => Scope::Workers,
+            View::Events => Scope::Events,
         }
     }
 
@@ -32,6 +59,9 @@ impl View {
         match self {
             View::Runs => "Runs",
             View::Dashboard => "Dashboard",
+            View::Samples => "Samples",
+            View::Workers => "Workers",
+            View::Events => "Events",
         }
     }
 }
@@ -43,17 +73,51 @@ pub enum Msg {
     Scroll {
         up: bool,
     },
+    /// A left click at a cell of the screen.
+    Click {
+        column: u16,
+        row: u16,
+    },
     Resize {
         width: u16,
         height: u16,
     },
-    /// Time passes: spinners turn, live data is polled.
+    /// Time passes (a quarter second): spinners turn, replay plays, live data is polled.
     Tick,
     RunsLoaded(Result<Vec<RunRow>, String>),
     SeriesLoaded {
         run: RunId,
         result: Result<Vec<Series>, String>,
     },
+    SampleStepsLoaded {
+        run: RunId,
+        result: Result<Vec<u64>, String>,
+    },
+    SamplesLoaded {
+        run: RunId,
+        step: u64,
+        result: Result<Vec<SampleRecord>, String>,
+    },
+    PromptLoaded {
+        run: RunId,
+        prompt: String,
+        result: Result<Vec<SampleRecord>, String>,
+    },
+    EventsLoaded {
+        run: RunId,
+        result: Result<(Box<RunInfo>, Vec<StoredEvent>), String>,
+    },
+    ConfigsFound(Vec<PathBuf>),
+    /// A `roll-tui run`/`resume` started from here is running (or could not start).
+    Started(Result<Started, String>),
+    /// A process started from here ended; `tail` is the end of its log.
+    Exited {
+        pid: u32,
+        code: Option<i32>,
+        tail: String,
+    },
+    /// The outcome of a signal, export or other command, for the status line.
+    Done(Result<String, String>),
 }
 
 /// What the runtime must do for the state.
@@ -61,10 +125,68 @@ pub enum Msg {
 pub enum Effect {
     LoadRuns,
     LoadSeries(RunId),
+    LoadSampleSteps(RunId),
+    LoadSamples {
+        run: RunId,
+        step: u64,
+    },
+    LoadPrompt {
+        run: RunId,
+        prompt: String,
+    },
+    /// The run's record and events (workers and events views).
+    LoadEvents(RunId),
+    FindConfigs,
+    /// Start `roll-tui run CONFIG OVERRIDES… --quiet` detached.
+    Launch {
+        config: PathBuf,
+        overrides: Vec<String>,
+    },
+    /// Start `roll-tui resume RUN --quiet` detached.
+    Resume {
+        run: String,
+    },
+    Signal {
+        pid: u32,
+        signal: RunSignal,
+    },
+    /// Write the run's plots and CSV (only the series `keys`, when given) to `out`.
+    Export {
+        run: RunId,
+        name: String,
+        keys: Option<Vec<(String, String)>>,
+        out: PathBuf,
+    },
+}
+
+impl Effect {
+    /// Reads that may be repeated while the last is still answering are skipped by the runtime.
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Effect::LoadRuns
+                | Effect::LoadSeries(_)
+                | Effect::LoadSampleSteps(_)
+                | Effect::LoadSamples { .. }
+                | Effect::LoadPrompt { .. }
+                | Effect::LoadEvents(_)
+        )
+    }
 }
 
 /// Ticks between polls of the store for live data (a tick is 250 ms).
 pub const POLL_TICKS: u64 = 4;
+/// Seconds a tick stands for.
+pub const TICK_SECONDS: f64 = 0.25;
+
+/// The run whose views are open.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenRun {
+    pub id: RunId,
+    pub name: String,
+    pub live: bool,
+    pub start_ms: i64,
+}
 
 pub struct App {
     pub view: View,
@@ -72,13 +194,30 @@ pub struct App {
     /// A filter being typed after `/`.
     pub input: Option<String>,
     pub runs: RunsView,
+    pub open: Option<OpenRun>,
     pub dashboard: Option<Dashboard>,
-    /// The last error or notice, shown in the status line.
+    pub samples: Option<SamplesView>,
+    pub workers: Option<WorkersView>,
+    pub events: Option<EventsView>,
+    /// The open run's steps in time order, from its series.
+    pub timeline: Timeline,
+    pub replay: Option<Replay>,
+    pub form: Option<LaunchForm>,
+    pub palette: Option<Palette>,
+    pub confirm: Option<Confirm>,
+    /// Processes started from this workbench that have not ended.
+    pub started: Vec<Started>,
+    /// A run started from here, opened as soon as it shows up in the store.
+    pub pending_open: Option<String>,
+    /// The last error, shown in the status line.
     pub status: Option<String>,
+    /// The last notice (not an error), shown in the status line.
+    pub notice: Option<String>,
     pub ticks: u64,
     pub size: (u16, u16),
     pub quit: bool,
-    keys: &'static [Binding],
+    pub theme: Theme,
+    pub(super) keys: Vec<Binding>,
 }
 
 impl Default for App {
@@ -89,22 +228,39 @@ impl Default for App {
 
 impl App {
     pub fn new() -> App {
+        App::with_config(DEFAULT_KEYS.to_vec(), Theme::default())
+    }
+
+    pub fn with_config(keys: Vec<Binding>, theme: Theme) -> App {
         App {
             view: View::Runs,
             help: false,
             input: None,
             runs: RunsView::default(),
+            open: None,
             dashboard: None,
+            samples: None,
+            workers: None,
+            events: None,
+            timeline: Timeline::default(),
+            replay: None,
+            form: None,
+            palette: None,
+            confirm: None,
+            started: vec![],
+            pending_open: None,
             status: None,
+            notice: None,
             ticks: 0,
             size: (MIN_WIDTH, MIN_HEIGHT),
             quit: false,
-            keys: DEFAULT_KEYS,
+            theme,
+            keys,
         }
     }
 
-    pub fn keys(&self) -> &'static [Binding] {
-        self.keys
+    pub fn keys(&self) -> &[Binding] {
+        &self.keys
     }
 
     /// The effects to run when the workbench opens.
@@ -115,10 +271,8 @@ impl App {
     pub fn update(&mut self, msg: Msg) -> Vec<Effect> {
         match msg {
             Msg::Key(key) => self.key(key),
-            Msg::Scroll { up } => {
-                let action = if up { Action::Up } else { Action::Down };
-                self.act(action)
-            }
+            Msg::Scroll { up } => self.act(if up { Action::Up } else { Action::Down }),
+            Msg::Click { column, row } => self.click(column, row),
             Msg::Resize { width, height } => {
                 self.size = (width, height);
                 vec![]
@@ -126,48 +280,82 @@ impl App {
             Msg::Tick => self.tick(),
             Msg::RunsLoaded(Ok(rows)) => {
                 self.runs.set_rows(rows);
-                vec![]
+                self.open_pending()
             }
             Msg::RunsLoaded(Err(e)) => {
                 self.runs.loaded = true;
                 self.status = Some(e);
                 vec![]
             }
-            Msg::SeriesLoaded { run, result } => {
-                match (self.dashboard.as_mut(), result) {
-                    (Some(d), Ok(series)) if d.run == run => d.set_series(series),
-                    (Some(d), Err(e)) if d.run == run => {
-                        d.loaded = true;
-                        self.status = Some(e);
-                    }
-                    _ => {} // an answer for a dashboard that was closed since
-                }
-                vec![]
-            }
+            other => self.loaded(other),
         }
     }
 
     fn tick(&mut self) -> Vec<Effect> {
         self.ticks += 1;
-        if !self.ticks.is_multiple_of(POLL_TICKS) {
-            return vec![];
-        }
-        // Live data: the run list while it shows a live run, the open dashboard unless frozen.
         let mut effects = vec![];
-        if self.view == View::Runs && self.runs.rows.iter().any(|r| r.live) {
+        if let Some(r) = self.replay.as_mut()
+            && r.advance(&self.timeline, TICK_SECONDS)
+        {
+            effects.extend(self.cursor_moved());
+        }
+        if !self.ticks.is_multiple_of(POLL_TICKS) {
+            return effects;
+        }
+        // Live data: the run list while it shows a live run, while a run started here is on its
+        // way, and while the open run is live (to see it end); the open run's view.
+        let starting = self.pending_open.is_some() || !self.started.is_empty();
+        let open_live = self.open.as_ref().is_some_and(|o| o.live);
+        let list_live = self.view == View::Runs && self.runs.rows.iter().any(|r| r.live);
+        if list_live || starting || open_live {
             effects.push(Effect::LoadRuns);
         }
-        if let Some(d) = &self.dashboard
-            && self.view == View::Dashboard
-            && d.live
-            && !d.frozen
-        {
-            effects.push(Effect::LoadSeries(d.run));
+        if let Some(open) = self.open.as_ref().filter(|o| o.live) {
+            let frozen = self.dashboard.as_ref().is_some_and(|d| d.frozen);
+            if !frozen {
+                effects.push(Effect::LoadSeries(open.id));
+            }
+            match self.view {
+                View::Samples if self.replay.is_none() => {
+                    effects.push(Effect::LoadSampleSteps(open.id))
+                }
+                View::Workers | View::Events => effects.push(Effect::LoadEvents(open.id)),
+                _ => {}
+            }
         }
         effects
     }
 
     fn key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        if self.help {
+            // The help screen is modal: it closes on ?, Esc or q; everything else is ignored.
+            if matches!(
+                action_for(&self.keys, self.view.scope(), &key),
+                Some(Action::ToggleHelp | Action::Back | Action::Quit)
+            ) {
+                self.help = false;
+            }
+            return vec![];
+        }
+        if self.confirm.is_some() {
+            return self.confirm_key(key);
+        }
+        if let Some(p) = self.palette.as_mut() {
+            return match p.key(key) {
+                PaletteOutcome::Stay => vec![],
+                PaletteOutcome::Close => {
+                    self.palette = None;
+                    vec![]
+                }
+                PaletteOutcome::Run(action) => {
+                    self.palette = None;
+                    self.act(action)
+                }
+            };
+        }
+        if self.form.is_some() {
+            return self.form_key(key);
+        }
         if let Some(text) = self.input.as_mut() {
             match key.code {
                 KeyCode::Enter => self.input = None,
@@ -181,7 +369,7 @@ impl App {
                     self.set_filter(f);
                 }
                 KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
-                    self.quit = true;
+                    return self.act(Action::Quit);
                 }
                 KeyCode::Char(c) => {
                     text.push(c);
@@ -192,10 +380,21 @@ impl App {
             }
             return vec![];
         }
-        match action_for(self.keys, self.view.scope(), &key) {
-            Some(action) => self.act(action),
-            None => vec![],
+        match action_for(&self.keys, self.view.scope(), &key) {
+            Some(action) if action.applies_in(self.view.scope()) => self.act(action),
+            _ => vec![],
         }
+    }
+
+    fn filter(&self) -> String {
+        match self.view {
+            View::Runs => Some(self.runs.filter.clone()),
+            View::Dashboard => self.dashboard.as_ref().map(|d| d.filter.clone()),
+            View::Samples => self.samples.as_ref().map(|s| s.filter().to_string()),
+            View::Workers => None,
+            View::Events => self.events.as_ref().map(|e| e.filter().to_string()),
+        }
+        .unwrap_or_default()
     }
 
     fn set_filter(&mut self, filter: String) {
@@ -206,79 +405,233 @@ impl App {
                     d.set_filter(filter);
                 }
             }
+            View::Samples => {
+                if let Some(s) = self.samples.as_mut() {
+                    s.set_filter(filter);
+                }
+            }
+            View::Workers => {}
+            View::Events => {
+                if let Some(e) = self.events.as_mut() {
+                    e.set_filter(filter);
+                }
+            }
         }
     }
 
     /// Carry out one action.
     pub fn act(&mut self, action: Action) -> Vec<Effect> {
-        if self.help {
-            // The help screen is modal: it closes on any of these, everything else is ignored.
-            if matches!(action, Action::ToggleHelp | Action::Back | Action::Quit) {
-                self.help = false;
-            }
-            return vec![];
-        }
         match action {
-            Action::Quit => self.quit = true,
+            Action::Quit => return self.ask_quit(),
             Action::ToggleHelp => self.help = true,
-            Action::Filter => {
-                let current = match self.view {
-                    View::Runs => self.runs.filter.clone(),
-                    View::Dashboard => self
-                        .dashboard
-                        .as_ref()
-                        .map(|d| d.filter.clone())
-                        .unwrap_or_default(),
-                };
-                self.input = Some(current);
-            }
-            Action::Refresh => {
-                return match (&self.view, &self.dashboard) {
-                    (View::Dashboard, Some(d)) => vec![Effect::LoadSeries(d.run)],
-                    _ => vec![Effect::LoadRuns],
-                };
-            }
-            Action::View(1) => self.view = View::Runs,
-            Action::View(2) if self.dashboard.is_some() => self.view = View::Dashboard,
-            Action::View(_) => {}
-            Action::Back => match self.view {
-                View::Dashboard => self.view = View::Runs,
-                View::Runs => {
-                    if !self.runs.filter.is_empty() {
-                        self.runs.set_filter(String::new());
-                    } else {
-                        self.status = None;
+            Action::Palette => self.palette = Some(Palette::new(&self.keys, self.view.scope())),
+            Action::Filter if self.view != View::Workers => self.input = Some(self.filter()),
+            Action::Refresh => return self.refresh(),
+            Action::View(n) => return self.go_to_view(n),
+            Action::Back => self.back(),
+            Action::NewRun => return vec![Effect::FindConfigs],
+            Action::StopRun => self.ask_stop(),
+            Action::PauseRun => return self.pause(),
+            Action::ResumeRun => return self.resume(),
+            Action::Compare => return self.compare(),
+            Action::Export => return self.export(),
+            Action::Replay => return self.toggle_replay(),
+            Action::StepBack => return self.step_replay(-1),
+            Action::StepForward => return self.step_replay(1),
+            Action::StepBack10 => return self.step_replay(-10),
+            Action::StepForward10 => return self.step_replay(10),
+            Action::Play => {
+                if let Some(r) = self.replay.as_mut() {
+                    r.toggle_play(&self.timeline);
+                    return self.cursor_moved();
+                } else if self.open.is_some() {
+                    self.replay = Replay::start(&self.timeline);
+                    if let Some(r) = self.replay.as_mut() {
+                        r.toggle_play(&self.timeline);
                     }
+                    return self.cursor_moved();
                 }
-            },
+            }
+            Action::Speed => {
+                if let Some(r) = self.replay.as_mut() {
+                    r.next_speed();
+                }
+            }
             Action::Open if self.view == View::Runs => return self.open_selected(),
-            other => match self.view {
-                View::Runs => self.runs.act(other),
-                View::Dashboard => {
-                    if let Some(d) = self.dashboard.as_mut() {
-                        d.act(other);
-                    }
-                }
-            },
+            Action::Open if self.view == View::Dashboard => return self.open_samples(),
+            other => return self.view_act(other),
         }
         vec![]
+    }
+
+    fn view_act(&mut self, action: Action) -> Vec<Effect> {
+        let run = self.open.as_ref().map(|o| o.id);
+        match (self.view, run) {
+            (View::Runs, _) => self.runs.act(action),
+            (View::Dashboard, _) => {
+                if let Some(d) = self.dashboard.as_mut() {
+                    d.act(action);
+                }
+            }
+            (View::Samples, Some(run)) => {
+                if let Some(request) = self.samples.as_mut().and_then(|s| s.act(action)) {
+                    return vec![samples_effect(run, request)];
+                }
+            }
+            (View::Workers, _) => {
+                if let Some(w) = self.workers.as_mut() {
+                    w.act(action);
+                }
+            }
+            (View::Events, _) => {
+                if let Some(e) = self.events.as_mut() {
+                    e.act(action);
+                }
+            }
+            _ => {}
+        }
+        vec![]
+    }
+
+    fn back(&mut self) {
+        if self.replay.is_some() && self.view != View::Runs {
+            self.replay = None;
+            self.notice = Some("replay left: following the newest step".into());
+            self.sync_as_of();
+            return;
+        }
+        match self.view {
+            View::Runs => {
+                if !self.runs.filter.is_empty() {
+                    self.runs.set_filter(String::new());
+                } else {
+                    self.status = None;
+                    self.notice = None;
+                }
+            }
+            View::Dashboard => self.view = View::Runs,
+            _ => self.view = View::Dashboard,
+        }
+    }
+
+    fn refresh(&mut self) -> Vec<Effect> {
+        let Some(run) = self.open.as_ref().map(|o| o.id) else {
+            return vec![Effect::LoadRuns];
+        };
+        match self.view {
+            View::Runs => vec![Effect::LoadRuns],
+            View::Dashboard => self.series_loads(),
+            View::Samples => {
+                let mut effects = vec![Effect::LoadSampleSteps(run)];
+                if let Some(r) = self.samples.as_mut().and_then(|s| s.act(Action::Refresh)) {
+                    effects.push(samples_effect(run, r));
+                }
+                effects
+            }
+            View::Workers | View::Events => vec![Effect::LoadEvents(run)],
+        }
+    }
+
+    /// Series reads for the dashboard: the open run, and the runs overlaid on it.
+    fn series_loads(&self) -> Vec<Effect> {
+        match &self.dashboard {
+            Some(d) => d.runs().into_iter().map(Effect::LoadSeries).collect(),
+            None => vec![],
+        }
+    }
+
+    pub(super) fn go_to_view(&mut self, n: u8) -> Vec<Effect> {
+        let Some(view) = View::ALL.get(usize::from(n).wrapping_sub(1)).copied() else {
+            return vec![];
+        };
+        let Some(run) = self.open.as_ref().map(|o| o.id) else {
+            if view != View::Runs {
+                self.notice = Some("open a run first (Enter on the runs list)".into());
+            }
+            self.view = View::Runs;
+            return vec![];
+        };
+        self.view = view;
+        match view {
+            View::Samples if self.samples.is_none() => {
+                self.samples = Some(SamplesView::new(run));
+                vec![Effect::LoadSampleSteps(run)]
+            }
+            View::Workers | View::Events => {
+                if self.workers.is_none() {
+                    self.workers = Some(WorkersView::new(run));
+                }
+                if self.events.is_none() {
+                    self.events = Some(EventsView::new(run));
+                }
+                vec![Effect::LoadEvents(run)]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Enter on the dashboard: the samples of the replayed step, or of the newest one.
+    fn open_samples(&mut self) -> Vec<Effect> {
+        let mut effects = self.go_to_view(3);
+        let step = self.replay_rl_step();
+        if let (Some(run), Some(s), Some(step)) = (
+            self.open.as_ref().map(|o| o.id),
+            self.samples.as_mut(),
+            step,
+        ) && let Some(request) = s.go_to(step)
+        {
+            effects.push(samples_effect(run, request));
+        }
+        effects
     }
 
     fn open_selected(&mut self) -> Vec<Effect> {
         let Some(row) = self.runs.selected_row() else {
             return vec![];
         };
-        let (id, name, live) = (row.info.id, row.info.name.clone(), row.live);
+        let open = OpenRun {
+            id: row.info.id,
+            name: row.info.name.clone(),
+            live: row.live,
+            start_ms: row.info.created_at,
+        };
         self.view = View::Dashboard;
-        if self.dashboard.as_ref().is_some_and(|d| d.run == id) {
+        if self.open.as_ref().is_some_and(|o| o.id == open.id)
+            && self.dashboard.as_ref().is_some_and(|d| d.runs().len() == 1)
+        {
             return vec![];
         }
-        self.dashboard = Some(Dashboard::new(id, name, live));
-        vec![Effect::LoadSeries(id)]
+        self.open_run(open, vec![])
+    }
+
+    /// Open `open`'s views (closing the last run's), with `overlay` runs drawn over its curves.
+    pub(super) fn open_run(&mut self, open: OpenRun, overlay: Vec<(RunId, String)>) -> Vec<Effect> {
+        let mut d = Dashboard::new(open.id, open.name.clone(), open.live);
+        for (id, name) in overlay {
+            d.overlay(id, name);
+        }
+        let effects = d.runs().into_iter().map(Effect::LoadSeries).collect();
+        self.dashboard = Some(d);
+        self.samples = None;
+        self.workers = None;
+        self.events = None;
+        self.replay = None;
+        self.timeline = Timeline::default();
+        self.open = Some(open);
+        self.view = View::Dashboard;
+        effects
     }
 
     /// Whether the terminal is too small for the views.
     pub fn too_small(&self) -> bool {
         self.size.0 < MIN_WIDTH || self.size.1 < MIN_HEIGHT
+    }
+}
+
+pub(super) fn samples_effect(run: RunId, request: super::samples::SamplesRequest) -> Effect {
+    use super::samples::SamplesRequest;
+    match request {
+        SamplesRequest::Step(step) => Effect::LoadSamples { run, step },
+        SamplesRequest::Prompt(prompt) => Effect::LoadPrompt { run, prompt },
     }
 }

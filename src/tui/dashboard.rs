@@ -3,16 +3,10 @@
 //! go where), live while the run writes. Series are kept whole; each frame draws them decimated to
 //! the panel's pixel columns with min/max, the EMA in colour over the raw series faded behind it.
 
-use ratatui::Frame;
-use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Modifier, Style};
-use ratatui::symbols::Marker;
-use ratatui::text::{Line, Span};
-use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragraph};
-
 use super::action::Action;
-use super::decimate::{Pyramid, ema, min_max_with, value_range};
-use super::theme::Theme;
+pub use super::dashboard_render::{render, short};
+use super::decimate::{Pyramid, ema};
+use super::replay::Tick;
 use crate::metrics::Series;
 use crate::plot::select::plan_charts;
 use crate::store::RunId;
@@ -35,19 +29,32 @@ pub struct Panel {
     pub lines: Vec<usize>,
 }
 
+/// A run whose series the dashboard draws: the open run first, then the ones overlaid on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub run: RunId,
+    pub name: String,
+    /// How many of the dashboard's series are this run's (they follow the earlier runs').
+    pub len: usize,
+    pub loaded: bool,
+}
+
 pub struct Dashboard {
     pub run: RunId,
     pub name: String,
+    pub parts: Vec<Part>,
+    /// The replay cursor: only points recorded until then are drawn.
+    pub as_of: Option<Tick>,
     /// The run was live when opened: its series are polled.
     pub live: bool,
     pub series: Vec<Series>,
     /// The series' steps as f64 (x values on the step axis).
-    steps: Vec<Vec<f64>>,
+    pub(super) steps: Vec<Vec<f64>>,
     /// EMA of each series at the current smoothing.
-    smoothed: Vec<Vec<f64>>,
+    pub(super) smoothed: Vec<Vec<f64>>,
     /// Block extremes of each series and of its EMA, for fast decimation.
-    raw_pyramids: Vec<Pyramid>,
-    smooth_pyramids: Vec<Pyramid>,
+    pub(super) raw_pyramids: Vec<Pyramid>,
+    pub(super) smooth_pyramids: Vec<Pyramid>,
     pub loaded: bool,
     pub filter: String,
     pub focus: usize,
@@ -65,6 +72,13 @@ impl Dashboard {
     pub fn new(run: RunId, name: String, live: bool) -> Dashboard {
         Dashboard {
             run,
+            parts: vec![Part {
+                run,
+                name: name.clone(),
+                len: 0,
+                loaded: false,
+            }],
+            as_of: None,
             name,
             live,
             series: vec![],
@@ -84,7 +98,66 @@ impl Dashboard {
         }
     }
 
+    /// Draw `run`'s series over the open run's.
+    pub fn overlay(&mut self, run: RunId, name: String) {
+        if !self.runs().contains(&run) {
+            self.parts.push(Part {
+                run,
+                name,
+                len: 0,
+                loaded: false,
+            });
+        }
+    }
+
+    /// The runs drawn: the open one first.
+    pub fn runs(&self) -> Vec<RunId> {
+        self.parts.iter().map(|p| p.run).collect()
+    }
+
+    /// The open run's series (without the overlaid runs').
+    pub fn primary_series(&self) -> &[Series] {
+        &self.series[..self.parts[0].len.min(self.series.len())]
+    }
+
+    /// The run a series belongs to.
+    pub fn part_of(&self, series: usize) -> &Part {
+        let mut end = 0;
+        for p in &self.parts {
+            end += p.len;
+            if series < end {
+                return p;
+            }
+        }
+        &self.parts[0]
+    }
+
+    /// The open run's series (when the dashboard overlays nothing).
     pub fn set_series(&mut self, series: Vec<Series>) {
+        self.set_run_series(self.run, series);
+    }
+
+    /// New series of one of the drawn runs; the others' are kept.
+    pub fn set_run_series(&mut self, run: RunId, series: Vec<Series>) {
+        let mut old = std::mem::take(&mut self.series).into_iter();
+        let mut new = Some(series);
+        let mut all = vec![];
+        for part in &mut self.parts {
+            let kept: Vec<Series> = old.by_ref().take(part.len).collect();
+            if part.run == run
+                && let Some(series) = new.take()
+            {
+                part.len = series.len();
+                part.loaded = true;
+                all.extend(series);
+            } else {
+                all.extend(kept);
+            }
+        }
+        self.rebuild(all);
+    }
+
+    fn rebuild(&mut self, series: Vec<Series>) {
         self.steps = series
             .iter()
             .map(|s| s.steps.iter().map(|&x| x as f64).collect())
@@ -92,7 +165,7 @@ impl Dashboard {
         self.raw_pyramids = series.iter().map(|s| Pyramid::new(&s.values)).collect();
         self.series = series;
         self.smooth();
-        self.loaded = true;
+        self.loaded = self.parts.iter().all(|p| p.loaded);
         self.focus = self.focus.min(self.panels().len().saturating_sub(1));
     }
 
@@ -131,7 +204,7 @@ impl Dashboard {
             .collect()
     }
 
-    fn xs(&self, i: usize) -> &[f64] {
+    pub(super) fn xs(&self, i: usize) -> &[f64] {
         match self.x_axis {
             XAxis::Step => &self.steps[i],
             XAxis::WallTime => &self.series[i].wall_time,
@@ -143,6 +216,25 @@ impl Dashboard {
         (0..self.series.len())
             .filter_map(|i| Some((*self.xs(i).first()?, *self.xs(i).last()?)))
             .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+    }
+
+    /// How many of series `i`'s points are drawn: those recorded until the replay cursor.
+    pub fn visible_len(&self, i: usize) -> usize {
+        let s = &self.series[i];
+        match &self.as_of {
+            None => s.len(),
+            Some(t) => s.wall_time.partition_point(|&w| w <= t.wall + 1e-9),
+        }
+    }
+
+    /// Series `i`'s value at the replay cursor (or its newest), with its step.
+    pub fn value_now(&self, i: usize) -> Option<(u64, f64)> {
+        let n = self.visible_len(i);
+        let s = &self.series[i];
+        (0..n)
+            .rev()
+            .find(|&j| s.values[j].is_finite())
+            .map(|j| (s.steps[j], s.values[j]))
     }
 
     /// The visible x window.
@@ -209,185 +301,6 @@ impl Dashboard {
             _ => {}
         }
     }
-}
-
-/// A number for an axis label or legend, short.
-pub fn short(v: f64) -> String {
-    let a = v.abs();
-    if a != 0.0 && !(0.01..10_000.0).contains(&a) {
-        format!("{v:.1e}")
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
-pub fn render(frame: &mut Frame, area: Rect, d: &Dashboard, spinner: &str, theme: &Theme) {
-    let [head, body] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
-    let state = match (d.live, d.frozen) {
-        (true, false) => Span::styled("● live", theme.good),
-        (true, true) => Span::styled("❚❚ frozen", theme.muted),
-        (false, _) => Span::styled("stored", theme.muted),
-    };
-    let x = match d.x_axis {
-        XAxis::Step => "step",
-        XAxis::WallTime => "wall time (s)",
-    };
-    let mut spans = vec![
-        Span::styled(format!(" {} ", d.name), theme.title),
-        state,
-        Span::styled(
-            format!(
-                " · x: {x} · smoothing {:.2} · zoom {}",
-                d.smoothing,
-                if d.zoom >= 1.0 {
-                    "all".to_string()
-                } else {
-                    format!("1/{:.0}", 1.0 / d.zoom)
-                }
-            ),
-            theme.muted,
-        ),
-    ];
-    if !d.filter.is_empty() {
-        spans.push(Span::styled(
-            format!(" · filter: {}", d.filter),
-            theme.muted,
-        ));
-    }
-    frame.render_widget(Paragraph::new(Line::from(spans)), head);
-    if !d.loaded {
-        let text = format!("{spinner} loading {}'s series…", d.name);
-        frame.render_widget(Paragraph::new(text).style(theme.muted), body);
-        return;
-    }
-    let panels = d.panels();
-    if panels.is_empty() {
-        let text = if d.series.is_empty() {
-            "No metrics recorded yet."
-        } else {
-            "No panel matches the filter (Esc clears it)."
-        };
-        frame.render_widget(Paragraph::new(text).style(theme.muted), body);
-        return;
-    }
-    if d.expanded {
-        let focus = d.focus.min(panels.len() - 1);
-        render_panel(frame, body, d, &panels[focus], true, theme);
-        return;
-    }
-    let cols: usize = if body.width >= 150 { 3 } else { 2 };
-    let rows = panels.len().div_ceil(cols);
-    let row_areas = Layout::vertical(vec![Constraint::Ratio(1, rows as u32); rows]).split(body);
-    for (r, row_area) in row_areas.iter().enumerate() {
-        let cells =
-            Layout::horizontal(vec![Constraint::Ratio(1, cols as u32); cols]).split(*row_area);
-        for (c, cell) in cells.iter().enumerate() {
-            let i = r * cols + c;
-            if let Some(p) = panels.get(i) {
-                render_panel(frame, *cell, d, p, i == d.focus, theme);
-            }
-        }
-    }
-}
-
-fn render_panel(
-    frame: &mut Frame,
-    area: Rect,
-    d: &Dashboard,
-    panel: &Panel,
-    focused: bool,
-    theme: &Theme,
-) {
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_style(if focused {
-            theme.focus_border
-        } else {
-            theme.border
-        })
-        .title(Span::styled(format!(" {} ", panel.title), theme.title));
-    let Some(window) = d.window() else {
-        frame.render_widget(block, area);
-        return;
-    };
-    // Braille cells are two dots wide; the y labels take about 8 columns.
-    let columns = (area.width.saturating_sub(10) as usize * 2).max(1);
-    let mut raw: Vec<Vec<(f64, f64)>> = vec![];
-    let mut smooth: Vec<Vec<(f64, f64)>> = vec![];
-    for &i in &panel.lines {
-        let xs = d.xs(i);
-        let (values, pyramid) = (&d.series[i].values, &d.raw_pyramids[i]);
-        raw.push(min_max_with(xs, values, pyramid, window, columns));
-        if d.smoothing > 0.0 {
-            let (values, pyramid) = (&d.smoothed[i], &d.smooth_pyramids[i]);
-            smooth.push(min_max_with(xs, values, pyramid, window, columns));
-        }
-    }
-    let (lo, hi) = raw
-        .iter()
-        .chain(&smooth)
-        .filter_map(|p| value_range(p))
-        .reduce(|(a, b), (c, e)| (a.min(c), b.max(e)))
-        .unwrap_or((0.0, 1.0));
-    let pad = ((hi - lo) * 0.05).max(1e-9);
-    let (lo, hi) = (lo - pad, hi + pad);
-    let mut datasets = vec![];
-    for (n, &i) in panel.lines.iter().enumerate() {
-        let color = theme.series_color(n);
-        let s = &d.series[i];
-        let last = s.values.iter().rev().find(|v| v.is_finite()).copied();
-        let name = format!(
-            "{} {}",
-            s.key,
-            last.map(short).unwrap_or_else(|| "-".into())
-        );
-        let faded = d.smoothing > 0.0;
-        let raw_style = if faded {
-            Style::default().fg(color).add_modifier(Modifier::DIM)
-        } else {
-            Style::default().fg(color)
-        };
-        let mut raw_set = Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(raw_style)
-            .data(&raw[n]);
-        if !faded {
-            raw_set = raw_set.name(name.clone());
-        }
-        datasets.push(raw_set);
-        if faded {
-            datasets.push(
-                Dataset::default()
-                    .name(name)
-                    .marker(Marker::Braille)
-                    .graph_type(GraphType::Line)
-                    .style(Style::default().fg(color))
-                    .data(&smooth[n]),
-            );
-        }
-    }
-    let (x0, x1) = window;
-    let x_labels = [short(x0), short((x0 + x1) / 2.0), short(x1)];
-    let y_labels = [short(lo), short((lo + hi) / 2.0), short(hi)];
-    let chart = Chart::new(datasets)
-        .block(block)
-        .x_axis(
-            Axis::default()
-                .bounds([x0, x1])
-                .labels(x_labels)
-                .style(theme.muted),
-        )
-        .y_axis(
-            Axis::default()
-                .bounds([lo, hi])
-                .labels(y_labels)
-                .style(theme.muted),
-        )
-        .hidden_legend_constraints((Constraint::Percentage(60), Constraint::Percentage(60)));
-    frame.render_widget(chart, area);
 }
 
 #[cfg(test)]

@@ -1,11 +1,19 @@
-//! Reads the workbench asks for, run on the async runtime so the screen never waits on the store:
-//! each turns an [`Effect`] into the [`Msg`] that carries its answer (or its error as text).
+//! The workbench's side effects, run on the async runtime so the screen never waits: store reads,
+//! starting `roll-tui run`/`resume` detached, signalling runs, exports. Each answers with the
+//! [`Msg`]s that carry its outcome (an error as text, for the status line).
 
 use std::path::{Path, PathBuf};
 
+use tokio::sync::mpsc::UnboundedSender;
+
 use super::app::{Effect, Msg};
+use super::commands::{self, Started};
+use super::launch::{CONFIG_DIRS, find_configs};
 use super::runs::RunRow;
-use crate::store::{OpenMode, Store, StoreError};
+use super::samples::STAGE;
+use crate::store::liveness::is_stopped;
+use crate::store::reads::SampleFilter;
+use crate::store::{OpenMode, RunId, Store, StoreError};
 
 /// The store, opened on first use: a workbench started before any run has no file to open yet.
 pub struct Loader {
@@ -24,7 +32,7 @@ impl Loader {
     async fn store(&self) -> Result<&Store, String> {
         if !self.path.exists() {
             return Err(format!(
-                "no store at '{}' yet: `roll-tui run CONFIG` creates it",
+                "no store at '{}' yet: start a run (n) to create it",
                 self.path.display()
             ));
         }
@@ -34,35 +42,195 @@ impl Loader {
             .map_err(|e| e.to_string())
     }
 
-    /// Carry out `effect`; the answer as a message for the app.
+    /// Carry out `effect`, sending its answers to `tx`.
+    pub async fn carry_out(&self, effect: Effect, tx: &UnboundedSender<Msg>) {
+        match effect {
+            Effect::Launch { config, overrides } => {
+                let mut args = vec!["run".to_string(), config.display().to_string()];
+                args.extend(overrides);
+                args.push("--quiet".into());
+                let stem = config
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "run".into());
+                self.start(&args, &stem, tx);
+            }
+            Effect::Resume { run } => {
+                let args = vec!["resume".to_string(), run.clone(), "--quiet".into()];
+                self.start(&args, &format!("resume-{run}"), tx);
+            }
+            other => {
+                let _ = tx.send(self.load(other).await);
+            }
+        }
+    }
+
+    /// Start a detached `roll-tui` command; report its start now and its end when it comes.
+    fn start(&self, args: &[String], log_stem: &str, tx: &UnboundedSender<Msg>) {
+        let stem: String = log_stem
+            .chars()
+            .map(|c| {
+                if c.is_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        match commands::spawn_detached(&self.path, args, &stem) {
+            Err(e) => {
+                let _ = tx.send(Msg::Started(Err(e)));
+            }
+            Ok((started, mut child)) => {
+                let Started { pid, log, .. } = started.clone();
+                let _ = tx.send(Msg::Started(Ok(started)));
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let code = child.wait().await.ok().and_then(|s| s.code());
+                    let tail = commands::log_tail(&log, 3);
+                    let _ = tx.send(Msg::Exited { pid, code, tail });
+                });
+            }
+        }
+    }
+
+    /// Carry out a read (or a signal or export); the answer as a message for the app.
     pub async fn load(&self, effect: Effect) -> Msg {
         match effect {
             Effect::LoadRuns => Msg::RunsLoaded(self.runs().await),
             Effect::LoadSeries(run) => Msg::SeriesLoaded {
                 run,
-                result: match self.store().await {
-                    Ok(store) => store
-                        .load_series(run, None)
-                        .await
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e),
-                },
+                result: self
+                    .read(|s| async move { s.load_series(run, None).await })
+                    .await,
             },
+            Effect::LoadSampleSteps(run) => Msg::SampleStepsLoaded {
+                run,
+                result: self
+                    .read(|s| async move { s.sample_steps(run, STAGE).await })
+                    .await,
+            },
+            Effect::LoadSamples { run, step } => Msg::SamplesLoaded {
+                run,
+                step,
+                result: self
+                    .samples(
+                        run,
+                        SampleFilter {
+                            step: Some(step),
+                            ..Default::default()
+                        },
+                    )
+                    .await,
+            },
+            Effect::LoadPrompt { run, prompt } => Msg::PromptLoaded {
+                run,
+                result: self
+                    .samples(
+                        run,
+                        SampleFilter {
+                            prompt: Some(prompt.clone()),
+                            ..Default::default()
+                        },
+                    )
+                    .await,
+                prompt,
+            },
+            Effect::LoadEvents(run) => Msg::EventsLoaded {
+                run,
+                result: self
+                    .read(
+                        |s| async move { Ok((Box::new(s.run(run).await?), s.events(run).await?)) },
+                    )
+                    .await,
+            },
+            Effect::FindConfigs => {
+                let dirs: Vec<PathBuf> = CONFIG_DIRS.iter().map(PathBuf::from).collect();
+                Msg::ConfigsFound(find_configs(&dirs))
+            }
+            Effect::Signal { pid, signal } => Msg::Done(
+                commands::signal(pid, signal).map(|_| format!("sent {signal:?} to pid {pid}")),
+            ),
+            Effect::Export {
+                run,
+                name,
+                keys,
+                out,
+            } => Msg::Done(self.export(run, name, keys, out).await),
+            Effect::Launch { .. } | Effect::Resume { .. } => {
+                Msg::Done(Err("internal: a start is not a read".into()))
+            }
         }
     }
 
-    async fn runs(&self) -> Result<Vec<RunRow>, String> {
+    async fn read<'a, T, F, Fut>(&'a self, f: F) -> Result<T, String>
+    where
+        F: FnOnce(&'a Store) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
         let store = self.store().await?;
-        let read = async {
+        f(store).await.map_err(|e| e.to_string())
+    }
+
+    async fn samples(
+        &self,
+        run: RunId,
+        filter: SampleFilter,
+    ) -> Result<Vec<crate::metrics::SampleRecord>, String> {
+        let filter = SampleFilter {
+            stage: Some(STAGE.into()),
+            ..filter
+        };
+        self.read(|s| async move { s.samples(run, &filter).await })
+            .await
+    }
+
+    async fn runs(&self) -> Result<Vec<RunRow>, String> {
+        self.read(|store| async move {
             let mut rows = vec![];
             for info in store.list_runs().await? {
                 let series = store.list_series(info.id).await?;
                 let live = info.is_active();
-                rows.push(RunRow::new(info, live, &series));
+                let pid = info.local_pid();
+                let mut row = RunRow::new(info, live, &series);
+                row.pid = pid;
+                row.paused = pid.and_then(is_stopped) == Some(true);
+                rows.push(row);
             }
-            Ok::<_, StoreError>(rows)
-        };
-        read.await.map_err(|e| e.to_string())
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn export(
+        &self,
+        run: RunId,
+        name: String,
+        keys: Option<Vec<(String, String)>>,
+        out: PathBuf,
+    ) -> Result<String, String> {
+        let mut series = self
+            .read(|s| async move { s.load_series(run, None).await })
+            .await?;
+        if let Some(keys) = &keys {
+            series.retain(|s| keys.iter().any(|(st, k)| *st == s.stage && *k == s.key));
+        }
+        if series.is_empty() {
+            return Err(format!("'{name}' has no metrics to export"));
+        }
+        let dir = out.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let opts = crate::plot::ExportOptions::default();
+            crate::plot::export_run(&name, &series, &dir, &opts)
+        })
+        .await
+        .map_err(|e| format!("export: {e}"))?
+        .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "wrote {} files to '{}'",
+            written.len(),
+            out.display()
+        ))
     }
 
     pub async fn close(&self) {

@@ -25,6 +25,10 @@ pub struct RunRow {
     pub accuracy: Option<f64>,
     /// The last `sft/loss`.
     pub sft_loss: Option<f64>,
+    /// The run's process, when it is live on this machine (it can be paused and stopped from here).
+    pub pid: Option<u32>,
+    /// The run's process is stopped (paused from the workbench).
+    pub paused: bool,
 }
 
 /// The mean of the last values of the rl series `<prefix>/<domain>/<suffix>`.
@@ -49,6 +53,8 @@ impl RunRow {
                 .iter()
                 .find(|s| s.key == "sft/loss")
                 .and_then(|s| s.last_value),
+            pid: None,
+            paused: false,
         }
     }
 
@@ -222,6 +228,7 @@ fn status_style(row: &RunRow, theme: &Theme) -> Style {
 fn status_text(row: &RunRow) -> &'static str {
     match row.info.status {
         RunStatus::Running if !row.live => "stale",
+        RunStatus::Running if row.paused => "paused",
         s => s.as_str(),
     }
 }
@@ -258,7 +265,7 @@ pub fn render(
     let visible = view.visible();
     if visible.is_empty() {
         let text = if view.rows.is_empty() {
-            "No runs in this store yet. Start one with `roll-tui run CONFIG`."
+            "No runs in this store yet. Press n to start one from a config (or `roll-tui run CONFIG`)."
         } else {
             "No run matches the filter (Esc clears it)."
         };
@@ -315,6 +322,24 @@ pub fn render(
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// Screen rows above the first run: the tabs, the table's border and its header.
+const ROWS_ABOVE: u16 = 3;
+
+/// The index (into [`RunsView::visible`]) of the run drawn on screen row `row`, for mouse clicks,
+/// on a screen `height` rows tall. The table scrolls as ratatui scrolls a fresh [`TableState`]:
+/// just far enough to show the selection.
+pub fn row_at(view: &RunsView, height: u16, row: u16) -> Option<usize> {
+    // The body is the screen less the tabs and status lines; the table less its borders and header.
+    let shown = usize::from(height.saturating_sub(2).saturating_sub(3));
+    let offset = match view.selected_index() {
+        Some(s) if shown > 0 && s >= shown => s + 1 - shown,
+        _ => 0,
+    };
+    let at = usize::from(row.checked_sub(ROWS_ABOVE)?);
+    let index = offset + at;
+    (at < shown && index < view.visible().len()).then_some(index)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -350,6 +375,8 @@ pub(crate) mod tests {
             reward: Some(0.5),
             accuracy: None,
             sft_loss: Some(1.25),
+            pid: None,
+            paused: false,
         }
     }
 

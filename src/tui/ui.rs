@@ -1,32 +1,55 @@
 //! Drawing the whole screen from the [`App`] state: the view tabs, the current view, the status
-//! line (the filter being typed, the last error, the keys that matter most), the help overlay, and
-//! the message shown instead when the terminal is too small.
+//! line (the filter being typed, replay, the last error or notice, the keys that matter most), the
+//! modal layers (help, palette, new-run form, confirmations), and the message shown instead when
+//! the terminal is too small.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Row, Table, Tabs};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Row, Table, Tabs, Wrap};
 
 use super::action::help_lines;
 use super::app::{App, MIN_HEIGHT, MIN_WIDTH, View};
+use super::control::Confirm;
+use super::replay::SPEEDS;
 use super::theme::Theme;
-use super::{dashboard, runs};
+use super::{dashboard, events, launch, palette, runs, samples, workers};
 
 const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
+/// The tab titles, in view order.
+fn tab_titles() -> Vec<String> {
+    View::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{} {}", i + 1, v.title()))
+        .collect()
+}
+
+/// The view number (1-based) of the tab drawn at `column` of the tab line.
+pub fn tab_at(column: u16) -> Option<u8> {
+    // Tabs draws " title " for each, separated by a one-column divider.
+    let mut x = 0u16;
+    for (i, t) in tab_titles().iter().enumerate() {
+        let width = t.chars().count() as u16 + 2;
+        if column < x + width {
+            return u8::try_from(i + 1).ok();
+        }
+        x += width + 1;
+    }
+    None
+}
+
 /// Draw `app` on `frame`; `now_ms` is the clock for ages (fixed in tests).
 pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
-    let theme = Theme::default();
+    let theme = &app.theme;
     let area = frame.area();
     if app.too_small() {
         let text = format!(
             "The terminal is {}×{}; roll-tui needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Enlarge it, or press q to quit.",
             area.width, area.height
         );
-        frame.render_widget(
-            Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }),
-            area,
-        );
+        frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
         return;
     }
     let [tabs, body, status] = Layout::vertical([
@@ -35,17 +58,9 @@ pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
         Constraint::Length(1),
     ])
     .areas(area);
-    let titles: Vec<String> = [View::Runs, View::Dashboard]
-        .iter()
-        .enumerate()
-        .map(|(i, v)| format!("{} {}", i + 1, v.title()))
-        .collect();
-    let selected = match app.view {
-        View::Runs => 0,
-        View::Dashboard => 1,
-    };
+    let selected = View::ALL.iter().position(|v| *v == app.view).unwrap_or(0);
     frame.render_widget(
-        Tabs::new(titles)
+        Tabs::new(tab_titles())
             .select(selected)
             .style(theme.muted)
             .highlight_style(theme.title)
@@ -53,14 +68,56 @@ pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
         tabs,
     );
     let spinner = SPINNER[(app.ticks as usize) % SPINNER.len()];
-    match (app.view, &app.dashboard) {
-        (View::Dashboard, Some(d)) => dashboard::render(frame, body, d, spinner, &theme),
-        _ => runs::render(frame, body, &app.runs, now_ms, spinner, &theme),
+    let cursor = app.cursor();
+    let start_ms = app.open.as_ref().map_or(0, |o| o.start_ms);
+    match app.view {
+        View::Runs => runs::render(frame, body, &app.runs, now_ms, spinner, theme),
+        View::Dashboard => match &app.dashboard {
+            Some(d) => dashboard::render(frame, body, d, spinner, theme),
+            None => no_run(frame, body, theme),
+        },
+        View::Samples => match &app.samples {
+            Some(s) => samples::render(frame, body, s, spinner, theme),
+            None => no_run(frame, body, theme),
+        },
+        View::Workers => match &app.workers {
+            Some(w) => workers::render(frame, body, w, cursor, now_ms, spinner, theme),
+            None => no_run(frame, body, theme),
+        },
+        View::Events => match &app.events {
+            Some(e) => events::render(
+                frame,
+                body,
+                e,
+                cursor.map(|c| c.at_ms),
+                start_ms,
+                spinner,
+                theme,
+            ),
+            None => no_run(frame, body, theme),
+        },
     }
-    frame.render_widget(Paragraph::new(status_line(app, &theme)), status);
+    frame.render_widget(Paragraph::new(status_line(app, theme)), status);
+    if let Some(form) = &app.form {
+        launch::render(frame, body, form, theme);
+    }
+    if let Some(p) = &app.palette {
+        palette::render(frame, body, p, theme);
+    }
+    if let Some(c) = &app.confirm {
+        render_confirm(frame, body, c, theme);
+    }
     if app.help {
-        render_help(frame, body, app, &theme);
+        render_help(frame, body, app, theme);
     }
+}
+
+fn no_run(frame: &mut Frame, area: Rect, theme: &Theme) {
+    frame.render_widget(
+        Paragraph::new("No run is open: choose one on the runs list (1) and press Enter.")
+            .style(theme.muted),
+        area,
+    );
 }
 
 fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
@@ -72,37 +129,151 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
             Span::styled("  Enter keeps it · Esc clears it", theme.muted),
         ]);
     }
+    let mut spans = vec![];
+    if app.view != View::Runs
+        && let (Some(r), Some(tick)) = (
+            &app.replay,
+            app.replay.as_ref().and_then(|r| r.tick(&app.timeline)),
+        )
+    {
+        let state = if r.playing { "▶" } else { "❚❚" };
+        spans.push(Span::styled(
+            format!(
+                " {state} replay {} step {} ({}/{}) · {} steps/s ",
+                tick.stage,
+                tick.step,
+                r.index + 1,
+                app.timeline.len(),
+                SPEEDS[r.speed]
+            ),
+            theme.selected,
+        ));
+        spans.push(Span::raw(" "));
+    }
     if let Some(status) = &app.status {
-        return Line::from(Span::styled(status.as_str(), theme.bad));
+        spans.push(Span::styled(status.as_str(), theme.bad));
+        return Line::from(spans);
+    }
+    if let Some(notice) = &app.notice {
+        spans.push(Span::styled(notice.as_str(), theme.good));
+        return Line::from(spans);
     }
     let hint = match app.view {
-        View::Runs => "Enter open · Space mark · s sort · / filter · ? help · q quit",
+        View::Runs => {
+            "Enter open · n new · X stop · p pause · r resume · c compare · : command · ? help"
+        }
         View::Dashboard => {
-            "Tab panel · e expand · + - = zoom · h l pan · [ ] smooth · w x-axis · f freeze · Esc back · ? help"
+            "Tab panel · e expand · + - zoom · [ ] smooth · r replay · Enter samples · ? help"
+        }
+        View::Samples => {
+            "h l step · j k sample · Enter whole · f follow · / search · Tab domain · ? help"
+        }
+        View::Workers => "Tab workers/devices · j k select · r replay · Esc back · ? help",
+        View::Events => {
+            "Tab kind · / filter · j k scroll · G newest · r replay · Esc back · ? help"
         }
     };
-    Line::from(Span::styled(hint, theme.muted))
+    spans.push(Span::styled(hint, theme.muted));
+    Line::from(spans)
+}
+
+fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let [popup] = Layout::vertical([Constraint::Length(height.min(area.height))])
+        .flex(Flex::Center)
+        .areas(area);
+    let [popup] = Layout::horizontal([Constraint::Length(width.min(area.width))])
+        .flex(Flex::Center)
+        .areas(popup);
+    popup
+}
+
+fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Theme) {
+    let (title, lines): (&str, Vec<Line>) = match confirm {
+        Confirm::Quit { runs } => {
+            let mut lines = vec![Line::from(format!(
+                "{} started here {} still running:",
+                runs.len(),
+                if runs.len() == 1 { "is" } else { "are" }
+            ))];
+            for r in runs {
+                lines.push(Line::from(Span::styled(
+                    format!("  roll-tui {} (pid {})", r.what, r.pid),
+                    theme.muted,
+                )));
+            }
+            lines.push(Line::from(""));
+            lines.push(Line::from(vec![
+                Span::styled("c", theme.title),
+                Span::raw(" quit, the runs continue headless (logs in roll-logs/)"),
+            ]));
+            lines.push(Line::from(vec![
+                Span::styled("s", theme.title),
+                Span::raw(" stop them after their step (they checkpoint) and quit"),
+            ]));
+            lines.push(Line::from(vec![
+                Span::styled("Esc", theme.title),
+                Span::raw(" stay"),
+            ]));
+            (" quit? ", lines)
+        }
+        Confirm::Stop { name, pid } => (
+            " stop? ",
+            vec![
+                Line::from(format!(
+                    "Stop '{name}' (pid {pid})? It finishes its step and writes a checkpoint;"
+                )),
+                Line::from("`r` on the runs list resumes it later."),
+                Line::from(""),
+                Line::from(vec![
+                    Span::styled("y", theme.title),
+                    Span::raw(" stop · "),
+                    Span::styled("any other key", theme.title),
+                    Span::raw(" keep it running"),
+                ]),
+            ],
+        ),
+    };
+    let popup = centered(area, 76, lines.len() as u16 + 2);
+    frame.render_widget(Clear, popup);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .border_style(theme.focus_border)
+                .title(title),
+        ),
+        popup,
+    );
 }
 
 fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let lines = help_lines(app.keys(), app.view.scope());
-    let height = (lines.len() as u16 + 2).min(area.height);
-    let [popup] = Layout::vertical([Constraint::Length(height)])
-        .flex(Flex::Center)
-        .areas(area);
-    let [popup] = Layout::horizontal([Constraint::Length(76.min(area.width))])
-        .flex(Flex::Center)
-        .areas(popup);
-    let rows: Vec<Row> = lines
-        .into_iter()
-        .map(|(keys, what)| Row::new([Span::styled(keys, theme.title), Span::raw(what)]))
-        .collect();
-    let table = Table::new(rows, [Constraint::Length(16), Constraint::Min(10)]).block(
-        Block::default()
-            .borders(Borders::ALL)
-            .border_style(theme.focus_border)
-            .title(format!(" keys: {} (Esc closes) ", app.view.title())),
-    );
+    // Two columns when one does not fit the height.
+    let rows_fit = area.height.saturating_sub(2) as usize;
+    let columns = if lines.len() > rows_fit { 2 } else { 1 };
+    let per_column = lines.len().div_ceil(columns);
+    let width = if columns == 2 { area.width } else { 76 };
+    let popup = centered(area, width, per_column as u16 + 2);
     frame.render_widget(Clear, popup);
-    frame.render_widget(table, popup);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.focus_border)
+        .title(format!(" keys: {} (Esc closes) ", app.view.title()));
+    let inner = block.inner(popup);
+    frame.render_widget(block, popup);
+    let areas =
+        Layout::horizontal(vec![Constraint::Ratio(1, columns as u32); columns]).split(inner);
+    for (chunk, column) in lines.chunks(per_column.max(1)).zip(areas.iter()) {
+        let rows: Vec<Row> = chunk
+            .iter()
+            .map(|(keys, what)| {
+                Row::new([Span::styled(keys.clone(), theme.title), Span::raw(*what)])
+            })
+            .collect();
+        let key_width = if columns == 2 { 11 } else { 16 };
+        frame.render_widget(
+            Table::new(rows, [Constraint::Length(key_width), Constraint::Min(10)]),
+            *column,
+        );
+    }
 }

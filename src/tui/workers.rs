@@ -13,7 +13,7 @@ pub mod alarms;
 pub mod devices;
 pub mod rows;
 
-pub use alarms::{Alarm, AlarmKind, StepRef, alarms};
+pub use alarms::{Alarm, AlarmKind, StepRef, alarm_series, alarms};
 pub use rows::{WorkerRow, WorkerState, parse_pid, role_of, worker_rows};
 
 use super::action::Action;

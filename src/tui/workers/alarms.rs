@@ -44,6 +44,15 @@ pub const ENTROPY_KEY: &str = "actor/entropy";
 pub const FLAT_KEY: &str = "group/frac_zero_std";
 /// The series whose wall times place an event on a step.
 const STEP_KEY: &str = "time/step";
+
+/// The series the alarms read: the rest of a run's series need not be handed to the view.
+pub fn alarm_series(series: &[Series]) -> Vec<Series> {
+    series
+        .iter()
+        .filter(|s| [ENTROPY_KEY, FLAT_KEY, STEP_KEY].contains(&s.key.as_str()))
+        .cloned()
+        .collect()
+}
 /// What the store writes when it finds a running run's process gone.
 pub(crate) const MARKED_INTERRUPTED: &str = "run marked interrupted";
 

@@ -1,0 +1,338 @@
+//! Steering runs from the workbench: the new-run form, stop (with a confirmation), pause and
+//! continue, resume from the last checkpoint, comparing marked runs, exports, and quitting while
+//! runs started here are still going (they continue headless or stop: the user chooses).
+
+use std::path::PathBuf;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::app::{App, Effect, OpenRun, View};
+use super::commands::{RunSignal, Started};
+use super::launch::{FormOutcome, LaunchForm};
+use crate::store::RunStatus;
+
+/// A question the workbench waits on before it acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirm {
+    /// Quit while runs started here are live: keep them going headless, or stop them.
+    Quit { runs: Vec<Started> },
+    /// Stop a live run (it checkpoints after its step).
+    Stop { pid: u32, name: String },
+}
+
+/// Where exports go, relative to the working directory.
+pub const EXPORT_DIR: &str = "exports";
+
+/// A file-name-safe form of `text`.
+fn slug(text: &str) -> String {
+    let s: String = text
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    s.split('-')
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+impl App {
+    pub(super) fn ask_quit(&mut self) -> Vec<Effect> {
+        if self.started.is_empty() {
+            self.quit = true;
+        } else {
+            self.confirm = Some(Confirm::Quit {
+                runs: self.started.clone(),
+            });
+        }
+        vec![]
+    }
+
+    pub(super) fn confirm_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        let Some(confirm) = self.confirm.take() else {
+            return vec![];
+        };
+        let ctrl_c =
+            key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
+        match (confirm, key.code) {
+            (Confirm::Quit { .. }, KeyCode::Char('c' | 'k')) if !ctrl_c => {
+                self.quit = true;
+                vec![]
+            }
+            (Confirm::Quit { runs }, KeyCode::Char('s')) => {
+                self.quit = true;
+                runs.iter()
+                    .map(|s| Effect::Signal {
+                        pid: s.pid,
+                        signal: RunSignal::Stop,
+                    })
+                    .collect()
+            }
+            (Confirm::Stop { pid, name }, KeyCode::Char('y')) => {
+                self.notice = Some(format!(
+                    "stopping '{name}' after its step (it writes a checkpoint)"
+                ));
+                vec![Effect::Signal {
+                    pid,
+                    signal: RunSignal::Stop,
+                }]
+            }
+            // Anything else (Esc, n, Ctrl-C) answers no.
+            _ => vec![],
+        }
+    }
+
+    pub(super) fn configs_found(&mut self, configs: Vec<PathBuf>) {
+        let taken = self.runs.rows.iter().map(|r| r.info.name.clone()).collect();
+        self.form = Some(LaunchForm::new(configs, taken));
+    }
+
+    pub(super) fn form_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        let Some(form) = self.form.as_mut() else {
+            return vec![];
+        };
+        match form.key(key) {
+            FormOutcome::Stay => vec![],
+            FormOutcome::Cancel => {
+                self.form = None;
+                vec![]
+            }
+            FormOutcome::Launch {
+                config,
+                overrides,
+                name,
+            } => {
+                self.form = None;
+                self.view = View::Runs;
+                self.notice = Some(format!("starting '{name}'…"));
+                self.pending_open = Some(name);
+                vec![Effect::Launch { config, overrides }]
+            }
+        }
+    }
+
+    pub(super) fn started(&mut self, started: Result<Started, String>) {
+        match started {
+            Ok(s) => {
+                self.notice = Some(format!(
+                    "started `roll-tui {}` (pid {}, log {})",
+                    s.what,
+                    s.pid,
+                    s.log.display()
+                ));
+                self.started.push(s);
+            }
+            Err(e) => {
+                self.pending_open = None;
+                self.status = Some(e);
+            }
+        }
+    }
+
+    pub(super) fn exited(&mut self, pid: u32, code: Option<i32>, tail: String) -> Vec<Effect> {
+        let Some(at) = self.started.iter().position(|s| s.pid == pid) else {
+            return vec![];
+        };
+        let s = self.started.remove(at);
+        match code {
+            Some(0) => self.notice = Some(format!("`roll-tui {}` finished", s.what)),
+            Some(crate::cli::EXIT_INTERRUPTED) => {
+                self.notice = Some(format!("`roll-tui {}` stopped", s.what))
+            }
+            other => {
+                self.pending_open = None;
+                let how = other.map_or("was killed".to_string(), |c| format!("exited with {c}"));
+                self.status = Some(format!(
+                    "`roll-tui {}` {how}: {tail} (log: {})",
+                    s.what,
+                    s.log.display()
+                ));
+            }
+        }
+        vec![Effect::LoadRuns]
+    }
+
+    /// Open the run started from here as soon as the store lists it.
+    pub(super) fn open_pending(&mut self) -> Vec<Effect> {
+        let mut effects = vec![];
+        // The open run ended: stop polling it, and read it once more to the end.
+        if let Some(open) = self.open.as_mut().filter(|o| o.live)
+            && let Some(row) = self.runs.rows.iter().find(|r| r.info.id == open.id)
+            && !row.live
+        {
+            open.live = false;
+            if let Some(d) = self.dashboard.as_mut() {
+                d.live = false;
+            }
+            effects.push(Effect::LoadSeries(open.id));
+        }
+        let Some(name) = self.pending_open.clone() else {
+            return effects;
+        };
+        let Some(row) = self
+            .runs
+            .rows
+            .iter()
+            .find(|r| r.info.name == name && r.live)
+        else {
+            return effects;
+        };
+        self.pending_open = None;
+        self.runs.selected = Some(row.info.id);
+        let open = OpenRun {
+            id: row.info.id,
+            name: row.info.name.clone(),
+            live: true,
+            start_ms: row.info.created_at,
+        };
+        effects.extend(self.open_run(open, vec![]));
+        effects
+    }
+
+    /// The selected run's process, if it is live and on this machine; else says why not.
+    fn selected_process(&mut self, verb: &str) -> Option<(u32, String, bool)> {
+        let row = self.runs.selected_row()?;
+        let name = row.info.name.clone();
+        match (row.live, row.pid) {
+            (true, Some(pid)) => Some((pid, name, row.paused)),
+            (true, None) => {
+                self.status = Some(format!(
+                    "cannot {verb} '{name}': its process is not on this machine"
+                ));
+                None
+            }
+            (false, _) => {
+                self.status = Some(format!("cannot {verb} '{name}': it is not running"));
+                None
+            }
+        }
+    }
+
+    pub(super) fn ask_stop(&mut self) {
+        if let Some((pid, name, _)) = self.selected_process("stop") {
+            self.confirm = Some(Confirm::Stop { pid, name });
+        }
+    }
+
+    pub(super) fn pause(&mut self) -> Vec<Effect> {
+        let Some((pid, name, paused)) = self.selected_process("pause") else {
+            return vec![];
+        };
+        let (signal, what) = if paused {
+            (RunSignal::Continue, "continuing")
+        } else {
+            (RunSignal::Pause, "pausing")
+        };
+        self.notice = Some(format!("{what} '{name}'"));
+        vec![Effect::Signal { pid, signal }, Effect::LoadRuns]
+    }
+
+    pub(super) fn resume(&mut self) -> Vec<Effect> {
+        let Some(row) = self.runs.selected_row() else {
+            return vec![];
+        };
+        let name = row.info.name.clone();
+        if row.live {
+            self.status = Some(format!("'{name}' is running; there is nothing to resume"));
+            return vec![];
+        }
+        match row.info.status {
+            RunStatus::Finished => {
+                self.status = Some(format!("'{name}' finished; there is nothing to resume"));
+                vec![]
+            }
+            _ => {
+                self.notice = Some(format!("resuming '{name}' from its last checkpoint…"));
+                self.pending_open = Some(name.clone());
+                vec![Effect::Resume { run: name }]
+            }
+        }
+    }
+
+    /// Open the dashboard of the selected run (or the first marked one) with the other marked
+    /// runs overlaid.
+    pub(super) fn compare(&mut self) -> Vec<Effect> {
+        let marked: Vec<_> = self
+            .runs
+            .rows
+            .iter()
+            .filter(|r| self.runs.marked.contains(&r.info.id))
+            .collect();
+        if marked.len() < 2 {
+            self.status = Some("mark two or more runs with Space to compare them".into());
+            return vec![];
+        }
+        let selected = self.runs.selected;
+        let first = marked
+            .iter()
+            .find(|r| Some(r.info.id) == selected)
+            .unwrap_or(&marked[0]);
+        let open = OpenRun {
+            id: first.info.id,
+            name: first.info.name.clone(),
+            live: first.live,
+            start_ms: first.info.created_at,
+        };
+        let overlay = marked
+            .iter()
+            .filter(|r| r.info.id != open.id)
+            .map(|r| (r.info.id, r.info.name.clone()))
+            .collect();
+        self.open_run(open, overlay)
+    }
+
+    /// `E`: on the dashboard the focused panel, elsewhere the whole run.
+    pub(super) fn export(&mut self) -> Vec<Effect> {
+        let (run, name) = match (self.view, &self.open) {
+            (View::Runs, _) | (_, None) => match self.runs.selected_row() {
+                Some(r) => (r.info.id, r.info.name.clone()),
+                None => return vec![],
+            },
+            (_, Some(o)) => (o.id, o.name.clone()),
+        };
+        let out = PathBuf::from(EXPORT_DIR).join(slug(&name));
+        if self.view == View::Dashboard
+            && let Some(d) = &self.dashboard
+            && let Some(panel) = d.panels().get(d.focus)
+        {
+            let keys = panel
+                .lines
+                .iter()
+                .filter_map(|&i| d.series.get(i))
+                .map(|s| (s.stage.clone(), s.key.clone()))
+                .collect();
+            let out = out.join(slug(&panel.title));
+            self.notice = Some(format!("exporting the '{}' panel…", panel.title));
+            return vec![Effect::Export {
+                run,
+                name,
+                keys: Some(keys),
+                out,
+            }];
+        }
+        self.notice = Some(format!("exporting '{name}'…"));
+        vec![Effect::Export {
+            run,
+            name,
+            keys: None,
+            out,
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_safe_file_names() {
+        assert_eq!(slug("reward / mean (add)"), "reward-mean-add");
+        assert_eq!(slug("quickstart-2"), "quickstart-2");
+        assert_eq!(slug("../x"), "x");
+    }
+}

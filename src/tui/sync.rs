@@ -1,0 +1,189 @@
+//! Keeping the open run's views in step: answers from the loader go to the view that asked, the
+//! replay cursor moves every view to the same point of the run, and mouse clicks select.
+
+use super::app::{App, Effect, Msg, View, samples_effect};
+use super::replay::{Cursor, Replay, Timeline};
+
+impl App {
+    /// A loader answer or process notice (everything but input, ticks and the run list).
+    pub(super) fn loaded(&mut self, msg: Msg) -> Vec<Effect> {
+        let open = self.open.as_ref().map(|o| (o.id, o.start_ms));
+        let mine = |run| open.is_some_and(|(id, _)| id == run);
+        match msg {
+            Msg::SeriesLoaded { run, result } => match (self.dashboard.as_mut(), result) {
+                (Some(d), Ok(series)) if d.runs().contains(&run) => {
+                    d.set_run_series(run, series);
+                    if let Some((id, start_ms)) = open
+                        && id == run
+                    {
+                        let timeline = Timeline::from_series(d.primary_series(), start_ms);
+                        if let Some(r) = self.replay.as_mut() {
+                            r.keep_on(&self.timeline, &timeline);
+                        }
+                        self.timeline = timeline;
+                        self.sync_as_of();
+                    }
+                }
+                (Some(d), Err(e)) if d.runs().contains(&run) => {
+                    d.loaded = true;
+                    self.status = Some(e);
+                }
+                _ => {} // an answer for a dashboard that was closed since
+            },
+            Msg::SampleStepsLoaded { run, result } if mine(run) => match result {
+                Ok(steps) => {
+                    let request = self.samples.as_mut().and_then(|s| s.set_steps(steps));
+                    let mut effects: Vec<Effect> = request
+                        .map(|r| samples_effect(run, r))
+                        .into_iter()
+                        .collect();
+                    if let (Some(step), Some(s)) = (self.replay_rl_step(), self.samples.as_mut())
+                        && let Some(r) = s.go_to(step)
+                    {
+                        effects = vec![samples_effect(run, r)];
+                    }
+                    return effects;
+                }
+                Err(e) => self.status = Some(e),
+            },
+            Msg::SamplesLoaded { run, step, result } if mine(run) => match result {
+                Ok(samples) => {
+                    if let Some(s) = self.samples.as_mut() {
+                        s.set_step_samples(step, samples);
+                    }
+                }
+                Err(e) => self.status = Some(e),
+            },
+            Msg::PromptLoaded {
+                run,
+                prompt,
+                result,
+            } if mine(run) => match result {
+                Ok(samples) => {
+                    if let Some(s) = self.samples.as_mut() {
+                        s.set_prompt_samples(&prompt, samples);
+                    }
+                }
+                Err(e) => self.status = Some(e),
+            },
+            Msg::EventsLoaded { run, result } if mine(run) => match result {
+                Ok((info, events)) => {
+                    if let Some(w) = self.workers.as_mut() {
+                        let series = self
+                            .dashboard
+                            .as_ref()
+                            .map(|d| super::workers::alarm_series(d.primary_series()))
+                            .unwrap_or_default();
+                        w.set_data(*info, events.clone(), series);
+                    }
+                    if let Some(e) = self.events.as_mut() {
+                        e.set_events(events);
+                    }
+                }
+                Err(e) => self.status = Some(e),
+            },
+            Msg::ConfigsFound(configs) => self.configs_found(configs),
+            Msg::Started(result) => self.started(result),
+            Msg::Exited { pid, code, tail } => return self.exited(pid, code, tail),
+            Msg::Done(Ok(text)) => self.notice = Some(text),
+            Msg::Done(Err(e)) => self.status = Some(e),
+            _ => {} // an answer about a run that is no longer open
+        }
+        vec![]
+    }
+
+    /// The replay cursor, when replaying.
+    pub fn cursor(&self) -> Option<Cursor> {
+        self.timeline.cursor(self.replay.as_ref()?.index)
+    }
+
+    /// The replayed step, when it is an RL step (samples exist only for those).
+    pub(super) fn replay_rl_step(&self) -> Option<u64> {
+        let tick = self.replay.as_ref()?.tick(&self.timeline)?;
+        (tick.stage == "rl").then_some(tick.step)
+    }
+
+    pub(super) fn toggle_replay(&mut self) -> Vec<Effect> {
+        if self.open.is_none() {
+            self.status = Some("open a run first (Enter on the runs list)".into());
+            return vec![];
+        }
+        if self.replay.take().is_some() {
+            self.notice = Some("replay left: following the newest step".into());
+            self.sync_as_of();
+            return vec![];
+        }
+        self.replay = Replay::start(&self.timeline);
+        if self.replay.is_none() {
+            self.status = Some("the run has recorded no step yet".into());
+        }
+        self.cursor_moved()
+    }
+
+    pub(super) fn step_replay(&mut self, delta: i64) -> Vec<Effect> {
+        if self.open.is_none() {
+            return vec![];
+        }
+        if self.replay.is_none() {
+            self.replay = Replay::start(&self.timeline);
+        }
+        if let Some(r) = self.replay.as_mut() {
+            r.step_by(&self.timeline, delta);
+        }
+        self.cursor_moved()
+    }
+
+    /// Move every view to the replay cursor; the samples to load for it.
+    pub(super) fn cursor_moved(&mut self) -> Vec<Effect> {
+        self.sync_as_of();
+        let run = self.open.as_ref().map(|o| o.id);
+        match (run, self.replay_rl_step(), self.samples.as_mut()) {
+            (Some(run), Some(step), Some(s)) => s
+                .go_to(step)
+                .map(|r| samples_effect(run, r))
+                .into_iter()
+                .collect(),
+            _ => vec![],
+        }
+    }
+
+    /// Tell the dashboard where the replay cursor is (or that there is none).
+    pub(super) fn sync_as_of(&mut self) {
+        let tick = self
+            .replay
+            .as_ref()
+            .and_then(|r| r.tick(&self.timeline))
+            .cloned();
+        if let Some(d) = self.dashboard.as_mut() {
+            d.as_of = tick;
+        }
+        let until = self.cursor().map(|c| c.at_ms);
+        if let Some(e) = self.events.as_mut() {
+            e.set_until(until);
+        }
+    }
+
+    /// A left click: a tab switches view; a row of the runs list is selected (and opened when it
+    /// already was).
+    pub(super) fn click(&mut self, column: u16, row: u16) -> Vec<Effect> {
+        if self.help || self.form.is_some() || self.palette.is_some() || self.confirm.is_some() {
+            return vec![];
+        }
+        if row == 0 {
+            return match super::ui::tab_at(column) {
+                Some(n) => self.go_to_view(n),
+                None => vec![],
+            };
+        }
+        if self.view == View::Runs
+            && let Some(index) = super::runs::row_at(&self.runs, self.size.1, row)
+        {
+            let id = self.runs.visible().get(index).map(|r| r.info.id);
+            if id.is_some() && id == self.runs.selected {
+                return self.act(super::action::Action::Open);
+            }
+            self.runs.selected = id;
+        }
+        vec![]
+    }
+}
