@@ -211,6 +211,8 @@ pub struct App {
     pub pending_open: Option<String>,
     /// The last error, shown in the status line.
     pub status: Option<String>,
+    /// Why the run list could not be read (e.g. no store yet); gone once it can.
+    pub load_error: Option<String>,
     /// The last notice (not an error), shown in the status line.
     pub notice: Option<String>,
     pub ticks: u64,
@@ -250,6 +252,7 @@ impl App {
             started: vec![],
             pending_open: None,
             status: None,
+            load_error: None,
             notice: None,
             ticks: 0,
             size: (MIN_WIDTH, MIN_HEIGHT),
@@ -279,12 +282,13 @@ impl App {
             }
             Msg::Tick => self.tick(),
             Msg::RunsLoaded(Ok(rows)) => {
+                self.load_error = None;
                 self.runs.set_rows(rows);
                 self.open_pending()
             }
             Msg::RunsLoaded(Err(e)) => {
                 self.runs.loaded = true;
-                self.status = Some(e);
+                self.load_error = Some(e);
                 vec![]
             }
             other => self.loaded(other),
@@ -327,6 +331,9 @@ impl App {
     }
 
     fn key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        // A message stays until the next key, as in an editor's message line.
+        self.status = None;
+        self.notice = None;
         if self.help {
             // The help screen is modal: it closes on ?, Esc or q; everything else is ignored.
             if matches!(

@@ -184,7 +184,12 @@ fn render_panel(
         .filter_map(|p| value_range(p))
         .reduce(|(a, b), (c, e)| (a.min(c), b.max(e)))
         .unwrap_or((0.0, 1.0));
-    let pad = ((hi - lo) * 0.05).max(1e-9);
+    // A flat series gets a visible band around its value, not a range of rounding noise.
+    let pad = if hi - lo > 1e-12 * hi.abs().max(1.0) {
+        (hi - lo) * 0.05
+    } else {
+        (hi.abs() * 0.1).max(1.0)
+    };
     let (lo, hi) = (lo - pad, hi + pad);
     let mut datasets = vec![];
     for (n, &i) in panel.lines.iter().enumerate() {
@@ -241,8 +246,19 @@ fn render_panel(
         );
     }
     let (x0, x1) = window;
-    let x_labels = [short(x0), short((x0 + x1) / 2.0), short(x1)];
-    let y_labels = [short(lo), short((lo + hi) / 2.0), short(hi)];
+    let x_label = |x: f64| match d.x_axis {
+        XAxis::Step => format!("{x:.0}"),
+        XAxis::WallTime => short(x),
+    };
+    let x_labels = [x_label(x0), x_label((x0 + x1) / 2.0), x_label(x1)];
+    // A middle label that is zero up to rounding reads 0, not 7.5e-34.
+    let mid = (lo + hi) / 2.0;
+    let mid = if mid.abs() < (hi - lo) * 1e-9 {
+        0.0
+    } else {
+        mid
+    };
+    let y_labels = [short(lo), short(mid), short(hi)];
     let chart = Chart::new(datasets)
         .block(block)
         .x_axis(

@@ -184,7 +184,7 @@ impl LaunchForm {
 }
 
 pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
-    let height = (form.configs.len() as u16 + 10).clamp(12, area.height);
+    let height = (form.configs.len() as u16 + 12).clamp(14, area.height);
     let [popup] = Layout::vertical([Constraint::Length(height)])
         .flex(Flex::Center)
         .areas(area);
@@ -201,7 +201,7 @@ pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
     let [list_area, label, input, error, hint] = Layout::vertical([
         Constraint::Min(1),
         Constraint::Length(1),
-        Constraint::Length(1),
+        Constraint::Length(3),
         Constraint::Length(3),
         Constraint::Length(1),
     ])
@@ -226,11 +226,16 @@ pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
         )),
         label,
     );
+    // The end of the text, where typing happens, stays in view: long overrides scroll.
+    let room = (usize::from(input.width) * usize::from(input.height)).saturating_sub(1);
+    let chars: Vec<char> = form.overrides.chars().collect();
+    let shown: String = chars[chars.len().saturating_sub(room)..].iter().collect();
     frame.render_widget(
         Paragraph::new(Line::from(vec![
-            Span::raw(form.overrides.as_str()),
+            Span::raw(shown),
             Span::styled("▏", theme.muted),
-        ])),
+        ]))
+        .wrap(Wrap { trim: false }),
         input,
     );
     if let Some(e) = &form.error {

@@ -150,7 +150,7 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
         ));
         spans.push(Span::raw(" "));
     }
-    if let Some(status) = &app.status {
+    if let Some(status) = app.status.as_ref().or(app.load_error.as_ref()) {
         spans.push(Span::styled(status.as_str(), theme.bad));
         return Line::from(spans);
     }

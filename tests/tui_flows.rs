@@ -1,0 +1,445 @@
+//! The workbench's flows as state tests (keys and answers in, state and effects out): starting a
+//! run from the form, stopping, pausing and resuming runs, quitting while a run started here is
+//! live, comparing runs, the palette, mouse clicks, replay across the views; snapshots of the
+//! modal screens; and replay of a real stored run against what `roll-tui metrics` prints.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::PathBuf;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use roll::metrics::Series;
+use roll::store::{RunId, RunInfo, RunStatus};
+use roll::tui::app::{App, Effect, Msg, View};
+use roll::tui::commands::{RunSignal, Started};
+use roll::tui::control::Confirm;
+use roll::tui::loader::Loader;
+use roll::tui::runs::RunRow;
+use roll::tui::ui::render;
+
+/// The clock of every snapshot: 2026-01-01T00:00:00Z.
+const NOW: i64 = 1_767_225_600_000;
+
+fn key(code: KeyCode) -> Msg {
+    Msg::Key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn ch(c: char) -> Msg {
+    key(KeyCode::Char(c))
+}
+
+fn row(id: i64, name: &str, status: RunStatus, live: bool, pid: Option<u32>) -> RunRow {
+    let json = serde_json::json!({
+        "id": id, "name": name, "status": status.as_str(),
+        "created_at": NOW - id * 60_000, "updated_at": NOW, "heartbeat_at": NOW,
+        "config_hash": "h", "git_revision": null, "seed": 1, "output_dir": "out", "notes": "",
+        "tags": [], "last_stage": "rl", "last_step": 5, "error": null, "host": null, "pid": pid,
+    });
+    let info: RunInfo = serde_json::from_value(json).unwrap();
+    RunRow {
+        info,
+        live,
+        reward: None,
+        accuracy: None,
+        sft_loss: None,
+        pid,
+        paused: false,
+    }
+}
+
+fn screen(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| render(f, app, NOW)).unwrap();
+    terminal.backend().to_string()
+}
+
+fn app_with(rows: Vec<RunRow>) -> App {
+    let mut app = App::new();
+    app.update(Msg::Resize {
+        width: 100,
+        height: 30,
+    });
+    app.update(Msg::RunsLoaded(Ok(rows)));
+    app
+}
+
+fn series(stage: &str, key: &str, steps: std::ops::RangeInclusive<u64>) -> Series {
+    let steps: Vec<u64> = steps.collect();
+    Series {
+        stage: stage.into(),
+        key: key.into(),
+        wall_time: steps.iter().map(|&s| s as f64).collect(),
+        values: steps.iter().map(|&s| s as f64 / 10.0).collect(),
+        steps,
+    }
+}
+
+#[test]
+fn a_run_started_from_the_form_opens_when_it_shows_up_and_quitting_asks_about_it() {
+    // The repository's own quickstart, by the relative path the form finds it at.
+    let config = PathBuf::from("experiments/quickstart.yaml");
+    let mut app = app_with(vec![row(1, "quickstart", RunStatus::Finished, false, None)]);
+    assert_eq!(app.update(ch('n')), vec![Effect::FindConfigs]);
+    app.update(Msg::ConfigsFound(vec![config.clone()]));
+    // "quickstart" is taken: the form proposes a free name.
+    assert_eq!(app.form.as_ref().unwrap().overrides, "name=quickstart-2");
+    insta::assert_snapshot!("new_run_form", screen(&app, 100, 30));
+    for c in " seed=4".chars() {
+        app.update(ch(c));
+    }
+    let effects = app.update(key(KeyCode::Enter));
+    assert_eq!(
+        effects,
+        vec![Effect::Launch {
+            config,
+            overrides: vec!["name=quickstart-2".into(), "seed=4".into()]
+        }]
+    );
+    assert!(app.form.is_none());
+    let started = Started {
+        pid: 4242,
+        log: "roll-logs/tiny.log".into(),
+        what: "run experiments/quickstart.yaml name=quickstart-2 seed=4 --quiet".into(),
+    };
+    app.update(Msg::Started(Ok(started.clone())));
+    // Until it shows up, the list is polled.
+    let polls: Vec<Effect> = (0..4).flat_map(|_| app.update(Msg::Tick)).collect();
+    assert_eq!(polls, vec![Effect::LoadRuns]);
+    let effects = app.update(Msg::RunsLoaded(Ok(vec![
+        row(1, "quickstart", RunStatus::Finished, false, None),
+        row(2, "quickstart-2", RunStatus::Running, true, Some(4242)),
+    ])));
+    assert_eq!(effects, vec![Effect::LoadSeries(RunId(2))]);
+    assert_eq!(
+        (app.view, app.open.as_ref().unwrap().live),
+        (View::Dashboard, true)
+    );
+    // Quitting asks; Esc stays, s stops the run and quits.
+    app.update(ch('q'));
+    assert!(matches!(app.confirm, Some(Confirm::Quit { .. })) && !app.quit);
+    insta::assert_snapshot!("quit_confirm", screen(&app, 100, 30));
+    app.update(key(KeyCode::Esc));
+    assert!(app.confirm.is_none() && !app.quit);
+    app.update(ch('q'));
+    assert_eq!(
+        app.update(ch('s')),
+        vec![Effect::Signal {
+            pid: 4242,
+            signal: RunSignal::Stop
+        }]
+    );
+    assert!(app.quit);
+    // Or c: the run keeps going headless, nothing is signalled.
+    let mut app2 = app_with(vec![]);
+    app2.update(Msg::Started(Ok(started)));
+    app2.update(ch('q'));
+    assert!(app2.update(ch('c')).is_empty());
+    assert!(app2.quit);
+}
+
+#[test]
+fn a_failed_start_says_why_with_the_log_tail() {
+    let mut app = app_with(vec![]);
+    let started = Started {
+        pid: 7,
+        log: "roll-logs/x.log".into(),
+        what: "run x.yaml --quiet".into(),
+    };
+    app.update(Msg::Started(Ok(started)));
+    app.update(Msg::Exited {
+        pid: 7,
+        code: Some(1),
+        tail: "error: data file 'missing.jsonl' not found".into(),
+    });
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.contains("exited with 1")
+            && status.contains("missing.jsonl")
+            && status.contains("x.log"),
+        "{status}"
+    );
+    assert!(app.started.is_empty());
+    // With nothing live started here, q quits at once.
+    app.update(ch('q'));
+    assert!(app.quit);
+}
+
+#[test]
+fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
+    let mut app = app_with(vec![
+        row(1, "live", RunStatus::Running, true, Some(99)),
+        row(2, "elsewhere", RunStatus::Running, true, None),
+        row(3, "broken", RunStatus::Interrupted, false, None),
+        row(4, "done", RunStatus::Finished, false, None),
+    ]);
+    assert_eq!(app.runs.selected, Some(RunId(1)));
+    // X asks first; any key but y keeps it running.
+    assert!(app.update(ch('X')).is_empty());
+    assert_eq!(
+        app.confirm,
+        Some(Confirm::Stop {
+            pid: 99,
+            name: "live".into()
+        })
+    );
+    assert!(app.update(ch('n')).is_empty());
+    app.update(ch('X'));
+    assert_eq!(
+        app.update(ch('y')),
+        vec![Effect::Signal {
+            pid: 99,
+            signal: RunSignal::Stop
+        }]
+    );
+    assert_eq!(
+        app.update(ch('p')),
+        vec![
+            Effect::Signal {
+                pid: 99,
+                signal: RunSignal::Pause
+            },
+            Effect::LoadRuns
+        ]
+    );
+    // A paused run continues.
+    let mut paused = row(1, "live", RunStatus::Running, true, Some(99));
+    paused.paused = true;
+    app.update(Msg::RunsLoaded(Ok(vec![paused])));
+    assert!(screen(&app, 100, 30).contains("paused"));
+    assert_eq!(
+        app.update(ch('p'))[0],
+        Effect::Signal {
+            pid: 99,
+            signal: RunSignal::Continue
+        }
+    );
+    let mut app = app_with(vec![
+        row(2, "elsewhere", RunStatus::Running, true, None),
+        row(3, "broken", RunStatus::Interrupted, false, None),
+        row(4, "done", RunStatus::Finished, false, None),
+    ]);
+    // A live run of another machine cannot be signalled from here.
+    assert!(app.update(ch('X')).is_empty());
+    assert!(
+        app.status
+            .as_deref()
+            .unwrap()
+            .contains("not on this machine")
+    );
+    app.update(ch('j'));
+    assert_eq!(
+        app.update(ch('r')),
+        vec![Effect::Resume {
+            run: "broken".into()
+        }]
+    );
+    app.update(ch('j'));
+    assert!(app.update(ch('r')).is_empty());
+    assert!(app.status.as_deref().unwrap().contains("finished"));
+    assert!(app.update(ch('p')).is_empty());
+    assert!(app.status.as_deref().unwrap().contains("not running"));
+}
+
+#[test]
+fn marked_runs_open_overlaid_and_the_palette_and_clicks_drive_the_same_actions() {
+    let mut app = app_with(vec![
+        row(1, "a", RunStatus::Finished, false, None),
+        row(2, "b", RunStatus::Finished, false, None),
+    ]);
+    app.update(ch('c'));
+    assert!(app.status.as_deref().unwrap().contains("mark two"));
+    app.update(ch(' '));
+    app.update(ch('j'));
+    app.update(ch(' '));
+    let effects = app.update(ch('c'));
+    assert_eq!(
+        effects,
+        vec![Effect::LoadSeries(RunId(2)), Effect::LoadSeries(RunId(1))]
+    );
+    for (id, n) in [(2, 10), (1, 20)] {
+        app.update(Msg::SeriesLoaded {
+            run: RunId(id),
+            result: Ok(vec![series("rl", "reward/add/mean", 1..=n)]),
+        });
+    }
+    let d = app.dashboard.as_ref().unwrap();
+    assert!(d.loaded);
+    assert_eq!(d.panels()[0].lines, [0, 1]);
+    let text = screen(&app, 100, 30);
+    assert!(
+        text.contains("b vs a") && d.part_of(1).name == "a",
+        "{text}"
+    );
+    // The palette finds "expand" and runs it.
+    app.update(ch(':'));
+    for c in "expand".chars() {
+        app.update(ch(c));
+    }
+    insta::assert_snapshot!("palette", screen(&app, 100, 30));
+    app.update(key(KeyCode::Enter));
+    assert!(app.palette.is_none() && app.dashboard.as_ref().unwrap().expanded);
+    // A click on the first tab goes back to the runs; a click on a row selects, a second opens.
+    app.update(Msg::Click { column: 2, row: 0 });
+    assert_eq!(app.view, View::Runs);
+    app.update(Msg::Click { column: 10, row: 3 });
+    assert_eq!(app.runs.selected, Some(RunId(1)));
+    assert_eq!(
+        app.update(Msg::Click { column: 10, row: 3 }),
+        vec![Effect::LoadSeries(RunId(1))]
+    );
+    assert_eq!(app.view, View::Dashboard);
+}
+
+#[test]
+fn replay_moves_every_view_to_the_selected_step_and_plays() {
+    let mut app = app_with(vec![row(1, "r", RunStatus::Finished, false, None)]);
+    app.update(key(KeyCode::Enter));
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        result: Ok(vec![
+            series("sft", "sft/loss", 1..=3),
+            // RL steps come after SFT in wall time.
+            Series {
+                wall_time: (1..=5).map(|s| 10.0 + s as f64).collect(),
+                ..series("rl", "reward/add/mean", 1..=5)
+            },
+        ]),
+    });
+    assert_eq!(app.timeline.len(), 8);
+    app.update(ch('r'));
+    assert_eq!(app.cursor().unwrap().step, 5);
+    app.update(ch(','));
+    app.update(ch(','));
+    let d = app.dashboard.as_ref().unwrap();
+    assert_eq!(
+        d.as_of.as_ref().map(|t| (t.stage.as_str(), t.step)),
+        Some(("rl", 3))
+    );
+    assert_eq!(d.value_now(1), Some((3, 0.3)));
+    assert_eq!(
+        d.value_now(0),
+        Some((3, 0.3)),
+        "SFT ended before: its last point"
+    );
+    insta::assert_snapshot!("dashboard_replay", screen(&app, 100, 30));
+    // The samples view opens at the replayed step.
+    let effects = app.update(key(KeyCode::Enter));
+    assert_eq!(effects, vec![Effect::LoadSampleSteps(RunId(1))]);
+    let effects = app.update(Msg::SampleStepsLoaded {
+        run: RunId(1),
+        result: Ok(vec![1, 2, 3, 4, 5]),
+    });
+    assert_eq!(
+        effects,
+        vec![Effect::LoadSamples {
+            run: RunId(1),
+            step: 3
+        }]
+    );
+    // Stepping back into SFT leaves the samples where they were (SFT has none).
+    app.update(ch('<'));
+    assert_eq!(app.cursor().unwrap().step, 1);
+    // Space plays: at 1 step/s four ticks move one step.
+    app.update(ch(' '));
+    let mut moved = vec![];
+    for _ in 0..4 {
+        moved.extend(app.update(Msg::Tick));
+    }
+    assert_eq!(app.replay.as_ref().unwrap().index, 1);
+    assert!(
+        moved
+            .iter()
+            .all(|e| *e == Effect::LoadRuns || matches!(e, Effect::LoadSamples { .. }))
+    );
+    // r leaves replay: the dashboard draws everything again.
+    app.update(ch('r'));
+    assert!(app.replay.is_none() && app.dashboard.as_ref().unwrap().as_of.is_none());
+}
+
+/// `roll-tui metrics RUN --csv` as (stage, key, step) → value.
+fn metrics_csv(store: &std::path::Path) -> Vec<(String, String, u64, f64)> {
+    let out = common::ok(common::roll(store, &["metrics", "tiny", "--csv"]));
+    out.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].into(),
+                f[1].into(),
+                f[2].parse().unwrap(),
+                f[4].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn replay_of_a_stored_run_shows_the_values_metrics_prints_at_that_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let rl = "name: tiny\nseed: 3\nsft: { steps: 2, batch_size: 8, optimizer: { lr: 0.01 } }\nrl:\n  steps: 5\n  prompts_per_step: 4\n  group_size: 4\n  sampling: { temperature: 1.0, max_new_tokens: 6 }\n  optimizer: { lr: 0.001 }\n";
+    let store = common::run_quiet(dir.path(), "tiny", rl, &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loader = Loader::new(&store);
+    let mut app = App::new();
+    app.update(Msg::Resize {
+        width: 400,
+        height: 60,
+    });
+    let mut pending = vec![Effect::LoadRuns];
+    let run = |app: &mut App, effects: Vec<Effect>| {
+        let mut queue = effects;
+        while let Some(e) = queue.pop() {
+            let msg = rt.block_on(loader.load(e));
+            queue.extend(app.update(msg));
+        }
+    };
+    run(&mut app, std::mem::take(&mut pending));
+    let effects = app.update(key(KeyCode::Enter));
+    run(&mut app, effects);
+    let effects = app.update(ch('r'));
+    run(&mut app, effects);
+    // Back from step 5 to RL step 3.
+    for _ in 0..2 {
+        let effects = app.update(ch(','));
+        run(&mut app, effects);
+    }
+    assert_eq!(app.cursor().unwrap().step, 3);
+    let csv = metrics_csv(&store);
+    let mut checked = 0;
+    let panels = app.dashboard.as_ref().unwrap().panels().len();
+    for _ in 0..panels {
+        let text = screen(&app, 400, 60);
+        let readout = text
+            .lines()
+            .find(|l| l.contains(" rl step 3 "))
+            .unwrap()
+            .to_string();
+        let d = app.dashboard.as_ref().unwrap();
+        for &i in &d.panels()[d.focus].lines {
+            let s = &d.series[i];
+            let Some(&(_, _, _, v)) = csv
+                .iter()
+                .find(|(st, k, step, _)| *st == s.stage && *k == s.key && *step == 3)
+            else {
+                continue;
+            };
+            if s.stage != "rl" || !v.is_finite() {
+                continue;
+            }
+            let shown = format!(" {} {v:.6}", s.key);
+            assert!(readout.contains(&shown), "{shown} not in {readout}");
+            checked += 1;
+        }
+        app.update(key(KeyCode::Tab));
+    }
+    assert!(checked >= 10, "only {checked} values compared");
+    // The samples view shows that step too.
+    let effects = app.update(ch('3'));
+    run(&mut app, effects);
+    assert_eq!(app.samples.as_ref().unwrap().step(), Some(3));
+    assert!(screen(&app, 400, 60).contains("step 3 of 5"));
+}
