@@ -62,6 +62,12 @@ pub fn run(store_path: &Path) -> anyhow::Result<()> {
     // ratatui::init restores the terminal from a panic hook before the panic message prints.
     let mut terminal = ratatui::init();
     let _ = execute!(std::io::stdout(), EnableMouseCapture);
+    // ratatui's hook restores raw mode and the screen; mouse reporting must be turned off too.
+    let restore = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = execute!(std::io::stdout(), DisableMouseCapture);
+        restore(info);
+    }));
     let app = App::with_config(keys, theme);
     let result = rt.block_on(event_loop(&mut terminal, store_path, app));
     let _ = execute!(std::io::stdout(), DisableMouseCapture);

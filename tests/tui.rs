@@ -196,7 +196,7 @@ fn typing_a_filter_narrows_the_list_and_esc_clears_it() {
 fn runs_view_snapshots() {
     let mut app = loaded_app();
     app.update(ch(' ')); // mark async-a2
-    insta::assert_snapshot!("runs", screen(&app, 100, 12));
+    insta::assert_snapshot!("runs", screen(&app, 100, 24));
     app.update(ch('?'));
     insta::assert_snapshot!("runs_help", screen(&app, 100, 30));
     let mut loading = App::new();

@@ -195,6 +195,10 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
             signal: RunSignal::Stop
         }]
     );
+    // A second stop is not sent: a second SIGINT would end the run without its checkpoint.
+    assert!(app.update(ch('X')).is_empty());
+    assert!(app.confirm.is_none());
+    assert!(app.notice.as_deref().unwrap().contains("already stopping"));
     assert_eq!(
         app.update(ch('p')),
         vec![
@@ -205,6 +209,26 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
             Effect::LoadRuns
         ]
     );
+    // Shown paused at once, so p again continues (before the next read says so).
+    assert_eq!(
+        app.update(ch('p'))[0],
+        Effect::Signal {
+            pid: 99,
+            signal: RunSignal::Continue
+        }
+    );
+    app.update(ch('p'));
+    // Quitting lets a run paused from here go: it is never left stopped.
+    let mut quitting = app_with(vec![row(1, "live", RunStatus::Running, true, Some(99))]);
+    quitting.update(ch('p'));
+    assert_eq!(
+        quitting.update(ch('q')),
+        vec![Effect::Signal {
+            pid: 99,
+            signal: RunSignal::Continue
+        }]
+    );
+    assert!(quitting.quit);
     // A paused run continues.
     let mut paused = row(1, "live", RunStatus::Running, true, Some(99));
     paused.paused = true;

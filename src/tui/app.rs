@@ -207,6 +207,10 @@ pub struct App {
     pub confirm: Option<Confirm>,
     /// Processes started from this workbench that have not ended.
     pub started: Vec<Started>,
+    /// Run pids already asked to stop: a second SIGINT would end them without a checkpoint.
+    pub stopping: Vec<u32>,
+    /// Run pids this workbench paused: they are let go (SIGCONT) when it quits.
+    pub paused_here: Vec<u32>,
     /// A run started from here, opened as soon as it shows up in the store.
     pub pending_open: Option<String>,
     /// The last error, shown in the status line.
@@ -250,6 +254,8 @@ impl App {
             palette: None,
             confirm: None,
             started: vec![],
+            stopping: vec![],
+            paused_here: vec![],
             pending_open: None,
             status: None,
             load_error: None,
@@ -571,6 +577,7 @@ impl App {
                 if self.events.is_none() {
                     self.events = Some(EventsView::new(run));
                 }
+                self.sync_as_of();
                 vec![Effect::LoadEvents(run)]
             }
             _ => vec![],

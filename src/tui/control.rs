@@ -44,13 +44,24 @@ fn slug(text: &str) -> String {
 impl App {
     pub(super) fn ask_quit(&mut self) -> Vec<Effect> {
         if self.started.is_empty() {
-            self.quit = true;
-        } else {
-            self.confirm = Some(Confirm::Quit {
-                runs: self.started.clone(),
-            });
+            return self.leave();
         }
+        self.confirm = Some(Confirm::Quit {
+            runs: self.started.clone(),
+        });
         vec![]
+    }
+
+    /// Quit: runs paused from here are let go first, so none is left stopped for good.
+    fn leave(&mut self) -> Vec<Effect> {
+        self.quit = true;
+        std::mem::take(&mut self.paused_here)
+            .into_iter()
+            .map(|pid| Effect::Signal {
+                pid,
+                signal: RunSignal::Continue,
+            })
+            .collect()
     }
 
     pub(super) fn confirm_key(&mut self, key: KeyEvent) -> Vec<Effect> {
@@ -60,20 +71,25 @@ impl App {
         let ctrl_c =
             key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
         match (confirm, key.code) {
-            (Confirm::Quit { .. }, KeyCode::Char('c' | 'k')) if !ctrl_c => {
-                self.quit = true;
-                vec![]
-            }
-            (Confirm::Quit { runs }, KeyCode::Char('s')) => {
-                self.quit = true;
-                runs.iter()
+            (Confirm::Quit { .. }, KeyCode::Char('c' | 'k')) if !ctrl_c => self.leave(),
+            (Confirm::Quit { .. }, KeyCode::Char('s')) => {
+                // The runs started here as they are now (one may have ended while asking), less
+                // those already stopping: a second SIGINT would skip their checkpoint.
+                let stops: Vec<Effect> = self
+                    .started
+                    .iter()
+                    .filter(|s| !self.stopping.contains(&s.pid))
                     .map(|s| Effect::Signal {
                         pid: s.pid,
                         signal: RunSignal::Stop,
                     })
-                    .collect()
+                    .collect();
+                let mut effects = self.leave();
+                effects.extend(stops);
+                effects
             }
             (Confirm::Stop { pid, name }, KeyCode::Char('y')) => {
+                self.stopping.push(pid);
                 self.notice = Some(format!(
                     "stopping '{name}' after its step (it writes a checkpoint)"
                 ));
@@ -139,6 +155,12 @@ impl App {
             return vec![];
         };
         let s = self.started.remove(at);
+        self.stopping.retain(|p| *p != pid);
+        self.paused_here.retain(|p| *p != pid);
+        if self.started.is_empty() {
+            // Nothing started here is on its way any more (a run too short to be seen live).
+            self.pending_open = None;
+        }
         match code {
             Some(0) => self.notice = Some(format!("`roll-tui {}` finished", s.what)),
             Some(crate::cli::EXIT_INTERRUPTED) => {
@@ -160,14 +182,15 @@ impl App {
     /// Open the run started from here as soon as the store lists it.
     pub(super) fn open_pending(&mut self) -> Vec<Effect> {
         let mut effects = vec![];
-        // The open run ended: stop polling it, and read it once more to the end.
-        if let Some(open) = self.open.as_mut().filter(|o| o.live)
+        // The open run ended (stop polling it, read it once more to the end) or was resumed
+        // (follow it again).
+        if let Some(open) = self.open.as_mut()
             && let Some(row) = self.runs.rows.iter().find(|r| r.info.id == open.id)
-            && !row.live
+            && row.live != open.live
         {
-            open.live = false;
+            open.live = row.live;
             if let Some(d) = self.dashboard.as_mut() {
-                d.live = false;
+                d.live = row.live;
             }
             effects.push(Effect::LoadSeries(open.id));
         }
@@ -215,7 +238,13 @@ impl App {
 
     pub(super) fn ask_stop(&mut self) {
         if let Some((pid, name, _)) = self.selected_process("stop") {
-            self.confirm = Some(Confirm::Stop { pid, name });
+            if self.stopping.contains(&pid) {
+                self.notice = Some(format!(
+                    "'{name}' is already stopping: it ends after its step, with a checkpoint"
+                ));
+            } else {
+                self.confirm = Some(Confirm::Stop { pid, name });
+            }
         }
     }
 
@@ -224,10 +253,16 @@ impl App {
             return vec![];
         };
         let (signal, what) = if paused {
+            self.paused_here.retain(|p| *p != pid);
             (RunSignal::Continue, "continuing")
         } else {
+            self.paused_here.push(pid);
             (RunSignal::Pause, "pausing")
         };
+        // Shown at once: a second p before the next read must not pause twice.
+        if let Some(row) = self.runs.rows.iter_mut().find(|r| r.pid == Some(pid)) {
+            row.paused = !paused;
+        }
         self.notice = Some(format!("{what} '{name}'"));
         vec![Effect::Signal { pid, signal }, Effect::LoadRuns]
     }
@@ -239,6 +274,10 @@ impl App {
         let name = row.info.name.clone();
         if row.live {
             self.status = Some(format!("'{name}' is running; there is nothing to resume"));
+            return vec![];
+        }
+        if self.pending_open.as_deref() == Some(name.as_str()) {
+            self.notice = Some(format!("'{name}' is already starting"));
             return vec![];
         }
         match row.info.status {

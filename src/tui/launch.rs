@@ -184,7 +184,7 @@ impl LaunchForm {
 }
 
 pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
-    let height = (form.configs.len() as u16 + 12).clamp(14, area.height);
+    let height = (form.configs.len() as u16 + 12).max(14).min(area.height);
     let [popup] = Layout::vertical([Constraint::Length(height)])
         .flex(Flex::Center)
         .areas(area);

@@ -82,7 +82,7 @@ impl Palette {
 
 pub fn render(frame: &mut Frame, area: Rect, palette: &Palette, theme: &Theme) {
     let matches = palette.matches();
-    let height = (matches.len() as u16 + 4).clamp(5, area.height);
+    let height = (matches.len() as u16 + 4).max(5).min(area.height);
     let [popup] = Layout::vertical([Constraint::Length(height)])
         .flex(Flex::Start)
         .areas(area);

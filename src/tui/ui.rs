@@ -44,7 +44,8 @@ pub fn tab_at(column: u16) -> Option<u8> {
 pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
     let theme = &app.theme;
     let area = frame.area();
-    if app.too_small() {
+    // The frame's own size: a resize can reach the screen before the app hears of it.
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let text = format!(
             "The terminal is {}×{}; roll-tui needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Enlarge it, or press q to quit.",
             area.width, area.height
