@@ -9,7 +9,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, List, ListItem, ListState, Paragraph, Wrap};
+use ratatui::widgets::{List, ListItem, ListState, Paragraph, Wrap};
 
 use super::theme::Theme;
 use crate::config::RunConfig;
@@ -184,20 +184,8 @@ impl LaunchForm {
 }
 
 pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
-    let height = (form.configs.len() as u16 + 12).max(14).min(area.height);
-    let [popup] = Layout::vertical([Constraint::Length(height)])
-        .flex(Flex::Center)
-        .areas(area);
-    let [popup] = Layout::horizontal([Constraint::Length(76.min(area.width))])
-        .flex(Flex::Center)
-        .areas(popup);
-    frame.render_widget(Clear, popup);
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_style(theme.focus_border)
-        .title(" new run ");
-    let inner = block.inner(popup);
-    frame.render_widget(block, popup);
+    let size = (76, (form.configs.len() as u16 + 12).max(14));
+    let inner = super::ui::modal(frame, area, size, Flex::Center, " new run ".into(), theme);
     let [list_area, label, input, error, hint] = Layout::vertical([
         Constraint::Min(1),
         Constraint::Length(1),

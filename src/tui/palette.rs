@@ -6,7 +6,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Row, Table, TableState};
+use ratatui::widgets::{Paragraph, Row, Table, TableState};
 
 use super::action::{Action, Binding, Entry, Scope, entries};
 use super::theme::Theme;
@@ -82,20 +82,9 @@ impl Palette {
 
 pub fn render(frame: &mut Frame, area: Rect, palette: &Palette, theme: &Theme) {
     let matches = palette.matches();
-    let height = (matches.len() as u16 + 4).max(5).min(area.height);
-    let [popup] = Layout::vertical([Constraint::Length(height)])
-        .flex(Flex::Start)
-        .areas(area);
-    let [popup] = Layout::horizontal([Constraint::Length(64.min(area.width))])
-        .flex(Flex::Center)
-        .areas(popup);
-    frame.render_widget(Clear, popup);
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_style(theme.focus_border)
-        .title(" command (Enter runs · Esc closes) ");
-    let inner = block.inner(popup);
-    frame.render_widget(block, popup);
+    let size = (64, (matches.len() as u16 + 4).max(5));
+    let title = " command (Enter runs · Esc closes) ".to_string();
+    let inner = super::ui::modal(frame, area, size, Flex::Start, title, theme);
     let [input, list] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
     frame.render_widget(
         Paragraph::new(Line::from(vec![

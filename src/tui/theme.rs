@@ -46,6 +46,18 @@ impl Default for Theme {
 }
 
 impl Theme {
+    /// A bordered panel titled `title`, its border coloured when it has the focus.
+    pub fn panel<'a>(&self, title: String, focused: bool) -> ratatui::widgets::Block<'a> {
+        ratatui::widgets::Block::default()
+            .borders(ratatui::widgets::Borders::ALL)
+            .border_style(if focused {
+                self.focus_border
+            } else {
+                self.border
+            })
+            .title(ratatui::text::Span::styled(title, self.title))
+    }
+
     pub fn series_color(&self, i: usize) -> Color {
         self.series[i % self.series.len()]
     }

@@ -178,14 +178,30 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
     Line::from(spans)
 }
 
-fn centered(area: Rect, width: u16, height: u16) -> Rect {
+/// A modal box of `width` × `height` (clipped to `area`), centred across and placed by `flex`
+/// down, drawn over what is beneath with a focused border and `title`; the area inside it.
+pub fn modal(
+    frame: &mut Frame,
+    area: Rect,
+    (width, height): (u16, u16),
+    flex: Flex,
+    title: String,
+    theme: &Theme,
+) -> Rect {
     let [popup] = Layout::vertical([Constraint::Length(height.min(area.height))])
-        .flex(Flex::Center)
+        .flex(flex)
         .areas(area);
     let [popup] = Layout::horizontal([Constraint::Length(width.min(area.width))])
         .flex(Flex::Center)
         .areas(popup);
-    popup
+    frame.render_widget(Clear, popup);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.focus_border)
+        .title(title);
+    let inner = block.inner(popup);
+    frame.render_widget(block, popup);
+    inner
 }
 
 fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Theme) {
@@ -234,17 +250,9 @@ fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Them
             ],
         ),
     };
-    let popup = centered(area, 76, lines.len() as u16 + 2);
-    frame.render_widget(Clear, popup);
-    frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .border_style(theme.focus_border)
-                .title(title),
-        ),
-        popup,
-    );
+    let size = (76, lines.len() as u16 + 2);
+    let inner = modal(frame, area, size, Flex::Center, title.to_string(), theme);
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
 fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -254,14 +262,9 @@ fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let columns = if lines.len() > rows_fit { 2 } else { 1 };
     let per_column = lines.len().div_ceil(columns);
     let width = if columns == 2 { area.width } else { 76 };
-    let popup = centered(area, width, per_column as u16 + 2);
-    frame.render_widget(Clear, popup);
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_style(theme.focus_border)
-        .title(format!(" keys: {} (Esc closes) ", app.view.title()));
-    let inner = block.inner(popup);
-    frame.render_widget(block, popup);
+    let title = format!(" keys: {} (Esc closes) ", app.view.title());
+    let size = (width, per_column as u16 + 2);
+    let inner = modal(frame, area, size, Flex::Center, title, theme);
     let areas =
         Layout::horizontal(vec![Constraint::Ratio(1, columns as u32); columns]).split(inner);
     for (chunk, column) in lines.chunks(per_column.max(1)).zip(areas.iter()) {

@@ -7,7 +7,7 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState, Wrap};
 
 pub mod alarms;
 pub mod devices;
@@ -128,14 +128,7 @@ impl WorkersView {
 }
 
 fn block<'a>(title: String, focused: bool, theme: &Theme) -> Block<'a> {
-    Block::default()
-        .borders(Borders::ALL)
-        .border_style(if focused {
-            theme.focus_border
-        } else {
-            theme.border
-        })
-        .title(Span::styled(title, theme.title))
+    theme.panel(title, focused)
 }
 
 fn alarm_style(kind: AlarmKind, theme: &Theme) -> Style {
