@@ -129,10 +129,7 @@ async fn event_loop(
         for effect in effects {
             // Signals are sent at once: one asked for on the way out must leave before we do.
             if let Effect::Signal { pid, signal } = effect {
-                let sent = commands::signal(pid, signal);
-                let _ = tx.send(Msg::Done(
-                    sent.map(|_| format!("sent {signal:?} to pid {pid}")),
-                ));
+                let _ = tx.send(loader::signalled(pid, signal));
                 continue;
             }
             if effect.is_read() {

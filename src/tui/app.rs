@@ -635,11 +635,6 @@ impl App {
         self.view = View::Dashboard;
         effects
     }
-
-    /// Whether the terminal is too small for the views.
-    pub fn too_small(&self) -> bool {
-        self.size.0 < MIN_WIDTH || self.size.1 < MIN_HEIGHT
-    }
 }
 
 pub(super) fn samples_effect(run: RunId, request: super::samples::SamplesRequest) -> Effect {

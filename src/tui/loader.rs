@@ -15,6 +15,11 @@ use crate::store::liveness::is_stopped;
 use crate::store::reads::SampleFilter;
 use crate::store::{OpenMode, RunId, Store, StoreError};
 
+/// Send `signal` to `pid` now; the outcome for the status line.
+pub fn signalled(pid: u32, signal: commands::RunSignal) -> Msg {
+    Msg::Done(commands::signal(pid, signal).map(|_| format!("sent {signal:?} to pid {pid}")))
+}
+
 /// The store, opened on first use: a workbench started before any run has no file to open yet.
 pub struct Loader {
     path: PathBuf,
@@ -148,9 +153,7 @@ impl Loader {
                 let dirs: Vec<PathBuf> = CONFIG_DIRS.iter().map(PathBuf::from).collect();
                 Msg::ConfigsFound(find_configs(&dirs))
             }
-            Effect::Signal { pid, signal } => Msg::Done(
-                commands::signal(pid, signal).map(|_| format!("sent {signal:?} to pid {pid}")),
-            ),
+            Effect::Signal { pid, signal } => signalled(pid, signal),
             Effect::Export {
                 run,
                 name,
