@@ -15,6 +15,7 @@ pub mod records;
 mod resume;
 pub mod runs;
 pub mod series;
+pub mod series_since;
 pub mod sink;
 pub mod writer;
 

@@ -9,6 +9,8 @@ use std::path::Path;
 use roll::metrics::{CheckpointRecord, SampleRecord};
 use roll::store::liveness::ProcessIdentity;
 use roll::store::reads::SampleFilter;
+use roll::store::series::display_order;
+use roll::store::series_since::SeriesUpdate;
 use roll::store::{
     EventKind, EventRecord, NewRun, OpenMode, RunStatus, Store, StoreError, TrajectoryRecord,
     TurnRecord,
@@ -461,4 +463,112 @@ fn foreign_and_corrupt_files_are_refused_and_left_alone() {
         .unwrap();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
     assert_eq!(std::fs::read(&bad).unwrap(), before);
+}
+
+/// `base` with `update` applied the way a reader following a live run applies it.
+fn apply(base: &mut Vec<roll::metrics::Series>, update: SeriesUpdate) {
+    match update {
+        SeriesUpdate::Whole(all) => *base = all,
+        SeriesUpdate::Appended(tails) => {
+            for tail in tails {
+                match base
+                    .iter_mut()
+                    .find(|s| s.stage == tail.stage && s.key == tail.key)
+                {
+                    Some(s) => {
+                        s.steps.extend(tail.steps);
+                        s.wall_time.extend(tail.wall_time);
+                        s.values.extend(tail.values);
+                    }
+                    None => base.push(tail),
+                }
+            }
+            base.sort_by(|a, b| {
+                display_order(&a.stage, &a.key).cmp(&display_order(&b.stage, &b.key))
+            });
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_live_reader_gets_only_what_came_after_its_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("roll.db")).await;
+    let me = ProcessIdentity::current();
+    let dead = not_alive(&me).unwrap_or_else(|| me.clone());
+    let run = store.create_run(&new_run("r"), false, &dead).await.unwrap();
+    let (writer, task) = store.spawn_writer();
+    let write = |from: u64, to: u64, keys: &'static [&'static str]| {
+        let writer = writer.clone();
+        async move {
+            for step in from..=to {
+                let points = keys
+                    .iter()
+                    .map(|k| (k.to_string(), step as f64 * 0.5))
+                    .collect();
+                writer
+                    .metrics(run, "rl", step, step as f64, points)
+                    .await
+                    .unwrap();
+            }
+            writer.flush().await.unwrap();
+        }
+    };
+    write(1, 500, &["actor/kl", "reward/mean"]).await;
+    let first = store.series_since(run, None).await.unwrap();
+    let SeriesUpdate::Whole(mut seen) = first.update else {
+        panic!("a first read is whole: {:?}", first.update);
+    };
+    assert_eq!(seen, store.load_series(run, None).await.unwrap());
+    assert_eq!(first.mark.len(), 2);
+
+    // Nothing new: nothing sent.
+    let idle = store.series_since(run, Some(&first.mark)).await.unwrap();
+    assert_eq!(idle.update, SeriesUpdate::Appended(vec![]));
+    assert_eq!(idle.mark, first.mark);
+
+    // Across the 512-point chunk boundary, and a series that appears later.
+    write(501, 530, &["actor/kl", "reward/mean", "actor/entropy"]).await;
+    let next = store.series_since(run, Some(&idle.mark)).await.unwrap();
+    let SeriesUpdate::Appended(tails) = &next.update else {
+        panic!("expected only the news: {:?}", next.update);
+    };
+    let sizes: Vec<(&str, usize, Option<u64>)> = tails
+        .iter()
+        .map(|t| (t.key.as_str(), t.len(), t.steps.first().copied()))
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            ("actor/entropy", 30, Some(501)),
+            ("actor/kl", 30, Some(501)),
+            ("reward/mean", 30, Some(501))
+        ]
+    );
+    apply(&mut seen, next.update);
+    assert_eq!(seen, store.load_series(run, None).await.unwrap());
+
+    // A resume rewrites steps already read: the reader gets everything again.
+    write(531, 540, &["actor/kl"]).await;
+    drop(writer);
+    task.await.unwrap();
+    let info = store.run(run).await.unwrap();
+    store.begin_resume(&info, "rl", 520, &me).await.unwrap();
+    let (writer, task) = store.spawn_writer();
+    for step in 521..=525u64 {
+        writer
+            .metrics(run, "rl", step, 1.0, vec![("actor/kl".into(), -1.0)])
+            .await
+            .unwrap();
+    }
+    writer.flush().await.unwrap();
+    drop(writer);
+    task.await.unwrap();
+    let after_resume = store.series_since(run, Some(&next.mark)).await.unwrap();
+    assert!(matches!(after_resume.update, SeriesUpdate::Whole(_)));
+    apply(&mut seen, after_resume.update);
+    let whole = store.load_series(run, None).await.unwrap();
+    assert_eq!(seen, whole);
+    assert_eq!(whole[1].values.last(), Some(&-1.0));
+    assert_eq!(whole[1].steps.last(), Some(&525));
 }

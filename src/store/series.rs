@@ -116,7 +116,26 @@ impl Store {
             .begin()
             .await
             .map_err(self.err("loading metric series"))?;
-        let listed = sqlx::query(
+        let mut out = vec![];
+        for listed in self.series_rows(&mut tx, run).await? {
+            if filter.is_some_and(|g| !g.is_match(&listed.key)) {
+                continue;
+            }
+            out.push(self.read_points(&mut tx, &listed, None).await?);
+        }
+        tx.rollback()
+            .await
+            .map_err(self.err("loading metric series"))?;
+        Ok(out)
+    }
+
+    /// The run's series rows, in the order readers show them (see [`display_order`]).
+    pub(super) async fn series_rows(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        run: RunId,
+    ) -> Result<Vec<SeriesRow>, StoreError> {
+        let rows = sqlx::query(
             "SELECT id, stage, key, points FROM metric_series WHERE run_id = ? \
              ORDER BY CASE stage WHEN 'sft' THEN 0 WHEN 'rl' THEN 1 ELSE 2 END, stage, key",
         )
@@ -124,47 +143,91 @@ impl Store {
         .fetch_all(&mut *tx)
         .await
         .map_err(self.err("loading metric series"))?;
-        let mut out = Vec::with_capacity(listed.len());
-        for row in listed {
-            let key: String = row.get(2);
-            if filter.is_some_and(|g| !g.is_match(&key)) {
-                continue;
-            }
-            let n = row.get::<i64, _>(3).max(0) as usize;
-            let mut series = Series {
-                stage: row.get(1),
-                key,
-                steps: Vec::with_capacity(n),
-                wall_time: Vec::with_capacity(n),
-                values: Vec::with_capacity(n),
-            };
-            // Walks the (series_id, first_step) index: SQLite streams the blobs without sorting them.
-            let chunks = sqlx::query(
+        Ok(rows
+            .into_iter()
+            .map(|r| SeriesRow {
+                id: r.get(0),
+                stage: r.get(1),
+                key: r.get(2),
+                points: r.get::<i64, _>(3).max(0) as usize,
+            })
+            .collect())
+    }
+
+    /// The points of `row` after step `after` (all when `None`), sorted by step, one per step.
+    pub(super) async fn read_points(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        row: &SeriesRow,
+        after: Option<u64>,
+    ) -> Result<Series, StoreError> {
+        let mut series = Series {
+            stage: row.stage.clone(),
+            key: row.key.clone(),
+            ..Default::default()
+        };
+        if after.is_none() {
+            series.steps.reserve(row.points);
+            series.wall_time.reserve(row.points);
+            series.values.reserve(row.points);
+        }
+        // Walks the (series_id, first_step) index: SQLite streams the blobs without sorting them.
+        // Only chunks reaching past `after` can hold newer points (a chunk's steps only grow).
+        let query = match after {
+            None => sqlx::query(
                 "SELECT data FROM metric_chunks WHERE series_id = ? ORDER BY first_step, id",
             )
-            .bind(row.get::<i64, _>(0))
+            .bind(row.id),
+            Some(step) => sqlx::query(
+                "SELECT data FROM metric_chunks WHERE series_id = ? AND last_step > ? \
+                 ORDER BY first_step, id",
+            )
+            .bind(row.id)
+            .bind(step as i64),
+        };
+        let chunks = query
             .fetch_all(&mut *tx)
             .await
             .map_err(self.err("loading metric series"))?;
-            for chunk in chunks {
-                let data: &[u8] = chunk.get(0);
-                decode_into(data, &mut series).ok_or_else(|| StoreError::Corrupt {
-                    path: self.path().into(),
-                    detail: format!(
-                        "metric chunk of '{}' has {} bytes, not a multiple of {POINT_BYTES}",
-                        series.key,
-                        data.len()
-                    ),
-                })?;
-            }
-            normalise(&mut series);
-            out.push(series);
+        for chunk in chunks {
+            let data: &[u8] = chunk.get(0);
+            decode_into(data, &mut series).ok_or_else(|| StoreError::Corrupt {
+                path: self.path().into(),
+                detail: format!(
+                    "metric chunk of '{}' has {} bytes, not a multiple of {POINT_BYTES}",
+                    series.key,
+                    data.len()
+                ),
+            })?;
         }
-        tx.rollback()
-            .await
-            .map_err(self.err("loading metric series"))?;
-        Ok(out)
+        normalise(&mut series);
+        if let Some(after) = after {
+            let keep = series.steps.partition_point(|&s| s <= after);
+            series.steps.drain(..keep);
+            series.wall_time.drain(..keep);
+            series.values.drain(..keep);
+        }
+        Ok(series)
     }
+}
+
+/// A series as listed in the store, before its points are read.
+pub(super) struct SeriesRow {
+    id: i64,
+    pub stage: String,
+    pub key: String,
+    points: usize,
+}
+
+/// The order readers get a run's series in: SFT, then RL, then other stages by name; by key
+/// within a stage.
+pub fn display_order<'a>(stage: &'a str, key: &'a str) -> (u8, &'a str, &'a str) {
+    let rank = match stage {
+        "sft" => 0,
+        "rl" => 1,
+        _ => 2,
+    };
+    (rank, stage, key)
 }
 
 #[cfg(test)]
