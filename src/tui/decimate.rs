@@ -1,85 +1,63 @@
 //! Series reduced for drawing: EMA smoothing over the whole series, and min/max decimation to at
 //! most two points per pixel column of the visible window. Decimation never samples at random:
 //! every column keeps its extreme values, so a one-step spike is visible at any zoom. A [`Pyramid`]
-//! of block extremes keeps that fast for million-point series. Pure functions, no drawing.
+//! of block extremes keeps that fast for million-point series. Both grow with a live series at the
+//! cost of its new points ([`Ema`], [`Pyramid::extend`]). Pure functions, no drawing.
+
+mod pyramid;
+
+pub use pyramid::Pyramid;
+use pyramid::{BASE, NONE};
 
 /// TensorBoard-style smoothing: `s_t = w·s_{t−1} + (1 − w)·v_t`, debiased by `1 − w^n` (n = finite
 /// values seen) so the curve starts at the first value instead of at 0. Non-finite values are
 /// passed through (they stay gaps) and do not enter the average. `weight` is clamped to [0, 0.999].
 pub fn ema(values: &[f64], weight: f64) -> Vec<f64> {
-    let w = weight.clamp(0.0, 0.999);
-    let mut acc = 0.0;
-    let mut debias = 1.0;
-    values
-        .iter()
-        .map(|&v| {
-            if !v.is_finite() {
-                return v;
-            }
-            acc = w * acc + (1.0 - w) * v;
-            debias *= w;
-            acc / (1.0 - debias)
-        })
-        .collect()
+    let mut out = Vec::with_capacity(values.len());
+    Ema::new(weight).extend(values, &mut out);
+    out
 }
 
-/// Min/max summaries of a series over blocks of 8, 16, 32, … points (the index of each block's
-/// smallest and largest finite value): with them, decimating a window of a million points looks at
-/// a few points per pixel column instead of every point.
-pub struct Pyramid {
-    /// Level k: blocks of `BASE << k` points.
-    levels: Vec<Vec<(u32, u32)>>,
+/// [`ema`] as a running state, so that a growing series is smoothed only where it grew: pushing
+/// values one piece after another gives, bit for bit, what [`ema`] gives for them all at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ema {
+    weight: f64,
+    /// The undebiased average.
+    acc: f64,
+    /// `w^n`, n = finite values seen.
+    debias: f64,
 }
 
-const BASE: usize = 8;
-/// A block without a finite value.
-const NONE: u32 = u32::MAX;
-
-/// Of two indices into `ys` (either may be [`NONE`]), the one with the smaller (`min`) or larger
-/// value; the earlier one on ties, as a plain scan would keep it.
-fn pick(ys: &[f64], a: u32, b: u32, min: bool) -> u32 {
-    match (a, b) {
-        (NONE, _) => b,
-        (_, NONE) => a,
-        _ => {
-            let (va, vb) = (ys[a as usize], ys[b as usize]);
-            if (min && vb < va) || (!min && vb > va) {
-                b
-            } else {
-                a
-            }
+impl Ema {
+    /// Nothing seen yet; `weight` is clamped to [0, 0.999].
+    pub fn new(weight: f64) -> Ema {
+        Ema {
+            weight: weight.clamp(0.0, 0.999),
+            acc: 0.0,
+            debias: 1.0,
         }
     }
-}
 
-impl Pyramid {
-    pub fn new(ys: &[f64]) -> Pyramid {
-        let base: Vec<(u32, u32)> = ys
-            .chunks(BASE)
-            .enumerate()
-            .map(|(b, chunk)| {
-                let (mut lo, mut hi) = (NONE, NONE);
-                for (j, y) in chunk.iter().enumerate() {
-                    if y.is_finite() {
-                        let i = (b * BASE + j) as u32;
-                        (lo, hi) = (pick(ys, lo, i, true), pick(ys, hi, i, false));
-                    }
-                }
-                (lo, hi)
-            })
-            .collect();
-        let mut levels = vec![base];
-        while let Some(prev) = levels.last().filter(|l| l.len() > 1) {
-            let next = prev
-                .chunks(2)
-                .map(|p| match p {
-                    [a, b] => (pick(ys, a.0, b.0, true), pick(ys, a.1, b.1, false)),
-                    _ => p[0],
-                })
-                .collect();
-            levels.push(next);
+    /// The (clamped) weight.
+    pub fn weight(&self) -> f64 {
+        self.weight
+    }
+
+    /// The smoothed value at `v`, taking it into the average if it is finite.
+    pub fn push(&mut self, v: f64) -> f64 {
+        if !v.is_finite() {
+            return v;
         }
-        Pyramid { levels }
+        let w = self.weight;
+        self.acc = w * self.acc + (1.0 - w) * v;
+        self.debias *= w;
+        self.acc / (1.0 - self.debias)
+    }
+
+    /// Push every value of `values`, appending the smoothed ones to `out`.
+    pub fn extend(&mut self, values: &[f64], out: &mut Vec<f64>) {
+        out.extend(values.iter().map(|&v| self.push(v)));
     }
 }
 
@@ -236,6 +214,51 @@ mod tests {
         assert!((s[2] - 2.5 / 0.75).abs() < 1e-12, "{s:?}");
         // No smoothing is the series itself.
         assert_eq!(ema(&[1.0, -3.0, 7.5], 0.0), vec![1.0, -3.0, 7.5]);
+    }
+
+    #[test]
+    fn ema_in_pieces_is_ema_of_the_whole() {
+        // A small linear congruential generator: repeated values, NaN and ±inf among them.
+        let mut s: u64 = 42;
+        let values: Vec<f64> = (0..1000)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                match (s >> 33) % 11 {
+                    0 => f64::NAN,
+                    1 => f64::INFINITY,
+                    2 => f64::NEG_INFINITY,
+                    r => (r as f64 - 5.0) * 0.37,
+                }
+            })
+            .collect();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for weight in [-1.0, 0.0, 0.6, 0.999, 2.0] {
+            let whole = ema(&values, weight);
+            for pieces in [&[0, 1, 7, 8, 9, 0, 63, 64, 65][..], &[1000], &[3; 334]] {
+                let mut e = Ema::new(weight);
+                let mut out = vec![];
+                let mut n = 0;
+                for &p in pieces {
+                    let end = (n + p).min(values.len());
+                    e.extend(&values[n..end], &mut out);
+                    n = end;
+                }
+                e.extend(&values[n..], &mut out);
+                assert_eq!(
+                    bits(&out),
+                    bits(&whole),
+                    "weight {weight}, pieces {pieces:?}"
+                );
+            }
+            // One at a time, by push.
+            let mut e = Ema::new(weight);
+            let pushed: Vec<f64> = values.iter().map(|&v| e.push(v)).collect();
+            assert_eq!(bits(&pushed), bits(&whole), "weight {weight}");
+        }
+        assert_eq!(Ema::new(5.0).weight(), 0.999);
+        assert_eq!(Ema::new(-5.0).weight(), 0.0);
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! step's wall time (seconds the run has been working; a resumed run's pause is not in it, so
 //! events of a resumed run line up approximately).
 
+use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
+
 use crate::metrics::Series;
 
 /// A point on a run's timeline: a step, and when that step was recorded (Unix ms).
@@ -31,6 +34,18 @@ pub struct Tick {
 pub struct Timeline {
     pub ticks: Vec<Tick>,
     pub start_ms: i64,
+    /// Per stage, per step, the wall time of its tick: what [`Timeline::extend`] needs to tell a new
+    /// step from one it has, and an earlier record of a step from a later one, without a scan.
+    walls: HashMap<String, HashMap<u64, f64>>,
+}
+
+/// The order of ticks: by wall time, then step, then stage (what sorting by wall and step gives
+/// when the ticks start sorted by stage, as in [`Timeline::from_series`]).
+fn tick_order(a: &Tick, b: &Tick) -> Ordering {
+    a.wall
+        .total_cmp(&b.wall)
+        .then(a.step.cmp(&b.step))
+        .then_with(|| a.stage.cmp(&b.stage))
 }
 
 impl Timeline {
@@ -53,7 +68,79 @@ impl Timeline {
         });
         ticks.dedup_by(|b, a| a.stage == b.stage && a.step == b.step);
         ticks.sort_by(|a, b| a.wall.total_cmp(&b.wall).then(a.step.cmp(&b.step)));
-        Timeline { ticks, start_ms }
+        let mut walls: HashMap<String, HashMap<u64, f64>> = HashMap::new();
+        for t in &ticks {
+            walls
+                .entry(t.stage.clone())
+                .or_default()
+                .insert(t.step, t.wall);
+        }
+        Timeline {
+            ticks,
+            start_ms,
+            walls,
+        }
+    }
+
+    /// Take in `tails`, the points appended to the run's series since the timeline was built (or
+    /// last extended), so that it equals [`Timeline::from_series`] over the grown series. Costs
+    /// O(new points) when they come after the timeline's last tick, as a live run's do; a point
+    /// earlier than that (a late series, or an earlier record of a step it has) re-sorts it.
+    pub fn extend(&mut self, tails: &[Series]) {
+        // New (stage, step)s in the order first seen; their walls are settled in `self.walls`.
+        let mut fresh: Vec<(&str, u64)> = vec![];
+        let mut is_fresh: HashSet<(&str, u64)> = HashSet::new();
+        let mut moved_back = false;
+        for s in tails
+            .iter()
+            .filter(|s| !s.steps.is_empty() && !s.wall_time.is_empty())
+        {
+            let walls = self.walls.entry(s.stage.clone()).or_default();
+            for (&step, &wall) in s.steps.iter().zip(&s.wall_time) {
+                match walls.get_mut(&step) {
+                    None => {
+                        walls.insert(step, wall);
+                        fresh.push((&s.stage, step));
+                        is_fresh.insert((&s.stage, step));
+                    }
+                    Some(w) if wall.total_cmp(w) == Ordering::Less => {
+                        *w = wall;
+                        // A step new to this call gets its wall below; an older one needs a pass.
+                        moved_back |= !is_fresh.contains(&(s.stage.as_str(), step));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let wall_of = |walls: &HashMap<String, HashMap<u64, f64>>, stage: &str, step: u64| {
+            walls
+                .get(stage)
+                .and_then(|w| w.get(&step))
+                .copied()
+                .unwrap_or(f64::NAN) // not reached: every step asked for is in `walls`
+        };
+        if moved_back {
+            for t in &mut self.ticks {
+                t.wall = wall_of(&self.walls, &t.stage, t.step);
+            }
+        }
+        let mut new: Vec<Tick> = fresh
+            .into_iter()
+            .map(|(stage, step)| Tick {
+                stage: stage.to_owned(),
+                step,
+                wall: wall_of(&self.walls, stage, step),
+            })
+            .collect();
+        new.sort_by(tick_order);
+        let in_order = match (self.ticks.last(), new.first()) {
+            (Some(last), Some(first)) => tick_order(last, first) == Ordering::Less,
+            _ => true,
+        };
+        self.ticks.append(&mut new);
+        if moved_back || !in_order {
+            self.ticks.sort_by(tick_order);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -203,6 +290,84 @@ mod tests {
             })
         );
         assert_eq!(t.cursor(5), None);
+    }
+
+    /// Points `from..to` of `s`.
+    fn slice(s: &Series, from: usize, to: usize) -> Series {
+        Series {
+            stage: s.stage.clone(),
+            key: s.key.clone(),
+            steps: s.steps[from..to].to_vec(),
+            wall_time: s.wall_time[from..to].to_vec(),
+            values: s.values[from..to].to_vec(),
+        }
+    }
+
+    #[test]
+    fn extending_by_tails_is_the_timeline_of_the_grown_series() {
+        // SFT steps 1..=40 at wall ≈ step, then RL steps 1..=60 at wall ≈ 50 + step. Some series
+        // record every 2nd or 5th step, some a little earlier than others (a lagging series then
+        // moves a step back in time), one only shows up in later tails and one ties the SFT walls.
+        let every = |stage: &str, n: u64, k: u64, wall: &dyn Fn(u64) -> f64| {
+            let steps: Vec<u64> = (1..=n).filter(|s| s % k == 0).collect();
+            let walls: Vec<f64> = steps.iter().map(|&s| wall(s)).collect();
+            series(stage, &steps, &walls)
+        };
+        let full = [
+            every("sft", 40, 1, &|s| s as f64),
+            every("sft", 40, 2, &|s| s as f64 + 0.5),
+            every("sft", 40, 5, &|s| s as f64 - 0.25),
+            every("rl", 10, 1, &|s| s as f64),
+            every("rl", 60, 1, &|s| 50.0 + s as f64),
+            every("rl", 60, 2, &|s| 50.1 + s as f64),
+            every("rl", 60, 3, &|s| 49.5 + s as f64),
+        ];
+        // A small linear congruential generator picks how far each series has got by each poll.
+        let mut seed: u64 = 1;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize % (n + 1)
+        };
+        for run in 0..20 {
+            let mut done = vec![0; full.len()];
+            let mut grown: Vec<Series> = vec![];
+            let mut t = Timeline::default();
+            for round in 0..6 {
+                let mut tails = vec![];
+                for (i, s) in full.iter().enumerate() {
+                    // The last series first appears in round 2; the last round takes all.
+                    let to = match round {
+                        _ if i == full.len() - 1 && round < 2 => 0,
+                        5 => s.steps.len(),
+                        _ => done[i] + next(s.steps.len() - done[i]),
+                    };
+                    tails.push(slice(s, done[i], to));
+                    done[i] = to;
+                }
+                tails.rotate_left(run % full.len());
+                grown = full
+                    .iter()
+                    .zip(&done)
+                    .map(|(s, &n)| slice(s, 0, n))
+                    .collect();
+                if round == 0 {
+                    t = Timeline::from_series(&tails, 7);
+                } else {
+                    t.extend(&tails);
+                }
+                assert_eq!(
+                    t,
+                    Timeline::from_series(&grown, 7),
+                    "run {run}, round {round}"
+                );
+            }
+            assert_eq!(t.len(), 40 + 60, "run {run}");
+            let mut from_empty = Timeline::default();
+            from_empty.extend(&grown);
+            assert_eq!(from_empty, Timeline::from_series(&grown, 0));
+        }
     }
 
     #[test]
