@@ -128,8 +128,8 @@ async fn event_loop(
     let run_effects = |effects: Vec<Effect>, in_flight: &mut Vec<Effect>| {
         for effect in effects {
             // Signals are sent at once: one asked for on the way out must leave before we do.
-            if let Effect::Signal { pid, signal } = effect {
-                let _ = tx.send(loader::signalled(pid, signal));
+            if let Effect::Signal { process, signal } = &effect {
+                let _ = tx.send(loader::signalled(process, *signal));
                 continue;
             }
             if effect.is_read() {

@@ -57,7 +57,7 @@ fn rows() -> Vec<RunRow> {
         reward: Some(0.8125),
         accuracy: Some(0.75),
         sft_loss: Some(0.4321),
-        pid: None,
+        process: None,
         paused: false,
     };
     a.info.tags = vec!["baseline".into()];
@@ -67,7 +67,7 @@ fn rows() -> Vec<RunRow> {
         reward: Some(0.25),
         accuracy: None,
         sft_loss: Some(1.5),
-        pid: None,
+        process: None,
         paused: false,
     };
     let c = RunRow {
@@ -76,7 +76,7 @@ fn rows() -> Vec<RunRow> {
         reward: None,
         accuracy: None,
         sft_loss: None,
-        pid: None,
+        process: None,
         paused: false,
     };
     vec![a, b, c]

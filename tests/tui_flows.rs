@@ -13,6 +13,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use roll::metrics::Series;
+use roll::store::liveness::ProcessIdentity;
 use roll::store::{RunId, RunInfo, RunStatus};
 use roll::tui::app::{App, Effect, Msg, View};
 use roll::tui::commands::{RunSignal, Started};
@@ -46,8 +47,24 @@ fn row(id: i64, name: &str, status: RunStatus, live: bool, pid: Option<u32>) -> 
         reward: None,
         accuracy: None,
         sft_loss: None,
-        pid,
+        process: pid.map(proc),
         paused: false,
+    }
+}
+
+/// A process as the run list reports it (no start time: never refused as "reused").
+fn proc(pid: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        host: "test-host".into(),
+        pid,
+        token: None,
+    }
+}
+
+fn started_msg(started: Started) -> Msg {
+    Msg::Started {
+        run: started.run.clone(),
+        result: Ok(started),
     }
 }
 
@@ -96,16 +113,18 @@ fn a_run_started_from_the_form_opens_when_it_shows_up_and_quitting_asks_about_it
         effects,
         vec![Effect::Launch {
             config,
-            overrides: vec!["name=quickstart-2".into(), "seed=4".into()]
+            overrides: vec!["name=quickstart-2".into(), "seed=4".into()],
+            name: "quickstart-2".into(),
         }]
     );
     assert!(app.form.is_none());
     let started = Started {
-        pid: 4242,
+        process: proc(4242),
+        run: "quickstart-2".into(),
         log: "roll-logs/tiny.log".into(),
         what: "run experiments/quickstart.yaml name=quickstart-2 seed=4 --quiet".into(),
     };
-    app.update(Msg::Started(Ok(started.clone())));
+    app.update(started_msg(started.clone()));
     // Until it shows up, the list is polled.
     let polls: Vec<Effect> = (0..4).flat_map(|_| app.update(Msg::Tick)).collect();
     assert_eq!(polls, vec![Effect::LoadRuns]);
@@ -128,14 +147,14 @@ fn a_run_started_from_the_form_opens_when_it_shows_up_and_quitting_asks_about_it
     assert_eq!(
         app.update(ch('s')),
         vec![Effect::Signal {
-            pid: 4242,
+            process: proc(4242),
             signal: RunSignal::Stop
         }]
     );
     assert!(app.quit);
     // Or c: the run keeps going headless, nothing is signalled.
     let mut app2 = app_with(vec![]);
-    app2.update(Msg::Started(Ok(started)));
+    app2.update(started_msg(started));
     app2.update(ch('q'));
     assert!(app2.update(ch('c')).is_empty());
     assert!(app2.quit);
@@ -145,11 +164,12 @@ fn a_run_started_from_the_form_opens_when_it_shows_up_and_quitting_asks_about_it
 fn a_failed_start_says_why_with_the_log_tail() {
     let mut app = app_with(vec![]);
     let started = Started {
-        pid: 7,
+        process: proc(7),
+        run: "x".into(),
         log: "roll-logs/x.log".into(),
         what: "run x.yaml --quiet".into(),
     };
-    app.update(Msg::Started(Ok(started)));
+    app.update(started_msg(started));
     app.update(Msg::Exited {
         pid: 7,
         code: Some(1),
@@ -182,7 +202,7 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
     assert_eq!(
         app.confirm,
         Some(Confirm::Stop {
-            pid: 99,
+            process: proc(99),
             name: "live".into()
         })
     );
@@ -191,7 +211,7 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
     assert_eq!(
         app.update(ch('y')),
         vec![Effect::Signal {
-            pid: 99,
+            process: proc(99),
             signal: RunSignal::Stop
         }]
     );
@@ -203,7 +223,7 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
         app.update(ch('p')),
         vec![
             Effect::Signal {
-                pid: 99,
+                process: proc(99),
                 signal: RunSignal::Pause
             },
             Effect::LoadRuns
@@ -213,7 +233,7 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
     assert_eq!(
         app.update(ch('p'))[0],
         Effect::Signal {
-            pid: 99,
+            process: proc(99),
             signal: RunSignal::Continue
         }
     );
@@ -224,7 +244,7 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
     assert_eq!(
         quitting.update(ch('q')),
         vec![Effect::Signal {
-            pid: 99,
+            process: proc(99),
             signal: RunSignal::Continue
         }]
     );
@@ -237,7 +257,7 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
     assert_eq!(
         app.update(ch('p'))[0],
         Effect::Signal {
-            pid: 99,
+            process: proc(99),
             signal: RunSignal::Continue
         }
     );
@@ -466,4 +486,54 @@ fn replay_of_a_stored_run_shows_the_values_metrics_prints_at_that_step() {
     run(&mut app, effects);
     assert_eq!(app.samples.as_ref().unwrap().step(), Some(3));
     assert!(screen(&app, 400, 60).contains("step 3 of 5"));
+}
+
+#[test]
+fn quitting_while_a_start_is_on_its_way_waits_for_it_and_a_failed_start_spares_the_others() {
+    let mut app = app_with(vec![]);
+    let form_launch = |app: &mut App, name: &str| {
+        app.update(Msg::ConfigsFound(vec![
+            "experiments/quickstart.yaml".into(),
+        ]));
+        let form = app.form.as_mut().unwrap();
+        form.overrides = format!("name={name}");
+        app.update(key(KeyCode::Enter))
+    };
+    assert!(matches!(
+        form_launch(&mut app, "one").as_slice(),
+        [Effect::Launch { name, .. }] if name == "one"
+    ));
+    form_launch(&mut app, "two");
+    assert_eq!(app.pending_open, ["one", "two"]);
+    // q before either process is reported: nothing is lost, the question comes once they are.
+    assert!(app.update(ch('q')).is_empty());
+    assert!(!app.quit && app.confirm.is_none());
+    assert!(app.notice.as_deref().unwrap().contains("starting"));
+    // The first cannot start: only its own auto-open is dropped.
+    app.update(Msg::Started {
+        run: "one".into(),
+        result: Err("starting 'roll-tui': no such file".into()),
+    });
+    assert_eq!(app.pending_open, ["two"]);
+    assert!(!app.quit && app.confirm.is_none());
+    let two = Started {
+        process: proc(31),
+        run: "two".into(),
+        log: "roll-logs/two.log".into(),
+        what: "run experiments/quickstart.yaml name=two --quiet".into(),
+    };
+    app.update(started_msg(two));
+    assert!(matches!(app.confirm, Some(Confirm::Quit { ref runs }) if runs.len() == 1));
+    app.update(key(KeyCode::Esc));
+    // The second still opens when the store lists it live.
+    let effects = app.update(Msg::RunsLoaded(Ok(vec![row(
+        5,
+        "two",
+        RunStatus::Running,
+        true,
+        Some(31),
+    )])));
+    assert_eq!(effects, vec![Effect::LoadSeries(RunId(5))]);
+    assert_eq!(app.open.as_ref().unwrap().name, "two");
+    assert!(app.pending_open.is_empty());
 }

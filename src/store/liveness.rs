@@ -24,7 +24,11 @@ pub struct ProcessIdentity {
 
 impl ProcessIdentity {
     pub fn current() -> Self {
-        let pid = std::process::id();
+        ProcessIdentity::of(std::process::id())
+    }
+
+    /// The process `pid` of this host as it is now (its start time pins the pid to it).
+    pub fn of(pid: u32) -> Self {
         ProcessIdentity {
             host: host_name(),
             pid,
@@ -70,7 +74,6 @@ fn token_of(pid: u32) -> Option<String> {
     Some(format!("{}/{}", namespace()?, start_ticks(pid)?))
 }
 
-/// Field 22 of `/proc/PID/stat` (after the parenthesised command name, which may contain spaces).
 /// Whether `pid` is stopped (SIGSTOP, state `T` in `/proc/<pid>/stat`); `None` without /proc.
 pub fn is_stopped(pid: u32) -> Option<bool> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -78,6 +81,7 @@ pub fn is_stopped(pid: u32) -> Option<bool> {
     Some(after_name.split_whitespace().next()? == "T")
 }
 
+/// Field 22 of `/proc/PID/stat` (after the parenthesised command name, which may contain spaces).
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 1..];

@@ -94,24 +94,23 @@ impl RunInfo {
             .unwrap_or(now_ms() - self.heartbeat_at <= STALE_AFTER_MS)
     }
 
-    fn owner_alive(&self) -> Option<bool> {
-        let owner = match (&self.host, self.pid) {
-            (Some(host), Some(pid)) => ProcessIdentity {
-                host: host.clone(),
-                pid,
-                token: self.process_token.clone(),
-            },
-            _ => return None,
-        };
-        owner.is_alive()
+    fn owner(&self) -> Option<ProcessIdentity> {
+        Some(ProcessIdentity {
+            host: self.host.clone()?,
+            pid: self.pid?,
+            token: self.process_token.clone(),
+        })
     }
 
-    /// The pid of this running run's process when it is on this machine and provably the run's own
-    /// (the same process start time), so a signal can never reach a process that reused the pid.
-    pub fn local_pid(&self) -> Option<u32> {
-        (self.status == RunStatus::Running && self.owner_alive() == Some(true))
-            .then_some(self.pid)
-            .flatten()
+    fn owner_alive(&self) -> Option<bool> {
+        self.owner()?.is_alive()
+    }
+
+    /// This running run's process when it is on this machine and provably the run's own (the same
+    /// process start time), so a signal can never reach a process that reused the pid.
+    pub fn local_process(&self) -> Option<ProcessIdentity> {
+        let owner = self.owner()?;
+        (self.status == RunStatus::Running && owner.is_alive() == Some(true)).then_some(owner)
     }
 }
 

@@ -20,6 +20,7 @@ use super::samples::SamplesView;
 use super::theme::Theme;
 use super::workers::WorkersView;
 use crate::metrics::{SampleRecord, Series};
+use crate::store::liveness::ProcessIdentity;
 use crate::store::reads::StoredEvent;
 use crate::store::{RunId, RunInfo};
 
@@ -108,8 +109,11 @@ pub enum Msg {
         result: Result<(Box<RunInfo>, Vec<StoredEvent>), String>,
     },
     ConfigsFound(Vec<PathBuf>),
-    /// A `roll-tui run`/`resume` started from here is running (or could not start).
-    Started(Result<Started, String>),
+    /// A `roll-tui run`/`resume` for `run`, started from here, is running (or could not start).
+    Started {
+        run: String,
+        result: Result<Started, String>,
+    },
     /// A process started from here ended; `tail` is the end of its log.
     Exited {
         pid: u32,
@@ -137,17 +141,19 @@ pub enum Effect {
     /// The run's record and events (workers and events views).
     LoadEvents(RunId),
     FindConfigs,
-    /// Start `roll-tui run CONFIG OVERRIDES… --quiet` detached.
+    /// Start `roll-tui run CONFIG OVERRIDES… --quiet` detached; the run will be called `name`.
     Launch {
         config: PathBuf,
         overrides: Vec<String>,
+        name: String,
     },
     /// Start `roll-tui resume RUN --quiet` detached.
     Resume {
         run: String,
     },
+    /// Signal a process (checked to be the same process first).
     Signal {
-        pid: u32,
+        process: ProcessIdentity,
         signal: RunSignal,
     },
     /// Write the run's plots and CSV (only the series `keys`, when given) to `out`.
@@ -209,10 +215,14 @@ pub struct App {
     pub started: Vec<Started>,
     /// Run pids already asked to stop: a second SIGINT would end them without a checkpoint.
     pub stopping: Vec<u32>,
-    /// Run pids this workbench paused: they are let go (SIGCONT) when it quits.
-    pub paused_here: Vec<u32>,
-    /// A run started from here, opened as soon as it shows up in the store.
-    pub pending_open: Option<String>,
+    /// Run processes this workbench paused: they are let go (SIGCONT) when it quits.
+    pub paused_here: Vec<ProcessIdentity>,
+    /// Runs started from here, each opened as soon as the store lists it live.
+    pub pending_open: Vec<String>,
+    /// Starts asked for whose process has not been reported yet.
+    pub launching: usize,
+    /// `q` was pressed while a start was on its way: ask (or quit) once it has been reported.
+    pub quit_when_started: bool,
     /// The last error, shown in the status line.
     pub status: Option<String>,
     /// Why the run list could not be read (e.g. no store yet); gone once it can.
@@ -256,7 +266,9 @@ impl App {
             started: vec![],
             stopping: vec![],
             paused_here: vec![],
-            pending_open: None,
+            pending_open: vec![],
+            launching: 0,
+            quit_when_started: false,
             status: None,
             load_error: None,
             notice: None,
@@ -314,7 +326,7 @@ impl App {
         }
         // Live data: the run list while it shows a live run, while a run started here is on its
         // way, and while the open run is live (to see it end); the open run's view.
-        let starting = self.pending_open.is_some() || !self.started.is_empty();
+        let starting = !self.pending_open.is_empty() || !self.started.is_empty();
         let open_live = self.open.as_ref().is_some_and(|o| o.live);
         let list_live = self.view == View::Runs && self.runs.rows.iter().any(|r| r.live);
         if list_live || starting || open_live {

@@ -9,6 +9,8 @@ use std::process::Stdio;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::store::liveness::ProcessIdentity;
+
 /// What to ask of a running run's process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunSignal {
@@ -18,6 +20,19 @@ pub enum RunSignal {
     Pause,
     /// SIGCONT.
     Continue,
+}
+
+/// Send `what` to `process`, checked again first: a pid read a while ago (the run list, a
+/// confirmation left open) may belong to another program by now, which must never be signalled.
+/// Where that cannot be told (no `/proc`), the signal is sent.
+pub fn signal_process(process: &ProcessIdentity, what: RunSignal) -> Result<(), String> {
+    if process.is_alive() == Some(false) {
+        return Err(format!(
+            "pid {} has ended (or is another program now): nothing was sent",
+            process.pid
+        ));
+    }
+    signal(process.pid, what)
 }
 
 /// Send `what` to the run process `pid`. A stop also continues a paused run, so it can act on it.
@@ -39,7 +54,9 @@ pub fn signal(pid: u32, what: RunSignal) -> Result<(), String> {
 /// A `roll-tui` command started from the workbench.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Started {
-    pub pid: u32,
+    pub process: ProcessIdentity,
+    /// The run it is for (the name a new run will have, or the run resumed).
+    pub run: String,
     pub log: PathBuf,
     /// What was started, for messages (`run experiments/quickstart.yaml`).
     pub what: String,
@@ -57,6 +74,7 @@ pub fn log_dir(store: &Path) -> PathBuf {
 pub fn spawn_detached(
     store: &Path,
     args: &[String],
+    run: &str,
     log_stem: &str,
 ) -> Result<(Started, tokio::process::Child), String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding roll-tui's executable: {e}"))?;
@@ -83,8 +101,10 @@ pub fn spawn_detached(
     let pid = child
         .id()
         .ok_or_else(|| "the started process exited at once".to_string())?;
+    // Read now, while the child cannot have been reaped: its start time pins the pid to it.
     let started = Started {
-        pid,
+        process: ProcessIdentity::of(pid),
+        run: run.to_string(),
         log,
         what: args.join(" "),
     };
@@ -145,9 +165,27 @@ mod tests {
         // started with (a background shell ignores SIGINT), so the stop itself is checked end to
         // end against `roll-tui run`, which installs its handler (tests/workbench_pty.rs).
         signal(pid, RunSignal::Stop).unwrap();
+        let identity = ProcessIdentity::of(pid);
+        signal_process(&identity, RunSignal::Continue).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(signal(pid, RunSignal::Stop).is_err(), "the pid is gone");
+        if identity.token.is_some() {
+            let err = signal_process(&identity, RunSignal::Stop).unwrap_err();
+            assert!(
+                err.contains("has ended") && err.contains("nothing was sent"),
+                "{err}"
+            );
+        }
+        // A pid that now belongs to another process (same pid, other start time) is refused.
+        if let Some(token) = ProcessIdentity::current().token {
+            let (ns, ticks) = token.rsplit_once('/').unwrap();
+            let reused = ProcessIdentity {
+                token: Some(format!("{ns}/{}", ticks.parse::<u64>().unwrap() + 1)),
+                ..ProcessIdentity::current()
+            };
+            assert!(signal_process(&reused, RunSignal::Continue).is_err());
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::app::{App, Effect, OpenRun, View};
 use super::commands::{RunSignal, Started};
 use super::launch::{FormOutcome, LaunchForm};
 use crate::store::RunStatus;
+use crate::store::liveness::ProcessIdentity;
 
 /// A question the workbench waits on before it acts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,7 +18,10 @@ pub enum Confirm {
     /// Quit while runs started here are live: keep them going headless, or stop them.
     Quit { runs: Vec<Started> },
     /// Stop a live run (it checkpoints after its step).
-    Stop { pid: u32, name: String },
+    Stop {
+        process: ProcessIdentity,
+        name: String,
+    },
 }
 
 /// Where exports go, relative to the working directory.
@@ -43,6 +47,12 @@ fn slug(text: &str) -> String {
 
 impl App {
     pub(super) fn ask_quit(&mut self) -> Vec<Effect> {
+        if self.launching > 0 {
+            // Its process is not known yet: ask once it is (a moment), so it is not left unasked.
+            self.quit_when_started = true;
+            self.notice = Some("a run is starting: quitting once it has started…".into());
+            return vec![];
+        }
         if self.started.is_empty() {
             return self.leave();
         }
@@ -57,8 +67,8 @@ impl App {
         self.quit = true;
         std::mem::take(&mut self.paused_here)
             .into_iter()
-            .map(|pid| Effect::Signal {
-                pid,
+            .map(|process| Effect::Signal {
+                process,
                 signal: RunSignal::Continue,
             })
             .collect()
@@ -78,9 +88,9 @@ impl App {
                 let stops: Vec<Effect> = self
                     .started
                     .iter()
-                    .filter(|s| !self.stopping.contains(&s.pid))
+                    .filter(|s| !self.stopping.contains(&s.process.pid))
                     .map(|s| Effect::Signal {
-                        pid: s.pid,
+                        process: s.process.clone(),
                         signal: RunSignal::Stop,
                     })
                     .collect();
@@ -88,13 +98,13 @@ impl App {
                 effects.extend(stops);
                 effects
             }
-            (Confirm::Stop { pid, name }, KeyCode::Char('y')) => {
-                self.stopping.push(pid);
+            (Confirm::Stop { process, name }, KeyCode::Char('y')) => {
+                self.stopping.push(process.pid);
                 self.notice = Some(format!(
                     "stopping '{name}' after its step (it writes a checkpoint)"
                 ));
                 vec![Effect::Signal {
-                    pid,
+                    process,
                     signal: RunSignal::Stop,
                 }]
             }
@@ -126,48 +136,56 @@ impl App {
                 self.form = None;
                 self.view = View::Runs;
                 self.notice = Some(format!("starting '{name}'…"));
-                self.pending_open = Some(name);
-                vec![Effect::Launch { config, overrides }]
+                self.launching += 1;
+                self.pending_open.push(name.clone());
+                vec![Effect::Launch {
+                    config,
+                    overrides,
+                    name,
+                }]
             }
         }
     }
 
-    pub(super) fn started(&mut self, started: Result<Started, String>) {
+    pub(super) fn started(&mut self, run: &str, started: Result<Started, String>) -> Vec<Effect> {
+        self.launching = self.launching.saturating_sub(1);
         match started {
             Ok(s) => {
                 self.notice = Some(format!(
                     "started `roll-tui {}` (pid {}, log {})",
                     s.what,
-                    s.pid,
+                    s.process.pid,
                     s.log.display()
                 ));
                 self.started.push(s);
             }
             Err(e) => {
-                self.pending_open = None;
+                self.pending_open.retain(|n| n != run);
                 self.status = Some(e);
             }
         }
+        if self.quit_when_started && self.launching == 0 {
+            self.quit_when_started = false;
+            return self.ask_quit();
+        }
+        vec![]
     }
 
     pub(super) fn exited(&mut self, pid: u32, code: Option<i32>, tail: String) -> Vec<Effect> {
-        let Some(at) = self.started.iter().position(|s| s.pid == pid) else {
+        let Some(at) = self.started.iter().position(|s| s.process.pid == pid) else {
             return vec![];
         };
         let s = self.started.remove(at);
         self.stopping.retain(|p| *p != pid);
-        self.paused_here.retain(|p| *p != pid);
-        if self.started.is_empty() {
-            // Nothing started here is on its way any more (a run too short to be seen live).
-            self.pending_open = None;
-        }
+        self.paused_here.retain(|p| p.pid != pid);
+        // Its run is not on its way any more (it may have been too short to be seen live).
+        self.pending_open.retain(|n| *n != s.run);
         match code {
             Some(0) => self.notice = Some(format!("`roll-tui {}` finished", s.what)),
             Some(crate::cli::EXIT_INTERRUPTED) => {
                 self.notice = Some(format!("`roll-tui {}` stopped", s.what))
             }
             other => {
-                self.pending_open = None;
                 let how = other.map_or("was killed".to_string(), |c| format!("exited with {c}"));
                 self.status = Some(format!(
                     "`roll-tui {}` {how}: {tail} (log: {})",
@@ -194,18 +212,16 @@ impl App {
             }
             effects.push(Effect::LoadSeries(open.id));
         }
-        let Some(name) = self.pending_open.clone() else {
-            return effects;
-        };
+        let pending = &self.pending_open;
         let Some(row) = self
             .runs
             .rows
             .iter()
-            .find(|r| r.info.name == name && r.live)
+            .find(|r| r.live && pending.contains(&r.info.name))
         else {
             return effects;
         };
-        self.pending_open = None;
+        self.pending_open.retain(|n| *n != row.info.name);
         self.runs.selected = Some(row.info.id);
         let open = OpenRun {
             id: row.info.id,
@@ -218,11 +234,11 @@ impl App {
     }
 
     /// The selected run's process, if it is live and on this machine; else says why not.
-    fn selected_process(&mut self, verb: &str) -> Option<(u32, String, bool)> {
+    fn selected_process(&mut self, verb: &str) -> Option<(ProcessIdentity, String, bool)> {
         let row = self.runs.selected_row()?;
         let name = row.info.name.clone();
-        match (row.live, row.pid) {
-            (true, Some(pid)) => Some((pid, name, row.paused)),
+        match (row.live, &row.process) {
+            (true, Some(process)) => Some((process.clone(), name, row.paused)),
             (true, None) => {
                 self.status = Some(format!(
                     "cannot {verb} '{name}': its process is not on this machine"
@@ -237,34 +253,39 @@ impl App {
     }
 
     pub(super) fn ask_stop(&mut self) {
-        if let Some((pid, name, _)) = self.selected_process("stop") {
-            if self.stopping.contains(&pid) {
+        if let Some((process, name, _)) = self.selected_process("stop") {
+            if self.stopping.contains(&process.pid) {
                 self.notice = Some(format!(
                     "'{name}' is already stopping: it ends after its step, with a checkpoint"
                 ));
             } else {
-                self.confirm = Some(Confirm::Stop { pid, name });
+                self.confirm = Some(Confirm::Stop { process, name });
             }
         }
     }
 
     pub(super) fn pause(&mut self) -> Vec<Effect> {
-        let Some((pid, name, paused)) = self.selected_process("pause") else {
+        let Some((process, name, paused)) = self.selected_process("pause") else {
             return vec![];
         };
         let (signal, what) = if paused {
-            self.paused_here.retain(|p| *p != pid);
+            self.paused_here.retain(|p| *p != process);
             (RunSignal::Continue, "continuing")
         } else {
-            self.paused_here.push(pid);
+            self.paused_here.push(process.clone());
             (RunSignal::Pause, "pausing")
         };
         // Shown at once: a second p before the next read must not pause twice.
-        if let Some(row) = self.runs.rows.iter_mut().find(|r| r.pid == Some(pid)) {
+        if let Some(row) = self
+            .runs
+            .rows
+            .iter_mut()
+            .find(|r| r.process.as_ref() == Some(&process))
+        {
             row.paused = !paused;
         }
         self.notice = Some(format!("{what} '{name}'"));
-        vec![Effect::Signal { pid, signal }, Effect::LoadRuns]
+        vec![Effect::Signal { process, signal }, Effect::LoadRuns]
     }
 
     pub(super) fn resume(&mut self) -> Vec<Effect> {
@@ -276,7 +297,7 @@ impl App {
             self.status = Some(format!("'{name}' is running; there is nothing to resume"));
             return vec![];
         }
-        if self.pending_open.as_deref() == Some(name.as_str()) {
+        if self.pending_open.contains(&name) {
             self.notice = Some(format!("'{name}' is already starting"));
             return vec![];
         }
@@ -287,7 +308,8 @@ impl App {
             }
             _ => {
                 self.notice = Some(format!("resuming '{name}' from its last checkpoint…"));
-                self.pending_open = Some(name.clone());
+                self.launching += 1;
+                self.pending_open.push(name.clone());
                 vec![Effect::Resume { run: name }]
             }
         }

@@ -11,13 +11,16 @@ use super::commands::{self, Started};
 use super::launch::{CONFIG_DIRS, find_configs};
 use super::runs::RunRow;
 use super::samples::STAGE;
-use crate::store::liveness::is_stopped;
+use crate::store::liveness::{ProcessIdentity, is_stopped};
 use crate::store::reads::SampleFilter;
 use crate::store::{OpenMode, RunId, Store, StoreError};
 
-/// Send `signal` to `pid` now; the outcome for the status line.
-pub fn signalled(pid: u32, signal: commands::RunSignal) -> Msg {
-    Msg::Done(commands::signal(pid, signal).map(|_| format!("sent {signal:?} to pid {pid}")))
+/// Send `signal` to `process` now; the outcome for the status line.
+pub fn signalled(process: &ProcessIdentity, signal: commands::RunSignal) -> Msg {
+    Msg::Done(
+        commands::signal_process(process, signal)
+            .map(|_| format!("sent {signal:?} to pid {}", process.pid)),
+    )
 }
 
 /// The store, opened on first use: a workbench started before any run has no file to open yet.
@@ -50,7 +53,11 @@ impl Loader {
     /// Carry out `effect`, sending its answers to `tx`.
     pub async fn carry_out(&self, effect: Effect, tx: &UnboundedSender<Msg>) {
         match effect {
-            Effect::Launch { config, overrides } => {
+            Effect::Launch {
+                config,
+                overrides,
+                name,
+            } => {
                 let mut args = vec!["run".to_string(), config.display().to_string()];
                 args.extend(overrides);
                 args.push("--quiet".into());
@@ -58,11 +65,11 @@ impl Loader {
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "run".into());
-                self.start(&args, &stem, tx);
+                self.start(&args, &name, &stem, tx);
             }
             Effect::Resume { run } => {
                 let args = vec!["resume".to_string(), run.clone(), "--quiet".into()];
-                self.start(&args, &format!("resume-{run}"), tx);
+                self.start(&args, &run, &format!("resume-{run}"), tx);
             }
             other => {
                 let _ = tx.send(self.load(other).await);
@@ -71,7 +78,7 @@ impl Loader {
     }
 
     /// Start a detached `roll-tui` command; report its start now and its end when it comes.
-    fn start(&self, args: &[String], log_stem: &str, tx: &UnboundedSender<Msg>) {
+    fn start(&self, args: &[String], run: &str, log_stem: &str, tx: &UnboundedSender<Msg>) {
         let stem: String = log_stem
             .chars()
             .map(|c| {
@@ -82,13 +89,20 @@ impl Loader {
                 }
             })
             .collect();
-        match commands::spawn_detached(&self.path, args, &stem) {
+        match commands::spawn_detached(&self.path, args, run, &stem) {
             Err(e) => {
-                let _ = tx.send(Msg::Started(Err(e)));
+                let _ = tx.send(Msg::Started {
+                    run: run.to_string(),
+                    result: Err(e),
+                });
             }
             Ok((started, mut child)) => {
-                let Started { pid, log, .. } = started.clone();
-                let _ = tx.send(Msg::Started(Ok(started)));
+                let Started { process, log, .. } = started.clone();
+                let pid = process.pid;
+                let _ = tx.send(Msg::Started {
+                    run: run.to_string(),
+                    result: Ok(started),
+                });
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     let code = child.wait().await.ok().and_then(|s| s.code());
@@ -153,7 +167,7 @@ impl Loader {
                 let dirs: Vec<PathBuf> = CONFIG_DIRS.iter().map(PathBuf::from).collect();
                 Msg::ConfigsFound(find_configs(&dirs))
             }
-            Effect::Signal { pid, signal } => signalled(pid, signal),
+            Effect::Signal { process, signal } => signalled(&process, signal),
             Effect::Export {
                 run,
                 name,
@@ -194,10 +208,10 @@ impl Loader {
             for info in store.list_runs().await? {
                 let series = store.list_series(info.id).await?;
                 let live = info.is_active();
-                let pid = info.local_pid();
+                let process = info.local_process();
                 let mut row = RunRow::new(info, live, &series);
-                row.pid = pid;
-                row.paused = pid.and_then(is_stopped) == Some(true);
+                row.paused = process.as_ref().and_then(|p| is_stopped(p.pid)) == Some(true);
+                row.process = process;
                 rows.push(row);
             }
             Ok(rows)

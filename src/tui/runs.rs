@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use super::action::Action;
 use super::theme::Theme;
 use crate::plot::select::is_domain_key;
+use crate::store::liveness::ProcessIdentity;
 use crate::store::series::SeriesInfo;
 use crate::store::{RunId, RunInfo, RunStatus};
 
@@ -26,7 +27,7 @@ pub struct RunRow {
     /// The last `sft/loss`.
     pub sft_loss: Option<f64>,
     /// The run's process, when it is live on this machine (it can be paused and stopped from here).
-    pub pid: Option<u32>,
+    pub process: Option<ProcessIdentity>,
     /// The run's process is stopped (paused from the workbench).
     pub paused: bool,
 }
@@ -53,7 +54,7 @@ impl RunRow {
                 .iter()
                 .find(|s| s.key == "sft/loss")
                 .and_then(|s| s.last_value),
-            pid: None,
+            process: None,
             paused: false,
         }
     }
@@ -375,7 +376,7 @@ pub(crate) mod tests {
             reward: Some(0.5),
             accuracy: None,
             sft_loss: Some(1.25),
-            pid: None,
+            process: None,
             paused: false,
         }
     }

@@ -83,7 +83,7 @@ impl App {
                 Err(e) => self.status = Some(e),
             },
             Msg::ConfigsFound(configs) => self.configs_found(configs),
-            Msg::Started(result) => self.started(result),
+            Msg::Started { run, result } => return self.started(&run, result),
             Msg::Exited { pid, code, tail } => return self.exited(pid, code, tail),
             Msg::Done(Ok(text)) => self.notice = Some(text),
             Msg::Done(Err(e)) => self.status = Some(e),

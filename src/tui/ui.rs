@@ -214,7 +214,7 @@ fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Them
             ))];
             for r in runs {
                 lines.push(Line::from(Span::styled(
-                    format!("  roll-tui {} (pid {})", r.what, r.pid),
+                    format!("  roll-tui {} (pid {})", r.what, r.process.pid),
                     theme.muted,
                 )));
             }
@@ -233,11 +233,12 @@ fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Them
             ]));
             (" quit? ", lines)
         }
-        Confirm::Stop { name, pid } => (
+        Confirm::Stop { name, process } => (
             " stop? ",
             vec![
                 Line::from(format!(
-                    "Stop '{name}' (pid {pid})? It finishes its step and writes a checkpoint;"
+                    "Stop '{name}' (pid {})? It finishes its step and writes a checkpoint;",
+                    process.pid
                 )),
                 Line::from("`r` on the runs list resumes it later."),
                 Line::from(""),
