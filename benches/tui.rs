@@ -11,6 +11,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use roll::metrics::Series;
 use roll::store::liveness::ProcessIdentity;
+use roll::store::series_since::SeriesRead;
 use roll::store::{NewRun, OpenMode, RunId, Store};
 use roll::tui::action::Action;
 use roll::tui::app::{App, Effect, Msg};
@@ -83,7 +84,8 @@ fn frames() {
     let t1 = Instant::now();
     app.update(Msg::SeriesLoaded {
         run: RunId(1),
-        result: Ok(data),
+        since: None,
+        result: Ok(SeriesRead::whole(data)),
     });
     let ingest = t1.elapsed().as_secs_f64();
     let mut terminal = Terminal::new(TestBackend::new(200, 50)).expect("terminal");

@@ -96,7 +96,7 @@ fn to_msg(event: Event) -> Option<Msg> {
 fn answered(msg: &Msg) -> Option<Effect> {
     Some(match msg {
         Msg::RunsLoaded(_) => Effect::LoadRuns,
-        Msg::SeriesLoaded { run, .. } => Effect::LoadSeries(*run),
+        Msg::SeriesLoaded { run, .. } => Effect::load_whole(*run),
         Msg::SampleStepsLoaded { run, .. } => Effect::LoadSampleSteps(*run),
         Msg::SamplesLoaded { run, step, .. } => Effect::LoadSamples {
             run: *run,
@@ -133,7 +133,7 @@ async fn event_loop(
                 continue;
             }
             if effect.is_read() {
-                if in_flight.contains(&effect) {
+                if in_flight.iter().any(|e| e.same_read(&effect)) {
                     continue;
                 }
                 in_flight.push(effect.clone());
@@ -157,7 +157,7 @@ async fn event_loop(
             _ = ticks.tick() => Some(Msg::Tick),
             Some(answer) = answers.recv() => {
                 let done = answered(&answer);
-                in_flight.retain(|e| Some(e) != done.as_ref());
+                in_flight.retain(|e| !done.as_ref().is_some_and(|d| d.same_read(e)));
                 Some(answer)
             }
             _ = term.recv() => break,

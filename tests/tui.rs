@@ -10,6 +10,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use roll::metrics::Series;
+use roll::store::series_since::{SeriesRead, SeriesUpdate};
 use roll::store::{RunId, RunInfo, RunStatus};
 use roll::tui::app::{App, Effect, Msg, View};
 use roll::tui::loader::Loader;
@@ -130,18 +131,20 @@ fn keys_drive_the_views_and_effects() {
     app.update(ch('j'));
     assert_eq!(
         app.update(key(KeyCode::Enter)),
-        vec![Effect::LoadSeries(RunId(2))]
+        vec![Effect::load_whole(RunId(2))]
     );
     assert_eq!(app.view, View::Dashboard);
     // An answer for another run (a dashboard closed since) changes nothing.
     app.update(Msg::SeriesLoaded {
         run: RunId(1),
-        result: Ok(dashboard_series()),
+        since: None,
+        result: Ok(SeriesRead::whole(dashboard_series())),
     });
     assert!(!app.dashboard.as_ref().unwrap().loaded);
     app.update(Msg::SeriesLoaded {
         run: RunId(2),
-        result: Ok(dashboard_series()),
+        since: None,
+        result: Ok(SeriesRead::whole(dashboard_series())),
     });
     assert!(app.dashboard.as_ref().unwrap().loaded);
     // A stored (not live) run is never polled; Ctrl-r reloads it.
@@ -149,7 +152,7 @@ fn keys_drive_the_views_and_effects() {
         assert!(app.update(Msg::Tick).is_empty());
     }
     let reload = Msg::Key(KeyEvent::new(KeyCode::Char('r'), KeyModifiers::CONTROL));
-    assert_eq!(app.update(reload), vec![Effect::LoadSeries(RunId(2))]);
+    assert_eq!(app.update(reload), vec![Effect::load_whole(RunId(2))]);
     // Esc goes back; reopening the same run does not read it again.
     app.update(key(KeyCode::Esc));
     assert_eq!(app.view, View::Runs);
@@ -220,7 +223,8 @@ fn dashboard_snapshots() {
     insta::assert_snapshot!("dashboard_loading", screen(&app, 100, 30));
     app.update(Msg::SeriesLoaded {
         run: RunId(1),
-        result: Ok(dashboard_series()),
+        since: None,
+        result: Ok(SeriesRead::whole(dashboard_series())),
     });
     insta::assert_snapshot!("dashboard", screen(&app, 100, 30));
     app.update(key(KeyCode::Tab));
@@ -257,8 +261,13 @@ fn the_loader_reads_a_store_the_binary_wrote() {
     assert_eq!(row.info.status, RunStatus::Finished);
     assert!(row.reward.is_some() && row.sft_loss.is_some(), "{row:?}");
     let Msg::SeriesLoaded {
-        result: Ok(series), ..
-    } = rt.block_on(loader.load(Effect::LoadSeries(row.info.id)))
+        result:
+            Ok(SeriesRead {
+                update: SeriesUpdate::Whole(series),
+                ..
+            }),
+        ..
+    } = rt.block_on(loader.load(Effect::load_whole(row.info.id)))
     else {
         panic!("series not loaded")
     };
@@ -267,5 +276,106 @@ fn the_loader_reads_a_store_the_binary_wrote() {
             .iter()
             .any(|s| s.key == "actor/pg_loss" && !s.values.is_empty())
     );
+    rt.block_on(loader.close());
+}
+
+/// Carry out every read `effects` asks for (and the reads their answers ask for) on `loader`.
+fn settle(rt: &tokio::runtime::Runtime, loader: &Loader, app: &mut App, effects: Vec<Effect>) {
+    let mut queue = effects;
+    while let Some(effect) = queue.pop() {
+        if effect.is_read() {
+            let answer = rt.block_on(loader.load(effect));
+            queue.extend(app.update(answer));
+        }
+    }
+}
+
+#[test]
+fn live_runs_drawn_together_are_followed_by_reading_only_what_they_added() {
+    use roll::store::liveness::ProcessIdentity;
+    use roll::store::{NewRun, OpenMode, Store};
+    use roll::tui::replay::Timeline;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("roll.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _in_rt = rt.enter();
+    let store = rt.block_on(Store::open(&path, OpenMode::Create)).unwrap();
+    let me = ProcessIdentity::current(); // alive: both runs are live
+    let mut ids = vec![];
+    for name in ["a", "b"] {
+        let new = NewRun {
+            name: name.into(),
+            config_json: "{}".into(),
+            config_hash: "h".into(),
+            git_revision: None,
+            seed: 1,
+            output_dir: "out".into(),
+        };
+        ids.push(rt.block_on(store.create_run(&new, false, &me)).unwrap());
+    }
+    let (writer, task) = store.spawn_writer();
+    let write = |run: RunId, steps: std::ops::RangeInclusive<u64>, keys: &[&str]| {
+        for step in steps {
+            let points = keys
+                .iter()
+                .map(|k| (k.to_string(), (step as f64).sin()))
+                .collect();
+            rt.block_on(writer.metrics(run, "rl", step, step as f64, points))
+                .unwrap();
+        }
+        rt.block_on(writer.flush()).unwrap();
+    };
+    write(ids[0], 1..=40, &["reward/add/mean", "actor/kl"]);
+    write(ids[1], 1..=25, &["reward/add/mean"]);
+
+    let loader = Loader::new(&path);
+    let mut app = App::new();
+    let start = app.start();
+    settle(&rt, &loader, &mut app, start);
+    assert!(app.runs.rows.iter().all(|r| r.live), "{:?}", app.runs.rows);
+    // Mark both and compare: both are drawn, both polled while they write.
+    for k in [ch(' '), ch('j'), ch(' '), ch('c')] {
+        let effects = app.update(k);
+        settle(&rt, &loader, &mut app, effects);
+    }
+    let parts = app.dashboard.as_ref().unwrap().parts.clone();
+    assert_eq!(parts.len(), 2);
+    assert!(parts.iter().all(|p| p.live && p.loaded && p.mark.is_some()));
+
+    write(
+        ids[0],
+        41..=70,
+        &["reward/add/mean", "actor/kl", "actor/entropy"],
+    );
+    write(ids[1], 26..=30, &["reward/add/mean"]);
+    let polls: Vec<Effect> = (0..4).flat_map(|_| app.update(Msg::Tick)).collect();
+    let series_polls: Vec<_> = polls
+        .iter()
+        .filter_map(|e| match e {
+            Effect::LoadSeries { run, since } => Some((*run, since.is_some())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(series_polls.len(), 2, "{polls:?}");
+    assert!(series_polls.iter().all(|(_, incremental)| *incremental));
+    settle(&rt, &loader, &mut app, polls);
+
+    // What was followed piece by piece is what a whole read gives.
+    let d = app.dashboard.as_ref().unwrap();
+    let mut at = 0;
+    for part in &d.parts {
+        let whole = rt.block_on(store.load_series(part.run, None)).unwrap();
+        assert_eq!(d.series[at..at + part.len], whole[..], "run {:?}", part.run);
+        at += part.len;
+    }
+    let open = app.open.as_ref().unwrap();
+    assert_eq!(
+        app.timeline,
+        Timeline::from_series(d.primary_series(), open.start_ms)
+    );
+    assert!(screen(&app, 100, 30).contains("entropy"));
+    drop(writer);
+    rt.block_on(task).unwrap();
     rt.block_on(loader.close());
 }

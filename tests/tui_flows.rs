@@ -14,6 +14,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use roll::metrics::Series;
 use roll::store::liveness::ProcessIdentity;
+use roll::store::series_since::SeriesRead;
 use roll::store::{RunId, RunInfo, RunStatus};
 use roll::tui::app::{App, Effect, Msg, View};
 use roll::tui::commands::{RunSignal, Started};
@@ -132,7 +133,7 @@ fn a_run_started_from_the_form_opens_when_it_shows_up_and_quitting_asks_about_it
         row(1, "quickstart", RunStatus::Finished, false, None),
         row(2, "quickstart-2", RunStatus::Running, true, Some(4242)),
     ])));
-    assert_eq!(effects, vec![Effect::LoadSeries(RunId(2))]);
+    assert_eq!(effects, vec![Effect::load_whole(RunId(2))]);
     assert_eq!(
         (app.view, app.open.as_ref().unwrap().live),
         (View::Dashboard, true)
@@ -302,12 +303,17 @@ fn marked_runs_open_overlaid_and_the_palette_and_clicks_drive_the_same_actions()
     let effects = app.update(ch('c'));
     assert_eq!(
         effects,
-        vec![Effect::LoadSeries(RunId(2)), Effect::LoadSeries(RunId(1))]
+        vec![Effect::load_whole(RunId(2)), Effect::load_whole(RunId(1))]
     );
     for (id, n) in [(2, 10), (1, 20)] {
         app.update(Msg::SeriesLoaded {
             run: RunId(id),
-            result: Ok(vec![series("rl", "reward/add/mean", 1..=n)]),
+            since: None,
+            result: Ok(SeriesRead::whole(vec![series(
+                "rl",
+                "reward/add/mean",
+                1..=n,
+            )])),
         });
     }
     let d = app.dashboard.as_ref().unwrap();
@@ -333,7 +339,7 @@ fn marked_runs_open_overlaid_and_the_palette_and_clicks_drive_the_same_actions()
     assert_eq!(app.runs.selected, Some(RunId(1)));
     assert_eq!(
         app.update(Msg::Click { column: 10, row: 3 }),
-        vec![Effect::LoadSeries(RunId(1))]
+        vec![Effect::load_whole(RunId(1))]
     );
     assert_eq!(app.view, View::Dashboard);
 }
@@ -344,14 +350,15 @@ fn replay_moves_every_view_to_the_selected_step_and_plays() {
     app.update(key(KeyCode::Enter));
     app.update(Msg::SeriesLoaded {
         run: RunId(1),
-        result: Ok(vec![
+        since: None,
+        result: Ok(SeriesRead::whole(vec![
             series("sft", "sft/loss", 1..=3),
             // RL steps come after SFT in wall time.
             Series {
                 wall_time: (1..=5).map(|s| 10.0 + s as f64).collect(),
                 ..series("rl", "reward/add/mean", 1..=5)
             },
-        ]),
+        ])),
     });
     assert_eq!(app.timeline.len(), 8);
     app.update(ch('r'));
@@ -533,7 +540,7 @@ fn quitting_while_a_start_is_on_its_way_waits_for_it_and_a_failed_start_spares_t
         true,
         Some(31),
     )])));
-    assert_eq!(effects, vec![Effect::LoadSeries(RunId(5))]);
+    assert_eq!(effects, vec![Effect::load_whole(RunId(5))]);
     assert_eq!(app.open.as_ref().unwrap().name, "two");
     assert!(app.pending_open.is_empty());
 }

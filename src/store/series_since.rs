@@ -51,6 +51,16 @@ pub struct SeriesRead {
     pub mark: SeriesMark,
 }
 
+impl SeriesRead {
+    /// Every series, whole, with no mark to go on from (the next read is whole again).
+    pub fn whole(series: Vec<Series>) -> SeriesRead {
+        SeriesRead {
+            update: SeriesUpdate::Whole(series),
+            mark: SeriesMark::default(),
+        }
+    }
+}
+
 impl Store {
     /// The run's series since `mark` (every series whole without one), from one snapshot.
     pub async fn series_since(

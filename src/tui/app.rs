@@ -19,9 +19,10 @@ use super::runs::{RunRow, RunsView};
 use super::samples::SamplesView;
 use super::theme::Theme;
 use super::workers::WorkersView;
-use crate::metrics::{SampleRecord, Series};
+use crate::metrics::SampleRecord;
 use crate::store::liveness::ProcessIdentity;
 use crate::store::reads::StoredEvent;
+use crate::store::series_since::{SeriesMark, SeriesRead};
 use crate::store::{RunId, RunInfo};
 
 /// Below this the views do not fit; the screen says so instead.
@@ -86,9 +87,11 @@ pub enum Msg {
     /// Time passes (a quarter second): spinners turn, replay plays, live data is polled.
     Tick,
     RunsLoaded(Result<Vec<RunRow>, String>),
+    /// `run`'s series since the mark `since` (whole without one).
     SeriesLoaded {
         run: RunId,
-        result: Result<Vec<Series>, String>,
+        since: Option<SeriesMark>,
+        result: Result<SeriesRead, String>,
     },
     SampleStepsLoaded {
         run: RunId,
@@ -128,7 +131,11 @@ pub enum Msg {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     LoadRuns,
-    LoadSeries(RunId),
+    /// A run's series: only what came after `since` (every point without it).
+    LoadSeries {
+        run: RunId,
+        since: Option<SeriesMark>,
+    },
     LoadSampleSteps(RunId),
     LoadSamples {
         run: RunId,
@@ -171,12 +178,26 @@ impl Effect {
         matches!(
             self,
             Effect::LoadRuns
-                | Effect::LoadSeries(_)
+                | Effect::LoadSeries { .. }
                 | Effect::LoadSampleSteps(_)
                 | Effect::LoadSamples { .. }
                 | Effect::LoadPrompt { .. }
                 | Effect::LoadEvents(_)
         )
+    }
+
+    /// The same read as `other`, as far as repeating it goes: one series read per run at a time,
+    /// whatever mark it asks from.
+    pub fn same_read(&self, other: &Effect) -> bool {
+        match (self, other) {
+            (Effect::LoadSeries { run: a, .. }, Effect::LoadSeries { run: b, .. }) => a == b,
+            _ => self == other,
+        }
+    }
+
+    /// Every point of `run`'s series.
+    pub fn load_whole(run: RunId) -> Effect {
+        Effect::LoadSeries { run, since: None }
     }
 }
 
@@ -325,18 +346,26 @@ impl App {
             return effects;
         }
         // Live data: the run list while it shows a live run, while a run started here is on its
-        // way, and while the open run is live (to see it end); the open run's view.
+        // way, and while a drawn run is live (to see it end); what the drawn live runs added;
+        // the open run's view.
         let starting = !self.pending_open.is_empty() || !self.started.is_empty();
-        let open_live = self.open.as_ref().is_some_and(|o| o.live);
+        let live_parts = self
+            .dashboard
+            .as_ref()
+            .map(|d| d.live_parts())
+            .unwrap_or_default();
         let list_live = self.view == View::Runs && self.runs.rows.iter().any(|r| r.live);
-        if list_live || starting || open_live {
+        if list_live || starting || !live_parts.is_empty() {
             effects.push(Effect::LoadRuns);
         }
+        if !self.dashboard.as_ref().is_some_and(|d| d.frozen) {
+            effects.extend(
+                live_parts
+                    .into_iter()
+                    .map(|(run, since)| Effect::LoadSeries { run, since }),
+            );
+        }
         if let Some(open) = self.open.as_ref().filter(|o| o.live) {
-            let frozen = self.dashboard.as_ref().is_some_and(|d| d.frozen);
-            if !frozen {
-                effects.push(Effect::LoadSeries(open.id));
-            }
             match self.view {
                 View::Samples if self.replay.is_none() => {
                     effects.push(Effect::LoadSampleSteps(open.id))
@@ -560,7 +589,7 @@ impl App {
     /// Series reads for the dashboard: the open run, and the runs overlaid on it.
     fn series_loads(&self) -> Vec<Effect> {
         match &self.dashboard {
-            Some(d) => d.runs().into_iter().map(Effect::LoadSeries).collect(),
+            Some(d) => d.runs().into_iter().map(Effect::load_whole).collect(),
             None => vec![],
         }
     }
@@ -630,13 +659,18 @@ impl App {
         self.open_run(open, vec![])
     }
 
-    /// Open `open`'s views (closing the last run's), with `overlay` runs drawn over its curves.
-    pub(super) fn open_run(&mut self, open: OpenRun, overlay: Vec<(RunId, String)>) -> Vec<Effect> {
+    /// Open `open`'s views (closing the last run's), with `overlay` runs (id, name, live) drawn
+    /// over its curves.
+    pub(super) fn open_run(
+        &mut self,
+        open: OpenRun,
+        overlay: Vec<(RunId, String, bool)>,
+    ) -> Vec<Effect> {
         let mut d = Dashboard::new(open.id, open.name.clone(), open.live);
-        for (id, name) in overlay {
-            d.overlay(id, name);
+        for (id, name, live) in overlay {
+            d.overlay(id, name, live);
         }
-        let effects = d.runs().into_iter().map(Effect::LoadSeries).collect();
+        let effects = d.runs().into_iter().map(Effect::load_whole).collect();
         self.dashboard = Some(d);
         self.samples = None;
         self.workers = None;

@@ -200,17 +200,26 @@ impl App {
     /// Open the run started from here as soon as the store lists it.
     pub(super) fn open_pending(&mut self) -> Vec<Effect> {
         let mut effects = vec![];
-        // The open run ended (stop polling it, read it once more to the end) or was resumed
+        // A drawn run ended (stop polling it, read it once more to the end) or was resumed
         // (follow it again).
+        if let Some(d) = self.dashboard.as_mut() {
+            for part in d.parts.clone() {
+                let Some(row) = self.runs.rows.iter().find(|r| r.info.id == part.run) else {
+                    continue;
+                };
+                if row.live != part.live {
+                    d.set_live(part.run, row.live);
+                    effects.push(Effect::LoadSeries {
+                        run: part.run,
+                        since: part.mark,
+                    });
+                }
+            }
+        }
         if let Some(open) = self.open.as_mut()
             && let Some(row) = self.runs.rows.iter().find(|r| r.info.id == open.id)
-            && row.live != open.live
         {
             open.live = row.live;
-            if let Some(d) = self.dashboard.as_mut() {
-                d.live = row.live;
-            }
-            effects.push(Effect::LoadSeries(open.id));
         }
         let pending = &self.pending_open;
         let Some(row) = self
@@ -342,7 +351,7 @@ impl App {
         let overlay = marked
             .iter()
             .filter(|r| r.info.id != open.id)
-            .map(|r| (r.info.id, r.info.name.clone()))
+            .map(|r| (r.info.id, r.info.name.clone(), r.live))
             .collect();
         self.open_run(open, overlay)
     }

@@ -3,13 +3,16 @@
 //! go where), live while the run writes. Series are kept whole; each frame draws them decimated to
 //! the panel's pixel columns with min/max, the EMA in colour over the raw series faded behind it.
 
+mod live;
+
 use super::action::Action;
 pub use super::dashboard_render::{render, short};
-use super::decimate::{Pyramid, ema};
+use super::decimate::{Ema, Pyramid};
 use super::replay::Tick;
 use crate::metrics::Series;
 use crate::plot::select::plan_charts;
 use crate::store::RunId;
+use crate::store::series_since::SeriesMark;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XAxis {
@@ -37,6 +40,10 @@ pub struct Part {
     /// How many of the dashboard's series are this run's (they follow the earlier runs').
     pub len: usize,
     pub loaded: bool,
+    /// The run is writing: its series are polled for new points.
+    pub live: bool,
+    /// How far its series have been read from the store (a live poll asks for what follows).
+    pub mark: Option<SeriesMark>,
 }
 
 pub struct Dashboard {
@@ -50,8 +57,9 @@ pub struct Dashboard {
     pub series: Vec<Series>,
     /// The series' steps as f64 (x values on the step axis).
     pub(super) steps: Vec<Vec<f64>>,
-    /// EMA of each series at the current smoothing.
+    /// EMA of each series at the current smoothing, and its running state.
     pub(super) smoothed: Vec<Vec<f64>>,
+    emas: Vec<Ema>,
     /// Block extremes of each series and of its EMA, for fast decimation.
     pub(super) raw_pyramids: Vec<Pyramid>,
     pub(super) smooth_pyramids: Vec<Pyramid>,
@@ -77,6 +85,8 @@ impl Dashboard {
                 name: name.clone(),
                 len: 0,
                 loaded: false,
+                live,
+                mark: None,
             }],
             as_of: None,
             name,
@@ -84,6 +94,7 @@ impl Dashboard {
             series: vec![],
             steps: vec![],
             smoothed: vec![],
+            emas: vec![],
             raw_pyramids: vec![],
             smooth_pyramids: vec![],
             loaded: false,
@@ -98,14 +109,16 @@ impl Dashboard {
         }
     }
 
-    /// Draw `run`'s series over the open run's.
-    pub fn overlay(&mut self, run: RunId, name: String) {
+    /// Draw `run`'s series over the open run's; `live` while it is writing.
+    pub fn overlay(&mut self, run: RunId, name: String, live: bool) {
         if !self.runs().contains(&run) {
             self.parts.push(Part {
                 run,
                 name,
                 len: 0,
                 loaded: false,
+                live,
+                mark: None,
             });
         }
     }
@@ -170,10 +183,16 @@ impl Dashboard {
     }
 
     fn smooth(&mut self) {
+        self.emas = vec![Ema::new(self.smoothing); self.series.len()];
         self.smoothed = self
             .series
             .iter()
-            .map(|s| ema(&s.values, self.smoothing))
+            .zip(&mut self.emas)
+            .map(|(s, e)| {
+                let mut out = Vec::with_capacity(s.values.len());
+                e.extend(&s.values, &mut out);
+                out
+            })
             .collect();
         self.smooth_pyramids = self.smoothed.iter().map(|s| Pyramid::new(s)).collect();
     }

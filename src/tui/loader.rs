@@ -117,12 +117,16 @@ impl Loader {
     pub async fn load(&self, effect: Effect) -> Msg {
         match effect {
             Effect::LoadRuns => Msg::RunsLoaded(self.runs().await),
-            Effect::LoadSeries(run) => Msg::SeriesLoaded {
-                run,
-                result: self
-                    .read(|s| async move { s.load_series(run, None).await })
-                    .await,
-            },
+            Effect::LoadSeries { run, since } => {
+                let mark = since.clone();
+                Msg::SeriesLoaded {
+                    run,
+                    result: self
+                        .read(|s| async move { s.series_since(run, mark.as_ref()).await })
+                        .await,
+                    since,
+                }
+            }
             Effect::LoadSampleSteps(run) => Msg::SampleStepsLoaded {
                 run,
                 result: self

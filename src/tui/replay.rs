@@ -230,9 +230,10 @@ impl Replay {
         self.index != before
     }
 
-    /// The same place (stage and step) on a timeline that grew, e.g. after a reload.
-    pub fn keep_on(&mut self, old: &Timeline, new: &Timeline) {
-        if let Some(t) = old.ticks.get(self.index)
+    /// Back on `was` (the tick it was on, by stage and step) on a timeline that grew, e.g. after
+    /// a poll or a reload.
+    pub fn keep_on(&mut self, was: Option<&Tick>, new: &Timeline) {
+        if let Some(t) = was
             && let Some(i) = new
                 .ticks
                 .iter()
@@ -409,7 +410,7 @@ mod tests {
             0,
         );
         let mut r = Replay::start(&old).unwrap();
-        r.keep_on(&old, &new);
+        r.keep_on(r.tick(&old), &new);
         assert_eq!(r.tick(&new).map(|t| t.step), Some(2));
         assert_eq!(r.index, 2);
         assert!(Replay::start(&Timeline::default()).is_none());

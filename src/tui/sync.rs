@@ -3,6 +3,8 @@
 
 use super::app::{App, Effect, Msg, View, samples_effect};
 use super::replay::{Cursor, Replay, Timeline};
+use crate::store::RunId;
+use crate::store::series_since::{SeriesMark, SeriesRead, SeriesUpdate};
 
 impl App {
     /// A loader answer or process notice (everything but input, ticks and the run list).
@@ -10,26 +12,9 @@ impl App {
         let open = self.open.as_ref().map(|o| (o.id, o.start_ms));
         let mine = |run| open.is_some_and(|(id, _)| id == run);
         match msg {
-            Msg::SeriesLoaded { run, result } => match (self.dashboard.as_mut(), result) {
-                (Some(d), Ok(series)) if d.runs().contains(&run) => {
-                    d.set_run_series(run, series);
-                    if let Some((id, start_ms)) = open
-                        && id == run
-                    {
-                        let timeline = Timeline::from_series(d.primary_series(), start_ms);
-                        if let Some(r) = self.replay.as_mut() {
-                            r.keep_on(&self.timeline, &timeline);
-                        }
-                        self.timeline = timeline;
-                        self.sync_as_of();
-                    }
-                }
-                (Some(d), Err(e)) if d.runs().contains(&run) => {
-                    d.loaded = true;
-                    self.status = Some(e);
-                }
-                _ => {} // an answer for a dashboard that was closed since
-            },
+            Msg::SeriesLoaded { run, since, result } => {
+                return self.series_loaded(run, since, result);
+            }
             Msg::SampleStepsLoaded { run, result } if mine(run) => match result {
                 Ok(steps) => {
                     let request = self.samples.as_mut().and_then(|s| s.set_steps(steps));
@@ -88,6 +73,64 @@ impl App {
             Msg::Done(Ok(text)) => self.notice = Some(text),
             Msg::Done(Err(e)) => self.status = Some(e),
             _ => {} // an answer about a run that is no longer open
+        }
+        vec![]
+    }
+
+    /// A drawn run's series, whole or what they gained since the mark `since`.
+    fn series_loaded(
+        &mut self,
+        run: RunId,
+        since: Option<SeriesMark>,
+        result: Result<SeriesRead, String>,
+    ) -> Vec<Effect> {
+        let Some(d) = self.dashboard.as_mut().filter(|d| d.runs().contains(&run)) else {
+            return vec![]; // an answer for a dashboard that was closed since
+        };
+        let read = match result {
+            Ok(read) => read,
+            Err(e) => {
+                d.loaded = true;
+                self.status = Some(e);
+                return vec![];
+            }
+        };
+        let open = self
+            .open
+            .as_ref()
+            .filter(|o| o.id == run)
+            .map(|o| o.start_ms);
+        let was = self
+            .replay
+            .as_ref()
+            .and_then(|r| r.tick(&self.timeline))
+            .cloned();
+        match read.update {
+            SeriesUpdate::Whole(series) => {
+                d.set_run_series(run, series);
+                if let Some(start_ms) = open {
+                    self.timeline = Timeline::from_series(d.primary_series(), start_ms);
+                }
+            }
+            SeriesUpdate::Appended(tails) => {
+                let mark = d.part(run).and_then(|p| p.mark.clone());
+                if mark != since {
+                    // The news since a mark these series are no longer at (the dashboard was
+                    // reopened while it was read): ask again from where they are.
+                    return vec![Effect::LoadSeries { run, since: mark }];
+                }
+                d.append_run_series(run, &tails);
+                if open.is_some() {
+                    self.timeline.extend(&tails);
+                }
+            }
+        }
+        d.set_mark(run, read.mark);
+        if open.is_some() {
+            if let Some(r) = self.replay.as_mut() {
+                r.keep_on(was.as_ref(), &self.timeline);
+            }
+            self.sync_as_of();
         }
         vec![]
     }
