@@ -367,7 +367,7 @@ fn replay_moves_every_view_to_the_selected_step_and_plays() {
     app.update(ch(','));
     let d = app.dashboard.as_ref().unwrap();
     assert_eq!(
-        d.as_of.as_ref().map(|t| (t.stage.as_str(), t.step)),
+        d.as_of.as_ref().map(|t| (&*t.stage, t.step)),
         Some(("rl", 3))
     );
     assert_eq!(d.value_now(1), Some((3, 0.3)));

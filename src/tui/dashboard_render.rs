@@ -119,7 +119,7 @@ fn render_readout(frame: &mut Frame, area: Rect, d: &Dashboard, theme: &Theme) {
         for &i in &panel.lines {
             let s = &d.series[i];
             let value = match d.value_now(i) {
-                Some((step, v)) if step == t.step && s.stage == t.stage => format!("{v:.6}"),
+                Some((step, v)) if step == t.step && *s.stage == *t.stage => format!("{v:.6}"),
                 Some((step, v)) => format!("{v:.6} (step {step})"),
                 None => "—".into(),
             };
@@ -228,7 +228,7 @@ fn render_panel(
     }
     // The replay cursor: a vertical line where its step (or time) is, on panels of its stage.
     let cursor_x = d.as_of.as_ref().and_then(|t| {
-        let of_stage = panel.lines.iter().any(|&i| d.series[i].stage == t.stage);
+        let of_stage = panel.lines.iter().any(|&i| *d.series[i].stage == *t.stage);
         match d.x_axis {
             XAxis::Step if of_stage => Some(t.step as f64),
             XAxis::WallTime => Some(t.wall),

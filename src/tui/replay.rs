@@ -9,7 +9,8 @@
 //! events of a resumed run line up approximately).
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::metrics::Series;
 
@@ -23,7 +24,8 @@ pub struct Cursor {
 /// One recorded step of the run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick {
-    pub stage: String,
+    /// Shared by every tick of the stage: a million-step run does not hold a million copies.
+    pub stage: Arc<str>,
     pub step: u64,
     /// Seconds since the run started (the series' wall time).
     pub wall: f64,
@@ -34,13 +36,13 @@ pub struct Tick {
 pub struct Timeline {
     pub ticks: Vec<Tick>,
     pub start_ms: i64,
-    /// Per stage, per step, the wall time of its tick: what [`Timeline::extend`] needs to tell a new
-    /// step from one it has, and an earlier record of a step from a later one, without a scan.
-    walls: HashMap<String, HashMap<u64, f64>>,
+    /// Per stage, its steps in order with the wall time of their tick: what [`Timeline::extend`]
+    /// needs to tell a new step from one it has, and an earlier record of a step from a later one,
+    /// without a scan (a live run's new steps come last: a push).
+    steps: BTreeMap<Arc<str>, Vec<(u64, f64)>>,
 }
 
-/// The order of ticks: by wall time, then step, then stage (what sorting by wall and step gives
-/// when the ticks start sorted by stage, as in [`Timeline::from_series`]).
+/// The order of ticks: by wall time, then step, then stage.
 fn tick_order(a: &Tick, b: &Tick) -> Ordering {
     a.wall
         .total_cmp(&b.wall)
@@ -48,37 +50,43 @@ fn tick_order(a: &Tick, b: &Tick) -> Ordering {
         .then_with(|| a.stage.cmp(&b.stage))
 }
 
+/// The wall of `step` in a stage's steps.
+fn wall_of(steps: &[(u64, f64)], step: u64) -> Option<f64> {
+    let i = steps.binary_search_by_key(&step, |e| e.0).ok()?;
+    Some(steps[i].1)
+}
+
 impl Timeline {
     pub fn from_series(series: &[Series], start_ms: i64) -> Timeline {
-        let mut ticks: Vec<Tick> = vec![];
+        // One tick per (stage, step), at the earliest time any of its series was recorded. Each
+        // series is sorted by step, so the stable sort merges runs rather than sorting afresh.
+        let mut steps: BTreeMap<Arc<str>, Vec<(u64, f64)>> = BTreeMap::new();
         for s in series {
-            for (&step, &wall) in s.steps.iter().zip(&s.wall_time) {
-                ticks.push(Tick {
-                    stage: s.stage.clone(),
+            let list = match steps.get_mut(s.stage.as_str()) {
+                Some(list) => list,
+                None => steps.entry(Arc::from(s.stage.as_str())).or_default(),
+            };
+            list.extend(s.steps.iter().copied().zip(s.wall_time.iter().copied()));
+        }
+        for list in steps.values_mut() {
+            list.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            list.dedup_by_key(|e| e.0);
+        }
+        let mut ticks: Vec<Tick> = steps
+            .iter()
+            .flat_map(|(stage, list)| {
+                list.iter().map(|&(step, wall)| Tick {
+                    stage: stage.clone(),
                     step,
                     wall,
-                });
-            }
-        }
-        // One tick per (stage, step), at the earliest time any of its series was recorded.
-        ticks.sort_by(|a, b| {
-            (&a.stage, a.step)
-                .cmp(&(&b.stage, b.step))
-                .then(a.wall.total_cmp(&b.wall))
-        });
-        ticks.dedup_by(|b, a| a.stage == b.stage && a.step == b.step);
-        ticks.sort_by(|a, b| a.wall.total_cmp(&b.wall).then(a.step.cmp(&b.step)));
-        let mut walls: HashMap<String, HashMap<u64, f64>> = HashMap::new();
-        for t in &ticks {
-            walls
-                .entry(t.stage.clone())
-                .or_default()
-                .insert(t.step, t.wall);
-        }
+                })
+            })
+            .collect();
+        ticks.sort_by(tick_order);
         Timeline {
             ticks,
             start_ms,
-            walls,
+            steps,
         }
     }
 
@@ -87,49 +95,54 @@ impl Timeline {
     /// O(new points) when they come after the timeline's last tick, as a live run's do; a point
     /// earlier than that (a late series, or an earlier record of a step it has) re-sorts it.
     pub fn extend(&mut self, tails: &[Series]) {
-        // New (stage, step)s in the order first seen; their walls are settled in `self.walls`.
-        let mut fresh: Vec<(&str, u64)> = vec![];
-        let mut is_fresh: HashSet<(&str, u64)> = HashSet::new();
+        let mut fresh: Vec<(Arc<str>, u64)> = vec![];
         let mut moved_back = false;
-        for s in tails
-            .iter()
-            .filter(|s| !s.steps.is_empty() && !s.wall_time.is_empty())
-        {
-            let walls = self.walls.entry(s.stage.clone()).or_default();
+        for s in tails.iter().filter(|s| !s.steps.is_empty()) {
+            let stage: Arc<str> = match self.steps.get_key_value(s.stage.as_str()) {
+                Some((stage, _)) => stage.clone(),
+                None => Arc::from(s.stage.as_str()),
+            };
+            let list = self.steps.entry(stage.clone()).or_default();
             for (&step, &wall) in s.steps.iter().zip(&s.wall_time) {
-                match walls.get_mut(&step) {
-                    None => {
-                        walls.insert(step, wall);
-                        fresh.push((&s.stage, step));
-                        is_fresh.insert((&s.stage, step));
+                match list.last() {
+                    Some(&(last, _)) if step <= last => {}
+                    _ => {
+                        list.push((step, wall));
+                        fresh.push((stage.clone(), step));
+                        continue;
                     }
-                    Some(w) if wall.total_cmp(w) == Ordering::Less => {
-                        *w = wall;
-                        // A step new to this call gets its wall below; an older one needs a pass.
-                        moved_back |= !is_fresh.contains(&(s.stage.as_str(), step));
+                }
+                match list.binary_search_by_key(&step, |e| e.0) {
+                    Err(at) => {
+                        list.insert(at, (step, wall));
+                        fresh.push((stage.clone(), step));
                     }
-                    Some(_) => {}
+                    Ok(at) if wall.total_cmp(&list[at].1) == Ordering::Less => {
+                        list[at].1 = wall;
+                        moved_back = true;
+                    }
+                    Ok(_) => {}
                 }
             }
         }
-        let wall_of = |walls: &HashMap<String, HashMap<u64, f64>>, stage: &str, step: u64| {
-            walls
+        let steps = &self.steps;
+        let wall = |stage: &str, step: u64| {
+            steps
                 .get(stage)
-                .and_then(|w| w.get(&step))
-                .copied()
-                .unwrap_or(f64::NAN) // not reached: every step asked for is in `walls`
+                .and_then(|list| wall_of(list, step))
+                .unwrap_or(f64::NAN) // not reached: every tick's step is in `steps`
         };
         if moved_back {
             for t in &mut self.ticks {
-                t.wall = wall_of(&self.walls, &t.stage, t.step);
+                t.wall = wall(&t.stage, t.step);
             }
         }
         let mut new: Vec<Tick> = fresh
             .into_iter()
             .map(|(stage, step)| Tick {
-                stage: stage.to_owned(),
+                wall: wall(&stage, step),
+                stage,
                 step,
-                wall: wall_of(&self.walls, stage, step),
             })
             .collect();
         new.sort_by(tick_order);
@@ -271,7 +284,7 @@ mod tests {
         let order: Vec<(&str, u64, f64)> = t
             .ticks
             .iter()
-            .map(|x| (x.stage.as_str(), x.step, x.wall))
+            .map(|x| (&*x.stage, x.step, x.wall))
             .collect();
         assert_eq!(
             order,

@@ -143,7 +143,7 @@ impl App {
     /// The replayed step, when it is an RL step (samples exist only for those).
     pub(super) fn replay_rl_step(&self) -> Option<u64> {
         let tick = self.replay.as_ref()?.tick(&self.timeline)?;
-        (tick.stage == "rl").then_some(tick.step)
+        (&*tick.stage == "rl").then_some(tick.step)
     }
 
     pub(super) fn toggle_replay(&mut self) -> Vec<Effect> {
