@@ -106,7 +106,10 @@ fn answered(msg: &Msg) -> Option<Effect> {
             run: *run,
             prompt: prompt.clone(),
         },
-        Msg::EventsLoaded { run, .. } => Effect::LoadEvents(*run),
+        Msg::EventsLoaded { run, .. } => Effect::LoadEvents {
+            run: *run,
+            after: None,
+        },
         _ => return None,
     })
 }

@@ -293,13 +293,12 @@ fn settle(rt: &tokio::runtime::Runtime, loader: &Loader, app: &mut App, effects:
 #[test]
 fn live_runs_drawn_together_are_followed_by_reading_only_what_they_added() {
     use roll::store::liveness::ProcessIdentity;
-    use roll::store::{NewRun, OpenMode, Store};
+    use roll::store::{EventKind, EventRecord, NewRun, OpenMode, Store};
     use roll::tui::replay::Timeline;
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("roll.db");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let _in_rt = rt.enter();
     let store = rt.block_on(Store::open(&path, OpenMode::Create)).unwrap();
     let me = ProcessIdentity::current(); // alive: both runs are live
     let mut ids = vec![];
@@ -314,7 +313,10 @@ fn live_runs_drawn_together_are_followed_by_reading_only_what_they_added() {
         };
         ids.push(rt.block_on(store.create_run(&new, false, &me)).unwrap());
     }
-    let (writer, task) = store.spawn_writer();
+    let (writer, task) = {
+        let _in_rt = rt.enter();
+        store.spawn_writer()
+    };
     let write = |run: RunId, steps: std::ops::RangeInclusive<u64>, keys: &[&str]| {
         for step in steps {
             let points = keys
@@ -375,6 +377,43 @@ fn live_runs_drawn_together_are_followed_by_reading_only_what_they_added() {
         Timeline::from_series(d.primary_series(), open.start_ms)
     );
     assert!(screen(&app, 100, 30).contains("entropy"));
+
+    // The workers and events views read the run's events, then only the new ones.
+    let open = app.open.clone().unwrap();
+    let say = |text: &str| {
+        let e = EventRecord::message(EventKind::Info, text);
+        writer.event_blocking(Some(open.id), e).unwrap();
+        writer.flush_blocking().unwrap();
+    };
+    say("first");
+    let effects = app.update(ch('5'));
+    assert_eq!(
+        effects,
+        [Effect::LoadEvents {
+            run: open.id,
+            after: None
+        }]
+    );
+    settle(&rt, &loader, &mut app, effects);
+    say("second");
+    say("third");
+    let polls: Vec<Effect> = (0..4).flat_map(|_| app.update(Msg::Tick)).collect();
+    assert!(
+        polls
+            .iter()
+            .any(|e| matches!(e, Effect::LoadEvents { after: Some(_), .. })),
+        "{polls:?}"
+    );
+    settle(&rt, &loader, &mut app, polls);
+    let stored = rt.block_on(store.events(open.id)).unwrap();
+    assert_eq!(*app.run_events, stored);
+    let shown = app.events.as_ref().unwrap().events();
+    assert_eq!(shown.len(), stored.len());
+    assert!(std::sync::Arc::ptr_eq(
+        &app.run_events,
+        &app.workers.as_ref().unwrap().events
+    ));
+    assert!(screen(&app, 100, 30).contains("third"));
     drop(writer);
     rt.block_on(task).unwrap();
     rt.block_on(loader.close());

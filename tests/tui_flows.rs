@@ -544,3 +544,60 @@ fn quitting_while_a_start_is_on_its_way_waits_for_it_and_a_failed_start_spares_t
     assert_eq!(app.open.as_ref().unwrap().name, "two");
     assert!(app.pending_open.is_empty());
 }
+
+#[test]
+fn events_read_after_a_mark_are_merged_in_time_order_and_a_stale_answer_is_asked_again() {
+    use roll::store::reads::{EventsRead, StoredEvent};
+    use roll::store::{EventKind, EventRecord};
+    let ev = |at: i64, text: &str| StoredEvent {
+        at,
+        event: EventRecord::message(EventKind::Info, text),
+    };
+    let mut app = app_with(vec![row(1, "live", RunStatus::Running, true, Some(9))]);
+    app.update(key(KeyCode::Enter));
+    assert_eq!(
+        app.update(ch('5')),
+        [Effect::LoadEvents {
+            run: RunId(1),
+            after: None
+        }]
+    );
+    let info = Box::new(app.runs.rows[0].info.clone());
+    let answer = |after: Option<i64>, events: Vec<StoredEvent>, last: i64| Msg::EventsLoaded {
+        run: RunId(1),
+        after,
+        result: Ok((
+            info.clone(),
+            EventsRead {
+                events,
+                last: Some(last),
+            },
+        )),
+    };
+    app.update(answer(None, vec![ev(10, "a"), ev(20, "b"), ev(30, "c")], 3));
+    assert_eq!(app.events_mark, Some(3));
+    // One stamped earlier than the last (another process's clock) goes in its place.
+    app.update(answer(Some(3), vec![ev(15, "d"), ev(40, "e")], 5));
+    let order: Vec<&str> = app
+        .run_events
+        .iter()
+        .map(|e| e.event.message.as_str())
+        .collect();
+    assert_eq!(order, ["a", "d", "b", "c", "e"]);
+    assert_eq!(app.events.as_ref().unwrap().events().len(), 5);
+    // An answer to a read from another mark is not merged: the read is asked again.
+    assert_eq!(
+        app.update(answer(Some(2), vec![ev(50, "x")], 6)),
+        [Effect::LoadEvents {
+            run: RunId(1),
+            after: Some(5)
+        }]
+    );
+    assert_eq!(app.run_events.len(), 5);
+    // The text filter sees the merged events.
+    app.update(ch('/'));
+    app.update(ch('d'));
+    app.update(key(KeyCode::Enter));
+    let shown = app.events.as_ref().unwrap();
+    assert_eq!(shown.visible(None).len(), 1);
+}

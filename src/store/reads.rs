@@ -22,6 +22,13 @@ pub struct SampleFilter {
     pub limit: Option<u64>,
 }
 
+/// Events read from the store, and the last one's id to read on from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventsRead {
+    pub events: Vec<StoredEvent>,
+    pub last: Option<i64>,
+}
+
 /// An event as stored, with its time (Unix ms).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StoredEvent {
@@ -112,15 +119,28 @@ impl Store {
     }
 
     pub async fn events(&self, run: RunId) -> Result<Vec<StoredEvent>, StoreError> {
+        Ok(self.events_after(run, None).await?.events)
+    }
+
+    /// The run's events recorded after the event `after` (all without it), by time. Events are
+    /// only ever added while a run exists, so a reader following a run asks with the `last`
+    /// of its previous read and gets only the new ones.
+    pub async fn events_after(
+        &self,
+        run: RunId,
+        after: Option<i64>,
+    ) -> Result<EventsRead, StoreError> {
         let rows = sqlx::query(
-            "SELECT at, kind, worker, device, bytes, duration_s, message FROM events WHERE run_id = ? \
-             ORDER BY at, id",
+            "SELECT id, at, kind, worker, device, bytes, duration_s, message FROM events \
+             WHERE run_id = ? AND id > ? ORDER BY at, id",
         )
         .bind(run.0)
+        .bind(after.unwrap_or(i64::MIN))
         .fetch_all(self.pool())
         .await
         .map_err(self.err("reading events"))?;
-        Ok(rows
+        let last = rows.iter().map(|r| r.get::<i64, _>("id")).max().or(after);
+        let events = rows
             .iter()
             .map(|r| StoredEvent {
                 at: r.get("at"),
@@ -133,7 +153,8 @@ impl Store {
                     message: r.get("message"),
                 },
             })
-            .collect())
+            .collect();
+        Ok(EventsRead { events, last })
     }
 
     /// Trajectories of one step (all steps when `None`), turns in order.

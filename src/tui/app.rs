@@ -4,6 +4,7 @@
 //! here, so every behaviour is testable by feeding messages.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
@@ -21,7 +22,7 @@ use super::theme::Theme;
 use super::workers::WorkersView;
 use crate::metrics::SampleRecord;
 use crate::store::liveness::ProcessIdentity;
-use crate::store::reads::StoredEvent;
+use crate::store::reads::{EventsRead, StoredEvent};
 use crate::store::series_since::{SeriesMark, SeriesRead};
 use crate::store::{RunId, RunInfo};
 
@@ -107,9 +108,11 @@ pub enum Msg {
         prompt: String,
         result: Result<Vec<SampleRecord>, String>,
     },
+    /// The run's record and its events after the event `after` (all without it).
     EventsLoaded {
         run: RunId,
-        result: Result<(Box<RunInfo>, Vec<StoredEvent>), String>,
+        after: Option<i64>,
+        result: Result<(Box<RunInfo>, EventsRead), String>,
     },
     ConfigsFound(Vec<PathBuf>),
     /// A `roll-tui run`/`resume` for `run`, started from here, is running (or could not start).
@@ -145,8 +148,11 @@ pub enum Effect {
         run: RunId,
         prompt: String,
     },
-    /// The run's record and events (workers and events views).
-    LoadEvents(RunId),
+    /// The run's record and its events after the event `after` (workers and events views).
+    LoadEvents {
+        run: RunId,
+        after: Option<i64>,
+    },
     FindConfigs,
     /// Start `roll-tui run CONFIG OVERRIDES… --quiet` detached; the run will be called `name`.
     Launch {
@@ -182,7 +188,7 @@ impl Effect {
                 | Effect::LoadSampleSteps(_)
                 | Effect::LoadSamples { .. }
                 | Effect::LoadPrompt { .. }
-                | Effect::LoadEvents(_)
+                | Effect::LoadEvents { .. }
         )
     }
 
@@ -191,6 +197,7 @@ impl Effect {
     pub fn same_read(&self, other: &Effect) -> bool {
         match (self, other) {
             (Effect::LoadSeries { run: a, .. }, Effect::LoadSeries { run: b, .. }) => a == b,
+            (Effect::LoadEvents { run: a, .. }, Effect::LoadEvents { run: b, .. }) => a == b,
             _ => self == other,
         }
     }
@@ -228,6 +235,10 @@ pub struct App {
     pub events: Option<EventsView>,
     /// The open run's steps in time order, from its series.
     pub timeline: Timeline,
+    /// The open run's events as read so far (shared with the workers and events views), and the
+    /// last one's id: polls read only what came after it.
+    pub run_events: Arc<Vec<StoredEvent>>,
+    pub events_mark: Option<i64>,
     pub replay: Option<Replay>,
     pub form: Option<LaunchForm>,
     pub palette: Option<Palette>,
@@ -280,6 +291,8 @@ impl App {
             workers: None,
             events: None,
             timeline: Timeline::default(),
+            run_events: Arc::default(),
+            events_mark: None,
             replay: None,
             form: None,
             palette: None,
@@ -370,7 +383,7 @@ impl App {
                 View::Samples if self.replay.is_none() => {
                     effects.push(Effect::LoadSampleSteps(open.id))
                 }
-                View::Workers | View::Events => effects.push(Effect::LoadEvents(open.id)),
+                View::Workers | View::Events => effects.push(self.load_events(open.id)),
                 _ => {}
             }
         }
@@ -582,7 +595,7 @@ impl App {
                 }
                 effects
             }
-            View::Workers | View::Events => vec![Effect::LoadEvents(run)],
+            View::Workers | View::Events => vec![self.load_events(run)],
         }
     }
 
@@ -619,7 +632,7 @@ impl App {
                     self.events = Some(EventsView::new(run));
                 }
                 self.sync_as_of();
-                vec![Effect::LoadEvents(run)]
+                vec![self.load_events(run)]
             }
             _ => vec![],
         }
@@ -677,6 +690,8 @@ impl App {
         self.events = None;
         self.replay = None;
         self.timeline = Timeline::default();
+        self.run_events = Arc::default();
+        self.events_mark = None;
         self.open = Some(open);
         self.view = View::Dashboard;
         effects

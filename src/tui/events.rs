@@ -3,6 +3,8 @@
 //! (`/`), and cut at the replay cursor. Messages are data from worker processes: they are shown
 //! with control characters and escape sequences replaced, never interpreted.
 
+use std::sync::Arc;
+
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -101,7 +103,7 @@ pub struct EventsView {
     pub kind: KindFilter,
     /// The selection is on the newest shown event and stays there as events arrive.
     pub follow: bool,
-    events: Vec<StoredEvent>,
+    events: Arc<Vec<StoredEvent>>,
     /// Lower-cased `kind worker message` of each event, for the text filter.
     haystack: Vec<String>,
     filter: String,
@@ -119,7 +121,7 @@ impl EventsView {
             loaded: false,
             kind: KindFilter::All,
             follow: true,
-            events: vec![],
+            events: Arc::default(),
             haystack: vec![],
             filter: String::new(),
             filter_lower: String::new(),
@@ -128,10 +130,14 @@ impl EventsView {
         }
     }
 
-    /// Replace the list (the whole of it, oldest first). A selection off the tail stays on its event.
-    pub fn set_events(&mut self, events: Vec<StoredEvent>) {
+    /// Replace the list (the whole of it, oldest first), of which the first `kept` events are
+    /// those of the last list (only the rest is indexed again). A selection off the tail stays on
+    /// its event.
+    pub fn set_events(&mut self, events: Arc<Vec<StoredEvent>>, kept: usize) {
         let old = self.selected.and_then(|i| self.events.get(i).cloned());
-        self.haystack = events.iter().map(haystack).collect();
+        let kept = kept.min(self.haystack.len()).min(events.len());
+        self.haystack.truncate(kept);
+        self.haystack.extend(events[kept..].iter().map(haystack));
         self.events = events;
         self.loaded = true;
         if let (false, Some(old), Some(i)) = (self.follow, old, self.selected) {
@@ -561,7 +567,7 @@ pub(crate) mod tests {
 
     fn loaded() -> EventsView {
         let mut v = EventsView::new(RunId(1));
-        v.set_events(sample());
+        v.set_events(Arc::new(sample()), 0);
         v
     }
 
@@ -646,25 +652,25 @@ pub(crate) mod tests {
         let all = sample();
         let mut v = EventsView::new(RunId(1));
         assert!(!v.loaded);
-        v.set_events(all[..5].to_vec());
+        v.set_events(Arc::new(all[..5].to_vec()), 0);
         assert!(v.loaded && v.follow);
         assert_eq!(v.selected_event(None), Some(&all[4]));
-        v.set_events(all[..8].to_vec()); // new events: still on the newest, like tail -f
+        v.set_events(Arc::new(all[..8].to_vec()), 5); // new events: still on the newest, like tail -f
         assert_eq!(v.selected_event(None), Some(&all[7]));
         v.act(Action::Up);
         assert!(!v.follow);
         assert_eq!(v.selected_event(None), Some(&all[6]));
-        v.set_events(all.clone()); // the selection stays on its event
+        v.set_events(Arc::new(all.clone()), 0); // the selection stays on its event
         assert_eq!(v.selected_event(None), Some(&all[6]));
         // An event recorded with an earlier time lands before it: still the same event.
         let mut shifted = all.clone();
         shifted.insert(1, ev(500, EventKind::Info, Some("env-0"), "late line"));
-        v.set_events(shifted.clone());
+        v.set_events(Arc::new(shifted.clone()), 0);
         assert_eq!(v.selected_event(None), Some(&all[6]));
         v.act(Action::Bottom);
         assert!(v.follow);
         shifted.push(ev(99_000, EventKind::Info, None, "newest"));
-        v.set_events(shifted);
+        v.set_events(Arc::new(shifted), 0);
         assert_eq!(v.selected_event(None).map(|e| e.at), Some(99_000));
     }
 
@@ -739,16 +745,19 @@ pub(crate) mod tests {
         // A long list that follows its tail shows the newest event on the last row.
         let mut v = EventsView::new(RunId(1));
         v.set_events(
-            (0..100)
-                .map(|i| {
-                    ev(
-                        i * 1000,
-                        EventKind::Info,
-                        Some("env-0"),
-                        &format!("line {i}"),
-                    )
-                })
-                .collect(),
+            Arc::new(
+                (0..100)
+                    .map(|i| {
+                        ev(
+                            i * 1000,
+                            EventKind::Info,
+                            Some("env-0"),
+                            &format!("line {i}"),
+                        )
+                    })
+                    .collect(),
+            ),
+            0,
         );
         let text = draw(&v, None, 80, 24);
         let rows: Vec<&str> = text.lines().collect();
@@ -756,7 +765,7 @@ pub(crate) mod tests {
         assert!(!text.contains("+0.0 s"));
         let mut v = EventsView::new(RunId(1));
         insta::assert_snapshot!("events_loading", draw(&v, None, 80, 24));
-        v.set_events(vec![]);
+        v.set_events(Arc::new(vec![]), 0);
         insta::assert_snapshot!("events_empty", draw(&v, None, 80, 24));
     }
 }

@@ -159,12 +159,16 @@ impl Loader {
                     .await,
                 prompt,
             },
-            Effect::LoadEvents(run) => Msg::EventsLoaded {
+            Effect::LoadEvents { run, after } => Msg::EventsLoaded {
                 run,
+                after,
                 result: self
-                    .read(
-                        |s| async move { Ok((Box::new(s.run(run).await?), s.events(run).await?)) },
-                    )
+                    .read(|s| async move {
+                        Ok((
+                            Box::new(s.run(run).await?),
+                            s.events_after(run, after).await?,
+                        ))
+                    })
                     .await,
             },
             Effect::FindConfigs => {

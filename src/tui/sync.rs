@@ -3,8 +3,11 @@
 
 use super::app::{App, Effect, Msg, View, samples_effect};
 use super::replay::{Cursor, Replay, Timeline};
-use crate::store::RunId;
+use std::sync::Arc;
+
+use crate::store::reads::EventsRead;
 use crate::store::series_since::{SeriesMark, SeriesRead, SeriesUpdate};
+use crate::store::{RunId, RunInfo};
 
 impl App {
     /// A loader answer or process notice (everything but input, ticks and the run list).
@@ -51,20 +54,8 @@ impl App {
                 }
                 Err(e) => self.status = Some(e),
             },
-            Msg::EventsLoaded { run, result } if mine(run) => match result {
-                Ok((info, events)) => {
-                    if let Some(w) = self.workers.as_mut() {
-                        let series = self
-                            .dashboard
-                            .as_ref()
-                            .map(|d| super::workers::alarm_series(d.primary_series()))
-                            .unwrap_or_default();
-                        w.set_data(*info, events.clone(), series);
-                    }
-                    if let Some(e) = self.events.as_mut() {
-                        e.set_events(events);
-                    }
-                }
+            Msg::EventsLoaded { run, after, result } if mine(run) => match result {
+                Ok((info, read)) => return self.events_loaded(run, after, *info, read),
                 Err(e) => self.status = Some(e),
             },
             Msg::ConfigsFound(configs) => self.configs_found(configs),
@@ -133,6 +124,69 @@ impl App {
             self.sync_as_of();
         }
         vec![]
+    }
+
+    /// Read events to the open run's: replaced by a whole read, added to by a read after the
+    /// last one; then shown in the workers and events views.
+    fn events_loaded(
+        &mut self,
+        run: RunId,
+        after: Option<i64>,
+        info: RunInfo,
+        read: EventsRead,
+    ) -> Vec<Effect> {
+        if after.is_some() && after != self.events_mark {
+            // Events after a mark the log is no longer at (the run was reopened since).
+            return vec![self.load_events(run)];
+        }
+        // The views give their handles back first, so the log is ours alone and growing it
+        // copies nothing.
+        if let Some(w) = self.workers.as_mut() {
+            w.events = Arc::default();
+        }
+        if let Some(e) = self.events.as_mut() {
+            e.set_events(Arc::default(), 0);
+        }
+        let log = Arc::make_mut(&mut self.run_events);
+        let kept = match (after, read.events.first()) {
+            (None, _) => {
+                *log = read.events;
+                0
+            }
+            (Some(_), None) => log.len(),
+            (Some(_), Some(first)) => {
+                // New events usually come after the last; one stamped earlier (another
+                // process's clock) is put in its place, as the store orders them.
+                let kept = log.partition_point(|e| e.at <= first.at);
+                let sorted = kept == log.len();
+                log.extend(read.events);
+                if !sorted {
+                    log.sort_by_key(|e| e.at);
+                }
+                kept
+            }
+        };
+        self.events_mark = read.last;
+        if let Some(w) = self.workers.as_mut() {
+            let series = self
+                .dashboard
+                .as_ref()
+                .map(|d| super::workers::alarm_series(d.primary_series()))
+                .unwrap_or_default();
+            w.set_data(info, self.run_events.clone(), series);
+        }
+        if let Some(e) = self.events.as_mut() {
+            e.set_events(self.run_events.clone(), kept);
+        }
+        vec![]
+    }
+
+    /// The read of the open run's events that follows on from what the views hold.
+    pub(super) fn load_events(&self, run: RunId) -> Effect {
+        Effect::LoadEvents {
+            run,
+            after: self.events_mark,
+        }
     }
 
     /// The replay cursor, when replaying.

@@ -3,6 +3,8 @@
 //! memory ledger and timeline). Everything is derived from the run row, its events and its series,
 //! as of a replay cursor or now; this module only keeps the selection and draws.
 
+use std::sync::Arc;
+
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -42,7 +44,8 @@ pub struct WorkersView {
     pub loaded: bool,
     pub focus: Focus,
     pub info: Option<RunInfo>,
-    pub events: Vec<StoredEvent>,
+    /// The run's events (the app's log, shared).
+    pub events: Arc<Vec<StoredEvent>>,
     pub series: Vec<Series>,
     /// The selected row: `None` is the run's own row, else a worker's name (kept across reloads).
     pub selected: Option<String>,
@@ -60,14 +63,14 @@ impl WorkersView {
             loaded: false,
             focus: Focus::Workers,
             info: None,
-            events: vec![],
+            events: Arc::default(),
             series: vec![],
             selected: None,
             device: None,
         }
     }
 
-    pub fn set_data(&mut self, info: RunInfo, events: Vec<StoredEvent>, series: Vec<Series>) {
+    pub fn set_data(&mut self, info: RunInfo, events: Arc<Vec<StoredEvent>>, series: Vec<Series>) {
         self.info = Some(info);
         self.events = events;
         self.series = series;
@@ -463,7 +466,7 @@ mod tests {
 
     fn loaded() -> WorkersView {
         let mut v = WorkersView::new(RunId(7));
-        v.set_data(run_info(RunStatus::Running), events(), series());
+        v.set_data(run_info(RunStatus::Running), events().into(), series());
         v
     }
 
@@ -530,7 +533,7 @@ mod tests {
         assert_eq!(v.focus, Focus::Workers);
         // Reloads keep the selection by name.
         v.act(Action::PageDown);
-        v.set_data(run_info(RunStatus::Running), events(), series());
+        v.set_data(run_info(RunStatus::Running), events().into(), series());
         assert_eq!(v.selected.as_deref(), Some("reward-1"));
         let mut empty = WorkersView::new(RunId(1));
         for a in [Action::Down, Action::NextPane, Action::Down, Action::Bottom] {
@@ -590,7 +593,7 @@ mod tests {
         insta::assert_snapshot!("workers_replay_80x24", draw(&v, Some(cursor), 80, 24));
         let mut stale = run_info(RunStatus::Running);
         stale.heartbeat_at = NOW - 95_000;
-        v.set_data(stale, vec![], vec![]);
+        v.set_data(stale, Arc::default(), vec![]);
         insta::assert_snapshot!("workers_stale_no_events_80x24", draw(&v, None, 80, 24));
         let v = WorkersView::new(RunId(7));
         insta::assert_snapshot!("workers_loading", draw(&v, None, 80, 24));
