@@ -20,6 +20,7 @@ pub mod keyconfig;
 pub mod launch;
 pub mod loader;
 pub mod palette;
+pub mod reads;
 pub mod replay;
 pub mod runs;
 pub mod samples;
@@ -126,26 +127,22 @@ async fn event_loop(
         width: size.width,
         height: size.height,
     });
-    // One read of each kind at a time: a slow store is not asked again while it answers.
-    let mut in_flight: Vec<Effect> = vec![];
-    let run_effects = |effects: Vec<Effect>, in_flight: &mut Vec<Effect>| {
+    let mut reads = reads::Reads::default();
+    let run_effects = |effects: Vec<Effect>, reads: &mut reads::Reads| {
         for effect in effects {
             // Signals are sent at once: one asked for on the way out must leave before we do.
             if let Effect::Signal { process, signal } = &effect {
                 let _ = tx.send(loader::signalled(process, *signal));
                 continue;
             }
-            if effect.is_read() {
-                if in_flight.iter().any(|e| e.same_read(&effect)) {
-                    continue;
-                }
-                in_flight.push(effect.clone());
+            if effect.is_read() && !reads.admit(&effect) {
+                continue;
             }
             let (loader, tx) = (loader.clone(), tx.clone());
             tokio::spawn(async move { loader.carry_out(effect, &tx).await });
         }
     };
-    run_effects(app.start(), &mut in_flight);
+    run_effects(app.start(), &mut reads);
     let mut events = EventStream::new();
     let mut ticks = tokio::time::interval(TICK);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -159,15 +156,19 @@ async fn event_loop(
             },
             _ = ticks.tick() => Some(Msg::Tick),
             Some(answer) = answers.recv() => {
-                let done = answered(&answer);
-                in_flight.retain(|e| !done.as_ref().is_some_and(|d| d.same_read(e)));
-                Some(answer)
+                // Taken in first, then the read held for after it is asked from where the
+                // state now is.
+                let held = answered(&answer).and_then(|done| reads.answered(&done));
+                let mut effects = app.update(answer);
+                effects.extend(held.and_then(|e| app.reread(&e)));
+                run_effects(effects, &mut reads);
+                None
             }
             _ = term.recv() => break,
         };
         if let Some(msg) = msg {
             let effects = app.update(msg);
-            run_effects(effects, &mut in_flight);
+            run_effects(effects, &mut reads);
         }
     }
     loader.close().await;

@@ -585,19 +585,67 @@ fn events_read_after_a_mark_are_merged_in_time_order_and_a_stale_answer_is_asked
         .collect();
     assert_eq!(order, ["a", "d", "b", "c", "e"]);
     assert_eq!(app.events.as_ref().unwrap().events().len(), 5);
+    // Moved off the tail, the selection stays on its event while events arrive.
+    app.update(key(KeyCode::Up));
+    app.update(key(KeyCode::Up));
+    let picked = |app: &App| {
+        let view = app.events.as_ref().unwrap();
+        view.selected_event(None).map(|e| e.event.message.clone())
+    };
+    assert_eq!(picked(&app).as_deref(), Some("b"));
+    app.update(answer(Some(5), vec![ev(45, "f")], 6));
+    assert_eq!(picked(&app).as_deref(), Some("b"));
+    assert_eq!(app.events_mark, Some(6));
     // An answer to a read from another mark is not merged: the read is asked again.
     assert_eq!(
-        app.update(answer(Some(2), vec![ev(50, "x")], 6)),
+        app.update(answer(Some(2), vec![ev(50, "x")], 7)),
         [Effect::LoadEvents {
             run: RunId(1),
-            after: Some(5)
+            after: Some(6)
         }]
     );
-    assert_eq!(app.run_events.len(), 5);
+    assert_eq!(app.run_events.len(), 6);
     // The text filter sees the merged events.
     app.update(ch('/'));
     app.update(ch('d'));
     app.update(key(KeyCode::Enter));
     let shown = app.events.as_ref().unwrap();
     assert_eq!(shown.visible(None).len(), 1);
+}
+
+#[test]
+fn news_for_series_a_reopened_dashboard_no_longer_holds_are_not_added_but_asked_again() {
+    use roll::store::series_since::{SeriesMark, SeriesUpdate};
+    let mut app = app_with(vec![row(1, "live", RunStatus::Running, true, Some(9))]);
+    assert_eq!(
+        app.update(key(KeyCode::Enter)),
+        [Effect::load_whole(RunId(1))]
+    );
+    // The answer to a poll asked before the dashboard was (re)opened: from a mark it is not at.
+    let stale = Msg::SeriesLoaded {
+        run: RunId(1),
+        since: Some(SeriesMark::default()),
+        result: Ok(SeriesRead {
+            update: SeriesUpdate::Appended(vec![series("rl", "actor/kl", 5..=6)]),
+            mark: SeriesMark::default(),
+        }),
+    };
+    assert_eq!(app.update(stale), [Effect::load_whole(RunId(1))]);
+    let d = app.dashboard.as_ref().unwrap();
+    assert!(d.series.is_empty() && !d.loaded);
+    // A read held while another was under way is asked again from where the dashboard is.
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        since: None,
+        result: Ok(SeriesRead::whole(vec![series("rl", "actor/kl", 1..=6)])),
+    });
+    assert_eq!(
+        app.reread(&Effect::load_whole(RunId(1))),
+        Some(Effect::LoadSeries {
+            run: RunId(1),
+            since: Some(SeriesMark::default())
+        })
+    );
+    assert_eq!(app.reread(&Effect::load_whole(RunId(2))), None);
+    assert_eq!(app.dashboard.as_ref().unwrap().series[0].len(), 6);
 }

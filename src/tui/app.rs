@@ -595,7 +595,7 @@ impl App {
                 }
                 effects
             }
-            View::Workers | View::Events => vec![self.load_events(run)],
+            View::Workers | View::Events => vec![Effect::LoadEvents { run, after: None }],
         }
     }
 

@@ -114,7 +114,9 @@ impl App {
     }
 
     pub(super) fn configs_found(&mut self, configs: Vec<PathBuf>) {
-        let taken = self.runs.rows.iter().map(|r| r.info.name.clone()).collect();
+        // Names in the store, and those of runs started from here that it does not list yet.
+        let listed = self.runs.rows.iter().map(|r| r.info.name.clone());
+        let taken = listed.chain(self.pending_open.iter().cloned()).collect();
         self.form = Some(LaunchForm::new(configs, taken));
     }
 
@@ -205,6 +207,8 @@ impl App {
         if let Some(d) = self.dashboard.as_mut() {
             for part in d.parts.clone() {
                 let Some(row) = self.runs.rows.iter().find(|r| r.info.id == part.run) else {
+                    // Deleted (`roll-tui runs rm`): nothing more will come.
+                    d.set_live(part.run, false);
                     continue;
                 };
                 if row.live != part.live {
@@ -216,10 +220,20 @@ impl App {
                 }
             }
         }
-        if let Some(open) = self.open.as_mut()
-            && let Some(row) = self.runs.rows.iter().find(|r| r.info.id == open.id)
-        {
-            open.live = row.live;
+        if let Some((id, was_live)) = self.open.as_ref().map(|o| (o.id, o.live)) {
+            let live = self
+                .runs
+                .rows
+                .iter()
+                .find(|r| r.info.id == id)
+                .is_some_and(|r| r.live);
+            if was_live && !live && self.workers.is_some() {
+                // Its last events (how it ended) for the workers and events views.
+                effects.push(self.load_events(id));
+            }
+            if let Some(open) = self.open.as_mut() {
+                open.live = live;
+            }
         }
         let pending = &self.pending_open;
         let Some(row) = self

@@ -112,6 +112,8 @@ pub struct EventsView {
     selected: Option<usize>,
     /// The replay cursor the keys move within (see [`EventsView::set_until`]).
     until_ms: Option<i64>,
+    /// The selected event while the list is given back (see [`EventsView::release`]).
+    released: Option<StoredEvent>,
 }
 
 impl EventsView {
@@ -127,6 +129,7 @@ impl EventsView {
             filter_lower: String::new(),
             selected: None,
             until_ms: None,
+            released: None,
         }
     }
 
@@ -134,7 +137,10 @@ impl EventsView {
     /// those of the last list (only the rest is indexed again). A selection off the tail stays on
     /// its event.
     pub fn set_events(&mut self, events: Arc<Vec<StoredEvent>>, kept: usize) {
-        let old = self.selected.and_then(|i| self.events.get(i).cloned());
+        let old = self
+            .released
+            .take()
+            .or_else(|| self.selected.and_then(|i| self.events.get(i).cloned()));
         let kept = kept.min(self.haystack.len()).min(events.len());
         self.haystack.truncate(kept);
         self.haystack.extend(events[kept..].iter().map(haystack));
@@ -155,6 +161,13 @@ impl EventsView {
             });
         }
         self.settle();
+    }
+
+    /// Give the shared list back until the next [`EventsView::set_events`] (so its owner can
+    /// grow it without a copy), keeping the selection and the filter's index.
+    pub fn release(&mut self) {
+        self.released = self.selected.and_then(|i| self.events.get(i).cloned());
+        self.events = Arc::default();
     }
 
     pub fn events(&self) -> &[StoredEvent] {

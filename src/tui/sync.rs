@@ -145,7 +145,7 @@ impl App {
             w.events = Arc::default();
         }
         if let Some(e) = self.events.as_mut() {
-            e.set_events(Arc::default(), 0);
+            e.release();
         }
         let log = Arc::make_mut(&mut self.run_events);
         let kept = match (after, read.events.first()) {
@@ -179,6 +179,25 @@ impl App {
             e.set_events(self.run_events.clone(), kept);
         }
         vec![]
+    }
+
+    /// `effect`, a read held while the same read was under way, asked again from where the state
+    /// is now (a series or events read goes on from the current mark); `None` for a run no
+    /// longer shown.
+    pub fn reread(&self, effect: &Effect) -> Option<Effect> {
+        match effect {
+            Effect::LoadSeries { run, .. } => {
+                let part = self.dashboard.as_ref()?.part(*run)?;
+                Some(Effect::LoadSeries {
+                    run: *run,
+                    since: part.mark.clone(),
+                })
+            }
+            Effect::LoadEvents { run, .. } => {
+                (self.open.as_ref()?.id == *run).then(|| self.load_events(*run))
+            }
+            other => Some(other.clone()),
+        }
     }
 
     /// The read of the open run's events that follows on from what the views hold.
