@@ -121,12 +121,17 @@ fn new_run(i: usize) -> NewRun {
     }
 }
 
-fn open_store() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The workbench's runtime: two workers, as `roll-tui` builds it.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+fn open_store() {
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("runs.db");
     let store = rt
@@ -239,11 +244,7 @@ fn live_app() {
 /// The store's side of a live poll.
 fn live_store() {
     const STEPS: u64 = 100_000;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let dir = tempfile::tempdir().expect("temp dir");
     let store = rt
         .block_on(Store::open(&dir.path().join("runs.db"), OpenMode::Create))
