@@ -12,8 +12,8 @@ use roll::store::reads::SampleFilter;
 use roll::store::series::display_order;
 use roll::store::series_since::SeriesUpdate;
 use roll::store::{
-    EventKind, EventRecord, NewRun, OpenMode, RunStatus, Store, StoreError, TrajectoryRecord,
-    TurnRecord,
+    EventKind, EventRecord, NewRun, OpenMode, RunId, RunStatus, Store, StoreError,
+    TrajectoryRecord, TurnRecord,
 };
 
 fn new_run(name: &str) -> NewRun {
@@ -58,6 +58,16 @@ fn not_alive(me: &ProcessIdentity) -> Option<ProcessIdentity> {
 
 async fn open(path: &Path) -> Store {
     Store::open(path, OpenMode::Create).await.unwrap()
+}
+
+/// A store in `dir` with run "r" owned by a process that is gone (so it can be resumed), and this
+/// process's identity (to resume it with).
+async fn run_of_a_gone_process(dir: &Path) -> (Store, RunId, ProcessIdentity) {
+    let store = open(&dir.join("roll.db")).await;
+    let me = ProcessIdentity::current();
+    let dead = not_alive(&me).unwrap_or_else(|| me.clone());
+    let run = store.create_run(&new_run("r"), false, &dead).await.unwrap();
+    (store, run, me)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,10 +308,7 @@ async fn a_run_whose_process_is_gone_is_marked_interrupted() {
 #[tokio::test]
 async fn resume_drops_what_came_after_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("roll.db")).await;
-    let me = ProcessIdentity::current();
-    let dead = not_alive(&me).unwrap_or_else(|| me.clone());
-    let run = store.create_run(&new_run("r"), false, &dead).await.unwrap();
+    let (store, run, me) = run_of_a_gone_process(dir.path()).await;
     let (writer, task) = store.spawn_writer();
     for step in 1..=600u64 {
         writer
@@ -493,10 +500,7 @@ fn apply(base: &mut Vec<roll::metrics::Series>, update: SeriesUpdate) {
 #[tokio::test]
 async fn a_live_reader_gets_only_what_came_after_its_mark() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("roll.db")).await;
-    let me = ProcessIdentity::current();
-    let dead = not_alive(&me).unwrap_or_else(|| me.clone());
-    let run = store.create_run(&new_run("r"), false, &dead).await.unwrap();
+    let (store, run, me) = run_of_a_gone_process(dir.path()).await;
     let (writer, task) = store.spawn_writer();
     let write = |from: u64, to: u64, keys: &'static [&'static str]| {
         let writer = writer.clone();

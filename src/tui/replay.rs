@@ -259,7 +259,7 @@ impl Replay {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn series(stage: &str, steps: &[u64], walls: &[f64]) -> Series {
@@ -307,7 +307,7 @@ mod tests {
     }
 
     /// Points `from..to` of `s`.
-    fn slice(s: &Series, from: usize, to: usize) -> Series {
+    pub(crate) fn slice(s: &Series, from: usize, to: usize) -> Series {
         Series {
             stage: s.stage.clone(),
             key: s.key.clone(),

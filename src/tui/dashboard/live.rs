@@ -92,16 +92,7 @@ mod tests {
     use super::*;
     use crate::tui::action::Action;
     use crate::tui::decimate::Pyramid;
-
-    fn cut(s: &Series, from: usize, to: usize) -> Series {
-        Series {
-            stage: s.stage.clone(),
-            key: s.key.clone(),
-            steps: s.steps[from..to].to_vec(),
-            wall_time: s.wall_time[from..to].to_vec(),
-            values: s.values[from..to].to_vec(),
-        }
-    }
+    use crate::tui::replay::tests::slice as cut;
 
     /// Everything the dashboard holds of its series, bit for bit (NaN included).
     type Held = (Vec<(String, String, Vec<u64>)>, Vec<Vec<u64>>, Vec<Pyramid>);
