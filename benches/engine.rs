@@ -11,8 +11,8 @@ use std::time::Instant;
 use candle_core::Device;
 use roll::config::{RunConfig, load::from_yaml_str};
 use roll::model::{Arch, InitOptions, Numerics, init_model};
-use roll::pipeline::actor_train::ActorTrain;
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
+use roll::role::actor_train::ActorTrain;
 use roll::rollout::{Request, SamplingParams, generate};
 use roll::train::{AdamW, GradAccumulator, OptimizerConfig, TrainBatch, response_forward};
 

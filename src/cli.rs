@@ -52,7 +52,7 @@ pub enum Command {
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
     #[arg(value_enum)]
-    pub role: crate::worker::Role,
+    pub role: crate::config::Role,
     #[arg(long)]
     pub index: usize,
     /// The parent's control socket.
@@ -238,8 +238,7 @@ pub struct ScoreArgs {
     pub json: bool,
 }
 
-/// Exit status of a run stopped by Ctrl-C (128 + SIGINT, the shell convention).
-pub const EXIT_INTERRUPTED: i32 = 130;
+pub use crate::launch::EXIT_INTERRUPTED;
 
 pub fn main_with(cli: Cli) -> Result<i32> {
     let store = cli.store;
@@ -278,7 +277,7 @@ fn worker(args: WorkerArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the worker's runtime")?;
-    rt.block_on(crate::worker::serve::serve(
+    rt.block_on(crate::role::serve_worker(
         args.role,
         args.index,
         &args.socket,

@@ -7,6 +7,7 @@
 
 pub mod load;
 pub mod overrides;
+mod role;
 pub mod workers;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::reward::RewardKind;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use load::{ConfigError, Validate};
+pub use role::Role;
 pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,10 +8,12 @@
 
 pub mod jsonl;
 pub mod mix;
+mod seed;
 pub mod synthetic;
 
 pub use jsonl::{load_jsonl, write_jsonl};
 pub use mix::DomainMixer;
+pub use seed::mix_seed;
 
 use serde::{Deserialize, Serialize};
 

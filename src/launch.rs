@@ -14,6 +14,9 @@ use crate::store::{
     WriterHandle,
 };
 
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT, the shell convention).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error(transparent)]

@@ -32,6 +32,7 @@ pub mod model;
 pub mod pipeline;
 pub mod plot;
 pub mod reward;
+pub mod role;
 pub mod rollout;
 pub mod scheduler;
 pub mod store;

@@ -7,14 +7,6 @@
 //! step, with the same weights, optimizer moments, data cursor and RL state, so it computes the same
 //! numbers an uninterrupted run would have.
 
-mod actor_infer;
-pub mod actor_train;
-pub mod critic;
-pub mod reference;
-mod remote_infer;
-mod remote_worker;
-pub mod reward_pool;
-pub mod rl_epochs;
 mod rl_learner;
 mod rl_metrics;
 pub mod rl_update;
@@ -23,8 +15,8 @@ mod rollout_loop;
 mod score_link;
 pub mod setup;
 pub mod sft;
-pub mod step_file;
 mod time_sharing;
+mod worker_report;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,10 +25,12 @@ use std::time::Instant;
 
 use crate::config::RunConfig;
 use crate::data::mix::MixerState;
+pub use crate::data::mix_seed;
 use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
 use crate::model::LoadedModel;
+use crate::role::RoleError;
+use crate::role::critic::{CRITIC_FILE, CRITIC_OPTIMIZER_FILE, Critic};
 use crate::train::checkpoint::{RlResumeState, TrainerState, save_checkpoint};
-use critic::{CRITIC_FILE, CRITIC_OPTIMIZER_FILE, Critic};
 
 /// Something a front-end may want to show.
 #[derive(Debug, Clone)]
@@ -108,6 +102,18 @@ pub enum PipelineError {
     },
 }
 
+/// A role's failure is the pipeline's, variant by variant (a lost worker stays a lost worker).
+impl From<RoleError> for PipelineError {
+    fn from(e: RoleError) -> PipelineError {
+        match e {
+            RoleError::Load(e) => PipelineError::Load(e),
+            RoleError::Setup(why) => PipelineError::Setup(why),
+            RoleError::WorkerLost(why) => PipelineError::WorkerLost(why),
+            RoleError::Tensor { stage, source } => PipelineError::Tensor { stage, source },
+        }
+    }
+}
+
 pub(crate) trait TensorContext<T> {
     fn during(self, stage: &'static str) -> Result<T, PipelineError>;
 }
@@ -173,7 +179,7 @@ impl Resume {
                 )));
             }
         }
-        if rl.critic.is_some() && rl_update::needs_critic(rl.adv_estimator) {
+        if rl.critic.is_some() && crate::role::rows::needs_critic(rl.adv_estimator) {
             for f in [CRITIC_FILE, CRITIC_OPTIMIZER_FILE] {
                 if !self.dir.join(f).is_file() {
                     return Err(PipelineError::Setup(format!(
@@ -201,7 +207,7 @@ pub struct CheckpointExtras<'a> {
     pub rl: Option<RlResumeState>,
     pub critic: Option<&'a Critic>,
     /// The KL reference, when it is no longer the stage's starting policy (`rl.kl.refresh_every`).
-    pub reference: Option<&'a reference::Reference>,
+    pub reference: Option<&'a crate::role::reference::Reference>,
 }
 
 /// What every stage shares: config, output, the observer, the sink and the stop flag.
@@ -447,21 +453,4 @@ pub fn prepare_output_dir(dir: &std::path::Path, overwrite: bool) -> Result<(), 
         }
     }
     std::fs::create_dir_all(dir).map_err(io)
-}
-
-/// Deterministic 64-bit mix of several values (splitmix64 finaliser), for per-step and per-sample
-/// seeds: every random choice is a function of (run seed, stage, step, index), never of timing.
-pub fn mix_seed(parts: &[u64]) -> u64 {
-    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
-    for &p in parts {
-        h ^= p
-            .wrapping_add(0x9e37_79b9_7f4a_7c15)
-            .wrapping_add(h << 6)
-            .wrapping_add(h >> 2);
-        let mut z = h;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        h = z ^ (z >> 31);
-    }
-    h
 }

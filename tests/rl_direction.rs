@@ -8,8 +8,8 @@ use roll::algo::normalize::RunningStats;
 use roll::config::RunConfig;
 use roll::config::load::{apply_overrides, from_yaml_str};
 use roll::model::{Arch, InitOptions, init_model};
-use roll::pipeline::actor_train::ActorTrain;
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
+use roll::role::actor_train::ActorTrain;
 use roll::train::AdamW;
 use roll::train::batch::score_pair;
 

@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use roll::reward::{self, RewardKind};
+use roll::role::remote::call_typed;
+use roll::role::reward::{RewardCall, RewardProtocol, RewardReply, ScoreItem};
 use roll::worker::protocol::{Channel, handshake_parent};
-use roll::worker::{
-    Reply, Request, Role, ScoreItem, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec,
-};
+use roll::worker::{Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 use tokio::sync::mpsc;
 
 fn spec(role: Role) -> WorkerSpec {
@@ -68,15 +68,15 @@ async fn a_reward_worker_scores_exactly_like_the_in_process_rule() {
             pid: worker.pid
         }
     );
-    let reply = worker
-        .call(Request::Score { items: items() }, Duration::from_secs(10))
+    let call = RewardCall::Score { items: items() };
+    let reply = call_typed::<RewardProtocol>(&worker, &call, Duration::from_secs(10))
         .await
         .unwrap();
     let expected: Vec<_> = items()
         .iter()
         .map(|i| reward::score(i.kind, &i.response, &i.ground_truth))
         .collect();
-    assert_eq!(reply, Reply::Scores(expected));
+    assert_eq!(reply, RewardReply::Scores(expected));
     let pid = worker.pid;
     let status = worker.shutdown(Duration::from_secs(5)).await;
     assert_eq!(status, "exit status 0");
@@ -118,8 +118,8 @@ async fn a_killed_worker_is_reported_within_5_s_and_calls_fail_at_once() {
         unreachable!()
     };
     assert_eq!((status.as_str(), expected), ("killed by signal 9", false));
-    let err = worker
-        .call(Request::Score { items: items() }, Duration::from_secs(10))
+    let call = RewardCall::Score { items: items() };
+    let err = call_typed::<RewardProtocol>(&worker, &call, Duration::from_secs(10))
         .await
         .unwrap_err();
     assert_eq!(

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::worker::Role;
+use super::Role;
 
 /// Upper bound on workers of one role (a typo like `num_workers: 1000` should not fork-bomb).
 pub const MAX_WORKERS_PER_ROLE: usize = 64;

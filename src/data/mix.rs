@@ -258,7 +258,7 @@ fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
     let seed = if epoch == 0 {
         seed
     } else {
-        crate::pipeline::mix_seed(&[seed, epoch])
+        super::mix_seed(&[seed, epoch])
     };
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut StdRng::seed_from_u64(seed));

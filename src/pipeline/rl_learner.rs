@@ -4,21 +4,23 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::actor_infer::Infer;
-use super::actor_train::ActorTrain;
-use super::critic::Critic;
-use super::reference::Reference;
 use super::rl_metrics::rollout_metrics;
 use super::rl_update::{RlBatch, UpdateState, update};
 use super::rollout_loop::{Sample, StepRollout};
-use super::time_sharing::{Roles, TimeSharing};
+use super::time_sharing::TimeSharing;
+use super::worker_report::report_workers;
 use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
 use crate::algo::kl::{KlController, KlMode};
 use crate::algo::normalize::RunningStats;
 use crate::config::{PlacementMode, RlConfig};
 use crate::data::mix::DomainMixer;
 use crate::metrics::{Metrics, SampleRecord};
-use crate::model::{LoadedModel, ParamStore, Transformer};
+use crate::model::{LoadedModel, ParamStore};
+use crate::role::actor_infer::{Infer, copy_of};
+use crate::role::actor_train::ActorTrain;
+use crate::role::critic::Critic;
+use crate::role::reference::Reference;
+use crate::role::{ResidentRole, Restore};
 use crate::rollout::FinishReason;
 use crate::scheduler::Phase;
 use crate::train::checkpoint::{RlResumeState, load_vars};
@@ -37,16 +39,6 @@ pub(super) struct Learner<'m> {
     pub reference_version: usize,
 }
 
-/// A frozen copy of the policy's weights (reference, critic trunk, actor_infer replica).
-pub(super) fn copy_of(model: &LoadedModel) -> Result<Transformer, PipelineError> {
-    let params = model
-        .transformer
-        .params()
-        .deep_clone()
-        .during("copying the policy")?;
-    Transformer::new(model.config().clone(), params).during("copying the policy")
-}
-
 impl<'m> Learner<'m> {
     pub fn new(
         ctx: &RunContext<'_>,
@@ -56,7 +48,11 @@ impl<'m> Learner<'m> {
         mixer: &mut DomainMixer,
     ) -> Result<Learner<'m>, PipelineError> {
         let updates = cfg.steps * cfg.ppo_epochs * cfg.mini_batches;
-        let actor = ActorTrain::start(ctx.cfg, cfg, model, updates, resume)?;
+        let restore = resume.map(|r| Restore {
+            dir: &r.dir,
+            optimizer_steps: r.state.optimizer_steps,
+        });
+        let actor = ActorTrain::start(ctx.cfg, cfg, model, updates, restore)?;
         // The reference is the policy as the stage began; a resumed stage reloads it from disk.
         let reference = match (cfg.kl.mode != KlMode::None, resume) {
             (false, _) => None,
@@ -99,7 +95,16 @@ impl<'m> Learner<'m> {
             Some(copy) => Some(Reference::start(ctx.cfg, copy, model.pad_id)?),
             None => None,
         };
-        let critic = Critic::start(ctx.cfg, cfg, model, updates, resume)?;
+        let restore = resume.map(|r| Restore {
+            dir: &r.dir,
+            optimizer_steps: r
+                .state
+                .rl
+                .as_ref()
+                .and_then(|rl| rl.critic_optimizer_steps)
+                .unwrap_or(0),
+        });
+        let critic = Critic::start(ctx.cfg, cfg, model, updates, restore)?;
         Ok(Learner {
             model,
             actor,
@@ -116,24 +121,42 @@ impl<'m> Learner<'m> {
     /// The roles in worker processes whose optimizer state lives only there (lost with the worker).
     pub fn lone_state_workers(&self) -> Vec<&'static str> {
         let mut roles = vec![];
-        if matches!(self.actor, ActorTrain::Remote(_)) {
+        if self.actor.is_remote() {
             roles.push("actor_train");
         }
-        if matches!(self.critic, Some(Critic::Remote(_))) {
+        if self.critic.as_ref().is_some_and(Critic::is_remote) {
             roles.push("critic");
         }
         roles
     }
 
-    /// The roles the ledger moves, with `infer` as actor_infer.
-    pub fn roles<'r>(&'r mut self, infer: &'r Infer) -> Roles<'r> {
-        Roles {
-            policy: self.model,
-            actor: &mut self.actor,
-            infer,
-            reference: self.reference.as_mut(),
-            critic: self.critic.as_mut(),
+    /// The trainer's resident roles: actor_train, then the reference and the critic when the run
+    /// has them.
+    pub fn residents(&mut self) -> Vec<&mut dyn ResidentRole> {
+        let mut roles: Vec<&mut dyn ResidentRole> = vec![&mut self.actor];
+        if let Some(r) = self.reference.as_mut() {
+            roles.push(r);
         }
+        if let Some(c) = self.critic.as_mut() {
+            roles.push(c);
+        }
+        roles
+    }
+
+    /// Bring the roles of `phase` onto their devices, `infer` being actor_infer.
+    pub fn enter(
+        &mut self,
+        phase: Phase,
+        sharing: &mut TimeSharing,
+        infer: &Infer,
+        ctx: &mut RunContext<'_>,
+        m: &mut Metrics,
+    ) -> Result<(), PipelineError> {
+        let policy = self.model;
+        let mut infer = infer;
+        let mut roles = self.residents();
+        roles.push(&mut infer);
+        sharing.enter(phase, &mut roles, policy, ctx, m)
     }
 
     /// Train step `step` on `out`, record its metrics and samples, hand the new weights to
@@ -155,14 +178,10 @@ impl<'m> Learner<'m> {
         t_step: Instant,
     ) -> Result<bool, PipelineError> {
         let mut events = std::mem::take(&mut out.worker_events);
-        events.extend(self.actor.drain_events());
-        if let Some(r) = self.reference.as_mut() {
-            events.extend(r.drain_events());
+        for role in self.residents() {
+            events.extend(role.drain_events());
         }
-        if let Some(c) = self.critic.as_mut() {
-            events.extend(c.drain_events());
-        }
-        super::reward_pool::report_workers(ctx, events)?;
+        report_workers(ctx, events)?;
         let workers = &ctx.cfg.workers;
         if workers.reward.mode == PlacementMode::Process {
             m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
@@ -174,7 +193,7 @@ impl<'m> Learner<'m> {
             );
         }
         rollout_metrics(&mut m, &out);
-        sharing.enter(Phase::Train, &mut self.roles(infer), ctx, &mut m)?;
+        self.enter(Phase::Train, sharing, infer, ctx, &mut m)?;
         // Groups in the order they were dispatched: the batch does not depend on finishing order.
         let mut groups = out.groups;
         groups.sort_by_key(|g| g.id);
@@ -229,7 +248,9 @@ impl<'m> Learner<'m> {
         }
         let every = cfg.kl.refresh_every;
         if every > 0 && step.is_multiple_of(every) && self.reference.is_some() {
-            sharing.refresh_reference(&mut self.roles(infer))?;
+            if let Some(reference) = self.reference.as_mut() {
+                sharing.refresh_reference(self.model, reference)?;
+            }
             self.reference_version = step;
         }
         if self.reference.is_some() {
@@ -239,7 +260,7 @@ impl<'m> Learner<'m> {
             );
         }
         let sync = match handoff {
-            None => sharing.sync_weights(&self.roles(infer))?,
+            None => sharing.sync_weights(self.model, infer)?,
             Some(slot) => {
                 let t0 = Instant::now();
                 let params = self.model.transformer.params();

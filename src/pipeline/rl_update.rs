@@ -3,20 +3,20 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::algo::advantage::{AdvantageEstimator, AdvantageParams, compute_advantages};
+use crate::algo::advantage::{AdvantageParams, compute_advantages};
 use crate::algo::kl::{KlController, KlMode, kl_in_reward, kl_penalty};
 use crate::algo::mask::max_length_mask;
 use crate::algo::normalize::{RunningStats, clip_tensor, clip_values, normalize_rewards, whiten};
 use crate::config::RlConfig;
 use crate::metrics::Metrics;
-use crate::model::{LoadedModel, Numerics, Transformer};
-use crate::train::{TrainBatch, response_forward};
+use crate::model::LoadedModel;
 
-use super::actor_train::ActorTrain;
-use super::critic::Critic;
-use super::reference::Reference;
-use super::rl_epochs::{ActorStep, CriticStep, EpochRows, mean_of};
 use super::{PipelineError, TensorContext};
+use crate::role::actor_train::ActorTrain;
+use crate::role::critic::Critic;
+use crate::role::epochs::{ActorStep, CriticStep, EpochRows, mean_of};
+use crate::role::reference::Reference;
+use crate::role::rows::Rows;
 
 /// A scored rollout batch; rows of a group are consecutive.
 pub struct RlBatch {
@@ -57,51 +57,6 @@ fn pad_rows(rows: &[Vec<f32>], width: usize, device: &Device) -> candle_core::Re
         data.extend(std::iter::repeat_n(0f32, width.saturating_sub(r.len())));
     }
     Tensor::from_vec(data, (rows.len(), width), device)
-}
-
-/// The token rows of a batch as (prompt, response) pairs, cut into micro-batches.
-pub struct Rows<'a> {
-    pub prompts: &'a [Vec<u32>],
-    pub responses: &'a [Vec<u32>],
-    pub micro: usize,
-    /// Columns of the stitched (n, width) result: the longest response.
-    pub width: usize,
-}
-
-/// Run `f` over micro-batches of rows (batched for `model`) and stitch the (rows, r) results into
-/// (n, width).
-pub(super) fn chunked(
-    model: &Transformer,
-    pad_id: u32,
-    rows: &Rows<'_>,
-    f: &dyn Fn(&TrainBatch) -> candle_core::Result<Tensor>,
-) -> candle_core::Result<Tensor> {
-    let mut parts = vec![];
-    let groups = model.config().kv_groups();
-    let n = rows.prompts.len();
-    for start in (0..n).step_by(rows.micro) {
-        let end = (start + rows.micro).min(n);
-        let pairs: Vec<(&[u32], &[u32])> = (start..end)
-            .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
-            .collect();
-        let tb = TrainBatch::new(&pairs, pad_id, groups, model.device())?;
-        let out = f(&tb)?;
-        let r = out.dim(1)?;
-        parts.push(out.pad_with_zeros(1, 0, rows.width - r)?);
-    }
-    Tensor::cat(&parts, 0)
-}
-
-/// Log-probabilities of every response token under `model` (the KL reference), (n, width).
-pub fn response_logprobs(
-    model: &Transformer,
-    pad_id: u32,
-    rows: &Rows<'_>,
-    temperature: f64,
-) -> candle_core::Result<Tensor> {
-    chunked(model, pad_id, rows, &|tb| {
-        Ok(response_forward(model, tb, temperature, Numerics::Fast, false)?.0)
-    })
 }
 
 pub fn update(
@@ -293,9 +248,4 @@ fn explained_variance(
     } else {
         0.0
     })
-}
-
-/// Whether this estimator needs the critic.
-pub fn needs_critic(est: AdvantageEstimator) -> bool {
-    est == AdvantageEstimator::Gae
 }

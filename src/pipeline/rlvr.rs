@@ -11,18 +11,20 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use super::actor_infer::{Generator, Infer};
-use super::reward_pool::{RewardScorer, report_workers};
 use super::rl_learner::Learner;
 use super::rollout_loop::{Rollout, StepRollout};
 use super::score_link::ScoreLink;
 use super::setup::{Domains, Tokenizing};
 use super::time_sharing::TimeSharing;
+use super::worker_report::report_workers;
 use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, mix_seed};
 use crate::config::{RlConfig, RunConfig};
 use crate::data::mix::DomainMixer;
 use crate::metrics::Metrics;
 use crate::model::{LoadedModel, ParamStore};
+use crate::role::ResidentRole;
+use crate::role::actor_infer::{Generator, Infer};
+use crate::role::reward::RewardScorer;
 use crate::rollout::engine::Detokenize;
 use crate::scheduler::{Phase, Placement};
 
@@ -88,15 +90,11 @@ pub fn run_rlvr(
         drive.asynchronous(ctx, &mut learner, &mut sharing, &mut rollout, &mut mixer)
     };
     let mut events = rollout.shutdown();
-    events.extend(infer.shutdown());
-    let (actor, last_checkpoint) = (learner.actor, learner.last_checkpoint);
-    events.extend(actor.shutdown());
-    if let Some(r) = learner.reference {
-        events.extend(r.shutdown());
+    events.extend((&infer).shutdown());
+    for role in learner.residents() {
+        events.extend(role.shutdown());
     }
-    if let Some(c) = learner.critic {
-        events.extend(c.shutdown());
-    }
+    let last_checkpoint = learner.last_checkpoint;
     report_workers(ctx, events)?;
     let status = status.map_err(|e| match e {
         PipelineError::WorkerLost(why) => PipelineError::WorkerLost(format!(
@@ -147,7 +145,7 @@ impl Drive<'_> {
         for step in learner.first_step..=self.cfg.steps {
             let t_step = Instant::now();
             let mut m = Metrics::new();
-            sharing.enter(Phase::Generate, &mut learner.roles(self.infer), ctx, &mut m)?;
+            learner.enter(Phase::Generate, sharing, self.infer, ctx, &mut m)?;
             let mut engine = self.engine(&detok);
             let out = rollout.until_batch(engine.as_mut(), mixer)?;
             drop(engine);
@@ -172,9 +170,10 @@ impl Drive<'_> {
         mixer: &mut DomainMixer,
     ) -> Result<RunStatus, PipelineError> {
         // The trainer's devices are its own: place its roles once.
-        sharing.enter(
+        learner.enter(
             Phase::Generate,
-            &mut learner.roles(self.infer),
+            sharing,
+            self.infer,
             ctx,
             &mut Metrics::new(),
         )?;

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::actor_infer::Generator;
 use super::score_link::{ScoreLink, ScoreReport};
 use super::setup::{Domains, Tokenizing};
 use super::{PipelineError, mix_seed};
@@ -15,9 +14,10 @@ use crate::config::RlConfig;
 use crate::data::Example;
 use crate::data::mix::{DomainMixer, MixerState};
 use crate::reward::RewardOutcome;
+use crate::role::actor_infer::Generator;
+use crate::role::reward::ScoreItem;
 use crate::rollout::{Completion, Request};
 use crate::scheduler::{ReadyGroup, RolloutPolicy, RolloutStats, SampleScheduler};
-use crate::worker::ScoreItem;
 
 pub(super) struct Prompt {
     pub example: Example,
@@ -148,7 +148,7 @@ impl<'a> Rollout<'a> {
             self.pending_seen.remove(g);
         }
         let gs = self.cfg.group_size as u64;
-        engine.abort(&|id| groups.contains(&(id / gs)))
+        Ok(engine.abort(&|id| groups.contains(&(id / gs)))?)
     }
 
     /// Step until this version's batch is ready (or the dispatch quota ran out).

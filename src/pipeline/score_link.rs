@@ -9,10 +9,10 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::PipelineError;
-use super::reward_pool::RewardScorer;
 use crate::metrics::WorkerNotice;
 use crate::reward::RewardOutcome;
-use crate::worker::ScoreItem;
+use crate::role::reward::RewardScorer;
+use crate::role::reward::ScoreItem;
 
 type WorkerEvents = Vec<(String, WorkerNotice, String)>;
 

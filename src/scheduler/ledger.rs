@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use super::placement::{Phase, Placement};
-use crate::worker::Role;
+use crate::config::Role;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {

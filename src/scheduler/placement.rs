@@ -8,10 +8,10 @@
 
 use std::fmt;
 
+use crate::config::Role;
 use crate::config::{RlConfig, WorkersConfig};
 use crate::model::ModelConfig;
 use crate::model::params::expected_tensors;
-use crate::worker::Role;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {

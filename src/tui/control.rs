@@ -184,7 +184,7 @@ impl App {
         self.pending_open.retain(|n| *n != s.run);
         match code {
             Some(0) => self.notice = Some(format!("`roll-tui {}` finished", s.what)),
-            Some(crate::cli::EXIT_INTERRUPTED) => {
+            Some(crate::launch::EXIT_INTERRUPTED) => {
                 self.notice = Some(format!("`roll-tui {}` stopped", s.what))
             }
             other => {

@@ -16,9 +16,7 @@ use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::protocol::{
-    Channel, FromWorker, ProtocolError, Reply, Request, ToWorker, handshake_parent,
-};
+use super::protocol::{Channel, FromWorker, Payload, ProtocolError, ToWorker, handshake_parent};
 use super::{Role, WorkerError};
 
 static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -97,7 +95,7 @@ pub enum WorkerEvent {
 /// registered after the exit watcher has failed the others (it would wait for its timeout).
 #[derive(Default)]
 struct Calls {
-    waiting: HashMap<u64, oneshot::Sender<Result<Reply, String>>>,
+    waiting: HashMap<u64, oneshot::Sender<Result<Payload, String>>>,
     exited: Option<String>,
 }
 
@@ -358,9 +356,15 @@ impl WorkerProcess {
         self.exit.borrow().clone()
     }
 
-    /// Send `request` and wait at most `timeout` for the reply.
-    pub async fn call(&self, request: Request, timeout: Duration) -> Result<Reply, WorkerError> {
-        let (role, index, phase) = (self.role, self.index, request.phase());
+    /// Send `request` (a call of `phase`, which errors and timeouts name) and wait at most
+    /// `timeout` for the reply.
+    pub async fn call(
+        &self,
+        phase: &'static str,
+        request: Payload,
+        timeout: Duration,
+    ) -> Result<Payload, WorkerError> {
+        let (role, index) = (self.role, self.index);
         let died = |status: String| WorkerError::Died {
             role,
             index,

@@ -4,9 +4,8 @@
 //! A session starts with the parent's [`ToWorker::Hello`] and the worker's [`FromWorker::Hello`]; both
 //! carry [`PROTOCOL_VERSION`] and the crate version, and either side ends the session on a mismatch.
 //! Then the parent sends pings (answered with pongs: the heartbeat) and calls (answered with replies
-//! carrying the call id). Messages stay small: bulk tensors go through shared-memory files.
-
-use std::path::PathBuf;
+//! carrying the call id). Calls and replies are each role's own types, as JSON ([`Payload`]).
+//! Messages stay small: bulk tensors go through shared-memory files.
 
 use futures_util::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
@@ -15,13 +14,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::Role;
-use super::infer::{InferInit, InferOp, WireCompletion};
-use super::reference::ReferenceInit;
-use super::train::TrainInit;
-use crate::reward::{RewardKind, RewardOutcome};
+
+/// A call or a reply as it travels: the JSON of one role's own request or reply type. The role
+/// layer ([`crate::role`]) gives each role typed enums and converts at both ends, so this module
+/// carries calls for any role without knowing one.
+pub type Payload = serde_json::Value;
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// The crate version; parent and worker must be the same build.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Control messages larger than this are a bug (bulk data does not travel here).
@@ -40,7 +40,7 @@ pub enum ToWorker {
     },
     Call {
         id: u64,
-        request: Request,
+        request: Payload,
     },
     /// Finish the current call, then exit.
     Shutdown,
@@ -58,95 +58,7 @@ pub enum FromWorker {
     },
     Reply {
         id: u64,
-        result: Result<Reply, String>,
-    },
-}
-
-/// One response to score with a rule reward.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ScoreItem {
-    pub kind: RewardKind,
-    pub response: String,
-    pub ground_truth: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Request {
-    /// Reward role: score responses, in order.
-    Score { items: Vec<ScoreItem> },
-    /// actor_infer: load the model.
-    InferInit(InferInit),
-    /// actor_infer: apply `ops` in order, then run one engine step; replies with what finished.
-    InferStep { ops: Vec<InferOp> },
-    /// A model role (actor_infer, reference): take the weights in the host copy at `path`
-    /// (weight sync, reference refresh).
-    SetWeights { path: PathBuf },
-    /// A model role: write its state (weights; for actor_train and the critic also the optimizer
-    /// moments) to the host copy at `path` and free it.
-    Offload { path: PathBuf },
-    /// A model role: load its state back from the host copy at `path`.
-    Reload { path: PathBuf },
-    /// actor_train, critic: load the network and its optimizer.
-    TrainInit(Box<TrainInit>),
-    /// actor_train, critic: train on the step in the file `step` (an actor or a critic step), then
-    /// write the new weights to the host copy `weights_out` when given.
-    TrainStep {
-        step: PathBuf,
-        weights_out: Option<PathBuf>,
-    },
-    /// actor_train, critic: write the optimizer moments to `moments` and, when given, the weights
-    /// to `weights` (a checkpoint's files).
-    TrainCheckpoint {
-        weights: Option<PathBuf>,
-        moments: PathBuf,
-    },
-    /// critic: the values of the response tokens of the rows file `rows`, written to `out`.
-    CriticValues { rows: PathBuf, out: PathBuf },
-    /// reference: load the model.
-    ReferenceInit(Box<ReferenceInit>),
-    /// reference: score the response tokens of the rows file `rows`; write the log-probs to `out`.
-    ReferenceLogprobs { rows: PathBuf, out: PathBuf },
-}
-
-impl Request {
-    /// The phase a call belongs to, for errors and timeouts.
-    pub fn phase(&self) -> &'static str {
-        match self {
-            Request::Score { .. } => "score",
-            Request::InferInit(_) | Request::TrainInit(_) | Request::ReferenceInit(_) => "load",
-            Request::ReferenceLogprobs { .. } => "reference_logprobs",
-            Request::CriticValues { .. } => "critic_values",
-            Request::InferStep { .. } => "generate",
-            Request::SetWeights { .. } => "weight_sync",
-            Request::Offload { .. } => "offload",
-            Request::Reload { .. } => "reload",
-            Request::TrainStep { .. } => "train",
-            Request::TrainCheckpoint { .. } => "checkpoint",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Reply {
-    Scores(Vec<RewardOutcome>),
-    /// The model is loaded, with this many parameters.
-    Loaded {
-        params: usize,
-    },
-    /// The requests that finished during the step, and how many the engine still holds.
-    Stepped {
-        finished: Vec<WireCompletion>,
-        holding: usize,
-    },
-    /// Bytes of tensor data moved to or from a host copy.
-    Moved {
-        bytes: u64,
-    },
-    /// The metrics of a train step (f64 bit patterns: exact, NaN and infinities
-    /// included), and the AdamW steps taken so far.
-    Trained {
-        metric_bits: Vec<(String, u64)>,
-        optimizer_steps: usize,
+        result: Result<Payload, String>,
     },
 }
 

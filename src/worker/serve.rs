@@ -1,16 +1,36 @@
 //! The worker side of `roll-tui worker ROLE`: die with the parent, connect, shake hands, then answer
-//! pings and calls until the parent says shutdown or goes away.
+//! pings and calls until the parent says shutdown or goes away. What a call does is the role's
+//! business: [`serve`] hands every call to the role's compute loop (see `role::serve_worker`)
+//! through a [`CallQueue`] and sends back what it answers.
 
 use std::path::Path;
 
 use tokio::net::UnixStream;
 
 use super::protocol::{
-    BUILD_VERSION, Channel, FromWorker, PROTOCOL_VERSION, ProtocolError, Reply, Request, ToWorker,
+    BUILD_VERSION, Channel, FromWorker, PROTOCOL_VERSION, Payload, ProtocolError, ToWorker,
     handshake_worker,
 };
 use super::{Role, WorkerError};
-use crate::reward;
+
+/// The calls a worker receives, in order, and the way back for their replies. The compute loop
+/// that owns it runs on its own thread, so pings are answered while a long call computes.
+pub struct CallQueue {
+    calls: std::sync::mpsc::Receiver<(u64, Payload)>,
+    replies: tokio::sync::mpsc::UnboundedSender<FromWorker>,
+}
+
+impl CallQueue {
+    /// The next call, or `None` once the parent is gone or said shutdown.
+    pub fn recv(&self) -> Option<(u64, Payload)> {
+        self.calls.recv().ok()
+    }
+
+    /// Answer call `id` (an answer after the parent left has nowhere to go and is dropped).
+    pub fn reply(&self, id: u64, result: Result<Payload, String>) {
+        let _ = self.replies.send(FromWorker::Reply { id, result });
+    }
+}
 
 /// Arrange to be killed when the parent dies, even by SIGKILL (Linux: `PR_SET_PDEATHSIG`). If the
 /// parent is already gone (it died before this ran), exit now rather than run as an orphan.
@@ -28,11 +48,14 @@ pub fn die_with_parent(parent: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Serve one parent over the socket at `socket` until shutdown or disconnect.
-pub async fn serve(role: Role, index: usize, socket: &Path) -> Result<(), WorkerError> {
-    if !role.runs_out_of_process() {
-        return Err(WorkerError::Unsupported(role));
-    }
+/// Serve one parent over the socket at `socket` until shutdown or disconnect, with `compute`
+/// answering the calls on a thread of its own.
+pub async fn serve(
+    role: Role,
+    index: usize,
+    socket: &Path,
+    compute: impl FnOnce(CallQueue) + Send + 'static,
+) -> Result<(), WorkerError> {
     let proto = |source| WorkerError::Protocol {
         role,
         index,
@@ -52,25 +75,15 @@ pub async fn serve(role: Role, index: usize, socket: &Path) -> Result<(), Worker
         }));
     }
     // Calls run on their own thread, so pings are answered while a long call computes.
-    let (calls_tx, calls_rx) = std::sync::mpsc::channel::<(u64, Request)>();
+    let (calls_tx, calls) = std::sync::mpsc::channel::<(u64, Payload)>();
     let (replies_tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
+    let queue = CallQueue {
+        calls,
+        replies: replies_tx,
+    };
     let compute = std::thread::Builder::new()
         .name(format!("roll-{role}-{index}"))
-        .spawn(move || {
-            let reply = |id, result| {
-                let _ = replies_tx.send(FromWorker::Reply { id, result });
-            };
-            match role {
-                Role::ActorInfer => super::infer::serve(&calls_rx, &reply),
-                Role::ActorTrain | Role::Critic => super::train::serve(role, &calls_rx, &reply),
-                Role::Reference => super::reference::serve(&calls_rx, &reply),
-                _ => {
-                    while let Ok((id, request)) = calls_rx.recv() {
-                        reply(id, handle(role, request));
-                    }
-                }
-            }
-        })
+        .spawn(move || compute(queue))
         .map_err(|e| proto(ProtocolError::Io(e)))?;
     let result = loop {
         tokio::select! {
@@ -99,19 +112,4 @@ pub async fn serve(role: Role, index: usize, socket: &Path) -> Result<(), Worker
     drop(calls_tx);
     let _ = compute.join();
     result
-}
-
-fn handle(role: Role, request: Request) -> Result<Reply, String> {
-    match (role, request) {
-        (Role::Reward, Request::Score { items }) => Ok(Reply::Scores(
-            items
-                .iter()
-                .map(|i| reward::score(i.kind, &i.response, &i.ground_truth))
-                .collect(),
-        )),
-        (role, request) => Err(format!(
-            "the {role} role does not serve '{}' requests",
-            request.phase()
-        )),
-    }
 }

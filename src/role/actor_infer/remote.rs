@@ -12,22 +12,21 @@
 
 use std::time::Duration;
 
-use super::PipelineError;
-use super::remote_worker::{RemoteWorker, moved, setup_err, worker_lost};
+use super::{InferCall as Call, InferInit, InferOp, InferProtocol, InferReply as Reply};
 use crate::config::Dtype;
-use crate::metrics::WorkerNotice;
 use crate::model::{LoadedModel, ParamStore, save_model_dir};
+use crate::role::remote::{RemoteWorker, worker_lost};
+use crate::role::{RoleError, WorkerNote, setup_err};
 use crate::rollout::{Completion, Request};
 use crate::scheduler::host_copy::HostArea;
-use crate::worker::infer::{InferInit, InferOp};
-use crate::worker::{Reply, Request as Call, Role, WorkerError};
+use crate::worker::WorkerError;
 
 /// A generation step or a host-copy move that takes longer than this is a hung worker.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const HOST_COPY: &str = "actor_infer";
 
-pub(super) struct RemoteInfer {
-    pub worker: RemoteWorker,
+pub struct RemoteInfer {
+    pub worker: RemoteWorker<InferProtocol>,
     area: HostArea,
     /// Requests sent or queued and neither finished nor cancelled, in submission order.
     in_flight: Vec<Request>,
@@ -42,9 +41,9 @@ impl RemoteInfer {
         model: &LoadedModel,
         dtype: Dtype,
         max_batch: usize,
-    ) -> Result<RemoteInfer, PipelineError> {
+    ) -> Result<RemoteInfer, RoleError> {
         let area = HostArea::new().map_err(|e| {
-            PipelineError::Setup(format!(
+            RoleError::Setup(format!(
                 "creating the host-memory area for actor_infer: {e}"
             ))
         })?;
@@ -58,7 +57,7 @@ impl RemoteInfer {
             dtype,
             max_batch,
         };
-        let worker = RemoteWorker::start(Role::ActorInfer, Call::InferInit(init), CALL_TIMEOUT)?;
+        let worker = RemoteWorker::start(Call::Init(init), CALL_TIMEOUT)?;
         Ok(RemoteInfer {
             worker,
             area,
@@ -70,13 +69,14 @@ impl RemoteInfer {
 
     /// Replace a lost worker: a fresh one loads the host copy (the current weights) and, if the
     /// role is offloaded, lets go of them again.
-    fn revive(&mut self, lost: &WorkerError) -> Result<(), PipelineError> {
+    fn revive(&mut self, lost: &WorkerError) -> Result<(), RoleError> {
         let carried = format!(
             "; {} requests in flight submitted again",
             self.in_flight.len()
         );
         let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
-        self.worker.revive(lost, &carried, offloaded)?;
+        self.worker
+            .revive(lost, &carried, offloaded, |path| Call::Offload { path })?;
         // The fresh worker knows nothing: everything still in flight (sent or queued) starts again
         // with the next step, whichever call found the worker lost.
         self.ops = self
@@ -94,7 +94,7 @@ impl RemoteInfer {
 
     /// A call that survives one lost worker: the worker is replaced and `make` builds the call
     /// again for the fresh one.
-    fn call(&mut self, make: impl Fn(&Self) -> Call) -> Result<Reply, PipelineError> {
+    fn call(&mut self, make: impl Fn(&Self) -> Call) -> Result<Reply, RoleError> {
         match self.call_once(make(self)) {
             Err(e) if worker_lost(&e) => {
                 self.revive(&e)?;
@@ -127,26 +127,26 @@ impl RemoteInfer {
     }
 
     /// One engine step in the worker; what finished, with its prompt.
-    pub fn step(&mut self) -> Result<Vec<Completion>, PipelineError> {
+    pub fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
         let ops = std::mem::take(&mut self.ops);
-        let first = self.call_once(Call::InferStep { ops });
+        let first = self.call_once(Call::Step { ops });
         let reply = match first {
             Err(e) if worker_lost(&e) => {
                 self.revive(&e)?;
                 let ops = std::mem::take(&mut self.ops);
-                self.call_once(Call::InferStep { ops }).map_err(setup_err)?
+                self.call_once(Call::Step { ops }).map_err(setup_err)?
             }
             other => other.map_err(setup_err)?,
         };
         let Reply::Stepped { finished, holding } = reply else {
-            return Err(PipelineError::Setup(format!(
+            return Err(RoleError::Setup(format!(
                 "actor_infer answered a generate call with {reply:?}"
             )));
         };
         let mut out = Vec::with_capacity(finished.len());
         for done in finished {
             let Some(at) = self.in_flight.iter().position(|r| r.id == done.id) else {
-                return Err(PipelineError::Setup(format!(
+                return Err(RoleError::Setup(format!(
                     "actor_infer finished request {} that is not in flight",
                     done.id
                 )));
@@ -156,7 +156,7 @@ impl RemoteInfer {
         }
         // A request the worker dropped would never finish: the rollout would wait forever.
         if holding != self.in_flight.len() {
-            return Err(PipelineError::Setup(format!(
+            return Err(RoleError::Setup(format!(
                 "actor_infer worker holds {holding} requests but {} are in flight",
                 self.in_flight.len()
             )));
@@ -165,26 +165,26 @@ impl RemoteInfer {
     }
 
     /// Offload: the worker writes its weights to the host copy and frees them. Returns bytes.
-    pub fn offload(&mut self) -> Result<u64, PipelineError> {
+    pub fn offload(&mut self) -> Result<u64, RoleError> {
         let reply = self.call(|s| Call::Offload {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = true;
-        moved(Role::ActorInfer, reply)
+        moved(reply)
     }
 
     /// Reload the weights from the host copy. Returns bytes.
-    pub fn reload(&mut self) -> Result<u64, PipelineError> {
+    pub fn reload(&mut self) -> Result<u64, RoleError> {
         let reply = self.call(|s| Call::Reload {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = false;
-        moved(Role::ActorInfer, reply)
+        moved(reply)
     }
 
     /// Weight sync: the host copy gets `params`; a resident worker then takes them from there, an
     /// offloaded one at its next reload.
-    pub fn set_weights(&mut self, params: &ParamStore) -> Result<(), PipelineError> {
+    pub fn set_weights(&mut self, params: &ParamStore) -> Result<(), RoleError> {
         self.area
             .write(HOST_COPY, &params.named_tensors())
             .map_err(setup_err)?;
@@ -192,21 +192,28 @@ impl RemoteInfer {
             let reply = self.call(|s| Call::SetWeights {
                 path: s.area.path(HOST_COPY),
             })?;
-            moved(Role::ActorInfer, reply)?;
+            moved(reply)?;
         }
         Ok(())
     }
 
     /// Worker events since the last call, as (worker name, notice, text).
-    pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
+    pub fn drain_events(&mut self) -> Vec<WorkerNote> {
         self.worker.drain_events()
     }
 
     /// Stop the worker (asking first); returns the events not yet drained, its exit included.
-    pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
-        let RemoteInfer { worker, area, .. } = self;
-        let events = worker.shutdown();
-        drop(area);
-        events
+    pub fn shutdown(&mut self) -> Vec<WorkerNote> {
+        self.worker.shutdown()
+    }
+}
+
+/// Bytes from a host-copy move's reply.
+fn moved(reply: Reply) -> Result<u64, RoleError> {
+    match reply {
+        Reply::Moved { bytes } => Ok(bytes),
+        other => Err(RoleError::Setup(format!(
+            "actor_infer answered a host-copy move with {other:?}"
+        ))),
     }
 }

@@ -7,17 +7,19 @@
 //! the worker's memory is really freed until the reload.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Receiver;
 
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{Reply, Request};
+use super::{InferCall as Request, InferReply as Reply};
 use crate::config::Dtype;
 use crate::model::tokenizer::TokenizerFiles;
 use crate::model::{ModelConfig, ParamStore, Transformer, load_model_dir};
+use crate::role::Calls;
+use crate::role::RoleCall;
 use crate::rollout::{Completion, Engine, FinishReason};
 use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
+use crate::worker::serve::CallQueue;
 
 /// What to load: config and tokenizer from `model_dir`, the weights from the host copy `weights`
 /// (exactly the parent's tensors, in the run's dtype).
@@ -84,8 +86,10 @@ enum Leave {
     Exit,
 }
 
-/// Serve actor_infer calls until the call channel closes. `reply` sends one answer to the parent.
-pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply, String>)) {
+/// Serve actor_infer calls until the parent is gone.
+pub fn serve(queue: CallQueue) {
+    let calls = &Calls::<Request>::new(queue);
+    let reply = &|id, result: Result<Reply, String>| calls.reply(id, result);
     let mut base: Option<Base> = None;
     let mut model: Option<Transformer> = None;
     loop {
@@ -96,11 +100,11 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
             }
             continue;
         }
-        let Ok((id, request)) = calls.recv() else {
+        let Some((id, request)) = calls.recv() else {
             return;
         };
         match request {
-            Request::InferInit(init) if base.is_none() => match load(&init) {
+            Request::Init(init) if base.is_none() => match load(&init) {
                 Ok((b, m)) => {
                     reply(
                         id,
@@ -174,7 +178,7 @@ fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
 fn run_engine(
     base: &Base,
     model: &Transformer,
-    calls: &Receiver<(u64, Request)>,
+    calls: &Calls<Request>,
     reply: &dyn Fn(u64, Result<Reply, String>),
 ) -> Leave {
     let detok = |ids: &[u32]| {
@@ -186,11 +190,11 @@ fn run_engine(
     let mut engine =
         Engine::new(model, base.eos_ids.clone(), base.max_batch).with_detokenizer(&detok);
     loop {
-        let Ok((id, request)) = calls.recv() else {
+        let Some((id, request)) = calls.recv() else {
             return Leave::Exit;
         };
         match request {
-            Request::InferStep { ops } => reply(id, step(&mut engine, ops)),
+            Request::Step { ops } => reply(id, step(&mut engine, ops)),
             Request::SetWeights { path } => {
                 let result = read_into_vars(&path, &model.params().named_vars());
                 reply(

@@ -9,11 +9,12 @@ use rand::seq::SliceRandom;
 use rand::{SeedableRng, rngs::StdRng};
 
 use super::critic::CriticNet;
-use super::{PipelineError, TensorContext, mix_seed};
+use super::{RoleError, TensorContext};
 use crate::algo::aggregate::{LossAgg, aggregate, masked_mean};
 use crate::algo::kl::{KlMode, kl_penalty};
 use crate::algo::loss::{entropy_bonus, policy_loss, value_loss};
 use crate::config::RlConfig;
+use crate::data::mix_seed;
 use crate::metrics::Metrics;
 use crate::model::{Numerics, Transformer};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
@@ -64,7 +65,7 @@ struct Micro {
 
 impl Micro {
     /// The micro-batch's rows of a (n, R) tensor, cut to its response width.
-    fn slice(&self, x: &Tensor) -> Result<Tensor, PipelineError> {
+    fn slice(&self, x: &Tensor) -> Result<Tensor, RoleError> {
         x.index_select(&self.idx, 0)
             .and_then(|x| x.narrow(1, 0, self.tb.response_width))
             .during("rl slice")
@@ -72,9 +73,9 @@ impl Micro {
 }
 
 trait MiniBatchLearner {
-    fn micro(&mut self, mb: &Micro) -> Result<(), PipelineError>;
+    fn micro(&mut self, mb: &Micro) -> Result<(), RoleError>;
     /// Every micro-batch of a mini-batch was seen: take the optimizer step.
-    fn mini_done(&mut self) -> Result<(), PipelineError>;
+    fn mini_done(&mut self) -> Result<(), RoleError>;
 }
 
 /// Drive `learner` through `cfg.ppo_epochs` passes. Returns the mini-batches stepped.
@@ -84,7 +85,7 @@ fn run_epochs(
     (pad_id, kv_groups): (u32, usize),
     dev: &Device,
     learner: &mut dyn MiniBatchLearner,
-) -> Result<usize, PipelineError> {
+) -> Result<usize, RoleError> {
     let g = rows.group_size;
     let n_groups = rows.prompts.len() / g;
     let groups_per_mini = n_groups.div_ceil(cfg.mini_batches);
@@ -169,7 +170,7 @@ struct ActorLearner<'a> {
 }
 
 impl MiniBatchLearner for ActorLearner<'_> {
-    fn micro(&mut self, mb: &Micro) -> Result<(), PipelineError> {
+    fn micro(&mut self, mb: &Micro) -> Result<(), RoleError> {
         let (cfg, st) = (self.cfg, self.step);
         let agg = cfg.policy_loss.agg;
         let (logp, entropy) = response_forward(
@@ -180,8 +181,7 @@ impl MiniBatchLearner for ActorLearner<'_> {
             true,
         )
         .during("actor forward")?;
-        let entropy =
-            entropy.ok_or_else(|| PipelineError::Setup("entropy was not computed".into()))?;
+        let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
         let old = mb.slice(&st.old_logp)?;
         if mb.first {
             let d = ((logp.detach() - &old)
@@ -221,7 +221,7 @@ impl MiniBatchLearner for ActorLearner<'_> {
         Ok(())
     }
 
-    fn mini_done(&mut self) -> Result<(), PipelineError> {
+    fn mini_done(&mut self) -> Result<(), RoleError> {
         let acc = std::mem::take(&mut self.acc);
         let stats = self.opt.step(acc).during("actor optimizer step")?;
         self.t.grad_norm += stats.grad_norm;
@@ -237,7 +237,7 @@ pub fn actor_epochs(
     policy: &Transformer,
     pad_id: u32,
     opt: &mut AdamW,
-) -> Result<Metrics, PipelineError> {
+) -> Result<Metrics, RoleError> {
     let kv_groups = policy.config().kv_groups();
     let dev = policy.device().clone();
     let mut learner = ActorLearner {
@@ -278,7 +278,7 @@ struct CriticLearner<'a> {
 }
 
 impl MiniBatchLearner for CriticLearner<'_> {
-    fn micro(&mut self, mb: &Micro) -> Result<(), PipelineError> {
+    fn micro(&mut self, mb: &Micro) -> Result<(), RoleError> {
         let agg = self.cfg.policy_loss.agg;
         let values = self
             .critic
@@ -299,7 +299,7 @@ impl MiniBatchLearner for CriticLearner<'_> {
         Ok(())
     }
 
-    fn mini_done(&mut self) -> Result<(), PipelineError> {
+    fn mini_done(&mut self) -> Result<(), RoleError> {
         let acc = std::mem::take(&mut self.acc);
         let stats = self.critic.opt.step(acc).during("critic optimizer step")?;
         self.grad_norm += stats.grad_norm;
@@ -313,7 +313,7 @@ pub fn critic_epochs(
     step: &CriticStep,
     critic: &mut CriticNet,
     pad_id: u32,
-) -> Result<Metrics, PipelineError> {
+) -> Result<Metrics, RoleError> {
     let kv_groups = critic.model.config().kv_groups();
     let dev = critic.model.device().clone();
     let mut learner = CriticLearner {
@@ -333,17 +333,17 @@ pub fn critic_epochs(
     Ok(m)
 }
 
-pub(super) fn index_tensor(rows: &[usize], dev: &Device) -> Result<Tensor, PipelineError> {
+pub(super) fn index_tensor(rows: &[usize], dev: &Device) -> Result<Tensor, RoleError> {
     let ids: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
     Tensor::from_vec(ids, rows.len(), dev).during("row index")
 }
 
-pub(super) fn scalar(t: &Tensor) -> Result<f64, PipelineError> {
+pub(super) fn scalar(t: &Tensor) -> Result<f64, RoleError> {
     t.to_dtype(DType::F64)
         .and_then(|x| x.to_scalar::<f64>())
         .during("reading a scalar")
 }
 
-pub(super) fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, PipelineError> {
+pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RoleError> {
     scalar(&masked_mean(x, mask).during("metrics")?)
 }

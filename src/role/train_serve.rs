@@ -10,24 +10,25 @@
 //! writes weights and moments to a host copy and drops them, so the worker's memory is really freed
 //! until the reload.
 //!
-//! [`ActorStep`]: crate::pipeline::rl_epochs::ActorStep
-//! [`CriticStep`]: crate::pipeline::rl_epochs::CriticStep
+//! [`ActorStep`]: super::epochs::ActorStep
+//! [`CriticStep`]: super::epochs::CriticStep
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Receiver;
 
 use candle_core::{Device, Tensor, Var};
 use serde::{Deserialize, Serialize};
 
-use super::Role;
-use super::protocol::{Reply, Request};
+use super::critic::CriticNet;
+use super::epochs::{actor_epochs, critic_epochs};
+use super::remote::ModelReply as Reply;
+use super::rows::Rows;
+use super::step_file::{read_actor, read_critic, read_rows};
+use super::{Calls, Role, RoleCall};
+use super::{RoleError, TensorContext, setup_err};
 use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
-use crate::pipeline::critic::CriticNet;
-use crate::pipeline::rl_epochs::{actor_epochs, critic_epochs};
-use crate::pipeline::rl_update::Rows;
-use crate::pipeline::step_file::{read_actor, read_critic, read_rows};
+use crate::scheduler::host_copy::HostArea;
 use crate::scheduler::host_copy::{read_tensors, write_tensors};
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::{AdamW, OptimizerConfig};
@@ -131,44 +132,66 @@ impl Resident {
     }
 }
 
-/// Serve actor_train or critic calls until the call channel closes. `reply` sends one answer to
-/// the parent.
-pub fn serve(
-    role: Role,
-    calls: &Receiver<(u64, Request)>,
-    reply: &dyn Fn(u64, Result<Reply, String>),
-) {
+/// What a trainable role's worker is asked, whichever role's calls it came as
+/// ([`super::actor_train::ActorTrainCall`], [`super::critic::CriticCall`]).
+pub enum TrainOp {
+    Init(Box<TrainInit>),
+    /// Train on the step file `step`; write the new weights to `weights_out` when given.
+    Step {
+        step: PathBuf,
+        weights_out: Option<PathBuf>,
+    },
+    /// The critic's values of the rows file `rows`, written to `out`.
+    Values {
+        rows: PathBuf,
+        out: PathBuf,
+    },
+    /// Write the moments to `moments` and, when given, the weights to `weights`.
+    Checkpoint {
+        weights: Option<PathBuf>,
+        moments: PathBuf,
+    },
+    Offload {
+        path: PathBuf,
+    },
+    Reload {
+        path: PathBuf,
+    },
+}
+
+/// Serve actor_train or critic calls until the parent is gone.
+pub fn serve<Req: RoleCall + Into<TrainOp>>(role: Role, calls: &Calls<Req>) {
     let mut base: Option<Base> = None;
     let mut resident: Option<Resident> = None;
     // AdamW steps taken, kept across offloads.
     let mut steps = 0;
-    while let Ok((id, request)) = calls.recv() {
+    while let Some((id, request)) = calls.recv() {
         let phase = request.phase();
-        let result = match (request, &base, resident.as_mut()) {
-            (Request::TrainInit(init), None, _) => load(role, &init).map(|(b, r)| {
+        let result = match (request.into(), &base, resident.as_mut()) {
+            (TrainOp::Init(init), None, _) => load(role, &init).map(|(b, r)| {
                 let params = r.vars().iter().map(|(_, v)| v.elem_count()).sum();
                 steps = r.opt().steps_taken();
                 (base, resident) = (Some(b), Some(r));
                 Reply::Loaded { params }
             }),
-            (Request::TrainStep { step, weights_out }, Some(b), Some(r)) => {
+            (TrainOp::Step { step, weights_out }, Some(b), Some(r)) => {
                 train(b, r, &step, weights_out.as_deref())
                     .inspect(|_| steps = r.opt().steps_taken())
             }
-            (Request::CriticValues { rows, out }, Some(b), Some(Resident::Critic(net))) => {
+            (TrainOp::Values { rows, out }, Some(b), Some(Resident::Critic(net))) => {
                 values(b, net, &rows, &out).map(|bytes| Reply::Moved { bytes })
             }
-            (Request::TrainCheckpoint { weights, moments }, Some(_), Some(r)) => {
+            (TrainOp::Checkpoint { weights, moments }, Some(_), Some(r)) => {
                 checkpoint(r, weights.as_deref(), &moments).map(|bytes| Reply::Moved { bytes })
             }
-            (Request::Offload { path }, Some(_), Some(r)) => {
+            (TrainOp::Offload { path }, Some(_), Some(r)) => {
                 let tensors = r.opt().with_moments(r.weights());
                 write_tensors(&path, &tensors).map_err(err).map(|bytes| {
                     resident = None;
                     Reply::Moved { bytes }
                 })
             }
-            (Request::Reload { path }, Some(b), None) => {
+            (TrainOp::Reload { path }, Some(b), None) => {
                 reload(b, &path, steps).map(|(r, bytes)| {
                     resident = Some(r);
                     Reply::Moved { bytes }
@@ -183,7 +206,7 @@ pub fn serve(
                 }
             )),
         };
-        reply(id, result);
+        calls.reply(id, result);
     }
 }
 
@@ -209,7 +232,7 @@ fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
     Ok((base, resident))
 }
 
-pub(super) fn build_transformer(
+pub(crate) fn build_transformer(
     config: &ModelConfig,
     tensors: BTreeMap<String, Tensor>,
     origin: &Path,
@@ -290,4 +313,33 @@ fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), Str
         .take_moments(steps, &mut moments)
         .map_err(|e| format!("host copy '{}': {e}", path.display()))?;
     Ok((r, weight_bytes + moment_bytes))
+}
+
+/// Restore an in-process trainable role (weights into `vars`, moments into `opt`) from its file in
+/// the time-sharing host area; bytes read.
+pub(crate) fn restore_trainable(
+    area: &HostArea,
+    role: Role,
+    vars: &[(String, candle_core::Var)],
+    opt: &mut AdamW,
+) -> Result<u64, RoleError> {
+    let device = vars
+        .first()
+        .map(|(_, v)| v.device().clone())
+        .unwrap_or(candle_core::Device::Cpu);
+    let mut tensors = area.read(role.as_str(), &device).map_err(setup_err)?;
+    let missing = |what: &str| RoleError::Setup(format!("host copy of {role}: {what} is missing"));
+    let mut bytes = 0;
+    for (name, var) in vars {
+        let t = tensors
+            .remove(name)
+            .ok_or_else(|| missing(&format!("tensor '{name}'")))?;
+        var.set(&t).during("reloading weights")?;
+        bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+    }
+    let steps = opt.steps_taken();
+    bytes += opt
+        .take_moments(steps, &mut tensors)
+        .map_err(|e| RoleError::Setup(format!("host copy of {role}: {e}")))?;
+    Ok(bytes)
 }

@@ -6,22 +6,62 @@
 //! told, and an offload is the worker writing it. A worker that dies or hangs is therefore
 //! replaced from it and the call repeated — nothing is lost — and checkpoints copy it.
 
-use std::path::Path;
+pub mod serve;
+
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
 
-use super::remote_worker::{RemoteWorker, moved, setup_err, worker_lost};
-use super::rl_update::{Rows, response_logprobs};
+pub use serve::ReferenceInit;
+
+use super::remote::{ModelReply as Reply, RemoteWorker, moved, worker_lost};
+use super::rows::{Rows, response_logprobs};
 use super::step_file::write_rows;
-use super::{PipelineError, TensorContext};
+use super::{
+    HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
+};
 use crate::config::{PlacementMode, RunConfig};
-use crate::metrics::WorkerNotice;
 use crate::model::{LoadError, ParamStore, Transformer};
 use crate::scheduler::host_copy::{HostArea, read_tensors};
 use crate::train::checkpoint::save_vars;
-use crate::worker::reference::ReferenceInit;
-use crate::worker::{Reply, Request as Call, Role, WorkerError};
+use crate::worker::{Role, WorkerError};
+
+/// The reference's calls to its worker process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ReferenceCall {
+    /// Load the model.
+    Init(Box<ReferenceInit>),
+    /// Score the response tokens of the rows file `rows`; write the log-probs to `out`.
+    Logprobs { rows: PathBuf, out: PathBuf },
+    /// Take the weights in the host copy at `path` (a refresh).
+    SetWeights { path: PathBuf },
+    /// Write the weights to the host copy at `path` and free them.
+    Offload { path: PathBuf },
+    /// Load them back from the host copy at `path`.
+    Reload { path: PathBuf },
+}
+
+impl RoleCall for ReferenceCall {
+    fn phase(&self) -> &'static str {
+        match self {
+            ReferenceCall::Init(_) => "load",
+            ReferenceCall::Logprobs { .. } => "reference_logprobs",
+            ReferenceCall::SetWeights { .. } => "weight_sync",
+            ReferenceCall::Offload { .. } => "offload",
+            ReferenceCall::Reload { .. } => "reload",
+        }
+    }
+}
+
+pub struct ReferenceProtocol;
+
+impl Protocol for ReferenceProtocol {
+    const ROLE: Role = Role::Reference;
+    type Request = ReferenceCall;
+    type Reply = Reply;
+}
 
 /// A forward pass over a step's batch that takes longer than this is a hung worker.
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
@@ -35,19 +75,19 @@ pub enum Reference {
 }
 
 pub struct RemoteReference {
-    worker: RemoteWorker,
+    worker: RemoteWorker<ReferenceProtocol>,
     area: HostArea,
     offloaded: bool,
 }
 
 impl Reference {
     /// `model` (the reference's weights) where the run places the role.
-    pub fn start(run: &RunConfig, model: Transformer, pad_id: u32) -> Result<Self, PipelineError> {
+    pub fn start(run: &RunConfig, model: Transformer, pad_id: u32) -> Result<Self, RoleError> {
         if run.workers.reference.mode != PlacementMode::Process {
             return Ok(Reference::Local(model));
         }
         let area = HostArea::new().map_err(|e| {
-            PipelineError::Setup(format!(
+            RoleError::Setup(format!(
                 "creating the host-memory area for the reference: {e}"
             ))
         })?;
@@ -58,8 +98,7 @@ impl Reference {
             pad_id,
             weights: area.path(HOST_COPY),
         };
-        let call = Call::ReferenceInit(Box::new(init));
-        let worker = RemoteWorker::start(Role::Reference, call, CALL_TIMEOUT)?;
+        let worker = RemoteWorker::start(ReferenceCall::Init(Box::new(init)), CALL_TIMEOUT)?;
         Ok(Reference::Remote(RemoteReference {
             worker,
             area,
@@ -74,7 +113,7 @@ impl Reference {
         rows: &Rows<'_>,
         temperature: f64,
         device: &Device,
-    ) -> Result<Tensor, PipelineError> {
+    ) -> Result<Tensor, RoleError> {
         match self {
             Reference::Local(model) => {
                 response_logprobs(model, pad_id, rows, temperature).during("reference log-probs")
@@ -89,7 +128,7 @@ impl Reference {
         &mut self,
         policy: &ParamStore,
         offloaded_copy: Option<(&HostArea, &str)>,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RoleError> {
         match self {
             Reference::Local(model) => match offloaded_copy {
                 Some((area, name)) => area
@@ -106,7 +145,7 @@ impl Reference {
                     .write(HOST_COPY, &policy.named_tensors())
                     .map_err(setup_err)?;
                 if !r.offloaded {
-                    let reply = r.call(|s| Call::SetWeights {
+                    let reply = r.call(|s| ReferenceCall::SetWeights {
                         path: s.area.path(HOST_COPY),
                     })?;
                     moved(Role::Reference, reply)?;
@@ -125,46 +164,51 @@ impl Reference {
                 .map_err(|e| LoadError::io(path, e)),
         }
     }
+}
 
-    /// The in-process model, if the reference is in this process.
-    pub fn local(&self) -> Option<&Transformer> {
+impl ResidentRole for Reference {
+    fn role(&self) -> Role {
+        Role::Reference
+    }
+
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            Reference::Local(model) => Some(model),
-            Reference::Remote(_) => None,
+            Reference::Local(model) => host
+                .area
+                .write(Role::Reference.as_str(), &model.params().named_tensors())
+                .map_err(setup_err),
+            Reference::Remote(r) => r.offload(),
         }
     }
 
-    pub fn remote(&mut self) -> Option<&mut RemoteReference> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            Reference::Local(_) => None,
-            Reference::Remote(r) => Some(r),
+            Reference::Local(model) => host
+                .area
+                .read_into(Role::Reference.as_str(), &model.params().named_vars())
+                .map_err(setup_err),
+            Reference::Remote(r) => r.reload(),
         }
     }
 
-    /// Workers replaced so far (a worker process only).
-    pub fn restarts(&self) -> usize {
-        match self {
-            Reference::Local(_) => 0,
-            Reference::Remote(r) => r.worker.restarts,
-        }
-    }
-
-    pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
         match self {
             Reference::Local(_) => vec![],
             Reference::Remote(r) => r.worker.drain_events(),
         }
     }
 
-    pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
+    fn restarts(&self) -> usize {
+        match self {
+            Reference::Local(_) => 0,
+            Reference::Remote(r) => r.worker.restarts,
+        }
+    }
+
+    fn shutdown(&mut self) -> Vec<WorkerNote> {
         match self {
             Reference::Local(_) => vec![],
-            Reference::Remote(r) => {
-                let RemoteReference { worker, area, .. } = r;
-                let events = worker.shutdown();
-                drop(area);
-                events
-            }
+            Reference::Remote(r) => r.worker.shutdown(),
         }
     }
 }
@@ -172,7 +216,7 @@ impl Reference {
 impl RemoteReference {
     /// A call that survives one lost worker: it is replaced from the host copy, and `make` builds
     /// the call again for the fresh one.
-    fn call(&mut self, make: impl Fn(&Self) -> Call) -> Result<Reply, PipelineError> {
+    fn call(&mut self, make: impl Fn(&Self) -> ReferenceCall) -> Result<Reply, RoleError> {
         match self.worker.call(make(self)) {
             Err(e) if worker_lost(&e) => {
                 self.revive(&e)?;
@@ -182,10 +226,13 @@ impl RemoteReference {
         }
     }
 
-    fn revive(&mut self, lost: &WorkerError) -> Result<(), PipelineError> {
+    fn revive(&mut self, lost: &WorkerError) -> Result<(), RoleError> {
         let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
+        let carried = "; weights reloaded from its host copy";
         self.worker
-            .revive(lost, "; weights reloaded from its host copy", offloaded)
+            .revive(lost, carried, offloaded, |path| ReferenceCall::Offload {
+                path,
+            })
     }
 
     fn logprobs(
@@ -193,9 +240,9 @@ impl RemoteReference {
         rows: &Rows<'_>,
         temperature: f64,
         device: &Device,
-    ) -> Result<Tensor, PipelineError> {
+    ) -> Result<Tensor, RoleError> {
         write_rows(rows, temperature, &self.area.path(ROWS)).map_err(setup_err)?;
-        let reply = self.call(|s| Call::ReferenceLogprobs {
+        let reply = self.call(|s| ReferenceCall::Logprobs {
             rows: s.area.path(ROWS),
             out: s.area.path(OUT),
         })?;
@@ -203,7 +250,7 @@ impl RemoteReference {
         let out = self.area.path(OUT);
         let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
         tensors.remove("ref_logp").ok_or_else(|| {
-            PipelineError::Setup(format!(
+            RoleError::Setup(format!(
                 "the reference worker's output '{}' has no 'ref_logp'",
                 out.display()
             ))
@@ -211,16 +258,16 @@ impl RemoteReference {
     }
 
     /// Offload: the worker writes its weights to the host copy and frees them. Returns bytes.
-    pub fn offload(&mut self) -> Result<u64, PipelineError> {
-        let reply = self.call(|s| Call::Offload {
+    fn offload(&mut self) -> Result<u64, RoleError> {
+        let reply = self.call(|s| ReferenceCall::Offload {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = true;
         moved(Role::Reference, reply)
     }
 
-    pub fn reload(&mut self) -> Result<u64, PipelineError> {
-        let reply = self.call(|s| Call::Reload {
+    fn reload(&mut self) -> Result<u64, RoleError> {
+        let reply = self.call(|s| ReferenceCall::Reload {
             path: s.area.path(HOST_COPY),
         })?;
         self.offloaded = false;

@@ -5,20 +5,78 @@
 //! are the weights being trained; with a worker they are its mirror, refreshed after every step,
 //! and they feed weight sync, reference refreshes and checkpoints alike.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::remote_worker::{RemoteWorker, moved, setup_err, state_lost, trained};
-use super::rl_epochs::{ActorStep, actor_epochs};
-use super::{PipelineError, Resume, TensorContext, step_file};
+use serde::{Deserialize, Serialize};
+
+use super::epochs::{ActorStep, actor_epochs};
+use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
+use super::train_serve::{TrainInit, TrainOp, restore_trainable};
+use super::{
+    HostCopy, Protocol, ResidentRole, Restore, RoleCall, RoleError, TensorContext, WorkerNote,
+    setup_err, step_file,
+};
 use crate::config::{PlacementMode, RlConfig, RunConfig};
-use crate::metrics::{Metrics, WorkerNotice};
+use crate::metrics::Metrics;
 use crate::model::{LoadError, LoadedModel};
 use crate::scheduler::host_copy::{HostArea, read_into_vars};
 use crate::train::AdamW;
 use crate::train::checkpoint::{OptimizerState, load_trainer_state};
-use crate::worker::train::TrainInit;
-use crate::worker::{Reply, Request as Call, Role, WorkerError};
+use crate::worker::{Role, WorkerError};
+
+/// actor_train's calls to its worker process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ActorTrainCall {
+    /// Load the policy and its optimizer.
+    Init(Box<TrainInit>),
+    /// Train on the actor step in the file `step`, then write the new weights to `weights_out`.
+    Step { step: PathBuf, weights_out: PathBuf },
+    /// Write the optimizer moments to `moments` (a checkpoint's file).
+    Checkpoint { moments: PathBuf },
+    /// Write weights and moments to the host copy at `path` and free them.
+    Offload { path: PathBuf },
+    /// Load them back from the host copy at `path`.
+    Reload { path: PathBuf },
+}
+
+impl RoleCall for ActorTrainCall {
+    fn phase(&self) -> &'static str {
+        match self {
+            ActorTrainCall::Init(_) => "load",
+            ActorTrainCall::Step { .. } => "train",
+            ActorTrainCall::Checkpoint { .. } => "checkpoint",
+            ActorTrainCall::Offload { .. } => "offload",
+            ActorTrainCall::Reload { .. } => "reload",
+        }
+    }
+}
+
+impl From<ActorTrainCall> for TrainOp {
+    fn from(call: ActorTrainCall) -> TrainOp {
+        match call {
+            ActorTrainCall::Init(init) => TrainOp::Init(init),
+            ActorTrainCall::Step { step, weights_out } => TrainOp::Step {
+                step,
+                weights_out: Some(weights_out),
+            },
+            ActorTrainCall::Checkpoint { moments } => TrainOp::Checkpoint {
+                weights: None,
+                moments,
+            },
+            ActorTrainCall::Offload { path } => TrainOp::Offload { path },
+            ActorTrainCall::Reload { path } => TrainOp::Reload { path },
+        }
+    }
+}
+
+pub struct ActorTrainProtocol;
+
+impl Protocol for ActorTrainProtocol {
+    const ROLE: Role = Role::ActorTrain;
+    type Request = ActorTrainCall;
+    type Reply = Reply;
+}
 
 /// A train step longer than this is a hung worker (CPU steps of real models take minutes).
 const CALL_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -36,8 +94,8 @@ impl ActorTrain {
         cfg: &RlConfig,
         model: &LoadedModel,
         updates: usize,
-        resume: Option<&Resume>,
-    ) -> Result<ActorTrain, PipelineError> {
+        resume: Option<Restore<'_>>,
+    ) -> Result<ActorTrain, RoleError> {
         if run.workers.actor_train.mode == PlacementMode::Process {
             return RemoteTrain::start(model, cfg, updates, resume)
                 .map(|r| ActorTrain::Remote(Box::new(r)));
@@ -46,8 +104,8 @@ impl ActorTrain {
         let mut opt =
             AdamW::new(vars, cfg.optimizer.clone(), updates).during("rl optimizer setup")?;
         if let Some(r) = resume {
-            let (_, moments) = load_trainer_state(&r.dir, model.transformer.device())?;
-            opt.restore(r.state.optimizer_steps, &moments)
+            let (_, moments) = load_trainer_state(r.dir, model.transformer.device())?;
+            opt.restore(r.optimizer_steps, &moments)
                 .during("restoring the rl optimizer")?;
         }
         Ok(ActorTrain::Local(opt))
@@ -59,7 +117,7 @@ impl ActorTrain {
         cfg: &RlConfig,
         step: &ActorStep,
         policy: &LoadedModel,
-    ) -> Result<Metrics, PipelineError> {
+    ) -> Result<Metrics, RoleError> {
         match self {
             ActorTrain::Local(opt) => {
                 actor_epochs(cfg, step, &policy.transformer, policy.pad_id, opt)
@@ -68,24 +126,57 @@ impl ActorTrain {
         }
     }
 
-    /// Worker events since the last call (a worker process only).
-    pub fn drain_events(&mut self) -> Vec<(String, WorkerNotice, String)> {
+    /// Whether the policy's optimizer state lives only in a worker process (lost with it).
+    pub fn is_remote(&self) -> bool {
+        matches!(self, ActorTrain::Remote(_))
+    }
+}
+
+impl ResidentRole for ActorTrain {
+    fn role(&self) -> Role {
+        Role::ActorTrain
+    }
+
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        match self {
+            ActorTrain::Local(opt) => {
+                let weights = host.policy.transformer.params().named_tensors();
+                host.area
+                    .write(Role::ActorTrain.as_str(), &opt.with_moments(weights))
+                    .map_err(setup_err)
+            }
+            ActorTrain::Remote(r) => r.offload(),
+        }
+    }
+
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        match self {
+            ActorTrain::Local(opt) => {
+                let vars = host.policy.transformer.params().named_vars();
+                restore_trainable(host.area, Role::ActorTrain, &vars, opt)
+            }
+            ActorTrain::Remote(r) => r.reload(),
+        }
+    }
+
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
         match self {
             ActorTrain::Local(_) => vec![],
             ActorTrain::Remote(r) => r.worker.drain_events(),
         }
     }
 
-    /// Stop the worker, if there is one; returns its last events.
-    pub fn shutdown(self) -> Vec<(String, WorkerNotice, String)> {
+    fn restarts(&self) -> usize {
+        match self {
+            ActorTrain::Local(_) => 0,
+            ActorTrain::Remote(r) => r.worker.restarts,
+        }
+    }
+
+    fn shutdown(&mut self) -> Vec<WorkerNote> {
         match self {
             ActorTrain::Local(_) => vec![],
-            ActorTrain::Remote(r) => {
-                let RemoteTrain { worker, area, .. } = *r;
-                let events = worker.shutdown();
-                drop(area);
-                events
-            }
+            ActorTrain::Remote(r) => r.worker.shutdown(),
         }
     }
 }
@@ -102,8 +193,7 @@ impl OptimizerState for ActorTrain {
         match self {
             ActorTrain::Local(opt) => opt.save_moments(path),
             ActorTrain::Remote(r) => {
-                let call = Call::TrainCheckpoint {
-                    weights: None,
+                let call = ActorTrainCall::Checkpoint {
                     moments: path.to_path_buf(),
                 };
                 r.worker
@@ -118,7 +208,7 @@ impl OptimizerState for ActorTrain {
 /// actor_train in a worker process. Its optimizer state exists only there, so a lost worker cannot
 /// be replaced without changing the run: the run stops, and resumes from its last checkpoint.
 pub struct RemoteTrain {
-    worker: RemoteWorker,
+    worker: RemoteWorker<ActorTrainProtocol>,
     area: HostArea,
     optimizer_steps: usize,
 }
@@ -127,7 +217,7 @@ const STEP_FILE: &str = "actor_step";
 const WEIGHTS_OUT: &str = "actor_train_weights";
 const HOST_COPY: &str = "actor_train";
 
-fn lost(e: WorkerError) -> PipelineError {
+fn lost(e: WorkerError) -> RoleError {
     state_lost(e, "the policy's optimizer state")
 }
 
@@ -136,10 +226,10 @@ impl RemoteTrain {
         model: &LoadedModel,
         cfg: &RlConfig,
         updates: usize,
-        resume: Option<&Resume>,
-    ) -> Result<RemoteTrain, PipelineError> {
+        resume: Option<Restore<'_>>,
+    ) -> Result<RemoteTrain, RoleError> {
         let area = HostArea::new().map_err(|e| {
-            PipelineError::Setup(format!(
+            RoleError::Setup(format!(
                 "creating the host-memory area for actor_train: {e}"
             ))
         })?;
@@ -152,14 +242,10 @@ impl RemoteTrain {
             rl: cfg.clone(),
             total_updates: updates,
             moments: resume.map(|r| r.dir.join("optimizer.safetensors")),
-            optimizer_steps: resume.map_or(0, |r| r.state.optimizer_steps),
+            optimizer_steps: resume.map_or(0, |r| r.optimizer_steps),
         };
         let optimizer_steps = init.optimizer_steps;
-        let worker = RemoteWorker::start(
-            Role::ActorTrain,
-            Call::TrainInit(Box::new(init)),
-            CALL_TIMEOUT,
-        )?;
+        let worker = RemoteWorker::start(ActorTrainCall::Init(Box::new(init)), CALL_TIMEOUT)?;
         Ok(RemoteTrain {
             worker,
             area,
@@ -167,17 +253,17 @@ impl RemoteTrain {
         })
     }
 
-    fn call(&self, call: Call) -> Result<Reply, PipelineError> {
+    fn call(&self, call: ActorTrainCall) -> Result<Reply, RoleError> {
         self.worker.call(call).map_err(lost)
     }
 
-    fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<Metrics, PipelineError> {
+    fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<Metrics, RoleError> {
         let path = self.area.path(STEP_FILE);
         step_file::write_actor(step, &path).map_err(setup_err)?;
         let weights_out = self.area.path(WEIGHTS_OUT);
-        let reply = self.call(Call::TrainStep {
+        let reply = self.call(ActorTrainCall::Step {
             step: path,
-            weights_out: Some(weights_out.clone()),
+            weights_out: weights_out.clone(),
         })?;
         let (metrics, optimizer_steps) = trained(Role::ActorTrain, reply)?;
         read_into_vars(&weights_out, &policy.transformer.params().named_vars())
@@ -187,13 +273,19 @@ impl RemoteTrain {
     }
 
     /// Offload: the worker writes weights and moments to its host copy and frees them.
-    pub fn offload(&mut self) -> Result<u64, PipelineError> {
+    fn offload(&mut self) -> Result<u64, RoleError> {
         let path = self.area.path(HOST_COPY);
-        moved(Role::ActorTrain, self.call(Call::Offload { path })?)
+        moved(
+            Role::ActorTrain,
+            self.call(ActorTrainCall::Offload { path })?,
+        )
     }
 
-    pub fn reload(&mut self) -> Result<u64, PipelineError> {
+    fn reload(&mut self) -> Result<u64, RoleError> {
         let path = self.area.path(HOST_COPY);
-        moved(Role::ActorTrain, self.call(Call::Reload { path })?)
+        moved(
+            Role::ActorTrain,
+            self.call(ActorTrainCall::Reload { path })?,
+        )
     }
 }

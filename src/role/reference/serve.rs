@@ -4,17 +4,20 @@
 //! writes the weights there and drops them.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Receiver;
 
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{Reply, Request};
-use super::train::build_transformer;
+use super::ReferenceCall as Request;
 use crate::model::{ModelConfig, Transformer};
-use crate::pipeline::rl_update::{Rows, response_logprobs};
-use crate::pipeline::step_file::read_rows;
+use crate::role::Calls;
+use crate::role::RoleCall;
+use crate::role::remote::ModelReply as Reply;
+use crate::role::rows::{Rows, response_logprobs};
+use crate::role::step_file::read_rows;
+use crate::role::train_serve::build_transformer;
 use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
+use crate::worker::serve::CallQueue;
 
 /// What to load: the model's shape, and its weights from the host copy `weights`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,19 +37,20 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Serve reference calls until the call channel closes. `reply` sends one answer to the parent.
-pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply, String>)) {
+/// Serve reference calls until the parent is gone.
+pub fn serve(queue: CallQueue) {
+    let calls = Calls::<Request>::new(queue);
     let mut base: Option<Base> = None;
     let mut model: Option<Transformer> = None;
-    while let Ok((id, request)) = calls.recv() {
+    while let Some((id, request)) = calls.recv() {
         let phase = request.phase();
         let result = match (request, &base, &model) {
-            (Request::ReferenceInit(init), None, _) => load(&init).map(|(b, m)| {
+            (Request::Init(init), None, _) => load(&init).map(|(b, m)| {
                 let params = m.params().num_params();
                 (base, model) = (Some(b), Some(m));
                 Reply::Loaded { params }
             }),
-            (Request::ReferenceLogprobs { rows, out }, Some(b), Some(m)) => {
+            (Request::Logprobs { rows, out }, Some(b), Some(m)) => {
                 logprobs(b, m, &rows, &out).map(|bytes| Reply::Moved { bytes })
             }
             (Request::SetWeights { path }, Some(_), Some(m)) => {
@@ -75,7 +79,7 @@ pub fn serve(calls: &Receiver<(u64, Request)>, reply: &dyn Fn(u64, Result<Reply,
                 }
             )),
         };
-        reply(id, result);
+        calls.reply(id, result);
     }
 }
 

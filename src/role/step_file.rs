@@ -8,8 +8,8 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::rl_epochs::{ActorStep, CriticStep, EpochRows};
-use super::rl_update::Rows;
+use super::epochs::{ActorStep, CriticStep, EpochRows};
+use super::rows::Rows;
 use crate::scheduler::host_copy::{HostCopyError, read_tensors, write_tensors};
 
 fn ragged(rows: &[Vec<u32>]) -> candle_core::Result<(Tensor, Tensor)> {

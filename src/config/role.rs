@@ -1,0 +1,49 @@
+//! The names of ROLL's roles: the closed set a config places (`workers.<role>`), the scheduler
+//! time-shares and the role layer ([`crate::role`]) implements. Adding a role starts here.
+
+use serde::{Deserialize, Serialize};
+
+/// A role of ROLL's multi-role architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Role {
+    ActorTrain,
+    ActorInfer,
+    Reference,
+    Critic,
+    Reward,
+    Env,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::ActorTrain => "actor_train",
+            Role::ActorInfer => "actor_infer",
+            Role::Reference => "reference",
+            Role::Critic => "critic",
+            Role::Reward => "reward",
+            Role::Env => "env",
+        }
+    }
+
+    /// Whether the role holds a model on a device (and so has a `device_mapping`).
+    pub fn uses_device(self) -> bool {
+        matches!(
+            self,
+            Role::ActorTrain | Role::ActorInfer | Role::Reference | Role::Critic
+        )
+    }
+
+    /// Whether this build can run the role in a worker process.
+    pub fn runs_out_of_process(self) -> bool {
+        !matches!(self, Role::Env)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,20 @@
+//! Worker events into the run's record: every note is stored, and failures and restarts are also
+//! shown to the user.
+
+use super::{PipelineError, PipelineEvent, RunContext};
+use crate::metrics::WorkerNotice;
+use crate::role::WorkerNote;
+
+/// Record worker events with the run; failures are also shown to the user.
+pub fn report_workers(
+    ctx: &mut RunContext<'_>,
+    events: Vec<WorkerNote>,
+) -> Result<(), PipelineError> {
+    for (worker, notice, text) in events {
+        ctx.sink.worker(&worker, notice, &text)?;
+        if matches!(notice, WorkerNotice::Failed | WorkerNotice::Restarted) {
+            ctx.emit(PipelineEvent::Message(format!("worker {worker}: {text}")));
+        }
+    }
+    Ok(())
+}

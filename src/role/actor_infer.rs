@@ -1,0 +1,253 @@
+//! The actor_infer role behind one interface, whether it runs in the trainer's process (its own
+//! weight replica driving an [`Engine`]) or in a worker process ([`RemoteInfer`]).
+
+mod remote;
+pub mod serve;
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use remote::RemoteInfer;
+pub use serve::{InferInit, InferOp, WireCompletion};
+
+use super::{
+    HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
+};
+use crate::config::{PlacementMode, RlConfig, Role, RunConfig};
+use crate::model::{LoadedModel, ParamStore, Transformer};
+use crate::rollout::engine::Detokenize;
+use crate::rollout::{Completion, Engine, Request};
+
+/// actor_infer's calls to its worker process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum InferCall {
+    /// Load the model.
+    Init(InferInit),
+    /// Apply `ops` in order, then run one engine step; replies with what finished.
+    Step { ops: Vec<InferOp> },
+    /// Take the weights in the host copy at `path` (weight sync).
+    SetWeights { path: PathBuf },
+    /// Write the weights to the host copy at `path` and free them.
+    Offload { path: PathBuf },
+    /// Load them back from the host copy at `path`.
+    Reload { path: PathBuf },
+}
+
+impl RoleCall for InferCall {
+    fn phase(&self) -> &'static str {
+        match self {
+            InferCall::Init(_) => "load",
+            InferCall::Step { .. } => "generate",
+            InferCall::SetWeights { .. } => "weight_sync",
+            InferCall::Offload { .. } => "offload",
+            InferCall::Reload { .. } => "reload",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum InferReply {
+    /// The model is loaded, with this many parameters.
+    Loaded { params: usize },
+    /// The requests that finished during the step, and how many the engine still holds.
+    Stepped {
+        finished: Vec<WireCompletion>,
+        holding: usize,
+    },
+    /// Bytes of tensor data moved to or from a host copy.
+    Moved { bytes: u64 },
+}
+
+pub struct InferProtocol;
+
+impl Protocol for InferProtocol {
+    const ROLE: Role = Role::ActorInfer;
+    type Request = InferCall;
+    type Reply = InferReply;
+}
+
+/// A frozen copy of the policy's weights (reference, critic trunk, actor_infer replica).
+pub fn copy_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
+    let params = model
+        .transformer
+        .params()
+        .deep_clone()
+        .during("copying the policy")?;
+    Transformer::new(model.config().clone(), params).during("copying the policy")
+}
+
+/// What the rollout needs from a generation engine.
+pub trait Generator {
+    fn submit(&mut self, request: Request);
+    /// Cancel every queued or running request whose id satisfies `cancel`.
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError>;
+    fn is_idle(&self) -> bool;
+    /// One engine step: admit, decode one token each, return what finished.
+    fn step(&mut self) -> Result<Vec<Completion>, RoleError>;
+    /// Worker events since the last call (worker processes only).
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
+        vec![]
+    }
+    /// Workers replaced so far (worker processes only).
+    fn restarts(&self) -> usize {
+        0
+    }
+}
+
+impl Generator for Engine<'_> {
+    fn submit(&mut self, request: Request) {
+        Engine::submit(self, request);
+    }
+
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError> {
+        Engine::abort(self, cancel)
+            .map(|_| ())
+            .during("cancelling requests")
+    }
+
+    fn is_idle(&self) -> bool {
+        Engine::is_idle(self)
+    }
+
+    fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+        Engine::step(self).during("rollout")
+    }
+}
+
+/// actor_infer: a weight replica here, or a worker process. The worker sits behind a mutex
+/// because the rollout, the time-sharing ledger and weight sync each reach it in turn (and with
+/// α > 0 from the rollout thread); calls never overlap.
+#[allow(clippy::large_enum_variant)] // one per run: boxing would buy nothing
+pub enum Infer {
+    Local(Transformer),
+    Remote(Mutex<RemoteInfer>),
+}
+
+impl Infer {
+    /// actor_infer as the run's placement asks, holding the policy's current weights.
+    pub fn start(run: &RunConfig, cfg: &RlConfig, model: &LoadedModel) -> Result<Infer, RoleError> {
+        Ok(match run.workers.actor_infer.mode {
+            PlacementMode::InProcess => Infer::Local(copy_of(model)?),
+            PlacementMode::Process => Infer::Remote(Mutex::new(RemoteInfer::start(
+                model,
+                run.model.dtype,
+                cfg.rollout_batch,
+            )?)),
+        })
+    }
+
+    /// A generator over this actor_infer; in-process it borrows the replica.
+    pub fn generator<'e>(
+        &'e self,
+        eos_ids: Vec<u32>,
+        max_batch: usize,
+        detokenize: Detokenize<'e>,
+    ) -> Box<dyn Generator + 'e> {
+        match self {
+            Infer::Local(model) => {
+                Box::new(Engine::new(model, eos_ids, max_batch).with_detokenizer(detokenize))
+            }
+            Infer::Remote(remote) => Box::new(RemoteGenerator(remote)),
+        }
+    }
+
+    /// Take new weights (α > 0: between two decode steps).
+    pub fn set_weights(&self, params: &ParamStore) -> Result<(), RoleError> {
+        match self {
+            Infer::Local(model) => model
+                .params()
+                .copy_from(params)
+                .during("weight sync to actor_infer"),
+            Infer::Remote(remote) => lock(remote).set_weights(params),
+        }
+    }
+}
+
+/// actor_infer is reached through a shared reference (the rollout thread holds one while the
+/// trainer time-shares), so the role is implemented on `&Infer`: the replica's variables and the
+/// worker's mutex make every move safe through it.
+impl ResidentRole for &Infer {
+    fn role(&self) -> Role {
+        Role::ActorInfer
+    }
+
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        match self {
+            Infer::Local(t) => host
+                .area
+                .write(Role::ActorInfer.as_str(), &t.params().named_tensors())
+                .map_err(setup_err),
+            Infer::Remote(r) => lock(r).offload(),
+        }
+    }
+
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        match self {
+            Infer::Local(t) => host
+                .area
+                .read_into(Role::ActorInfer.as_str(), &t.params().named_vars())
+                .map_err(setup_err),
+            Infer::Remote(r) => lock(r).reload(),
+        }
+    }
+
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
+        match self {
+            Infer::Local(_) => vec![],
+            Infer::Remote(r) => lock(r).drain_events(),
+        }
+    }
+
+    fn restarts(&self) -> usize {
+        match self {
+            Infer::Local(_) => 0,
+            Infer::Remote(r) => lock(r).worker.restarts,
+        }
+    }
+
+    fn shutdown(&mut self) -> Vec<WorkerNote> {
+        match self {
+            Infer::Local(_) => vec![],
+            Infer::Remote(r) => lock(r).shutdown(),
+        }
+    }
+}
+
+/// The remote's state stays consistent across a panic elsewhere (every change is one statement),
+/// so a poisoned lock is taken over rather than propagated.
+pub fn lock(remote: &Mutex<RemoteInfer>) -> MutexGuard<'_, RemoteInfer> {
+    remote
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct RemoteGenerator<'a>(&'a Mutex<RemoteInfer>);
+
+impl Generator for RemoteGenerator<'_> {
+    fn submit(&mut self, request: Request) {
+        lock(self.0).submit(request);
+    }
+
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError> {
+        lock(self.0).abort(cancel);
+        Ok(())
+    }
+
+    fn is_idle(&self) -> bool {
+        lock(self.0).is_idle()
+    }
+
+    fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+        lock(self.0).step()
+    }
+
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
+        lock(self.0).drain_events()
+    }
+
+    fn restarts(&self) -> usize {
+        lock(self.0).worker.restarts
+    }
+}
