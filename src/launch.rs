@@ -138,7 +138,11 @@ fn finish(
     } else {
         EventKind::RunEnded
     };
-    writer.event_blocking(Some(run), EventRecord::message(kind, message))?;
+    let event = EventRecord {
+        run_status: Some(status.as_str().into()),
+        ..EventRecord::message(kind, message)
+    };
+    writer.event_blocking(Some(run), event)?;
     writer.status_blocking(run, status, error)?;
     writer.flush_blocking()
 }

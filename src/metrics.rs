@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Role;
 use crate::scheduler::{Direction, Transfer};
 
 /// Metric values of one step, by stable key.
@@ -94,6 +95,27 @@ pub enum WorkerNotice {
     Restarted,
 }
 
+/// Something a worker process did, for the run's record, with its facts as fields: which role
+/// and worker, its pid when known, the call phase a failure happened in, and a line of text for
+/// people. Front-ends read the fields, never the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerNote {
+    pub role: Role,
+    pub index: usize,
+    pub pid: Option<u32>,
+    pub notice: WorkerNotice,
+    /// The call a failure or replacement happened in (`generate`, `train`, …).
+    pub phase: Option<&'static str>,
+    pub text: String,
+}
+
+impl WorkerNote {
+    /// The worker's name, `role-index` (`reward-0`).
+    pub fn worker(&self) -> String {
+        format!("{}-{}", self.role, self.index)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct SinkError(pub String);
@@ -105,8 +127,8 @@ pub trait MetricSink {
     fn checkpoint(&mut self, checkpoint: &CheckpointRecord) -> Result<(), SinkError>;
     /// A warning or notice worth keeping with the run.
     fn message(&mut self, text: &str) -> Result<(), SinkError>;
-    /// A worker process event; `worker` names it (`reward-0`).
-    fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError>;
+    /// A worker process event.
+    fn worker(&mut self, note: &WorkerNote) -> Result<(), SinkError>;
     /// A role's state moved between its devices and host memory (time-sharing).
     fn transfer(&mut self, transfer: &Transfer) -> Result<(), SinkError>;
     /// Make everything recorded so far durable.
@@ -139,7 +161,7 @@ pub struct MemorySink {
     pub samples: Vec<SampleRecord>,
     pub checkpoints: Vec<CheckpointRecord>,
     pub messages: Vec<String>,
-    pub worker_notices: Vec<(String, WorkerNotice, String)>,
+    pub worker_notices: Vec<WorkerNote>,
     pub transfers: Vec<Transfer>,
 }
 
@@ -175,9 +197,8 @@ impl MetricSink for MemorySink {
         Ok(())
     }
 
-    fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError> {
-        self.worker_notices
-            .push((worker.into(), notice, text.into()));
+    fn worker(&mut self, note: &WorkerNote) -> Result<(), SinkError> {
+        self.worker_notices.push(note.clone());
         Ok(())
     }
 

@@ -37,7 +37,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use crate::config::Role;
-use crate::metrics::WorkerNotice;
 use crate::model::LoadedModel;
 use crate::scheduler::host_copy::HostArea;
 use crate::worker::serve::CallQueue;
@@ -75,8 +74,7 @@ pub(crate) fn setup_err(e: impl std::fmt::Display) -> RoleError {
     RoleError::Setup(e.to_string())
 }
 
-/// Something a worker did, for the run's record: (worker name `role-index`, notice, text).
-pub type WorkerNote = (String, WorkerNotice, String);
+pub use crate::metrics::WorkerNote;
 
 /// One call of a role's protocol.
 pub trait RoleCall: Serialize + DeserializeOwned {

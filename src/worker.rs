@@ -68,3 +68,15 @@ pub enum WorkerError {
         message: String,
     },
 }
+
+impl WorkerError {
+    /// The call a failure happened in, when it happened in one.
+    pub fn phase(&self) -> Option<&'static str> {
+        match self {
+            WorkerError::Timeout { phase, .. }
+            | WorkerError::Died { phase, .. }
+            | WorkerError::Failed { phase, .. } => Some(phase),
+            _ => None,
+        }
+    }
+}

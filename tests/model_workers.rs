@@ -247,6 +247,37 @@ fn a_reference_killed_9_is_replaced_from_its_host_copy_and_the_run_is_unchanged(
         .filter(|m| m.ends_with("; weights reloaded from its host copy"))
         .collect();
     assert_eq!(notes.len(), 1, "{ev:#?}");
+    // The events carry their facts as fields: the killed worker's pid on its start and its death,
+    // the successor's pid, and the call the loss was noticed in on the replacement note.
+    let field = |e: &Value, k: &str| e[k].as_u64();
+    let started: Vec<u64> = of_kind(&ev, "worker_started")
+        .iter()
+        .filter_map(|e| field(e, "pid"))
+        .collect();
+    assert_eq!(started.len(), 2, "{ev:#?}");
+    assert_eq!(started[0], u64::from(pid), "{ev:#?}");
+    let failed = of_kind(&ev, "worker_failed");
+    assert!(
+        failed
+            .iter()
+            .any(|e| field(e, "pid") == Some(u64::from(pid))
+                && e["role"] == "reference"
+                && field(e, "worker_index") == Some(0)),
+        "{ev:#?}"
+    );
+    let note = of_kind(&ev, "warning")
+        .into_iter()
+        .find(|w| {
+            w["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("replaced ("))
+        })
+        .unwrap();
+    assert_eq!(
+        (&note["role"], field(note, "pid"), note["phase"].is_string()),
+        (&Value::from("reference"), Some(started[1]), true),
+        "{note:#?}"
+    );
     let restarts = common::rl_series(&store, "train", "workers/reference_restarts");
     assert_eq!(restarts.last(), Some(&1.0), "{restarts:?}");
     assert_same_metrics(&calm, &store, "train");

@@ -64,7 +64,10 @@ fn graph_of(src: &Path) -> Graph {
     files.sort();
     let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(src, f)).collect();
     // Every module is a node, with or without edges.
-    let mut graph: Graph = modules.iter().map(|m| (m.clone(), BTreeMap::new())).collect();
+    let mut graph: Graph = modules
+        .iter()
+        .map(|m| (m.clone(), BTreeMap::new()))
+        .collect();
     for file in &files {
         let Some(from) = module_of(src, file) else {
             continue;
@@ -148,7 +151,11 @@ fn the_top_level_modules_have_no_import_cycle() {
         "cli",
         "tui",
     ] {
-        assert!(graph.contains_key(m), "module '{m}' not found in {}", src.display());
+        assert!(
+            graph.contains_key(m),
+            "module '{m}' not found in {}",
+            src.display()
+        );
     }
     if let Some(cycle) = find_cycle(&graph) {
         panic!(

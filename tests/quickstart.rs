@@ -93,11 +93,11 @@ fn shortened_quickstart_learns_colocated_separate_and_asynchronous() {
         !colocated.transfers.is_empty(),
         "time-sharing moved nothing"
     );
-    let mut started: Vec<&str> = colocated
+    let mut started: Vec<String> = colocated
         .worker_notices
         .iter()
-        .filter(|(_, notice, _)| *notice == WorkerNotice::Started)
-        .map(|(worker, _, _)| worker.as_str())
+        .filter(|n| n.notice == WorkerNotice::Started)
+        .map(|n| n.worker())
         .collect();
     started.sort_unstable();
     assert_eq!(

@@ -576,3 +576,132 @@ async fn a_live_reader_gets_only_what_came_after_its_mark() {
     assert_eq!(whole[1].values.last(), Some(&-1.0));
     assert_eq!(whole[1].steps.last(), Some(&525));
 }
+
+/// A store as roll-tui wrote it before typed events (migration 1 only): events with their facts
+/// only in the text. Opening it applies migration 2, which keeps every event and recovers the
+/// fields from that text.
+#[tokio::test]
+async fn a_store_from_before_typed_events_is_migrated_with_its_fields_recovered() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = SqlitePool::connect_with(options).await.unwrap();
+    let mut first = sqlx::migrate!("./migrations");
+    first.migrations = std::borrow::Cow::Owned(first.migrations[..1].to_vec());
+    first.run(&pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO runs (id, name, status, created_at, updated_at, heartbeat_at, config_json, \
+         config_hash, seed, output_dir) VALUES (1, 'old', 'interrupted', 0, 0, 0, '{}', 'h', 1, 'o')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let old_events = [
+        ("run_started", None, "run 'old' started"),
+        ("worker_started", Some("actor_infer-0"), "started, pid 4242"),
+        (
+            "offload",
+            Some("actor_train"),
+            "offload actor_train 1024 bytes in 0.010 s (phase generate)",
+        ),
+        (
+            "worker_failed",
+            Some("reward-1"),
+            "pid 77 died (killed by signal 9)",
+        ),
+        (
+            "warning",
+            Some("reward-1"),
+            "replaced (reward worker 1 died during 'score')",
+        ),
+        ("info", Some("reward-1"), "stderr: hello pid 5"),
+        ("run_ended", None, "run finished"),
+        (
+            "warning",
+            None,
+            "run marked interrupted: no heartbeat for 45 s",
+        ),
+        ("error", None, "run failed: out of memory"),
+    ];
+    for (i, (kind, worker, message)) in old_events.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO events (run_id, at, kind, worker, message) VALUES (1, ?, ?, ?, ?)",
+        )
+        .bind(i as i64)
+        .bind(kind)
+        .bind(worker)
+        .bind(message)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+
+    let store = Store::open(&path, OpenMode::Existing).await.unwrap();
+    let run = store.find_run("old").await.unwrap();
+    let events = store.events(run.id).await.unwrap();
+    let fields: Vec<_> = events
+        .iter()
+        .map(|e| {
+            let r = &e.event;
+            (
+                r.kind.as_str(),
+                r.role.as_deref(),
+                r.worker_index,
+                r.pid,
+                r.phase.as_deref(),
+                r.run_status.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("run_started", None, None, None, None, None),
+            (
+                "worker_started",
+                Some("actor_infer"),
+                Some(0),
+                Some(4242),
+                None,
+                None
+            ),
+            (
+                "offload",
+                Some("actor_train"),
+                None,
+                None,
+                Some("generate"),
+                None
+            ),
+            (
+                "worker_failed",
+                Some("reward"),
+                Some(1),
+                Some(77),
+                None,
+                None
+            ),
+            ("warning", Some("reward"), Some(1), None, None, None),
+            // A pid in a log line is the line's text, not the worker's pid.
+            ("info", Some("reward"), Some(1), None, None, None),
+            ("run_ended", None, None, None, None, Some("finished")),
+            (
+                "run_marked_interrupted",
+                None,
+                None,
+                None,
+                None,
+                Some("interrupted")
+            ),
+            ("error", None, None, None, None, Some("failed")),
+        ]
+    );
+    // Nothing else changed: every message and the order are as written.
+    let messages: Vec<&str> = events.iter().map(|e| e.event.message.as_str()).collect();
+    let written: Vec<&str> = old_events.iter().map(|(_, _, m)| *m).collect();
+    assert_eq!(messages, written);
+}

@@ -62,7 +62,7 @@ pub(super) struct StepRollout {
     pub reward_restarts: usize,
     /// actor_infer worker processes replaced so far.
     pub infer_restarts: usize,
-    pub worker_events: Vec<(String, crate::metrics::WorkerNotice, String)>,
+    pub worker_events: Vec<crate::metrics::WorkerNote>,
     /// The data cursor after this step's dispatches.
     pub mixer: MixerState,
 }
@@ -329,7 +329,7 @@ impl<'a> Rollout<'a> {
     }
 
     /// Stop scoring; the worker events not reported yet.
-    pub fn shutdown(self) -> Vec<(String, crate::metrics::WorkerNotice, String)> {
+    pub fn shutdown(self) -> Vec<crate::metrics::WorkerNote> {
         self.link.shutdown()
     }
 }

@@ -9,12 +9,12 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::PipelineError;
-use crate::metrics::WorkerNotice;
+use crate::metrics::WorkerNote;
 use crate::reward::RewardOutcome;
 use crate::role::reward::RewardScorer;
 use crate::role::reward::ScoreItem;
 
-type WorkerEvents = Vec<(String, WorkerNotice, String)>;
+type WorkerEvents = Vec<WorkerNote>;
 
 /// One scored batch: outcomes in order, seconds spent, worker events, restarts so far.
 pub(super) struct Scored {

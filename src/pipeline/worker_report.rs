@@ -10,10 +10,14 @@ pub fn report_workers(
     ctx: &mut RunContext<'_>,
     events: Vec<WorkerNote>,
 ) -> Result<(), PipelineError> {
-    for (worker, notice, text) in events {
-        ctx.sink.worker(&worker, notice, &text)?;
-        if matches!(notice, WorkerNotice::Failed | WorkerNotice::Restarted) {
-            ctx.emit(PipelineEvent::Message(format!("worker {worker}: {text}")));
+    for note in events {
+        ctx.sink.worker(&note)?;
+        if matches!(note.notice, WorkerNotice::Failed | WorkerNotice::Restarted) {
+            let worker = note.worker();
+            ctx.emit(PipelineEvent::Message(format!(
+                "worker {worker}: {}",
+                note.text
+            )));
         }
     }
     Ok(())

@@ -119,11 +119,14 @@ impl<P: Protocol> RemoteWorker<P> {
             events,
         )?);
         self.restarts += 1;
-        self.notes.push((
-            self.name(),
-            WorkerNotice::Restarted,
-            format!("replaced ({lost}){carried}"),
-        ));
+        self.notes.push(WorkerNote {
+            role: self.spec.role,
+            index: self.spec.index,
+            pid: self.worker.as_ref().map(|w| w.pid),
+            notice: WorkerNotice::Restarted,
+            phase: lost.phase(),
+            text: format!("replaced ({lost}){carried}"),
+        });
         if let Some(path) = offloaded_to {
             self.call(offload(path)).map_err(setup_err)?;
         }
@@ -234,9 +237,19 @@ pub fn drain(rx: &mut mpsc::UnboundedReceiver<WorkerEvent>) -> Vec<WorkerNote> {
 }
 
 fn describe(e: &WorkerEvent) -> WorkerNote {
+    let note = |role: &Role, index: &usize, pid: Option<u32>, notice, text| WorkerNote {
+        role: *role,
+        index: *index,
+        pid,
+        notice,
+        phase: None,
+        text,
+    };
     match e {
-        WorkerEvent::Started { role, index, pid } => (
-            format!("{role}-{index}"),
+        WorkerEvent::Started { role, index, pid } => note(
+            role,
+            index,
+            Some(*pid),
             WorkerNotice::Started,
             format!("started, pid {pid}"),
         ),
@@ -245,8 +258,10 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
             index,
             stream,
             line,
-        } => (
-            format!("{role}-{index}"),
+        } => note(
+            role,
+            index,
+            None,
             WorkerNotice::Log,
             format!("{stream}: {line}"),
         ),
@@ -254,8 +269,10 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
             role,
             index,
             silent_s,
-        } => (
-            format!("{role}-{index}"),
+        } => note(
+            role,
+            index,
+            None,
             WorkerNotice::Failed,
             format!("no heartbeat answer for {silent_s:.1} s"),
         ),
@@ -272,11 +289,8 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
                 WorkerNotice::Failed
             };
             let what = if *expected { "exited" } else { "died" };
-            (
-                format!("{role}-{index}"),
-                notice,
-                format!("pid {pid} {what} ({status})"),
-            )
+            let text = format!("pid {pid} {what} ({status})");
+            note(role, index, Some(*pid), notice, text)
         }
     }
 }

@@ -93,12 +93,17 @@ pub(crate) async fn insert_event(
     at: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO events (run_id, at, kind, worker, device, bytes, duration_s, message) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO events (run_id, at, kind, role, worker_index, pid, phase, run_status, worker, \
+         device, bytes, duration_s, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(run.map(|r| r.0))
     .bind(at)
     .bind(e.kind.as_str())
+    .bind(&e.role)
+    .bind(e.worker_index.map(i64::from))
+    .bind(e.pid.map(i64::from))
+    .bind(&e.phase)
+    .bind(&e.run_status)
     .bind(&e.worker)
     .bind(&e.device)
     .bind(e.bytes.map(|b| b as i64))

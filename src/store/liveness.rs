@@ -141,7 +141,8 @@ impl Store {
             .map_err(self.err("marking a dead run interrupted"))?;
             if updated.rows_affected() == 1 {
                 sqlx::query(
-                    "INSERT INTO events (run_id, at, kind, message) VALUES (?, ?, 'warning', ?)",
+                    "INSERT INTO events (run_id, at, kind, run_status, message) \
+                     VALUES (?, ?, 'run_marked_interrupted', 'interrupted', ?)",
                 )
                 .bind(id)
                 .bind(now)

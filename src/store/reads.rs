@@ -131,8 +131,8 @@ impl Store {
         after: Option<i64>,
     ) -> Result<EventsRead, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, at, kind, worker, device, bytes, duration_s, message FROM events \
-             WHERE run_id = ? AND id > ? ORDER BY at, id",
+            "SELECT id, at, kind, role, worker_index, pid, phase, run_status, worker, device, bytes, \
+             duration_s, message FROM events WHERE run_id = ? AND id > ? ORDER BY at, id",
         )
         .bind(run.0)
         .bind(after.unwrap_or(i64::MIN))
@@ -146,6 +146,15 @@ impl Store {
                 at: r.get("at"),
                 event: EventRecord {
                     kind: EventKind::parse(r.get("kind")).unwrap_or(EventKind::Info),
+                    role: r.get("role"),
+                    worker_index: r
+                        .get::<Option<i64>, _>("worker_index")
+                        .and_then(|i| u32::try_from(i).ok()),
+                    pid: r
+                        .get::<Option<i64>, _>("pid")
+                        .and_then(|p| u32::try_from(p).ok()),
+                    phase: r.get("phase"),
+                    run_status: r.get("run_status"),
                     worker: r.get("worker"),
                     device: r.get("device"),
                     bytes: r.get::<Option<i64>, _>("bytes").map(|b| b as u64),

@@ -8,6 +8,8 @@ pub enum EventKind {
     RunStarted,
     RunResumed,
     RunEnded,
+    /// The store found a running run's process gone and marked it interrupted.
+    RunMarkedInterrupted,
     WorkerStarted,
     WorkerExited,
     WorkerFailed,
@@ -19,10 +21,11 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::RunStarted,
         EventKind::RunResumed,
         EventKind::RunEnded,
+        EventKind::RunMarkedInterrupted,
         EventKind::WorkerStarted,
         EventKind::WorkerExited,
         EventKind::WorkerFailed,
@@ -42,6 +45,7 @@ impl EventKind {
             EventKind::RunStarted => "run_started",
             EventKind::RunResumed => "run_resumed",
             EventKind::RunEnded => "run_ended",
+            EventKind::RunMarkedInterrupted => "run_marked_interrupted",
             EventKind::WorkerStarted => "worker_started",
             EventKind::WorkerExited => "worker_exited",
             EventKind::WorkerFailed => "worker_failed",
@@ -54,10 +58,24 @@ impl EventKind {
     }
 }
 
-/// A scheduler, worker or run event (offload/reload carry bytes and duration).
+/// A scheduler, worker or run event. Its facts are fields — the role and worker index of a worker
+/// event or a transfer, the pid, the call phase of a failure, the devices, bytes and seconds of an
+/// offload or reload — and `message` is the line people read; readers never parse it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     pub kind: EventKind,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub worker_index: Option<u32>,
+    #[serde(default)]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// How the run ended, on the event that says so: `finished`, `interrupted` or `failed`.
+    #[serde(default)]
+    pub run_status: Option<String>,
+    /// The worker's name (`reward-0`), or the role of a transfer.
     pub worker: Option<String>,
     pub device: Option<String>,
     pub bytes: Option<u64>,
@@ -69,6 +87,11 @@ impl EventRecord {
     pub fn message(kind: EventKind, message: impl Into<String>) -> Self {
         EventRecord {
             kind,
+            role: None,
+            worker_index: None,
+            pid: None,
+            phase: None,
+            run_status: None,
             worker: None,
             device: None,
             bytes: None,

@@ -1,7 +1,7 @@
 //! The pipeline's [`MetricSink`] backed by the store's writer: every call only queues.
 
 use crate::metrics::{
-    CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNotice,
+    CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNote, WorkerNotice,
     transfer_parts,
 };
 use crate::scheduler::{Direction, Transfer};
@@ -72,8 +72,8 @@ impl MetricSink for StoreSink {
             .map_err(sink_err)
     }
 
-    fn worker(&mut self, worker: &str, notice: WorkerNotice, text: &str) -> Result<(), SinkError> {
-        let kind = match notice {
+    fn worker(&mut self, note: &WorkerNote) -> Result<(), SinkError> {
+        let kind = match note.notice {
             WorkerNotice::Started => EventKind::WorkerStarted,
             WorkerNotice::Exited => EventKind::WorkerExited,
             WorkerNotice::Failed => EventKind::WorkerFailed,
@@ -81,8 +81,12 @@ impl MetricSink for StoreSink {
             WorkerNotice::Restarted => EventKind::Warning,
         };
         let event = EventRecord {
-            worker: Some(worker.into()),
-            ..EventRecord::message(kind, text)
+            role: Some(note.role.as_str().into()),
+            worker_index: u32::try_from(note.index).ok(),
+            pid: note.pid,
+            phase: note.phase.map(String::from),
+            worker: Some(note.worker()),
+            ..EventRecord::message(kind, &note.text)
         };
         self.writer
             .event_blocking(Some(self.run), event)
@@ -96,6 +100,8 @@ impl MetricSink for StoreSink {
             Direction::Reload => EventKind::Reload,
         };
         let event = EventRecord {
+            role: Some(role.clone()),
+            phase: Some(transfer.phase.to_string()),
             worker: Some(role),
             device: Some(devices),
             bytes: Some(transfer.bytes),

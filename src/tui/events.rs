@@ -13,7 +13,6 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, 
 
 use super::action::Action;
 use super::theme::Theme;
-use super::workers::devices::phase_of;
 use crate::store::RunId;
 use crate::store::reads::StoredEvent;
 use crate::store::records::EventKind;
@@ -77,13 +76,19 @@ impl KindFilter {
         use EventKind as K;
         match self {
             KindFilter::All => true,
-            KindFilter::Problems => matches!(kind, K::Warning | K::Error | K::WorkerFailed),
+            KindFilter::Problems => matches!(
+                kind,
+                K::Warning | K::Error | K::WorkerFailed | K::RunMarkedInterrupted
+            ),
             KindFilter::Workers => {
                 matches!(kind, K::WorkerStarted | K::WorkerExited | K::WorkerFailed)
             }
             KindFilter::Transfers => matches!(kind, K::Offload | K::Reload),
             KindFilter::Logs => kind == K::Info,
-            KindFilter::Run => matches!(kind, K::RunStarted | K::RunResumed | K::RunEnded),
+            KindFilter::Run => matches!(
+                kind,
+                K::RunStarted | K::RunResumed | K::RunEnded | K::RunMarkedInterrupted
+            ),
         }
     }
 }
@@ -295,7 +300,7 @@ pub(crate) fn severity_style(kind: EventKind, theme: &Theme) -> Style {
     use EventKind as K;
     match kind {
         K::Error | K::WorkerFailed => theme.bad,
-        K::Warning => warn_style(),
+        K::Warning | K::RunMarkedInterrupted => warn_style(),
         K::RunStarted | K::RunResumed | K::WorkerStarted => theme.good,
         K::Offload | K::Reload => Style::default().fg(Color::Cyan),
         K::RunEnded | K::WorkerExited | K::Info => theme.text,
@@ -309,6 +314,7 @@ fn kind_label(kind: EventKind) -> &'static str {
         K::RunStarted => "run",
         K::RunResumed => "resumed",
         K::RunEnded => "ended",
+        K::RunMarkedInterrupted => "gone",
         K::WorkerStarted => "started",
         K::WorkerExited => "exited",
         K::WorkerFailed => "failed",
@@ -336,8 +342,16 @@ pub(crate) fn row_text(e: &StoredEvent) -> String {
     let r = &e.event;
     match (r.kind, r.bytes, r.duration_s) {
         (EventKind::Offload | EventKind::Reload, Some(b), Some(s)) => {
-            let phase = phase_of(&r.message).unwrap_or("");
-            format!("{} in {s:.2} s {}", human_bytes(b), clean(phase, 40, false))
+            let phase = r
+                .phase
+                .as_deref()
+                .map(|p| format!("(phase {p})"))
+                .unwrap_or_default();
+            format!(
+                "{} in {s:.2} s {}",
+                human_bytes(b),
+                clean(&phase, 40, false)
+            )
         }
         _ => clean(r.message.trim_end(), ROW_CHARS, false),
     }
@@ -474,10 +488,32 @@ pub(crate) mod tests {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
+    /// An event with the fields the store's writers put beside its text: a worker's role and
+    /// index (from its `role-index` name), the pid of a start or an exit (`started, pid 4000`,
+    /// `pid 4000 died …`), the status a run ended with.
     pub fn ev(at: i64, kind: EventKind, worker: Option<&str>, message: &str) -> StoredEvent {
+        let named = worker.and_then(|w| w.rsplit_once('-'));
+        let pid = match kind {
+            EventKind::WorkerStarted | EventKind::WorkerExited | EventKind::WorkerFailed => message
+                .split_once("pid ")
+                .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|digits| digits.parse().ok()),
+            _ => None,
+        };
+        let run_status = match kind {
+            EventKind::RunMarkedInterrupted => Some("interrupted"),
+            EventKind::RunEnded if message.starts_with("run finished") => Some("finished"),
+            EventKind::RunEnded => Some("interrupted"),
+            EventKind::Error if message.starts_with("run failed") => Some("failed"),
+            _ => None,
+        };
         StoredEvent {
             at,
             event: EventRecord {
+                role: named.map(|(role, _)| role.to_string()),
+                worker_index: named.and_then(|(_, index)| index.parse().ok()),
+                pid,
+                run_status: run_status.map(String::from),
                 worker: worker.map(String::from),
                 ..EventRecord::message(kind, message)
             },
@@ -502,12 +538,16 @@ pub(crate) mod tests {
         StoredEvent {
             at,
             event: EventRecord {
-                kind,
+                role: Some(role.into()),
+                phase: Some(phase.into()),
                 worker: Some(role.into()),
                 device: Some(devices.into()),
                 bytes: Some(bytes),
                 duration_s: Some(seconds),
-                message: format!("{dir} {role} {bytes} bytes in {seconds:.3} s (phase {phase})"),
+                ..EventRecord::message(
+                    kind,
+                    format!("{dir} {role} {bytes} bytes in {seconds:.3} s (phase {phase})"),
+                )
             },
         }
     }

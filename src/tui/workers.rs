@@ -16,7 +16,7 @@ pub mod devices;
 pub mod rows;
 
 pub use alarms::{Alarm, AlarmKind, StepRef, alarm_series, alarms};
-pub use rows::{WorkerRow, WorkerState, parse_pid, role_of, worker_rows};
+pub use rows::{WorkerRow, WorkerState, worker_rows};
 
 use super::action::Action;
 use super::events::{clean, rel_time, warn_style};
@@ -505,12 +505,6 @@ mod tests {
             (r1.state, r1.pid, r1.restarts),
             (WorkerState::Failed, Some(4102), 0)
         );
-        assert_eq!(role_of("actor_infer-12"), "actor_infer");
-        assert_eq!(role_of("reward-"), "reward-");
-        assert_eq!(role_of("env"), "env");
-        assert_eq!(parse_pid("pid 4102 died (signal: 9)"), Some(4102));
-        assert_eq!(parse_pid("started, pid 99999999999"), None);
-        assert_eq!(parse_pid("no pid here"), None);
     }
 
     #[test]

@@ -53,8 +53,6 @@ pub fn alarm_series(series: &[Series]) -> Vec<Series> {
         .cloned()
         .collect()
 }
-/// What the store writes when it finds a running run's process gone.
-pub(crate) const MARKED_INTERRUPTED: &str = "run marked interrupted";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlarmKind {
@@ -181,10 +179,13 @@ pub fn alarms(
         let r = &e.event;
         matches!(
             r.kind,
-            EventKind::RunStarted | EventKind::RunResumed | EventKind::RunEnded
-        ) || (r.worker.is_none() && r.message.starts_with(MARKED_INTERRUPTED))
+            EventKind::RunStarted
+                | EventKind::RunResumed
+                | EventKind::RunEnded
+                | EventKind::RunMarkedInterrupted
+        )
     });
-    if let Some(e) = run_event.filter(|e| e.event.message.starts_with(MARKED_INTERRUPTED)) {
+    if let Some(e) = run_event.filter(|e| e.event.kind == EventKind::RunMarkedInterrupted) {
         out.push(Alarm {
             kind: AlarmKind::Stalled,
             place: "run".into(),
@@ -388,7 +389,7 @@ mod tests {
             ev(0, EventKind::RunStarted, None, "run 'r' started"),
             ev(
                 5_500,
-                EventKind::Warning,
+                EventKind::RunMarkedInterrupted,
                 None,
                 "run marked interrupted: no heartbeat for 45 s",
             ),

@@ -114,12 +114,6 @@ impl DeviceLedger {
     }
 }
 
-/// The `(phase …)` part of a transfer message, which groups the transfers of one phase entry.
-pub(crate) fn phase_of(message: &str) -> Option<&str> {
-    let at = message.rfind("(phase ")?;
-    Some(&message[at..])
-}
-
 /// The ledgers of every device that offload/reload events name, as of `until_ms`, by device name
 /// (numerically when they are numbers).
 pub fn ledgers(events: &[StoredEvent], start_ms: i64, until_ms: Option<i64>) -> Vec<DeviceLedger> {
@@ -132,7 +126,8 @@ pub fn ledgers(events: &[StoredEvent], start_ms: i64, until_ms: Option<i64>) -> 
     let mut previous_batch_end = start_ms;
     let mut before = Vec::with_capacity(transfers.len());
     for (i, e) in transfers.iter().enumerate() {
-        if i > 0 && phase_of(&e.event.message) != phase_of(&transfers[i - 1].event.message) {
+        // The transfers of one phase entry share the phase.
+        if i > 0 && e.event.phase != transfers[i - 1].event.phase {
             previous_batch_end = transfers[i - 1].at;
         }
         before.push(previous_batch_end);
@@ -140,7 +135,7 @@ pub fn ledgers(events: &[StoredEvent], start_ms: i64, until_ms: Option<i64>) -> 
     let mut out: BTreeMap<String, DeviceLedger> = BTreeMap::new();
     for (e, since) in transfers.iter().zip(before) {
         let r = &e.event;
-        let role = r.worker.clone().unwrap_or_else(|| "?".into());
+        let role = r.role.clone().unwrap_or_else(|| "?".into());
         let devices_text = r.device.clone().unwrap_or_default();
         let devices: Vec<&str> = devices_text
             .split(',')

@@ -10,7 +10,6 @@
 
 use ratatui::style::{Color, Style};
 
-use super::alarms::MARKED_INTERRUPTED;
 use super::devices::role_rank;
 use crate::store::liveness::STALE_AFTER_MS;
 use crate::store::reads::StoredEvent;
@@ -63,23 +62,6 @@ pub struct WorkerRow {
     pub last: String,
 }
 
-/// The role of a worker name: `actor_infer-0` → `actor_infer`.
-pub fn role_of(name: &str) -> &str {
-    match name.rsplit_once('-') {
-        Some((role, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
-            role
-        }
-        _ => name,
-    }
-}
-
-/// The pid in a worker message: `started, pid 4242` → 4242.
-pub fn parse_pid(message: &str) -> Option<u32> {
-    let (_, rest) = message.split_once("pid ")?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
 /// The workers seen in `events` up to `until_ms`, by role (in the workbench's role order), then index.
 pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerRow> {
     // Each worker with its starts and its latest message (copied once, at the end).
@@ -106,7 +88,7 @@ pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerR
                 rows.push((
                     WorkerRow {
                         name: worker.to_string(),
-                        role: role_of(worker).to_string(),
+                        role: r.role.clone().unwrap_or_else(|| worker.to_string()),
                         pid: None,
                         state: WorkerState::Running,
                         last_ms: None,
@@ -125,7 +107,7 @@ pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerR
         match r.kind {
             EventKind::WorkerStarted => {
                 *starts += 1;
-                w.pid = parse_pid(&r.message).or(w.pid);
+                w.pid = r.pid.or(w.pid);
                 w.state = WorkerState::Running;
             }
             EventKind::WorkerExited => w.state = WorkerState::Exited,
@@ -235,16 +217,9 @@ pub(super) fn run_line(
         };
     };
     // In replay: the latest run event before the cursor says what the run was doing.
-    let state = mine.iter().rev().find_map(|e| {
-        let m = &e.event.message;
-        match e.event.kind {
-            EventKind::RunStarted | EventKind::RunResumed => Some(RunStatus::Running),
-            EventKind::RunEnded if m.starts_with("run finished") => Some(RunStatus::Finished),
-            EventKind::RunEnded => Some(RunStatus::Interrupted),
-            EventKind::Error if m.starts_with("run failed") => Some(RunStatus::Failed),
-            EventKind::Warning if m.starts_with(MARKED_INTERRUPTED) => Some(RunStatus::Interrupted),
-            _ => None,
-        }
+    let state = mine.iter().rev().find_map(|e| match e.event.kind {
+        EventKind::RunStarted | EventKind::RunResumed => Some(RunStatus::Running),
+        _ => e.event.run_status.as_deref().and_then(RunStatus::parse),
     });
     let status = state.unwrap_or(info.status);
     let last_ms = events.iter().filter(|e| e.at <= u).map(|e| e.at).max();
