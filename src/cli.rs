@@ -149,7 +149,7 @@ pub struct SamplesArgs {
     /// Only the samples of this exact prompt (one prompt followed across steps).
     #[arg(long)]
     pub prompt: Option<String>,
-    /// "sft" or "rl".
+    /// A stage's name: "sft" or "rl".
     #[arg(long)]
     pub stage: Option<String>,
     /// At most this many samples.

@@ -8,6 +8,7 @@
 pub mod load;
 pub mod overrides;
 mod role;
+mod stage;
 pub mod workers;
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use load::{ConfigError, Validate};
 pub use role::Role;
+pub use stage::{Stage, StageConfig};
 pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -384,7 +386,7 @@ impl Validate for RunConfig {
                 p.push(format!("{at}: duplicate domain name '{}'", d.name));
             }
         }
-        if self.sft.is_none() && self.rl.is_none() {
+        if self.stages().is_empty() {
             p.push("nothing to do: add an 'sft' and/or an 'rl' section".into());
         }
         if let Some(sft) = &self.sft {

@@ -57,7 +57,7 @@ impl Observer for HeadlessObserver {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> ");
                 bar.set_style(style);
-                bar.set_prefix(stage.clone());
+                bar.set_prefix(stage.as_str());
                 bar.set_position(*done_steps as u64);
                 self.bar = Some(bar);
             }
@@ -67,7 +67,7 @@ impl Observer for HeadlessObserver {
                 total_steps,
                 metrics,
             } => {
-                let line = summary_line(stage, *step, *total_steps, metrics);
+                let line = summary_line(stage.as_str(), *step, *total_steps, metrics);
                 if let Some(bar) = &self.bar {
                     bar.set_position(*step as u64);
                 }

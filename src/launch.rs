@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, Stage, StageConfig};
 use crate::pipeline::{self, Observer, PipelineError, Resume, RunOutcome, RunStatus};
 use crate::store::liveness::ProcessIdentity;
 use crate::store::{
@@ -198,10 +198,10 @@ fn resume_point(
         )));
     }
     let resume = Resume::load(&last.path, &cfg).map_err(|e| refuse(e.to_string()))?;
-    let last_stage_steps = match (&cfg.rl, &cfg.sft) {
-        (Some(rl), _) => ("rl", rl.steps),
-        (None, Some(sft)) => ("sft", sft.steps),
-        (None, None) => ("", 0),
+    let last_stage_steps = match cfg.stages().last() {
+        Some(StageConfig::Rl(rl)) => (Stage::Rl.as_str(), rl.steps),
+        Some(StageConfig::Sft(sft)) => (Stage::Sft.as_str(), sft.steps),
+        None => ("", 0),
     };
     if (resume.state.stage.as_str(), resume.state.step) == last_stage_steps {
         return Err(refuse(format!(

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Role;
+use crate::config::{Role, Stage};
 use crate::scheduler::{Direction, Transfer};
 
 /// Metric values of one step, by stable key.
@@ -18,7 +18,7 @@ pub type Metrics = BTreeMap<String, f64>;
 /// The metrics of one step of one stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricRecord {
-    pub stage: String,
+    pub stage: Stage,
     pub step: usize,
     /// Seconds since the run started (continues across resumes).
     pub wall_time: f64,
@@ -170,7 +170,7 @@ impl MemorySink {
     pub fn values(&self, stage: &str, key: &str) -> Vec<f64> {
         self.records
             .iter()
-            .filter(|r| r.stage == stage)
+            .filter(|r| r.stage.as_str() == stage)
             .filter_map(|r| r.metrics.get(key).copied())
             .collect()
     }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, Stage, StageConfig};
 use crate::data::mix::MixerState;
 pub use crate::data::mix_seed;
 use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
@@ -36,13 +36,13 @@ use crate::train::checkpoint::{RlResumeState, TrainerState, save_checkpoint};
 #[derive(Debug, Clone)]
 pub enum PipelineEvent {
     StageStarted {
-        stage: String,
+        stage: Stage,
         total_steps: usize,
         /// Steps already done (a resumed stage starts after them).
         done_steps: usize,
     },
     StepFinished {
-        stage: String,
+        stage: Stage,
         step: usize,
         total_steps: usize,
         metrics: Metrics,
@@ -148,7 +148,7 @@ impl Resume {
         if state.mixer.is_none() {
             return Err(bad("it has no data cursor (written by an older roll-tui); it cannot be resumed exactly".into()));
         }
-        if state.stage == "rl" && state.rl.is_none() {
+        if state.stage == Stage::Rl.as_str() && state.rl.is_none() {
             return Err(bad(
                 "it has no RL state (KL controller, reward statistics)".into()
             ));
@@ -166,7 +166,11 @@ impl Resume {
         if let Some(m) = &self.state.mixer {
             data.mixer(0)?.restore(m)?;
         }
-        let Some(rl) = cfg.rl.as_ref().filter(|_| self.state.stage == "rl") else {
+        let Some(rl) = cfg
+            .rl
+            .as_ref()
+            .filter(|_| self.state.stage == Stage::Rl.as_str())
+        else {
             return Ok(());
         };
         if rl.kl.mode != crate::algo::kl::KlMode::None {
@@ -193,8 +197,8 @@ impl Resume {
     }
 
     /// The state when resuming `stage`, `None` when the resume point is in another stage.
-    pub fn for_stage(resume: Option<&Resume>, stage: &str) -> Option<Resume> {
-        resume.filter(|r| r.state.stage == stage).cloned()
+    pub fn for_stage(resume: Option<&Resume>, stage: Stage) -> Option<Resume> {
+        resume.filter(|r| r.state.stage == stage.as_str()).cloned()
     }
 }
 
@@ -245,20 +249,20 @@ impl RunContext<'_> {
 
     pub fn record_step(
         &mut self,
-        stage: &str,
+        stage: Stage,
         step: usize,
         total: usize,
         metrics: Metrics,
     ) -> Result<(), PipelineError> {
         let record = MetricRecord {
-            stage: stage.into(),
+            stage,
             step,
             wall_time: self.wall_time(),
             metrics,
         };
         self.sink.record(&record)?;
         self.emit(PipelineEvent::StepFinished {
-            stage: stage.into(),
+            stage,
             step,
             total_steps: total,
             metrics: record.metrics,
@@ -277,7 +281,7 @@ impl RunContext<'_> {
         &mut self,
         model: &LoadedModel,
         opt: &dyn crate::train::checkpoint::OptimizerState,
-        stage: &str,
+        stage: Stage,
         (step, total): (usize, usize),
         last: &mut Option<PathBuf>,
         extras: impl FnOnce() -> CheckpointExtras<'a2>,
@@ -288,8 +292,7 @@ impl RunContext<'_> {
             *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
         }
         // A stop requested during the run's very last step changes nothing: the run is complete.
-        let last_stage = if self.cfg.rl.is_some() { "rl" } else { "sft" };
-        Ok(stop && !(step == total && stage == last_stage))
+        Ok(stop && !(step == total && self.cfg.last_stage() == Some(stage)))
     }
 
     /// Write `checkpoints/<stage>-step<N>` and report it.
@@ -297,13 +300,13 @@ impl RunContext<'_> {
         &mut self,
         model: &LoadedModel,
         opt: &dyn crate::train::checkpoint::OptimizerState,
-        stage: &str,
+        stage: Stage,
         step: usize,
         extras: CheckpointExtras<'_>,
     ) -> Result<PathBuf, PipelineError> {
         let dir = checkpoint_dir(&self.output_dir, stage, step);
         let state = TrainerState {
-            stage: stage.into(),
+            stage: stage.as_str().into(),
             step,
             seed: self.cfg.seed,
             config_hash: self.cfg.hash(),
@@ -327,7 +330,7 @@ impl RunContext<'_> {
         // checkpoint whose steps it has not recorded.
         self.sink.flush()?;
         self.sink.checkpoint(&CheckpointRecord {
-            stage: stage.into(),
+            stage: stage.as_str().into(),
             step,
             path: dir.clone(),
             bytes,
@@ -342,7 +345,7 @@ impl RunContext<'_> {
 }
 
 /// `checkpoints/<stage>-step<N>` under a run's output directory.
-pub fn checkpoint_dir(output_dir: &std::path::Path, stage: &str, step: usize) -> PathBuf {
+pub fn checkpoint_dir(output_dir: &std::path::Path, stage: Stage, step: usize) -> PathBuf {
     output_dir
         .join("checkpoints")
         .join(format!("{stage}-step{step}"))
@@ -386,22 +389,27 @@ pub fn run(
     // Refuse a placement that cannot fit before any stage spends time.
     rlvr::placement_for(cfg, &model)?;
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
-    let resuming_rl = resume.is_some_and(|r| r.state.stage == "rl");
-    if let Some(sft_cfg) = cfg.sft.as_ref().filter(|_| !resuming_rl) {
-        let from = Resume::for_stage(resume, "sft");
-        let (status, ckpt) = sft::run_sft(&mut ctx, sft_cfg, &model, &data, from.as_ref())?;
-        last_checkpoint = ckpt.or(last_checkpoint);
-        if status == RunStatus::Interrupted {
-            return Ok(RunOutcome {
-                status,
-                output_dir,
-                last_checkpoint,
-            });
-        }
-    }
-    if let Some(rl_cfg) = &cfg.rl {
-        let from = Resume::for_stage(resume, "rl");
-        let (status, ckpt) = rlvr::run_rlvr(&mut ctx, rl_cfg, &model, &data, from.as_ref())?;
+    let stages = cfg.stages();
+    // A resume continues its checkpoint's stage; the stages before it are done.
+    let first = match resume {
+        None => 0,
+        Some(r) => stages
+            .iter()
+            .position(|s| s.stage().as_str() == r.state.stage)
+            .ok_or_else(|| {
+                PipelineError::Setup(format!(
+                    "checkpoint '{}' belongs to stage '{}', which this run does not have",
+                    r.dir.display(),
+                    r.state.stage
+                ))
+            })?,
+    };
+    for stage in &stages[first..] {
+        let from = Resume::for_stage(resume, stage.stage());
+        let (status, ckpt) = match *stage {
+            StageConfig::Sft(c) => sft::run_sft(&mut ctx, c, &model, &data, from.as_ref())?,
+            StageConfig::Rl(c) => rlvr::run_rlvr(&mut ctx, c, &model, &data, from.as_ref())?,
+        };
         last_checkpoint = ckpt.or(last_checkpoint);
         if status == RunStatus::Interrupted {
             return Ok(RunOutcome {

@@ -12,7 +12,7 @@ use super::worker_report::report_workers;
 use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
 use crate::algo::kl::{KlController, KlMode};
 use crate::algo::normalize::RunningStats;
-use crate::config::{PlacementMode, RlConfig};
+use crate::config::{PlacementMode, RlConfig, Stage};
 use crate::data::mix::DomainMixer;
 use crate::metrics::{Metrics, SampleRecord};
 use crate::model::{LoadedModel, ParamStore};
@@ -280,7 +280,7 @@ impl<'m> Learner<'m> {
             .map(|((p, s, version), a)| sample_record(step, p, s, *version, *a))
             .collect();
         ctx.record_samples(&samples)?;
-        ctx.record_step("rl", step, cfg.steps, m)?;
+        ctx.record_step(Stage::Rl, step, cfg.steps, m)?;
         let (kl_coef, running) = (self.kl_ctl.coef(), self.running.clone());
         let critic = self.critic.as_ref();
         let reference = self
@@ -300,7 +300,7 @@ impl<'m> Learner<'m> {
         ctx.after_step(
             self.model,
             &self.actor,
-            "rl",
+            Stage::Rl,
             (step, cfg.steps),
             &mut self.last_checkpoint,
             extras,
@@ -331,7 +331,7 @@ fn sample_record(
         .map(|(k, v)| (k.to_string(), f64::from(u8::from(v))))
         .collect(),
         advantage,
-        stage: "rl".into(),
+        stage: Stage::Rl.as_str().into(),
         prompt_tokens: p.prompt_ids.len(),
         response_tokens: s.completion.token_ids.len(),
         finish_reason: format!("{:?}", s.completion.finish).to_lowercase(),

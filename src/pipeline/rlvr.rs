@@ -18,7 +18,7 @@ use super::setup::{Domains, Tokenizing};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
 use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, mix_seed};
-use crate::config::{RlConfig, RunConfig};
+use crate::config::{RlConfig, RunConfig, Stage};
 use crate::data::mix::DomainMixer;
 use crate::metrics::Metrics;
 use crate::model::{LoadedModel, ParamStore};
@@ -72,7 +72,7 @@ pub fn run_rlvr(
     };
     let first = learner.first_step;
     ctx.emit(PipelineEvent::StageStarted {
-        stage: "rl".into(),
+        stage: Stage::Rl,
         total_steps: cfg.steps,
         done_steps: first - 1,
     });

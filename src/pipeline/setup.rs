@@ -1,6 +1,6 @@
 //! Turning a config into a policy model and tokenized, reward-tagged domains.
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, Stage};
 use crate::data::{DomainMixer, Example, load_jsonl};
 use crate::model::tokenizer::{ChatMessage, render_chat};
 use crate::model::{InitOptions, LoadedModel, init_model, load_model_dir};
@@ -55,7 +55,7 @@ pub fn load_checkpoint_policy(
 pub fn rl_start_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     match &cfg.sft {
         Some(sft) => {
-            let dir = super::checkpoint_dir(&cfg.output_dir(), "sft", sft.steps);
+            let dir = super::checkpoint_dir(&cfg.output_dir(), Stage::Sft, sft.steps);
             if !dir.join("trainer_state.json").exists() {
                 return Err(PipelineError::Setup(format!(
                     "resuming RL needs the final SFT checkpoint '{}' (the KL reference), and it is missing",

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::config::SftConfig;
+use crate::config::{SftConfig, Stage};
 use crate::metrics::Metrics;
 use crate::model::{LoadedModel, Numerics};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
@@ -46,7 +46,7 @@ pub fn run_sft(
     };
     let groups = model.config().kv_groups();
     ctx.emit(PipelineEvent::StageStarted {
-        stage: "sft".into(),
+        stage: Stage::Sft,
         total_steps: cfg.steps,
         done_steps: first_step - 1,
     });
@@ -106,14 +106,21 @@ pub fn run_sft(
             "system/tokens_per_s".into(),
             total_tokens as f64 / secs.max(1e-9),
         );
-        ctx.record_step("sft", step, cfg.steps, m)?;
+        ctx.record_step(Stage::Sft, step, cfg.steps, m)?;
         let extras = || CheckpointExtras {
             mixer: mixer.state(),
             rl: None,
             critic: None,
             reference: None,
         };
-        if ctx.after_step(model, &opt, "sft", (step, cfg.steps), &mut last, extras)? {
+        if ctx.after_step(
+            model,
+            &opt,
+            Stage::Sft,
+            (step, cfg.steps),
+            &mut last,
+            extras,
+        )? {
             return Ok((RunStatus::Interrupted, last));
         }
     }

@@ -18,8 +18,8 @@
 
 use crate::metrics::Series;
 
-/// The stage whose charts get the plain names.
-const MAIN_STAGE: &str = "rl";
+/// The stage whose charts get the plain names: the last one a run has (its result).
+const MAIN_STAGE: &str = crate::config::Stage::Rl.as_str();
 
 /// One chart to draw: a file name without extension, a title and its lines.
 #[derive(Debug)]

@@ -7,7 +7,6 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
 use super::records::{EventKind, EventRecord, TrajectoryRecord, TurnRecord};
-use super::runs::STAGES;
 use super::{RunId, Store, StoreError};
 use crate::metrics::{CheckpointRecord, SampleRecord};
 
@@ -113,8 +112,7 @@ impl Store {
                 bytes: r.get::<i64, _>("bytes") as u64,
             })
             .collect();
-        let rank = |s: &str| STAGES.iter().position(|x| *x == s).unwrap_or(STAGES.len());
-        out.sort_by_key(|c| (rank(&c.stage), c.step));
+        out.sort_by_key(|c| (crate::config::Stage::rank_of(&c.stage), c.step));
         Ok(out)
     }
 

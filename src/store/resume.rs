@@ -6,9 +6,10 @@ use sqlx::Row;
 use super::inserts::insert_event;
 use super::liveness::ProcessIdentity;
 use super::records::{EventKind, EventRecord};
-use super::runs::{RunInfo, STAGES, stage_rank};
+use super::runs::RunInfo;
 use super::series::{Point, decode_into, encode};
 use super::{Store, StoreError, now_ms};
+use crate::config::Stage;
 use crate::metrics::Series;
 
 impl Store {
@@ -29,8 +30,15 @@ impl Store {
                 run.pid.unwrap_or_default()
             )));
         }
-        let rank = stage_rank(stage);
-        let later: Vec<&str> = STAGES[(rank + 1).min(STAGES.len())..].to_vec();
+        let later: Vec<&str> = match Stage::parse(stage) {
+            Some(s) => s.later().iter().map(|l| l.as_str()).collect(),
+            None => {
+                return Err(StoreError::Run(format!(
+                    "run '{}': its checkpoint is of stage '{stage}', unknown to this version",
+                    run.name
+                )));
+            }
+        };
         let mut tx = self
             .pool()
             .begin_with("BEGIN IMMEDIATE")

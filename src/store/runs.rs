@@ -9,16 +9,6 @@ use super::liveness::{ProcessIdentity, STALE_AFTER_MS};
 use super::records::{EventKind, EventRecord};
 use super::{RunId, RunStatus, Store, StoreError, now_ms};
 
-/// Stages in the order a run goes through them.
-pub const STAGES: [&str; 2] = ["sft", "rl"];
-
-pub(crate) fn stage_rank(stage: &str) -> usize {
-    STAGES
-        .iter()
-        .position(|s| *s == stage)
-        .unwrap_or(STAGES.len())
-}
-
 /// What a new run records about itself.
 #[derive(Debug, Clone)]
 pub struct NewRun {

@@ -219,15 +219,10 @@ pub(super) struct SeriesRow {
     points: usize,
 }
 
-/// The order readers get a run's series in: SFT, then RL, then other stages by name; by key
-/// within a stage.
-pub fn display_order<'a>(stage: &'a str, key: &'a str) -> (u8, &'a str, &'a str) {
-    let rank = match stage {
-        "sft" => 0,
-        "rl" => 1,
-        _ => 2,
-    };
-    (rank, stage, key)
+/// The order readers get a run's series in: the stages in the order a run goes through them,
+/// then other stages by name; by key within a stage.
+pub fn display_order<'a>(stage: &'a str, key: &'a str) -> (usize, &'a str, &'a str) {
+    (crate::config::Stage::rank_of(stage), stage, key)
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ impl MetricSink for StoreSink {
         self.writer
             .metrics_blocking(
                 self.run,
-                &record.stage,
+                record.stage.as_str(),
                 record.step as u64,
                 record.wall_time,
                 points,

@@ -9,6 +9,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 
 use super::action::Action;
 use super::theme::Theme;
+use crate::config::Stage;
 use crate::plot::select::is_domain_key;
 use crate::store::liveness::ProcessIdentity;
 use crate::store::series::SeriesInfo;
@@ -36,7 +37,7 @@ pub struct RunRow {
 fn mean_last(series: &[SeriesInfo], prefix: &str, suffix: &str) -> Option<f64> {
     let values: Vec<f64> = series
         .iter()
-        .filter(|s| s.stage == "rl" && is_domain_key(&s.key, prefix, suffix))
+        .filter(|s| s.stage == Stage::Rl.as_str() && is_domain_key(&s.key, prefix, suffix))
         .filter_map(|s| s.last_value)
         .filter(|v| v.is_finite())
         .collect();

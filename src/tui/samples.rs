@@ -16,7 +16,7 @@ use super::samples_render::wrapped_lines;
 
 /// The stage whose samples the view shows: steps come from `Store::sample_steps(run, STAGE)`, and
 /// answers are narrowed to it.
-pub const STAGE: &str = "rl";
+pub const STAGE: &str = crate::config::Stage::Rl.as_str();
 /// Responses a page key moves over, and lines it scrolls a whole response by.
 const PAGE: usize = 10;
 /// About the narrowest a whole response is drawn (80 columns less borders, or the right column of a

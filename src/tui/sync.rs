@@ -5,6 +5,7 @@ use super::app::{App, Effect, Msg, View, samples_effect};
 use super::replay::{Cursor, Replay, Timeline};
 use std::sync::Arc;
 
+use crate::config::Stage;
 use crate::store::reads::EventsRead;
 use crate::store::series_since::{SeriesMark, SeriesRead, SeriesUpdate};
 use crate::store::{RunId, RunInfo};
@@ -216,7 +217,7 @@ impl App {
     /// The replayed step, when it is an RL step (samples exist only for those).
     pub(super) fn replay_rl_step(&self) -> Option<u64> {
         let tick = self.replay.as_ref()?.tick(&self.timeline)?;
-        (&*tick.stage == "rl").then_some(tick.step)
+        (&*tick.stage == Stage::Rl.as_str()).then_some(tick.step)
     }
 
     pub(super) fn toggle_replay(&mut self) -> Vec<Effect> {

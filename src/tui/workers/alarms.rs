@@ -21,6 +21,7 @@
 use std::fmt;
 
 use super::devices::ledgers;
+use crate::config::Stage;
 use crate::metrics::Series;
 use crate::store::RunInfo;
 use crate::store::RunStatus;
@@ -84,7 +85,7 @@ pub struct StepRef {
 
 impl fmt::Display for StepRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.stage == "rl" {
+        if self.stage == Stage::Rl.as_str() {
             write!(f, "step {}", self.step)
         } else {
             write!(f, "{} step {}", self.stage, self.step)

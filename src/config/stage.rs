@@ -1,0 +1,124 @@
+//! The stages a run goes through, in order: each has its own config section (`sft:`, `rl:`), its
+//! pipeline, its metric series and checkpoints in the store, and its panels in the workbench.
+//! Adding a stage (`agentic`, `dpo`, `distill`) starts with a variant here.
+
+use serde::{Deserialize, Serialize};
+
+use super::{RlConfig, RunConfig, SftConfig};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Supervised fine-tuning on (prompt, ground truth) pairs (`sft:`).
+    Sft,
+    /// RL with verifiable rewards (`rl:`).
+    Rl,
+}
+
+impl Stage {
+    /// Every stage this build knows, in the order a run goes through them unless its config's
+    /// `stages:` says otherwise.
+    pub const ALL: [Stage; 2] = [Stage::Sft, Stage::Rl];
+
+    /// The stage's name: its config section, and how the store and the workbench name it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Sft => "sft",
+            Stage::Rl => "rl",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Where a stored stage name sorts: known stages in [`Stage::ALL`] order, then any other name
+    /// (written by a newer version).
+    pub fn rank_of(name: &str) -> usize {
+        Stage::ALL
+            .iter()
+            .position(|s| s.as_str() == name)
+            .unwrap_or(Stage::ALL.len())
+    }
+
+    /// The stages after this one in [`Stage::ALL`] order.
+    pub fn later(self) -> &'static [Stage] {
+        let at = Stage::ALL.iter().position(|s| *s == self).unwrap_or(0);
+        &Stage::ALL[at + 1..]
+    }
+}
+
+/// A stage equals its name, as the store and checkpoints write it.
+impl PartialEq<&str> for Stage {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One stage of a run with its config section.
+#[derive(Debug, Clone, Copy)]
+pub enum StageConfig<'a> {
+    Sft(&'a SftConfig),
+    Rl(&'a RlConfig),
+}
+
+impl StageConfig<'_> {
+    pub fn stage(&self) -> Stage {
+        match self {
+            StageConfig::Sft(_) => Stage::Sft,
+            StageConfig::Rl(_) => Stage::Rl,
+        }
+    }
+}
+
+impl RunConfig {
+    /// The run's stages in the order it goes through them: every stage whose section the config
+    /// has, in [`Stage::ALL`] order.
+    pub fn stages(&self) -> Vec<StageConfig<'_>> {
+        Stage::ALL
+            .into_iter()
+            .filter_map(|stage| match stage {
+                Stage::Sft => self.sft.as_ref().map(StageConfig::Sft),
+                Stage::Rl => self.rl.as_ref().map(StageConfig::Rl),
+            })
+            .collect()
+    }
+
+    /// The stage the run ends with.
+    pub fn last_stage(&self) -> Option<Stage> {
+        self.stages().last().map(StageConfig::stage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_sort_last() {
+        for s in Stage::ALL {
+            assert_eq!(Stage::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap_or_default(),
+                format!("\"{s}\"")
+            );
+        }
+        assert_eq!(Stage::parse("dpo"), None);
+        assert_eq!(
+            (
+                Stage::rank_of("sft"),
+                Stage::rank_of("rl"),
+                Stage::rank_of("x")
+            ),
+            (0, 1, 2)
+        );
+        assert_eq!(Stage::Sft.later(), [Stage::Rl]);
+        assert!(Stage::Rl.later().is_empty());
+    }
+}
