@@ -20,7 +20,7 @@ use crate::algo::kl::{KlControllerKind, KlEstimator, KlMode};
 use crate::algo::loss::PolicyLossParams;
 use crate::algo::normalize::RewardNorm;
 use crate::model::Arch;
-use crate::reward::RewardKind;
+use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use load::{ConfigError, Validate};
@@ -148,7 +148,9 @@ pub struct DomainConfig {
     /// Relative weight of this domain in every batch.
     #[serde(default = "one")]
     pub ratio: f64,
-    pub reward: RewardKind,
+    /// How responses are scored: a kind (`math_rule`), a kind with parameters, or a weighted
+    /// combination (see `reward::spec`).
+    pub reward: RewardSpec,
 }
 
 fn one() -> f64 {
@@ -381,6 +383,9 @@ impl Validate for RunConfig {
             }
             if let Some(s) = &d.synthetic {
                 s.validate(&format!("{at}.synthetic"), p);
+            }
+            if let Err(e) = d.reward.resolve(&format!("{at}.reward")) {
+                p.push(e);
             }
             if self.data.domains[..i].iter().any(|o| o.name == d.name) {
                 p.push(format!("{at}: duplicate domain name '{}'", d.name));

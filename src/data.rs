@@ -31,6 +31,10 @@ pub struct Example {
     /// ending in the answer); SFT uses `ground_truth` when absent. RL never reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<String>,
+    /// Whatever else a reward needs about this prompt (test cases, instructions, a rubric), as the
+    /// dataset line's `metadata` object; passed to the reward untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// Errors of dataset files and domain mixes; messages say which file and line, and quote values.
@@ -89,6 +93,7 @@ mod tests {
     fn ex(prompt: &str, domain: &str) -> Example {
         Example {
             response: None,
+            metadata: None,
             prompt: prompt.into(),
             ground_truth: "0".into(),
             domain: domain.into(),

@@ -1,7 +1,8 @@
 //! Rule rewards: turn a model response and a ground truth into a score.
 //!
 //! Owns the verifiable, rule-based reward functions, one per file: [`math_rule`] (final numeric answer,
-//! compared exactly as rationals) and [`exact_match`] (trimmed string equality). Every function here is
+//! compared exactly as rationals) and [`exact_match`] (trimmed string equality); and [`spec`], a
+//! domain's reward as data (a kind with parameters, or a weighted combination). Every function here is
 //! pure and total: any response, however malformed or truncated, gets a [`RewardOutcome`], never a panic
 //! or an error, because a bad sample is data to show in the TUI, not a failure of the run.
 //!
@@ -10,8 +11,11 @@
 
 pub mod exact_match;
 pub mod math_rule;
+pub mod spec;
 
 use serde::{Deserialize, Serialize};
+
+pub use spec::{Reward, RewardFn, RewardSpec};
 
 /// Which rule scores a domain's responses; the YAML name is the snake_case variant (`math_rule`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +58,9 @@ pub struct RewardOutcome {
     pub format_ok: bool,
     /// The answer as extracted from the response, before normalisation.
     pub extracted: Option<String>,
+    /// A weighted reward's terms and their scores (empty for a single kind).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<(String, f32)>,
 }
 
 impl RewardOutcome {
@@ -64,6 +71,7 @@ impl RewardOutcome {
             correct: false,
             format_ok: false,
             extracted: None,
+            components: vec![],
         }
     }
 
@@ -74,6 +82,7 @@ impl RewardOutcome {
             correct,
             format_ok: true,
             extracted: Some(extracted),
+            components: vec![],
         }
     }
 }

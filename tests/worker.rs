@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use roll::reward::{self, RewardKind};
+use roll::reward::{self, Reward, RewardFn, RewardKind};
 use roll::role::remote::call_typed;
 use roll::role::reward::{RewardCall, RewardProtocol, RewardReply, ScoreItem};
 use roll::worker::protocol::{Channel, handshake_parent};
@@ -19,20 +19,28 @@ fn spec(role: Role) -> WorkerSpec {
     }
 }
 
+const CASES: [(RewardKind, &str, &str); 4] = [
+    (RewardKind::MathRule, "the answer is \\boxed{12}", "12"),
+    (RewardKind::MathRule, "13", "12"),
+    (RewardKind::ExactMatch, " cba ", "cba"),
+    (RewardKind::ExactMatch, "", "cba"),
+];
+
 fn items() -> Vec<ScoreItem> {
-    [
-        (RewardKind::MathRule, "the answer is \\boxed{12}", "12"),
-        (RewardKind::MathRule, "13", "12"),
-        (RewardKind::ExactMatch, " cba ", "cba"),
-        (RewardKind::ExactMatch, "", "cba"),
-    ]
-    .into_iter()
-    .map(|(kind, response, ground_truth)| ScoreItem {
-        kind,
-        response: response.into(),
-        ground_truth: ground_truth.into(),
-    })
-    .collect()
+    CASES
+        .into_iter()
+        .map(|(kind, response, ground_truth)| ScoreItem {
+            reward: Reward::One(match kind {
+                RewardKind::MathRule => RewardFn::MathRule,
+                RewardKind::ExactMatch => RewardFn::ExactMatch { ignore_case: false },
+            }),
+            domain: kind.as_str().into(),
+            prompt: String::new(),
+            response: response.into(),
+            ground_truth: ground_truth.into(),
+            metadata: None,
+        })
+        .collect()
 }
 
 /// The next event matching `want`, waiting at most `within`.
@@ -72,9 +80,9 @@ async fn a_reward_worker_scores_exactly_like_the_in_process_rule() {
     let reply = call_typed::<RewardProtocol>(&worker, &call, Duration::from_secs(10))
         .await
         .unwrap();
-    let expected: Vec<_> = items()
+    let expected: Vec<_> = CASES
         .iter()
-        .map(|i| reward::score(i.kind, &i.response, &i.ground_truth))
+        .map(|(kind, response, truth)| reward::score(*kind, response, truth))
         .collect();
     assert_eq!(reply, RewardReply::Scores(expected));
     let pid = worker.pid;

@@ -3,7 +3,8 @@
 //! Fields: `prompt` (string, required, non-empty), `ground_truth` (string, or a JSON number which is
 //! kept as its JSON text: `42`, `0.5`, `-3`), `domain` (string, optional; the caller's default
 //! otherwise; non-empty and without `/`, because it becomes part of metric keys), `response` (string,
-//! optional: the demonstration SFT imitates, when it is more than the bare answer). Any other field is an
+//! optional: the demonstration SFT imitates, when it is more than the bare answer), `metadata` (an
+//! object, optional: whatever the domain's reward reads about the prompt). Any other field is an
 //! error that names it, so a typo such as `promt` is never silently dropped. Blank lines are skipped; a
 //! UTF-8 byte-order mark is ignored. Errors stop at the first bad line and quote file and line.
 
@@ -13,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::{DataError, Example};
 
-const FIELDS: [&str; 4] = ["prompt", "ground_truth", "domain", "response"];
+const FIELDS: [&str; 5] = ["prompt", "ground_truth", "domain", "response", "metadata"];
 
 /// Reads every example of `path`; `default_domain` applies to lines without a `domain`.
 /// An existing file without a single example is an error.
@@ -114,7 +115,18 @@ fn parse_line(line: &str, default_domain: &str) -> Result<Example, String> {
             ));
         }
     };
+    let metadata = match object.remove("metadata") {
+        None | Some(Value::Null) => None,
+        Some(m @ Value::Object(_)) => Some(m),
+        Some(other) => {
+            return Err(format!(
+                "field 'metadata' must be an object, got {}",
+                kind(&other)
+            ));
+        }
+    };
     Ok(Example {
+        metadata,
         prompt,
         ground_truth,
         domain,
@@ -158,7 +170,9 @@ fn unknown_fields_message(unknown: &[&String]) -> String {
         .filter_map(|k| closest_field(k).map(|f| (k.as_str(), f)))
         .collect();
     match suggestions.as_slice() {
-        [] => format!("{message} (expected 'prompt', 'ground_truth', 'domain', 'response')"),
+        [] => format!(
+            "{message} (expected 'prompt', 'ground_truth', 'domain', 'response', 'metadata')"
+        ),
         [(_, field)] if unknown.len() == 1 => format!("{message} (did you mean '{field}'?)"),
         many => {
             let pairs: Vec<String> = many
@@ -308,7 +322,7 @@ mod tests {
         let text = "{\"prompt\":\"a\",\"ground_truth\":\"1\",\"id\":7,\"source\":\"gsm8k\"}\n";
         assert_eq!(
             load_err(text),
-            "dataset 'x.jsonl' line 1: unknown fields 'id', 'source' (expected 'prompt', 'ground_truth', 'domain', 'response')"
+            "dataset 'x.jsonl' line 1: unknown fields 'id', 'source' (expected 'prompt', 'ground_truth', 'domain', 'response', 'metadata')"
         );
         let text = "{\"promt\":\"a\",\"ground_truht\":\"1\"}\n";
         assert_eq!(
@@ -350,6 +364,10 @@ mod tests {
                 "{\"prompt\":\"a\",\"ground_truth\":\"1\",\"domain\":\"\"}",
                 "field 'domain' is '' (must be non-empty and contain no '/')",
             ),
+            (
+                "{\"prompt\":\"a\",\"ground_truth\":\"1\",\"metadata\":[1]}",
+                "field 'metadata' must be an object, got an array",
+            ),
         ];
         for (line, expected) in cases {
             assert_eq!(
@@ -380,12 +398,14 @@ mod tests {
                 ground_truth: "\\frac{1}{2}".into(),
                 domain: "math".into(),
                 response: None,
+                metadata: None,
             },
             Example {
                 prompt: "p".into(),
                 ground_truth: "".into(),
                 domain: "code".into(),
                 response: Some("worked solution: 1".into()),
+                metadata: Some(serde_json::json!({"tests": ["assert f() == 1"], "n": 2})),
             },
         ];
         write_jsonl(&path, &examples).unwrap();

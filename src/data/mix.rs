@@ -298,6 +298,7 @@ mod tests {
                 ground_truth: i.to_string(),
                 domain: domain.to_string(),
                 response: None,
+                metadata: None,
             })
             .collect()
     }

@@ -115,6 +115,7 @@ impl SyntheticConfig {
             ground_truth,
             domain: domain.into(),
             response,
+            metadata: None,
         };
         match self {
             SyntheticConfig::Addition {

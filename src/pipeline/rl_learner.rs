@@ -329,6 +329,13 @@ fn sample_record(
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), f64::from(u8::from(v))))
+        // A weighted reward's terms, each with its score.
+        .chain(
+            s.outcome
+                .components
+                .iter()
+                .map(|(k, v)| (k.clone(), f64::from(*v))),
+        )
         .collect(),
         advantage,
         stage: Stage::Rl.as_str().into(),

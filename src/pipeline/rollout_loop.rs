@@ -276,10 +276,14 @@ impl<'a> Rollout<'a> {
                 continue;
             };
             let text = self.tok.decode(&c.token_ids);
+            let example = &prompt.example;
             items.push(ScoreItem {
-                kind: self.data.reward_of(&prompt.example.domain),
+                reward: self.data.reward_of(&example.domain)?.clone(),
+                domain: example.domain.clone(),
+                prompt: example.prompt.clone(),
                 response: text.clone(),
-                ground_truth: prompt.example.ground_truth.clone(),
+                ground_truth: example.ground_truth.clone(),
+                metadata: example.metadata.clone(),
             });
             awaiting.push((group, c, text));
         }

@@ -4,7 +4,7 @@ use crate::config::{RunConfig, Stage};
 use crate::data::{DomainMixer, Example, load_jsonl};
 use crate::model::tokenizer::{ChatMessage, render_chat};
 use crate::model::{InitOptions, LoadedModel, init_model, load_model_dir};
-use crate::reward::RewardKind;
+use crate::reward::Reward;
 
 use super::PipelineError;
 
@@ -73,7 +73,7 @@ pub struct Domain {
     pub name: String,
     pub examples: Vec<Example>,
     pub ratio: f64,
-    pub reward: RewardKind,
+    pub reward: Reward,
 }
 
 pub struct Domains {
@@ -92,12 +92,18 @@ impl Domains {
         Ok(DomainMixer::new(parts, seed)?)
     }
 
-    pub fn reward_of(&self, domain: &str) -> RewardKind {
+    /// The reward of `domain`; a domain the run does not have is an error, never a default.
+    pub fn reward_of(&self, domain: &str) -> Result<&Reward, PipelineError> {
         self.domains
             .iter()
             .find(|d| d.name == domain)
-            .map(|d| d.reward)
-            .unwrap_or(RewardKind::ExactMatch)
+            .map(|d| &d.reward)
+            .ok_or_else(|| {
+                PipelineError::Setup(format!(
+                    "a prompt of domain '{domain}' has no reward: the run's domains are {}",
+                    self.names().join(", ")
+                ))
+            })
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -137,11 +143,15 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
                     .map_err(|e| PipelineError::Setup(format!("{where_}: response {e}")))?;
             }
         }
+        let reward = d
+            .reward
+            .resolve(&format!("domain '{}' reward", d.name))
+            .map_err(PipelineError::Setup)?;
         domains.push(Domain {
             name: d.name.clone(),
             examples,
             ratio: d.ratio,
-            reward: d.reward,
+            reward,
         });
     }
     Ok(Domains {

@@ -13,16 +13,22 @@ use tokio::sync::mpsc;
 use super::remote::{call_typed, drain};
 use super::{Calls, Protocol, RoleCall, RoleError, WorkerNote, setup_err};
 use crate::config::{PlacementMode, RolePlacement};
-use crate::reward::{self, RewardKind, RewardOutcome};
+use crate::reward::{Reward, RewardOutcome};
 use crate::worker::serve::CallQueue;
 use crate::worker::{Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 
-/// One response to score with a rule reward.
+/// One response to score, with everything a reward may read: the domain's reward, the domain,
+/// the prompt as the dataset gave it, the ground truth and the example's metadata.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScoreItem {
-    pub kind: RewardKind,
+    pub reward: Reward,
+    pub domain: String,
+    pub prompt: String,
     pub response: String,
     pub ground_truth: String,
+    /// The dataset line's `metadata` object, if it had one.
+    #[serde(default)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// The reward role's calls.
@@ -55,7 +61,7 @@ impl Protocol for RewardProtocol {
 pub fn score_all(items: &[ScoreItem]) -> Vec<RewardOutcome> {
     items
         .iter()
-        .map(|i| reward::score(i.kind, &i.response, &i.ground_truth))
+        .map(|i| i.reward.score(&i.prompt, &i.response, &i.ground_truth))
         .collect()
 }
 

@@ -1,0 +1,370 @@
+//! A domain's reward as data: one reward kind with its parameters, or a weighted combination of
+//! several whose components are kept as each sample's breakdown.
+//!
+//! In a config (`data.domains[].reward`):
+//! ```yaml
+//! reward: math_rule                                   # a kind with its default parameters
+//! reward: { kind: exact_match, ignore_case: true }    # a kind with parameters
+//! reward:                                             # a weighted combination
+//!   combine:
+//!     - { kind: math_rule, weight: 0.8 }
+//!     - { kind: exact_match, weight: 0.2, ignore_case: true }
+//! ```
+//! [`RewardSpec`] is that text as written (names unchecked, so that a misspelt name is reported
+//! with the other validation problems and a suggestion); [`RewardSpec::resolve`] turns it into a
+//! [`Reward`], the checked form a score request carries.
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{RewardKind, RewardOutcome, exact_match, math_rule};
+
+/// One term as written: a kind's name, its parameters, and its weight in a combination.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardTermConfig {
+    pub kind: String,
+    /// Weight in a `combine` list (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f32>,
+    /// `exact_match`: compare without regard to case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_case: Option<bool>,
+}
+
+/// The map form of a spec: a single term, or `combine`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecMap {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ignore_case: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    combine: Option<Vec<RewardTermConfig>>,
+}
+
+/// A domain's reward as the config wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RewardSpec {
+    /// `reward: math_rule`
+    Name(String),
+    /// `reward: { kind: exact_match, ignore_case: true }`
+    Term(RewardTermConfig),
+    /// `reward: { combine: [...] }`
+    Combine(Vec<RewardTermConfig>),
+}
+
+/// A reward function with its parameters, checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RewardFn {
+    MathRule,
+    ExactMatch { ignore_case: bool },
+}
+
+/// What scores a domain's responses, checked: one function, or weighted functions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reward {
+    One(RewardFn),
+    Weighted(Vec<(RewardFn, f32)>),
+}
+
+impl RewardFn {
+    pub fn kind(&self) -> RewardKind {
+        match self {
+            RewardFn::MathRule => RewardKind::MathRule,
+            RewardFn::ExactMatch { .. } => RewardKind::ExactMatch,
+        }
+    }
+
+    /// Score `response` against `ground_truth`. `prompt` is the user turn as the dataset gave it
+    /// (no reward of this build reads it yet; instruction-following checks will).
+    pub fn score(&self, _prompt: &str, response: &str, ground_truth: &str) -> RewardOutcome {
+        match self {
+            RewardFn::MathRule => math_rule::score(response, ground_truth),
+            RewardFn::ExactMatch { ignore_case: false } => {
+                exact_match::score(response, ground_truth)
+            }
+            RewardFn::ExactMatch { ignore_case: true } => {
+                exact_match::score(&response.to_lowercase(), &ground_truth.to_lowercase())
+            }
+        }
+    }
+}
+
+impl Reward {
+    /// Score one response. A weighted reward's score is the weighted sum of its terms' scores;
+    /// it is correct (and formatted) when every term is; each term's score is a component of the
+    /// outcome, named after its kind (`math_rule`, or `math_rule#2` for a repeated kind).
+    pub fn score(&self, prompt: &str, response: &str, ground_truth: &str) -> RewardOutcome {
+        let terms = match self {
+            Reward::One(f) => return f.score(prompt, response, ground_truth),
+            Reward::Weighted(terms) => terms,
+        };
+        let mut out = RewardOutcome {
+            score: 0.0,
+            correct: true,
+            format_ok: true,
+            extracted: None,
+            components: vec![],
+        };
+        for (i, (f, weight)) in terms.iter().enumerate() {
+            let part = f.score(prompt, response, ground_truth);
+            out.score += weight * part.score;
+            out.correct &= part.correct;
+            out.format_ok &= part.format_ok;
+            out.extracted = out.extracted.or(part.extracted);
+            let kind = f.kind().as_str();
+            let repeats = terms[..i]
+                .iter()
+                .filter(|(g, _)| g.kind() == f.kind())
+                .count();
+            let name = match repeats {
+                0 => kind.to_string(),
+                n => format!("{kind}#{}", n + 1),
+            };
+            out.components.push((name, part.score));
+        }
+        out
+    }
+}
+
+fn suggest(name: &str) -> String {
+    let best = RewardKind::ALL
+        .iter()
+        .map(|k| (strsim::jaro_winkler(name, k.as_str()), k.as_str()))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((score, k)) if score > 0.7 => format!(" (did you mean '{k}'?)"),
+        _ => String::new(),
+    }
+}
+
+fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
+    let Some(kind) = RewardKind::ALL.into_iter().find(|k| k.as_str() == t.kind) else {
+        let known: Vec<&str> = RewardKind::ALL.iter().map(|k| k.as_str()).collect();
+        return Err(format!(
+            "{at}: unknown reward '{}'{} (known: {})",
+            t.kind,
+            suggest(&t.kind),
+            known.join(", ")
+        ));
+    };
+    match kind {
+        RewardKind::MathRule => {
+            if t.ignore_case.is_some() {
+                return Err(format!(
+                    "{at}: 'ignore_case' is a parameter of exact_match, not of math_rule"
+                ));
+            }
+            Ok(RewardFn::MathRule)
+        }
+        RewardKind::ExactMatch => Ok(RewardFn::ExactMatch {
+            ignore_case: t.ignore_case.unwrap_or(false),
+        }),
+    }
+}
+
+impl RewardSpec {
+    /// The checked reward; errors name `at` (the config path) and suggest the closest name.
+    pub fn resolve(&self, at: &str) -> Result<Reward, String> {
+        match self {
+            RewardSpec::Name(name) => {
+                let term = RewardTermConfig {
+                    kind: name.clone(),
+                    weight: None,
+                    ignore_case: None,
+                };
+                resolve_term(&term, at).map(Reward::One)
+            }
+            RewardSpec::Term(t) => {
+                if t.weight.is_some() {
+                    return Err(format!(
+                        "{at}: 'weight' belongs to the terms of a 'combine' list"
+                    ));
+                }
+                resolve_term(t, at).map(Reward::One)
+            }
+            RewardSpec::Combine(terms) => {
+                if terms.is_empty() {
+                    return Err(format!("{at}.combine must list at least one reward"));
+                }
+                let mut out = vec![];
+                for (i, t) in terms.iter().enumerate() {
+                    let here = format!("{at}.combine[{i}]");
+                    let weight = t.weight.unwrap_or(1.0);
+                    if !weight.is_finite() || weight < 0.0 {
+                        return Err(format!(
+                            "{here}.weight must be a finite number >= 0, got {weight}"
+                        ));
+                    }
+                    out.push((resolve_term(t, &here)?, weight));
+                }
+                Ok(Reward::Weighted(out))
+            }
+        }
+    }
+}
+
+impl Serialize for RewardSpec {
+    /// As written: a bare name stays a bare name (so a config's hash does not change with this
+    /// type).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RewardSpec::Name(name) => s.serialize_str(name),
+            RewardSpec::Term(t) => SpecMap {
+                kind: Some(t.kind.clone()),
+                ignore_case: t.ignore_case,
+                combine: None,
+            }
+            .serialize(s),
+            RewardSpec::Combine(terms) => SpecMap {
+                kind: None,
+                ignore_case: None,
+                combine: Some(terms.clone()),
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RewardSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SpecVisitor;
+        impl<'de> Visitor<'de> for SpecVisitor {
+            type Value = RewardSpec;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "a reward name (math_rule, exact_match) or a map with 'kind' or 'combine'",
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RewardSpec, E> {
+                Ok(RewardSpec::Name(v.to_string()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RewardSpec, A::Error> {
+                let m = SpecMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                match (m.kind, m.combine) {
+                    (Some(kind), None) => Ok(RewardSpec::Term(RewardTermConfig {
+                        kind,
+                        weight: None,
+                        ignore_case: m.ignore_case,
+                    })),
+                    (None, Some(terms)) if m.ignore_case.is_none() => {
+                        Ok(RewardSpec::Combine(terms))
+                    }
+                    (None, Some(_)) => Err(de::Error::custom(
+                        "'ignore_case' belongs to a term of 'combine', not beside it",
+                    )),
+                    (Some(_), Some(_)) => Err(de::Error::custom(
+                        "set either 'kind' (one reward) or 'combine' (several), not both",
+                    )),
+                    (None, None) => Err(de::Error::custom(
+                        "a reward map needs 'kind' (one reward) or 'combine' (several)",
+                    )),
+                }
+            }
+        }
+        d.deserialize_any(SpecVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> RewardSpec {
+        serde_json::from_str(json).expect("a spec")
+    }
+
+    #[test]
+    fn names_maps_and_combinations_parse_and_serialize_as_written() {
+        for text in [
+            r#""math_rule""#,
+            r#"{"kind":"exact_match","ignore_case":true}"#,
+            r#"{"combine":[{"kind":"math_rule","weight":0.8},{"kind":"exact_match"}]}"#,
+        ] {
+            assert_eq!(serde_json::to_string(&spec(text)).unwrap_or_default(), text);
+        }
+        let err = serde_json::from_str::<RewardSpec>(r#"{"kind":"math_rule","weigth":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `weigth`"), "{err}");
+        let err = serde_json::from_str::<RewardSpec>(r#"{"kind":"a","combine":[]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not both"), "{err}");
+    }
+
+    #[test]
+    fn unknown_names_and_misplaced_parameters_are_errors_naming_where() {
+        let at = "data.domains[0] ('add').reward";
+        assert_eq!(
+            spec(r#""math_rul""#).resolve(at).unwrap_err(),
+            "data.domains[0] ('add').reward: unknown reward 'math_rul' (did you mean \
+             'math_rule'?) (known: math_rule, exact_match)"
+        );
+        let e = spec(r#"{"combine":[{"kind":"math_rule"},{"kind":"exact"}]}"#)
+            .resolve(at)
+            .unwrap_err();
+        assert!(e.starts_with("data.domains[0] ('add').reward.combine[1]: unknown reward 'exact' (did you mean 'exact_match'?)"), "{e}");
+        let e = spec(r#"{"kind":"math_rule","ignore_case":true}"#)
+            .resolve(at)
+            .unwrap_err();
+        assert!(
+            e.contains("'ignore_case' is a parameter of exact_match"),
+            "{e}"
+        );
+        assert!(spec(r#"{"combine":[]}"#).resolve(at).is_err());
+        let e = spec(r#"{"combine":[{"kind":"math_rule","weight":-1}]}"#)
+            .resolve(at)
+            .unwrap_err();
+        assert!(e.contains("combine[0].weight must be"), "{e}");
+    }
+
+    #[test]
+    fn a_parameter_changes_the_score() {
+        let strict = spec(r#""exact_match""#).resolve("r").unwrap();
+        let loose = spec(r#"{"kind":"exact_match","ignore_case":true}"#)
+            .resolve("r")
+            .unwrap();
+        assert_eq!(strict.score("p", "PARIS", "Paris").score, 0.0);
+        assert_eq!(loose.score("p", "PARIS", "Paris").score, 1.0);
+        // A single kind scores exactly as its rule does, with no components.
+        let one = spec(r#""math_rule""#).resolve("r").unwrap();
+        assert_eq!(
+            one.score("p", "x = 12", "12"),
+            math_rule::score("x = 12", "12")
+        );
+    }
+
+    #[test]
+    fn a_combination_is_the_weighted_sum_with_each_term_as_a_component() {
+        let r = spec(
+            r#"{"combine":[{"kind":"math_rule","weight":0.75},{"kind":"exact_match","weight":0.25},
+                {"kind":"exact_match","ignore_case":true,"weight":0.5}]}"#,
+        )
+        .resolve("r")
+        .unwrap();
+        // "12.0" vs "12": math_rule right (1), exact_match wrong (0), case-free exact wrong (0):
+        // 0.75·1 + 0.25·0 + 0.5·0 = 0.75, and not every term is correct.
+        let out = r.score("p", "12.0", "12");
+        assert_eq!(out.score, 0.75);
+        assert!(!out.correct && out.format_ok);
+        assert_eq!(
+            out.components,
+            [
+                ("math_rule".to_string(), 1.0),
+                ("exact_match".to_string(), 0.0),
+                ("exact_match#2".to_string(), 0.0)
+            ]
+        );
+        // "12": every term right: 0.75 + 0.25 + 0.5 = 1.5.
+        let out = r.score("p", "12", "12");
+        assert_eq!((out.score, out.correct), (1.5, true));
+    }
+}
