@@ -1,4 +1,5 @@
-//! The headless front-end of `roll-tui run`: a progress bar per stage and one summary line per step.
+//! The headless front-end of `roll-tui run`: a progress bar per stage, one summary line per step,
+//! and a warning line when a run-health rule fires (the core's `health` rules, fed as the run goes).
 //!
 //! It only subscribes to pipeline events; it owns no training logic. When stdout is not a terminal
 //! (CI, pipes) the bar is hidden and the summary lines are printed plainly.
@@ -10,18 +11,34 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use std::path::Path;
 
+use crate::health::monitor::HealthMonitor;
 use crate::launch::{self, LaunchError, Recorded, Start};
 use crate::metrics::Metrics;
 use crate::pipeline::{Observer, PipelineEvent, RunStatus};
+use crate::store::now_ms;
+use crate::text::clean;
 
 pub struct HeadlessObserver {
     bar: Option<ProgressBar>,
     quiet: bool,
+    health: HealthMonitor,
 }
 
 impl HeadlessObserver {
     pub fn new(quiet: bool) -> Self {
-        HeadlessObserver { bar: None, quiet }
+        HeadlessObserver {
+            bar: None,
+            quiet,
+            health: HealthMonitor::new(now_ms()),
+        }
+    }
+
+    /// A warning is printed even when quiet (a run started from the workbench logs it), on stderr.
+    fn warn(&self, line: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            _ => eprintln!("{line}"),
+        }
     }
 
     fn say(&self, line: &str) {
@@ -72,7 +89,15 @@ impl Observer for HeadlessObserver {
                     bar.set_position(*step as u64);
                 }
                 self.say(&line);
+                for alarm in self.health.step(*stage, *step, metrics, now_ms()) {
+                    self.warn(&format!(
+                        "warning: {}",
+                        clean(&alarm.to_string(), 300, false)
+                    ));
+                }
             }
+            PipelineEvent::Worker(note) => self.health.worker(note, now_ms()),
+            PipelineEvent::Transfer(t) => self.health.transfer(t, now_ms()),
             PipelineEvent::CheckpointSaved { path, step, bytes } => {
                 self.say(&format!(
                     "checkpoint step {step}: '{}' ({:.1} MB)",

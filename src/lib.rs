@@ -11,11 +11,16 @@
 //! - [`data`]: JSONL prompt datasets, domain mixing, synthetic quickstart tasks.
 //! - [`metrics`]: the shapes of metrics, samples and checkpoints, and the sink trait pipelines write to.
 //! - [`store`]: the SQLite experiment store (runs, metric series, samples, trajectories, events).
-//! - [`pipeline`]: SFT and RLVR pipelines as plain sequential code.
+//! - [`role`]: each role's handle, typed calls and computation, in this process or a worker process.
+//! - [`pipeline`]: SFT and RLVR pipelines as plain sequential code over role handles.
 //! - [`plot`]: export a run's metric series as PNG/SVG line charts and a long-format CSV.
+//! - [`health`]: run-health rules (stalls, failed workers, entropy collapse, all-equal reward groups,
+//!   memory creep), evaluated from a run's events and series, live or from the store.
+//! - [`text`]: text made safe for a terminal, and units.
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
-//! - [`worker`]: worker processes (`roll-tui worker ROLE`): control protocol, spawn and supervision.
+//! - [`worker`]: worker processes (`roll-tui worker ROLE`): the transport (control protocol, spawn,
+//!   supervision); what a call means belongs to [`role`].
 //! - [`tui`]: the interactive workbench (`roll-tui` with no arguments), a front-end over the store.
 //! - [`cli`]: command-line definitions and dispatch.
 //!
@@ -26,6 +31,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod headless;
+pub mod health;
 pub mod launch;
 pub mod metrics;
 pub mod model;
@@ -36,6 +42,7 @@ pub mod role;
 pub mod rollout;
 pub mod scheduler;
 pub mod store;
+pub mod text;
 pub mod train;
 pub mod tui;
 pub mod worker;

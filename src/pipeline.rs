@@ -53,6 +53,10 @@ pub enum PipelineEvent {
         bytes: u64,
     },
     Message(String),
+    /// A worker process started, logged, failed or exited (also recorded with the run).
+    Worker(crate::metrics::WorkerNote),
+    /// Time-sharing moved a role's state (also recorded with the run).
+    Transfer(crate::scheduler::Transfer),
 }
 
 pub trait Observer {

@@ -7,9 +7,11 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use super::{ExportArgs, MetricsArgs, RunsArgs, RunsCommand, SamplesArgs};
+use crate::health;
 use crate::plot::{ExportOptions, export_run};
 use crate::store::reads::SampleFilter;
 use crate::store::{OpenMode, RunInfo, Store};
+use crate::text::clean;
 
 /// Run `f` with the store at `path` open (it must exist) on a small runtime.
 fn with_store<T, F, Fut>(path: &Path, f: F) -> Result<T>
@@ -173,14 +175,45 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The run's health alarms now: the core's rules over its events and the series they read.
+async fn run_alarms(
+    store: &Store,
+    run: &RunInfo,
+    events: &[crate::store::reads::StoredEvent],
+) -> Result<Vec<health::Alarm>> {
+    let mut keys = globset::GlobSetBuilder::new();
+    for key in health::alarm_series_keys() {
+        keys.add(globset::Glob::new(key)?);
+    }
+    let keys = keys.build()?;
+    let mut series = vec![];
+    for s in store
+        .load_series(run.id, None::<&globset::GlobMatcher>)
+        .await?
+    {
+        if keys.is_match(&s.key) {
+            series.push(s);
+        }
+    }
+    Ok(health::alarms(
+        &run.into(),
+        events,
+        &series,
+        None,
+        crate::store::now_ms(),
+    ))
+}
+
 async fn show_run(store: &Store, reference: &str, json: bool) -> Result<()> {
     let run = store.find_run(reference).await?;
     let checkpoints = store.checkpoints(run.id).await?;
     let events = store.events(run.id).await?;
+    let alarms = run_alarms(store, &run, &events).await?;
     if json {
         let config: serde_json::Value = serde_json::from_str(&run.config_json)?;
         let v = serde_json::json!({
             "run": run, "config": config, "checkpoints": checkpoints, "events": events,
+            "alarms": alarms,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -211,6 +244,14 @@ async fn show_run(store: &Store, reference: &str, json: bool) -> Result<()> {
     }
     if !run.notes.is_empty() {
         println!("  notes: {}", run.notes);
+    }
+    if alarms.is_empty() {
+        println!("health: no alarms");
+    } else {
+        println!("health:");
+        for a in &alarms {
+            println!("  ▲ {}", clean(&a.to_string(), 300, false));
+        }
     }
     println!("checkpoints:");
     for c in &checkpoints {

@@ -17,6 +17,16 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, in the order the workbench lists them.
+    pub const ALL: [Role; 6] = [
+        Role::ActorTrain,
+        Role::ActorInfer,
+        Role::Reference,
+        Role::Critic,
+        Role::Reward,
+        Role::Env,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::ActorTrain => "actor_train",

@@ -81,6 +81,7 @@ impl TimeSharing {
                 })?;
         for t in &transfers {
             ctx.sink.transfer(t)?;
+            ctx.emit(super::PipelineEvent::Transfer(t.clone()));
             *m.entry(format!("time/{}", t.direction.as_str()))
                 .or_default() += t.seconds;
         }

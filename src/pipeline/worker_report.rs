@@ -12,6 +12,7 @@ pub fn report_workers(
 ) -> Result<(), PipelineError> {
     for note in events {
         ctx.sink.worker(&note)?;
+        ctx.emit(PipelineEvent::Worker(note.clone()));
         if matches!(note.notice, WorkerNotice::Failed | WorkerNotice::Restarted) {
             let worker = note.worker();
             ctx.emit(PipelineEvent::Message(format!(

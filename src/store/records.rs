@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::{WorkerNote, WorkerNotice, transfer_parts};
+use crate::scheduler::{Direction, Transfer};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
@@ -84,6 +87,43 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
+    /// A worker process event as the store records it.
+    pub fn of_worker(note: &WorkerNote) -> Self {
+        let kind = match note.notice {
+            WorkerNotice::Started => EventKind::WorkerStarted,
+            WorkerNotice::Exited => EventKind::WorkerExited,
+            WorkerNotice::Failed => EventKind::WorkerFailed,
+            WorkerNotice::Log => EventKind::Info,
+            WorkerNotice::Restarted => EventKind::Warning,
+        };
+        EventRecord {
+            role: Some(note.role.as_str().into()),
+            worker_index: u32::try_from(note.index).ok(),
+            pid: note.pid,
+            phase: note.phase.map(String::from),
+            worker: Some(note.worker()),
+            ..EventRecord::message(kind, &note.text)
+        }
+    }
+
+    /// An offload or reload as the store records it.
+    pub fn of_transfer(transfer: &Transfer) -> Self {
+        let (direction, role, devices, message) = transfer_parts(transfer);
+        let kind = match direction {
+            Direction::Offload => EventKind::Offload,
+            Direction::Reload => EventKind::Reload,
+        };
+        EventRecord {
+            role: Some(role.clone()),
+            phase: Some(transfer.phase.to_string()),
+            worker: Some(role),
+            device: Some(devices),
+            bytes: Some(transfer.bytes),
+            duration_s: Some(transfer.seconds),
+            ..EventRecord::message(kind, message)
+        }
+    }
+
     pub fn message(kind: EventKind, message: impl Into<String>) -> Self {
         EventRecord {
             kind,

@@ -1,10 +1,9 @@
 //! The pipeline's [`MetricSink`] backed by the store's writer: every call only queues.
 
 use crate::metrics::{
-    CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNote, WorkerNotice,
-    transfer_parts,
+    CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNote,
 };
-use crate::scheduler::{Direction, Transfer};
+use crate::scheduler::Transfer;
 
 use super::RunId;
 use super::records::{EventKind, EventRecord};
@@ -73,43 +72,14 @@ impl MetricSink for StoreSink {
     }
 
     fn worker(&mut self, note: &WorkerNote) -> Result<(), SinkError> {
-        let kind = match note.notice {
-            WorkerNotice::Started => EventKind::WorkerStarted,
-            WorkerNotice::Exited => EventKind::WorkerExited,
-            WorkerNotice::Failed => EventKind::WorkerFailed,
-            WorkerNotice::Log => EventKind::Info,
-            WorkerNotice::Restarted => EventKind::Warning,
-        };
-        let event = EventRecord {
-            role: Some(note.role.as_str().into()),
-            worker_index: u32::try_from(note.index).ok(),
-            pid: note.pid,
-            phase: note.phase.map(String::from),
-            worker: Some(note.worker()),
-            ..EventRecord::message(kind, &note.text)
-        };
         self.writer
-            .event_blocking(Some(self.run), event)
+            .event_blocking(Some(self.run), EventRecord::of_worker(note))
             .map_err(sink_err)
     }
 
     fn transfer(&mut self, transfer: &Transfer) -> Result<(), SinkError> {
-        let (direction, role, devices, message) = transfer_parts(transfer);
-        let kind = match direction {
-            Direction::Offload => EventKind::Offload,
-            Direction::Reload => EventKind::Reload,
-        };
-        let event = EventRecord {
-            role: Some(role.clone()),
-            phase: Some(transfer.phase.to_string()),
-            worker: Some(role),
-            device: Some(devices),
-            bytes: Some(transfer.bytes),
-            duration_s: Some(transfer.seconds),
-            ..EventRecord::message(kind, message)
-        };
         self.writer
-            .event_blocking(Some(self.run), event)
+            .event_blocking(Some(self.run), EventRecord::of_transfer(transfer))
             .map_err(sink_err)
     }
 

@@ -15,11 +15,7 @@ use std::sync::Arc;
 use crate::metrics::Series;
 
 /// A point on a run's timeline: a step, and when that step was recorded (Unix ms).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    pub step: u64,
-    pub at_ms: i64,
-}
+pub type Cursor = crate::health::AsOf;
 
 /// One recorded step of the run.
 #[derive(Debug, Clone, PartialEq)]

@@ -346,29 +346,7 @@ pub fn row_at(view: &RunsView, height: u16, row: u16) -> Option<usize> {
 pub(crate) mod tests {
     use super::*;
 
-    pub fn info(id: i64, name: &str, status: RunStatus, created_at: i64) -> RunInfo {
-        RunInfo {
-            id: RunId(id),
-            name: name.into(),
-            status,
-            created_at,
-            updated_at: created_at,
-            heartbeat_at: created_at,
-            config_json: String::new(),
-            config_hash: String::new(),
-            git_revision: None,
-            seed: 0,
-            output_dir: String::new(),
-            notes: String::new(),
-            tags: vec![],
-            last_stage: Some("rl".into()),
-            last_step: id as u64 * 10,
-            error: None,
-            host: None,
-            pid: None,
-            process_token: None,
-        }
-    }
+    pub use crate::store::fixtures::info;
 
     pub fn row(id: i64, name: &str, status: RunStatus) -> RunRow {
         RunRow {

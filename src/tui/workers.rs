@@ -11,11 +11,21 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState, Wrap};
 
-pub mod alarms;
 pub mod devices;
 pub mod rows;
 
-pub use alarms::{Alarm, AlarmKind, StepRef, alarm_series, alarms};
+pub use crate::health::{Alarm, AlarmKind, StepRef, alarm_series};
+
+/// The run's alarms as of the replay cursor or now (the core's rules, `health::alarms`).
+pub fn alarms(
+    info: &RunInfo,
+    events: &[StoredEvent],
+    series: &[Series],
+    until: Option<Cursor>,
+    now_ms: i64,
+) -> Vec<Alarm> {
+    crate::health::alarms(&info.into(), events, series, until, now_ms)
+}
 pub use rows::{WorkerRow, WorkerState, worker_rows};
 
 use super::action::Action;

@@ -1,4 +1,5 @@
-//! Text from worker processes made safe to draw, and the units times and sizes are shown in.
+//! Text from worker processes and model output made safe to print in a terminal, and the units times
+//! and sizes are shown in. Every front-end (workbench, `roll-tui run`, `runs show`) uses these.
 
 /// `text` made safe to draw, at most `max_chars` characters: ANSI escape sequences dropped, other
 /// control and invisible formatting characters shown as `�`, newlines as `⏎` (or kept when

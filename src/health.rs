@@ -1,5 +1,7 @@
-//! The alarms of a run, as the Workers view lists them at its top: pure functions of the run row, its
-//! events and its series, as of a replay cursor or now.
+//! Run health: the alarms of a run, as pure functions of its state, events and series, as of a
+//! point on its timeline or now. Every front-end reports them from here: the workbench's Workers
+//! view, `roll-tui run` (a warning line as soon as one fires, through [`monitor::HealthMonitor`])
+//! and `roll-tui runs show`.
 //!
 //! Rules (thresholds are the constants below):
 //! - **stalled**: the run is `running` and its heartbeat is older than [`STALE_AFTER_MS`] (only
@@ -18,9 +20,14 @@
 //! current streak; for an event, the first step recorded at or after it (wall time of the `time/step`
 //! series from the run's start; after a resume this is approximate).
 
+pub mod ledger;
+pub mod monitor;
+
 use std::fmt;
 
-use super::devices::ledgers;
+use ledger::ledgers;
+use serde::Serialize;
+
 use crate::config::Stage;
 use crate::metrics::Series;
 use crate::store::RunInfo;
@@ -28,8 +35,36 @@ use crate::store::RunStatus;
 use crate::store::liveness::STALE_AFTER_MS;
 use crate::store::reads::StoredEvent;
 use crate::store::records::EventKind;
-use crate::tui::events::{clean, human_bytes};
-use crate::tui::replay::Cursor;
+use crate::text::{clean, human_bytes};
+
+/// A point on a run's timeline: a step, and when that step was recorded (Unix ms). Alarms "as of"
+/// it see only what had happened by then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsOf {
+    pub step: u64,
+    pub at_ms: i64,
+}
+
+/// What the rules need of the run itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunState {
+    /// When the run was created (Unix ms): event times are placed on steps from here.
+    pub start_ms: i64,
+    pub status: RunStatus,
+    pub heartbeat_at: i64,
+    pub pid: Option<u32>,
+}
+
+impl From<&RunInfo> for RunState {
+    fn from(info: &RunInfo) -> RunState {
+        RunState {
+            start_ms: info.created_at,
+            status: info.status,
+            heartbeat_at: info.heartbeat_at,
+            pid: info.pid,
+        }
+    }
+}
 
 /// Below this entropy (nats per token) the policy is taken to have collapsed.
 pub const ENTROPY_FLOOR: f64 = 0.05;
@@ -46,16 +81,22 @@ pub const FLAT_KEY: &str = "group/frac_zero_std";
 /// The series whose wall times place an event on a step.
 const STEP_KEY: &str = "time/step";
 
-/// The series the alarms read: the rest of a run's series need not be handed to the view.
+/// The keys of the series the rules read.
+pub fn alarm_series_keys() -> [&'static str; 3] {
+    [ENTROPY_KEY, FLAT_KEY, STEP_KEY]
+}
+
+/// The series the alarms read: the rest of a run's series need not be handed to the rules.
 pub fn alarm_series(series: &[Series]) -> Vec<Series> {
     series
         .iter()
-        .filter(|s| [ENTROPY_KEY, FLAT_KEY, STEP_KEY].contains(&s.key.as_str()))
+        .filter(|s| alarm_series_keys().contains(&s.key.as_str()))
         .cloned()
         .collect()
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AlarmKind {
     Stalled,
     WorkerFailed,
@@ -77,7 +118,7 @@ impl AlarmKind {
 }
 
 /// A step of a stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StepRef {
     pub stage: String,
     pub step: u64,
@@ -93,7 +134,7 @@ impl fmt::Display for StepRef {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alarm {
     pub kind: AlarmKind,
     /// Where: `run`, a worker (`reward-1`), a series key, or `<role> on device <d>`.
@@ -105,7 +146,7 @@ pub struct Alarm {
 }
 
 /// The points of `s` as of `until` (steps after the cursor's are not there yet), finite ones only.
-fn points(s: &Series, until: Option<Cursor>) -> Vec<(u64, f64)> {
+fn points(s: &Series, until: Option<AsOf>) -> Vec<(u64, f64)> {
     s.steps
         .iter()
         .zip(&s.values)
@@ -116,7 +157,7 @@ fn points(s: &Series, until: Option<Cursor>) -> Vec<(u64, f64)> {
 
 /// The step during which `at_ms` fell: the first step recorded at or after it, or the one after
 /// the last recorded.
-fn step_at(series: &[Series], start_ms: i64, until: Option<Cursor>, at_ms: i64) -> Option<StepRef> {
+fn step_at(series: &[Series], start_ms: i64, until: Option<AsOf>, at_ms: i64) -> Option<StepRef> {
     let timed: Vec<&Series> = if series.iter().any(|s| s.key == STEP_KEY) {
         series.iter().filter(|s| s.key == STEP_KEY).collect()
     } else {
@@ -159,15 +200,26 @@ fn step_ref(s: &Series, step: u64) -> Option<StepRef> {
     })
 }
 
-/// The alarms of a run as of `until` (a replay cursor) or now (`now_ms`).
+impl fmt::Display for Alarm {
+    /// `entropy collapse · actor/entropy · since step 7: entropy 0.080 < 0.200 (early mean 2.000)`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} · {}", self.kind.as_str(), self.place)?;
+        if let Some(s) = &self.since {
+            write!(f, " · since {s}")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// The alarms of a run as of `until` (a point on its timeline) or now (`now_ms`).
 pub fn alarms(
-    info: &RunInfo,
+    info: &RunState,
     events: &[StoredEvent],
     series: &[Series],
-    until: Option<Cursor>,
+    until: Option<AsOf>,
     now_ms: i64,
 ) -> Vec<Alarm> {
-    let start = info.created_at;
+    let start = info.start_ms;
     let seen: Vec<&StoredEvent> = events
         .iter()
         .filter(|e| until.is_none_or(|c| e.at <= c.at_ms))
@@ -330,8 +382,7 @@ pub fn alarms(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::events::tests::{ev, transfer};
-    use crate::tui::runs::tests::info;
+    use crate::store::fixtures::{ev, transfer};
 
     const MIB: u64 = 1 << 20;
     const NOW: i64 = 1_000_000;
@@ -347,8 +398,12 @@ mod tests {
         }
     }
 
-    fn at_step(step: u64) -> Option<Cursor> {
-        Some(Cursor {
+    fn info(id: i64, name: &str, status: RunStatus, created_at: i64) -> RunState {
+        RunState::from(&crate::store::fixtures::info(id, name, status, created_at))
+    }
+
+    fn at_step(step: u64) -> Option<AsOf> {
+        Some(AsOf {
             step,
             at_ms: step as i64 * 1000,
         })
