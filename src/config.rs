@@ -5,6 +5,7 @@
 //! field here is read by a pipeline; README.md documents them. Relative paths are relative to the
 //! working directory.
 
+mod include;
 pub mod load;
 pub mod overrides;
 mod role;
@@ -296,6 +297,17 @@ pub struct CriticConfig {
 pub struct CheckpointConfig {
     /// Save every N optimizer steps of each stage (0 = only at the end of each stage and on Ctrl-C).
     pub every: usize,
+}
+
+/// Whether a YAML file is a run config rather than a fragment to include: it names its run
+/// (`name:` at the top level).
+pub fn is_runnable(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|text| {
+        text.lines().any(|l| {
+            l.strip_prefix("name")
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+    })
 }
 
 impl RunConfig {

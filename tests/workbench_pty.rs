@@ -141,8 +141,18 @@ fn start_the_quickstart_watch_it_open_samples_stop_it_and_quit() {
     let dir = tempfile::tempdir().unwrap();
     let experiments = dir.path().join("experiments");
     std::fs::create_dir(&experiments).unwrap();
-    let quickstart = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.yaml");
-    std::fs::copy(&quickstart, experiments.join("quickstart.yaml")).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(
+        root.join("experiments/quickstart.yaml"),
+        experiments.join("quickstart.yaml"),
+    )
+    .unwrap();
+    // The fragments the quickstart includes (`../configs/…`).
+    for fragment in ["models/tiny-qwen2.yaml", "data/add-and-reverse.yaml"] {
+        let to = dir.path().join("configs").join(fragment);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root.join("configs").join(fragment), to).unwrap();
+    }
     let store = dir.path().join("roll.db");
 
     let mut t = Term::start(&store, dir.path());

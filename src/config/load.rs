@@ -72,17 +72,13 @@ pub fn validated<T: Validate>(value: T, origin: &str) -> Result<T, ConfigError> 
     }
 }
 
-/// Reads `path`, deserializes it strictly into `T`, then applies `key.sub=value` overrides in order.
+/// Reads `path` (merged over the fragments it includes), deserializes it strictly into `T`, then
+/// applies `key.sub=value` overrides in order.
 pub fn load_yaml<T: DeserializeOwned + Serialize>(
     path: &Path,
     overrides: &[String],
 ) -> Result<T, ConfigError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        file: file.clone(),
-        source,
-    })?;
-    let value: T = from_yaml_str(&text, &file)?;
+    let value: T = super::include::load_with_includes(path)?;
     apply_overrides(value, overrides)
 }
 
@@ -348,7 +344,7 @@ fn key_on_line(line: &str) -> (usize, Option<String>) {
 
 /// For a 1-based line of block-style YAML: the key on that line (if any) and the keys of its enclosing
 /// mappings, outermost first. A heuristic on indentation; flow-style input just gives less context.
-fn yaml_context(text: &str, line: u64) -> (Option<String>, Vec<String>) {
+pub(crate) fn yaml_context(text: &str, line: u64) -> (Option<String>, Vec<String>) {
     let lines: Vec<&str> = text.lines().collect();
     let Some(idx) = usize::try_from(line).ok().and_then(|l| l.checked_sub(1)) else {
         return (None, Vec::new());

@@ -1,4 +1,5 @@
-//! The new-run form: pick a config from `configs/` or `experiments/`, edit `key=value` overrides,
+//! The new-run form: pick a run config from `configs/` or `experiments/` (fragments, which have no
+//! `name:`, are not offered), edit `key=value` overrides,
 //! start it. The config is loaded and validated with the overrides before anything starts, so a
 //! typo is an error in the form, not a failed process; a name already in the store gets a free
 //! `name=` override proposed, since `run` refuses to replace a run without `--overwrite`.
@@ -27,6 +28,8 @@ pub fn find_configs(dirs: &[PathBuf]) -> Vec<PathBuf> {
         let mut here: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            // Fragments (model shapes, placements, …) are included by run configs, not run.
+            .filter(|p| crate::config::is_runnable(p))
             .collect();
         here.sort();
         found.extend(here);
@@ -272,6 +275,14 @@ sft: { steps: 2, batch_size: 4, optimizer: { lr: 0.01 } }
         )
         .unwrap();
         std::fs::write(exp.join("notes.txt"), "not a config").unwrap();
+        // A fragment to include (no `name:`) is not offered.
+        let configs = dir.path().join("configs");
+        std::fs::create_dir(&configs).unwrap();
+        std::fs::write(
+            configs.join("shape.yaml"),
+            "model:\n  init: { arch: qwen2 }\n",
+        )
+        .unwrap();
         dir
     }
 

@@ -1,0 +1,103 @@
+//! The shipped configs: every run config in `configs/` and `experiments/` loads and validates; the
+//! quickstart, now made of fragments, resolves to exactly the config it was when written inline
+//! (same values, same hash, so its checkpoints and numbers are unchanged); and a worker fragment
+//! included on top changes only what it sets.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::{Path, PathBuf};
+
+use roll::config::load::from_yaml_str;
+use roll::config::{PlacementMode, RunConfig, is_runnable};
+
+/// `experiments/quickstart.yaml` as it was before it included `configs/` fragments.
+const INLINE_QUICKSTART: &str = r#"
+name: quickstart
+seed: 7
+model:
+  init:
+    arch: qwen2
+    hidden: 128
+    layers: 4
+    heads: 4
+    kv_heads: 2
+    intermediate: 512
+    chars: "0123456789+=abcdefgh>"
+    max_positions: 64
+data:
+  domains:
+    - name: add
+      synthetic: { task: addition, count: 4000, digits: 1, demo_noise: 0.5 }
+      reward: math_rule
+    - name: reverse
+      synthetic: { task: reversal, count: 4000, min_len: 3, max_len: 5, alphabet: abcdefgh, demo_noise: 0.5 }
+      reward: exact_match
+sft:
+  steps: 400
+  batch_size: 64
+  optimizer: { lr: 0.002, warmup_steps: 10, schedule: cosine, min_lr_ratio: 0.1, max_grad_norm: 1.0 }
+rl:
+  steps: 150
+  prompts_per_step: 16
+  group_size: 8
+  sampling: { temperature: 1.0, max_new_tokens: 8 }
+  adv_estimator: grpo
+  policy_loss: { kind: ppo, clip_low: 0.2, clip_high: 0.28, agg: token_mean }
+  optimizer: { lr: 0.0003, warmup_steps: 10, max_grad_norm: 1.0 }
+"#;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "yaml") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_shipped_run_config_loads_and_fragments_are_not_runnable() {
+    let mut files = vec![];
+    yaml_files(&root().join("configs"), &mut files);
+    yaml_files(&root().join("experiments"), &mut files);
+    let (runnable, fragments): (Vec<_>, Vec<_>) = files.iter().partition(|p| is_runnable(p));
+    assert!(!runnable.is_empty() && fragments.len() >= 4, "{files:?}");
+    for path in runnable {
+        RunConfig::load(path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
+#[test]
+fn the_quickstart_made_of_fragments_is_the_inline_quickstart() {
+    let merged = RunConfig::load(&root().join("experiments/quickstart.yaml"), &[]).unwrap();
+    let inline: RunConfig = from_yaml_str(INLINE_QUICKSTART, "inline").unwrap();
+    assert_eq!(merged, inline);
+    assert_eq!(merged.hash(), inline.hash());
+}
+
+#[test]
+fn an_included_worker_fragment_changes_only_what_it_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("run.yaml");
+    let configs = root().join("configs");
+    let text = format!(
+        "include:\n  - {}\n  - {}\n  - {}\nname: q\nseed: 7\nrl: {{ steps: 1, prompts_per_step: 2, group_size: 2 }}\n",
+        configs.join("models/tiny-qwen2.yaml").display(),
+        configs.join("data/add-and-reverse.yaml").display(),
+        configs.join("workers/processes.yaml").display(),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let with = RunConfig::load(&cfg, &[]).unwrap();
+    assert_eq!(with.workers.actor_train.mode, PlacementMode::Process);
+    assert_eq!(with.workers.reward.num_workers, 2);
+    let without = RunConfig::load(&root().join("experiments/quickstart.yaml"), &[]).unwrap();
+    assert_eq!(without.workers.actor_train.mode, PlacementMode::InProcess);
+    assert_eq!(with.model, without.model);
+    assert_eq!(with.data, without.data);
+}
