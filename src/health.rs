@@ -211,7 +211,24 @@ impl fmt::Display for Alarm {
     }
 }
 
-/// The alarms of a run as of `until` (a point on its timeline) or now (`now_ms`).
+/// What every rule looks at: the run, what had happened by `until`, and how to place a time on a
+/// step.
+struct Seen<'a> {
+    info: &'a RunState,
+    events: Vec<&'a StoredEvent>,
+    all_events: &'a [StoredEvent],
+    series: &'a [Series],
+    until: Option<AsOf>,
+    now_ms: i64,
+}
+
+impl Seen<'_> {
+    fn at_step(&self, at: i64) -> Option<StepRef> {
+        step_at(self.series, self.info.start_ms, self.until, at)
+    }
+}
+
+/// The alarms of a run as of `until` (a point on its timeline) or now (`now_ms`), rule by rule.
 pub fn alarms(
     info: &RunState,
     events: &[StoredEvent],
@@ -219,19 +236,32 @@ pub fn alarms(
     until: Option<AsOf>,
     now_ms: i64,
 ) -> Vec<Alarm> {
-    let start = info.start_ms;
-    let seen: Vec<&StoredEvent> = events
-        .iter()
-        .filter(|e| until.is_none_or(|c| e.at <= c.at_ms))
-        .collect();
-    let at_step = |at: i64| step_at(series, start, until, at);
+    let seen = Seen {
+        info,
+        events: events
+            .iter()
+            .filter(|e| until.is_none_or(|c| e.at <= c.at_ms))
+            .collect(),
+        all_events: events,
+        series,
+        until,
+        now_ms,
+    };
     let mut out = vec![];
+    out.extend(stalled(&seen));
+    out.extend(failed_workers(&seen));
+    out.extend(entropy_collapse(&seen));
+    out.extend(flat_rewards(&seen));
+    out.extend(memory_creep(&seen));
+    out
+}
 
-    // Stalled: the store found the process gone, or (now) the heartbeat is old.
-    let run_event = seen.iter().rev().find(|e| {
-        let r = &e.event;
+/// Stalled: the store found the process gone, or (now) the heartbeat is old.
+fn stalled(seen: &Seen<'_>) -> Option<Alarm> {
+    let info = seen.info;
+    let run_event = seen.events.iter().rev().find(|e| {
         matches!(
-            r.kind,
+            e.event.kind,
             EventKind::RunStarted
                 | EventKind::RunResumed
                 | EventKind::RunEnded
@@ -239,31 +269,32 @@ pub fn alarms(
         )
     });
     if let Some(e) = run_event.filter(|e| e.event.kind == EventKind::RunMarkedInterrupted) {
-        out.push(Alarm {
+        return Some(Alarm {
             kind: AlarmKind::Stalled,
             place: "run".into(),
-            since: at_step(e.at),
+            since: seen.at_step(e.at),
             detail: clean(&e.event.message, 200, false),
         });
-    } else if until.is_none()
-        && info.status == RunStatus::Running
-        && now_ms - info.heartbeat_at > STALE_AFTER_MS
-    {
-        let pid = info.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-        out.push(Alarm {
-            kind: AlarmKind::Stalled,
-            place: "run".into(),
-            since: at_step(info.heartbeat_at),
-            detail: format!(
-                "no heartbeat for {:.0} s{pid}",
-                (now_ms - info.heartbeat_at) as f64 / 1000.0
-            ),
-        });
     }
+    let silent_ms = seen.now_ms - info.heartbeat_at;
+    (seen.until.is_none() && info.status == RunStatus::Running && silent_ms > STALE_AFTER_MS).then(
+        || {
+            let pid = info.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+            Alarm {
+                kind: AlarmKind::Stalled,
+                place: "run".into(),
+                since: seen.at_step(info.heartbeat_at),
+                detail: format!("no heartbeat for {:.0} s{pid}", silent_ms as f64 / 1000.0),
+            }
+        },
+    )
+}
 
-    // Failed workers, in the order they first failed.
+/// Failed workers, in the order they first failed.
+fn failed_workers(seen: &Seen<'_>) -> Vec<Alarm> {
+    // (worker, first failure, failures, last message, started again since)
     let mut failed: Vec<(&str, i64, usize, &str, bool)> = vec![];
-    for e in &seen {
+    for e in &seen.events {
         let (Some(worker), kind) = (e.event.worker.as_deref(), e.event.kind) else {
             continue;
         };
@@ -281,22 +312,26 @@ pub fn alarms(
             _ => {}
         }
     }
-    for (worker, first, count, last, restarted) in failed {
-        out.push(Alarm {
+    failed
+        .into_iter()
+        .map(|(worker, first, count, last, restarted)| Alarm {
             kind: AlarmKind::WorkerFailed,
             place: clean(worker, 40, false),
-            since: at_step(first),
+            since: seen.at_step(first),
             detail: format!(
                 "failed {count}×, last: {}{}",
                 clean(last, 200, false),
                 if restarted { "; started again" } else { "" }
             ),
-        });
-    }
+        })
+        .collect()
+}
 
-    // Entropy collapse.
-    for s in series.iter().filter(|s| s.key == ENTROPY_KEY) {
-        let pts = points(s, until);
+/// Entropy collapse: the latest entropy below the floor, or below a fraction of its early mean.
+fn entropy_collapse(seen: &Seen<'_>) -> Vec<Alarm> {
+    let mut out = vec![];
+    for s in seen.series.iter().filter(|s| s.key == ENTROPY_KEY) {
+        let pts = points(s, seen.until);
         let Some(&(_, last)) = pts.last() else {
             continue;
         };
@@ -316,10 +351,14 @@ pub fn alarms(
             });
         }
     }
+    out
+}
 
-    // All-equal reward groups.
-    for s in series.iter().filter(|s| s.key == FLAT_KEY) {
-        let pts = points(s, until);
+/// All-equal reward groups for the last steps: no learning signal left.
+fn flat_rewards(seen: &Seen<'_>) -> Vec<Alarm> {
+    let mut out = vec![];
+    for s in seen.series.iter().filter(|s| s.key == FLAT_KEY) {
+        let pts = points(s, seen.until);
         if let Some((step, n)) = streak_start(&pts, |v| v >= FLAT_FRACTION)
             && n >= FLAT_STEPS
         {
@@ -336,9 +375,14 @@ pub fn alarms(
             });
         }
     }
+    out
+}
 
-    // Memory creeping up across reload cycles.
-    for ledger in ledgers(events, start, until.map(|c| c.at_ms)) {
+/// Memory creeping up across reload cycles of one role on one device.
+fn memory_creep(seen: &Seen<'_>) -> Vec<Alarm> {
+    let mut out = vec![];
+    let until_ms = seen.until.map(|c| c.at_ms);
+    for ledger in ledgers(seen.all_events, seen.info.start_ms, until_ms) {
         for role in ledger.roles() {
             let reloads: Vec<_> = ledger
                 .transitions
@@ -349,267 +393,36 @@ pub fn alarms(
                 continue;
             };
             let window = &reloads[last..];
-            if window
+            let growing = window
                 .windows(2)
-                .all(|w| w[1].resident_after > w[0].resident_after)
-            {
-                let sizes: Vec<String> = window
-                    .iter()
-                    .map(|t| human_bytes(t.resident_after))
-                    .collect();
-                out.push(Alarm {
-                    kind: AlarmKind::MemoryCreep,
-                    place: format!(
-                        "{} on device {}",
-                        clean(role, 20, false),
-                        clean(&ledger.device, 8, false)
-                    ),
-                    since: at_step(window[0].at),
-                    detail: format!(
-                        "resident after its last {CREEP_RELOADS} reloads: {} (+{})",
-                        sizes.join(" → "),
-                        human_bytes(
-                            window[CREEP_RELOADS - 1].resident_after - window[0].resident_after
-                        )
-                    ),
-                });
+                .all(|w| w[1].resident_after > w[0].resident_after);
+            if !growing {
+                continue;
             }
+            let sizes: Vec<String> = window
+                .iter()
+                .map(|t| human_bytes(t.resident_after))
+                .collect();
+            let grown = window[CREEP_RELOADS - 1].resident_after - window[0].resident_after;
+            out.push(Alarm {
+                kind: AlarmKind::MemoryCreep,
+                place: format!(
+                    "{} on device {}",
+                    clean(role, 20, false),
+                    clean(&ledger.device, 8, false)
+                ),
+                since: seen.at_step(window[0].at),
+                detail: format!(
+                    "resident after its last {CREEP_RELOADS} reloads: {} (+{})",
+                    sizes.join(" → "),
+                    human_bytes(grown)
+                ),
+            });
         }
     }
     out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::fixtures::{ev, transfer};
-
-    const MIB: u64 = 1 << 20;
-    const NOW: i64 = 1_000_000;
-
-    /// A series of `key` with steps 1, 2, … recorded `step` seconds after the run's start.
-    fn series(key: &str, values: &[f64]) -> Series {
-        Series {
-            stage: "rl".into(),
-            key: key.into(),
-            steps: (1..=values.len() as u64).collect(),
-            wall_time: (1..=values.len()).map(|s| s as f64).collect(),
-            values: values.to_vec(),
-        }
-    }
-
-    fn info(id: i64, name: &str, status: RunStatus, created_at: i64) -> RunState {
-        RunState::from(&crate::store::fixtures::info(id, name, status, created_at))
-    }
-
-    fn at_step(step: u64) -> Option<AsOf> {
-        Some(AsOf {
-            step,
-            at_ms: step as i64 * 1000,
-        })
-    }
-
-    fn kinds(a: &[Alarm]) -> Vec<AlarmKind> {
-        a.iter().map(|a| a.kind).collect()
-    }
-
-    fn since(a: &Alarm) -> Option<u64> {
-        a.since.as_ref().map(|s| s.step)
-    }
-
-    #[test]
-    fn a_running_run_without_a_fresh_heartbeat_is_stalled() {
-        let mut run = info(1, "r", RunStatus::Running, 0);
-        run.pid = Some(77);
-        run.heartbeat_at = NOW - STALE_AFTER_MS - 1_000;
-        let steps = [series(STEP_KEY, &[1.0, 1.0, 1.0])];
-        let found = alarms(&run, &[], &steps, None, NOW);
-        assert_eq!(kinds(&found), [AlarmKind::Stalled]);
-        assert_eq!(found[0].detail, "no heartbeat for 31 s (pid 77)");
-        // The heartbeat stopped after step 3 was recorded: during step 4.
-        assert_eq!(since(&found[0]), Some(4));
-        // A fresh heartbeat, a finished run, or a replay cursor (heartbeats have no history): none.
-        run.heartbeat_at = NOW - 10_000;
-        assert!(alarms(&run, &[], &steps, None, NOW).is_empty());
-        run.heartbeat_at = 0;
-        assert!(alarms(&run, &[], &steps, at_step(2), NOW).is_empty());
-        run.status = RunStatus::Finished;
-        assert!(alarms(&run, &[], &steps, None, NOW).is_empty());
-    }
-
-    #[test]
-    fn a_run_the_store_marked_interrupted_is_stalled_until_resumed() {
-        let mut run = info(1, "r", RunStatus::Interrupted, 0);
-        run.heartbeat_at = 0;
-        let mut events = vec![
-            ev(0, EventKind::RunStarted, None, "run 'r' started"),
-            ev(
-                5_500,
-                EventKind::RunMarkedInterrupted,
-                None,
-                "run marked interrupted: no heartbeat for 45 s",
-            ),
-        ];
-        let steps = [series(STEP_KEY, &[1.0; 5])];
-        let found = alarms(&run, &events, &steps, None, NOW);
-        assert_eq!(kinds(&found), [AlarmKind::Stalled]);
-        assert_eq!(since(&found[0]), Some(6));
-        // Replay before the mark: nothing yet.
-        assert!(alarms(&run, &events, &steps, at_step(5), NOW).is_empty());
-        events.push(ev(
-            7_000,
-            EventKind::RunResumed,
-            None,
-            "resumed from rl step 5",
-        ));
-        run.status = RunStatus::Finished;
-        assert!(alarms(&run, &events, &steps, None, NOW).is_empty());
-    }
-
-    #[test]
-    fn failed_workers_are_alarms_from_their_first_failure() {
-        let run = info(1, "r", RunStatus::Finished, 0);
-        let events = vec![
-            ev(
-                500,
-                EventKind::WorkerStarted,
-                Some("reward-1"),
-                "started, pid 10",
-            ),
-            ev(
-                2_500,
-                EventKind::WorkerFailed,
-                Some("reward-1"),
-                "pid 10 died (signal: 9)",
-            ),
-            ev(
-                2_600,
-                EventKind::WorkerStarted,
-                Some("reward-1"),
-                "started, pid 11",
-            ),
-            ev(
-                3_500,
-                EventKind::WorkerFailed,
-                Some("reward-1"),
-                "no heartbeat answer for 30.0 s",
-            ),
-            ev(
-                3_600,
-                EventKind::WorkerExited,
-                Some("reward-0"),
-                "pid 9 exited (exit status: 0)",
-            ),
-        ];
-        let steps = [series(STEP_KEY, &[1.0; 5])];
-        let found = alarms(&run, &events, &steps, None, NOW);
-        assert_eq!(kinds(&found), [AlarmKind::WorkerFailed]);
-        assert_eq!(found[0].place, "reward-1");
-        assert_eq!(since(&found[0]), Some(3));
-        assert_eq!(
-            found[0].detail,
-            "failed 2×, last: no heartbeat answer for 30.0 s"
-        );
-        // At step 3 (t=3000): one failure, and it was started again.
-        let then = alarms(&run, &events, &steps, at_step(3), NOW);
-        assert_eq!(
-            then[0].detail,
-            "failed 1×, last: pid 10 died (signal: 9); started again"
-        );
-        assert!(alarms(&run, &events, &steps, at_step(2), NOW).is_empty());
-    }
-
-    #[test]
-    fn entropy_collapse_below_a_tenth_of_its_early_value_or_the_floor() {
-        let run = info(1, "r", RunStatus::Finished, 0);
-        // Early mean (2.0 + 2.1 + 1.9) / 3 = 2.0, so the threshold is max(0.05, 0.2) = 0.2: the
-        // last two points (0.15, 0.1) are below it, from step 6.
-        let s = [series(ENTROPY_KEY, &[2.0, 2.1, 1.9, 1.0, 0.5, 0.15, 0.1])];
-        let found = alarms(&run, &[], &s, None, NOW);
-        assert_eq!(kinds(&found), [AlarmKind::EntropyCollapse]);
-        assert_eq!(
-            (found[0].place.as_str(), since(&found[0])),
-            (ENTROPY_KEY, Some(6))
-        );
-        assert_eq!(found[0].detail, "entropy 0.100 < 0.200 (early mean 2.000)");
-        // At step 5 the entropy (0.5) was still above.
-        assert!(alarms(&run, &[], &s, at_step(5), NOW).is_empty());
-        // Healthy, and too short for the ratio rule but above the floor: none.
-        let healthy = [series(ENTROPY_KEY, &[2.0, 1.8, 1.9, 1.7, 1.8])];
-        assert!(alarms(&run, &[], &healthy, None, NOW).is_empty());
-        let short = [series(ENTROPY_KEY, &[2.0, 0.1])];
-        assert!(alarms(&run, &[], &short, None, NOW).is_empty());
-        // Under the floor from the start.
-        let floor = [series(ENTROPY_KEY, &[0.01, 0.02])];
-        assert_eq!(since(&alarms(&run, &[], &floor, None, NOW)[0]), Some(1));
-    }
-
-    #[test]
-    fn all_equal_reward_groups_for_the_last_steps() {
-        let run = info(1, "r", RunStatus::Finished, 0);
-        let s = [series(
-            FLAT_KEY,
-            &[0.2, 0.95, 0.5, 0.9, 1.0, 0.95, f64::NAN],
-        )];
-        let found = alarms(&run, &[], &s, None, NOW);
-        assert_eq!(kinds(&found), [AlarmKind::FlatRewards]);
-        // Steps 4, 5, 6 are at or above 0.9 (the NaN at step 7 is no point).
-        assert_eq!(since(&found[0]), Some(4));
-        assert_eq!(
-            found[0].detail,
-            "95% of groups all-equal (≥ 90% for 3 steps): no learning signal"
-        );
-        // At step 5 only two steps in a row: not yet.
-        assert!(alarms(&run, &[], &s, at_step(5), NOW).is_empty());
-        let fine = [series(FLAT_KEY, &[0.95, 0.95, 0.95, 0.3])];
-        assert!(alarms(&run, &[], &fine, None, NOW).is_empty());
-    }
-
-    #[test]
-    fn memory_creeping_up_across_reload_cycles() {
-        let run = info(1, "r", RunStatus::Finished, 0);
-        let cycle = |bytes: [u64; 3]| {
-            vec![
-                transfer(1_000, true, "reference", "0", bytes[0], "train"),
-                transfer(2_000, false, "reference", "0", bytes[0], "generate"),
-                transfer(3_000, true, "reference", "0", bytes[1], "train"),
-                transfer(4_000, false, "reference", "0", bytes[1], "generate"),
-                transfer(5_000, true, "reference", "0", bytes[2], "train"),
-            ]
-        };
-        let steps = [series(STEP_KEY, &[1.0; 6])];
-        let events = cycle([100 * MIB, 110 * MIB, 120 * MIB]);
-        let found = alarms(&run, &events, &steps, None, NOW);
-        assert_eq!(kinds(&found), [AlarmKind::MemoryCreep]);
-        assert_eq!(found[0].place, "reference on device 0");
-        assert_eq!(since(&found[0]), Some(1));
-        assert_eq!(
-            found[0].detail,
-            "resident after its last 3 reloads: 100.0 MiB → 110.0 MiB → 120.0 MiB (+20.0 MiB)"
-        );
-        // Replay at step 4: two reloads only.
-        assert!(alarms(&run, &events, &steps, at_step(4), NOW).is_empty());
-        // Steady, or down again: none.
-        for bytes in [[100, 110, 110], [100, 120, 110]] {
-            let events = cycle(bytes.map(|b| b * MIB));
-            assert!(alarms(&run, &events, &steps, None, NOW).is_empty());
-        }
-    }
-
-    #[test]
-    fn events_fall_on_the_step_they_happened_during() {
-        // time/step points at 1 s (step 1) and 2 s (step 2) from a start at 10 s.
-        let s = [series(STEP_KEY, &[1.0, 1.0]), series("other", &[5.0; 9])];
-        let at = |ms| step_at(&s, 10_000, None, ms).map(|r| r.to_string());
-        assert_eq!(at(10_500).as_deref(), Some("step 1"));
-        assert_eq!(at(11_000).as_deref(), Some("step 1"));
-        assert_eq!(at(11_001).as_deref(), Some("step 2"));
-        assert_eq!(at(99_000).as_deref(), Some("step 3"));
-        assert_eq!(step_at(&[], 0, None, 5), None);
-        let sft = StepRef {
-            stage: "sft".into(),
-            step: 2,
-        };
-        assert_eq!(sft.to_string(), "sft step 2");
-    }
-}
+#[path = "health/tests.rs"]
+mod tests;

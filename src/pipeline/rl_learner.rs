@@ -6,14 +6,14 @@ use std::time::Instant;
 
 use super::rl_metrics::rollout_metrics;
 use super::rl_update::{RlBatch, UpdateState, update};
-use super::rollout_loop::{Sample, StepRollout};
+use super::rollout_loop::{Prompt, Sample, StepRollout};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
 use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
 use crate::algo::kl::{KlController, KlMode};
 use crate::algo::normalize::RunningStats;
 use crate::config::{PlacementMode, RlConfig, Stage};
-use crate::data::mix::DomainMixer;
+use crate::data::mix::{DomainMixer, MixerState};
 use crate::metrics::{Metrics, SampleRecord};
 use crate::model::{LoadedModel, ParamStore};
 use crate::role::actor_infer::{Infer, copy_of};
@@ -177,53 +177,19 @@ impl<'m> Learner<'m> {
         mut m: Metrics,
         t_step: Instant,
     ) -> Result<bool, PipelineError> {
-        let mut events = std::mem::take(&mut out.worker_events);
-        for role in self.residents() {
-            events.extend(role.drain_events());
-        }
-        report_workers(ctx, events)?;
-        let workers = &ctx.cfg.workers;
-        if workers.reward.mode == PlacementMode::Process {
-            m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
-        }
-        if workers.actor_infer.mode == PlacementMode::Process {
-            m.insert(
-                "workers/actor_infer_restarts".into(),
-                out.infer_restarts as f64,
-            );
-        }
+        self.report_rollout_workers(ctx, &mut out, &mut m)?;
         rollout_metrics(&mut m, &out);
         self.enter(Phase::Train, sharing, infer, ctx, &mut m)?;
         // Groups in the order they were dispatched: the batch does not depend on finishing order.
         let mut groups = out.groups;
         groups.sort_by_key(|g| g.id);
-        let flat: Vec<(&super::rollout_loop::Prompt, &Sample, usize)> = groups
+        let flat: Vec<(&Prompt, &Sample, usize)> = groups
             .iter()
             .flat_map(|g| g.samples.iter().map(move |s| (&g.prompt, s, g.version)))
             .collect();
         let mut advantages = vec![0f32; flat.len()];
         if !flat.is_empty() {
-            let batch = RlBatch {
-                prompts: flat.iter().map(|(p, _, _)| p.prompt_ids.clone()).collect(),
-                responses: flat
-                    .iter()
-                    .map(|(_, s, _)| s.completion.token_ids.clone())
-                    .collect(),
-                gen_logprobs: flat
-                    .iter()
-                    .map(|(_, s, _)| s.completion.logprobs.clone())
-                    .collect(),
-                rewards: flat.iter().map(|(_, s, _)| s.outcome.score).collect(),
-                truncated: flat
-                    .iter()
-                    .map(|(_, s, _)| s.completion.finish == FinishReason::Length)
-                    .collect(),
-                correct: flat
-                    .iter()
-                    .map(|(_, s, _)| f32::from(u8::from(s.outcome.correct)))
-                    .collect(),
-                group_size: cfg.group_size,
-            };
+            let batch = rl_batch(&flat, cfg.group_size);
             let state = UpdateState {
                 actor: &mut self.actor,
                 reference: self.reference.as_mut(),
@@ -240,25 +206,7 @@ impl<'m> Learner<'m> {
                 "rl step {step}: every group had equal rewards; no update"
             ))?;
         }
-        // After this step's reference calls, so a replacement shows in its own step.
-        if ctx.cfg.workers.reference.mode == PlacementMode::Process
-            && let Some(r) = &self.reference
-        {
-            m.insert("workers/reference_restarts".into(), r.restarts() as f64);
-        }
-        let every = cfg.kl.refresh_every;
-        if every > 0 && step.is_multiple_of(every) && self.reference.is_some() {
-            if let Some(reference) = self.reference.as_mut() {
-                sharing.refresh_reference(self.model, reference)?;
-            }
-            self.reference_version = step;
-        }
-        if self.reference.is_some() {
-            m.insert(
-                "actor/reference_version".into(),
-                self.reference_version as f64,
-            );
-        }
+        self.refresh_reference(ctx, cfg, sharing, step, &mut m)?;
         let sync = match handoff {
             None => sharing.sync_weights(self.model, infer)?,
             Some(slot) => {
@@ -281,6 +229,75 @@ impl<'m> Learner<'m> {
             .collect();
         ctx.record_samples(&samples)?;
         ctx.record_step(Stage::Rl, step, cfg.steps, m)?;
+        self.checkpoint_due(ctx, cfg, step, out.mixer)
+    }
+
+    /// Record the workers' events since the last step; count the rollout's worker restarts.
+    fn report_rollout_workers(
+        &mut self,
+        ctx: &mut RunContext<'_>,
+        out: &mut StepRollout,
+        m: &mut Metrics,
+    ) -> Result<(), PipelineError> {
+        let mut events = std::mem::take(&mut out.worker_events);
+        for role in self.residents() {
+            events.extend(role.drain_events());
+        }
+        report_workers(ctx, events)?;
+        let workers = &ctx.cfg.workers;
+        if workers.reward.mode == PlacementMode::Process {
+            m.insert("workers/reward_restarts".into(), out.reward_restarts as f64);
+        }
+        if workers.actor_infer.mode == PlacementMode::Process {
+            m.insert(
+                "workers/actor_infer_restarts".into(),
+                out.infer_restarts as f64,
+            );
+        }
+        Ok(())
+    }
+
+    /// After the update: count reference replacements, refresh the reference when due
+    /// (`rl.kl.refresh_every`), and record which step's policy it is.
+    fn refresh_reference(
+        &mut self,
+        ctx: &RunContext<'_>,
+        cfg: &RlConfig,
+        sharing: &TimeSharing,
+        step: usize,
+        m: &mut Metrics,
+    ) -> Result<(), PipelineError> {
+        let Some(reference) = self.reference.as_mut() else {
+            return Ok(());
+        };
+        // After this step's reference calls, so a replacement shows in its own step.
+        if ctx.cfg.workers.reference.mode == PlacementMode::Process {
+            m.insert(
+                "workers/reference_restarts".into(),
+                reference.restarts() as f64,
+            );
+        }
+        let every = cfg.kl.refresh_every;
+        if every > 0 && step.is_multiple_of(every) {
+            sharing.refresh_reference(self.model, reference)?;
+            self.reference_version = step;
+        }
+        m.insert(
+            "actor/reference_version".into(),
+            self.reference_version as f64,
+        );
+        Ok(())
+    }
+
+    /// Checkpoint when due (with the RL state, critic and refreshed reference); true when the stage
+    /// must stop now.
+    fn checkpoint_due(
+        &mut self,
+        ctx: &mut RunContext<'_>,
+        cfg: &RlConfig,
+        step: usize,
+        mixer: MixerState,
+    ) -> Result<bool, PipelineError> {
         let (kl_coef, running) = (self.kl_ctl.coef(), self.running.clone());
         let critic = self.critic.as_ref();
         let reference = self
@@ -288,7 +305,7 @@ impl<'m> Learner<'m> {
             .as_ref()
             .filter(|_| self.reference_version > 0);
         let extras = || CheckpointExtras {
-            mixer: out.mixer,
+            mixer,
             rl: Some(RlResumeState {
                 kl_coef,
                 running_reward: running,
@@ -308,9 +325,34 @@ impl<'m> Learner<'m> {
     }
 }
 
+/// The update's batch from the step's samples in dispatch order.
+fn rl_batch(flat: &[(&Prompt, &Sample, usize)], group_size: usize) -> RlBatch {
+    RlBatch {
+        prompts: flat.iter().map(|(p, _, _)| p.prompt_ids.clone()).collect(),
+        responses: flat
+            .iter()
+            .map(|(_, s, _)| s.completion.token_ids.clone())
+            .collect(),
+        gen_logprobs: flat
+            .iter()
+            .map(|(_, s, _)| s.completion.logprobs.clone())
+            .collect(),
+        rewards: flat.iter().map(|(_, s, _)| s.outcome.score).collect(),
+        truncated: flat
+            .iter()
+            .map(|(_, s, _)| s.completion.finish == FinishReason::Length)
+            .collect(),
+        correct: flat
+            .iter()
+            .map(|(_, s, _)| f32::from(u8::from(s.outcome.correct)))
+            .collect(),
+        group_size,
+    }
+}
+
 fn sample_record(
     step: usize,
-    p: &super::rollout_loop::Prompt,
+    p: &Prompt,
     s: &Sample,
     version: usize,
     advantage: f32,

@@ -59,6 +59,135 @@ fn pad_rows(rows: &[Vec<f32>], width: usize, device: &Device) -> candle_core::Re
     Tensor::from_vec(data, (rows.len(), width), device)
 }
 
+/// The shaped rewards (normalised, clipped) placed at each row's last response token: (n, width).
+fn token_rewards(
+    cfg: &RlConfig,
+    batch: &RlBatch,
+    running: &mut RunningStats,
+    width: usize,
+    dev: &Device,
+) -> Result<Tensor, PipelineError> {
+    let shaped = normalize_rewards(
+        cfg.reward_norm,
+        &batch.rewards,
+        batch.group_size,
+        running,
+        1e-6,
+    );
+    let shaped = clip_values(&shaped, cfg.reward_clip);
+    let token_rows: Vec<Vec<f32>> = shaped
+        .iter()
+        .zip(&batch.responses)
+        .map(|(r, resp)| {
+            let mut row = vec![0f32; resp.len()];
+            row[resp.len() - 1] = *r;
+            row
+        })
+        .collect();
+    pad_rows(&token_rows, width, dev).during("rl rewards")
+}
+
+/// The KL to the reference as metrics; with `kl.mode: in_reward` the token rewards minus the
+/// penalty, else the token rewards as they were.
+fn kl_terms(
+    cfg: &RlConfig,
+    kl_coef: f64,
+    old_logp: &Tensor,
+    ref_logp: &Tensor,
+    resp_mask: &Tensor,
+    token_rewards: Tensor,
+    m: &mut Metrics,
+) -> Result<Tensor, PipelineError> {
+    let kl = kl_penalty(cfg.kl.estimator, old_logp, ref_logp).during("kl")?;
+    m.insert("actor/kl".into(), mean_of(&kl, resp_mask)?);
+    m.insert("actor/kl_coef".into(), kl_coef);
+    if cfg.kl.mode != KlMode::InReward {
+        return Ok(token_rewards);
+    }
+    kl_in_reward(
+        &token_rewards,
+        old_logp,
+        ref_logp,
+        resp_mask,
+        cfg.kl.estimator,
+        kl_coef,
+    )
+    .during("kl in reward")
+}
+
+/// Advantages (whitened when asked, clipped, masked) and returns, with their metrics.
+fn advantages(
+    cfg: &RlConfig,
+    group_size: usize,
+    token_rewards: &Tensor,
+    old_values: Option<&Tensor>,
+    resp_mask: &Tensor,
+    m: &mut Metrics,
+) -> Result<(Tensor, Tensor), PipelineError> {
+    let params = AdvantageParams {
+        gamma: cfg.gamma,
+        lambda: cfg.lambda,
+        group_size,
+        std_normalize: cfg.std_normalize,
+        eps: 1e-6,
+    };
+    let (mut adv, returns) = compute_advantages(
+        cfg.adv_estimator,
+        &params,
+        token_rewards,
+        old_values,
+        resp_mask,
+    )
+    .during("advantages")?;
+    if cfg.adv_whiten {
+        adv = whiten(&adv, resp_mask, true, 1e-8).during("advantage whitening")?;
+    }
+    adv = (clip_tensor(&adv, cfg.adv_clip).during("advantage clipping")? * resp_mask)
+        .during("advantages")?;
+    let adv_mean = mean_of(&adv, resp_mask)?;
+    let adv_sq = mean_of(&adv.sqr().during("adv")?, resp_mask)?;
+    m.insert("adv/mean".into(), adv_mean);
+    m.insert(
+        "adv/std".into(),
+        (adv_sq - adv_mean * adv_mean).max(0.0).sqrt(),
+    );
+    if let Some(v) = old_values {
+        m.insert(
+            "critic/vf_explained_var".into(),
+            explained_variance(&returns, v, resp_mask)?,
+        );
+    }
+    Ok((adv, returns))
+}
+
+/// The loss mask: response tokens, minus truncated rows and prompts outside the difficulty band.
+fn loss_mask(
+    cfg: &RlConfig,
+    batch: &RlBatch,
+    resp_mask: &Tensor,
+    dev: &Device,
+) -> Result<Tensor, PipelineError> {
+    let mut loss_mask = resp_mask.clone();
+    if cfg.max_length_mask {
+        loss_mask = max_length_mask(&batch.truncated, &loss_mask).during("max-length mask")?;
+    }
+    if let Some(band) = &cfg.difficulty_mask {
+        let keep = band.keep(&batch.correct, batch.group_size);
+        let rows = Tensor::from_vec(
+            keep.iter()
+                .map(|&k| if k { 1f32 } else { 0.0 })
+                .collect::<Vec<_>>(),
+            (batch.prompts.len(), 1),
+            dev,
+        )
+        .during("difficulty mask")?;
+        loss_mask = loss_mask.broadcast_mul(&rows).during("difficulty mask")?;
+    }
+    Ok(loss_mask)
+}
+
+/// One RL update on a scored batch: shaped rewards, reference log-probs and KL, values and
+/// advantages, masks, then the actor's (and the critic's) epochs.
 pub fn update(
     cfg: &RlConfig,
     policy: &LoadedModel,
@@ -82,26 +211,7 @@ pub fn update(
     let resp_mask = pad_rows(&lens, width, &dev).during("rl masks")?;
     let old_logp = pad_rows(&batch.gen_logprobs, width, &dev).during("rl old log-probs")?;
     let mut m = Metrics::new();
-
-    // Rewards: normalise, clip, place at the last response token.
-    let shaped = normalize_rewards(
-        cfg.reward_norm,
-        &batch.rewards,
-        batch.group_size,
-        st.running,
-        1e-6,
-    );
-    let shaped = clip_values(&shaped, cfg.reward_clip);
-    let token_rows: Vec<Vec<f32>> = shaped
-        .iter()
-        .zip(&batch.responses)
-        .map(|(r, resp)| {
-            let mut row = vec![0f32; resp.len()];
-            row[resp.len() - 1] = *r;
-            row
-        })
-        .collect();
-    let mut token_rewards = pad_rows(&token_rows, width, &dev).during("rl rewards")?;
+    let token_rewards = token_rewards(cfg, batch, st.running, width, &dev)?;
 
     let t_ref = std::time::Instant::now();
     let rows = Rows {
@@ -116,79 +226,33 @@ pub fn update(
     };
     m.insert("time/ref".into(), t_ref.elapsed().as_secs_f64());
     let kl_coef = st.kl_ctl.coef();
-    if let Some(r) = &ref_logp {
-        let kl = kl_penalty(cfg.kl.estimator, &old_logp, r).during("kl")?;
-        m.insert("actor/kl".into(), mean_of(&kl, &resp_mask)?);
-        m.insert("actor/kl_coef".into(), kl_coef);
-        if cfg.kl.mode == KlMode::InReward {
-            token_rewards = kl_in_reward(
-                &token_rewards,
-                &old_logp,
-                r,
-                &resp_mask,
-                cfg.kl.estimator,
-                kl_coef,
-            )
-            .during("kl in reward")?;
-        }
-    }
+    let token_rewards = match &ref_logp {
+        Some(r) => kl_terms(
+            cfg,
+            kl_coef,
+            &old_logp,
+            r,
+            &resp_mask,
+            token_rewards,
+            &mut m,
+        )?,
+        None => token_rewards,
+    };
 
     let t_adv = std::time::Instant::now();
     let old_values = match st.critic.as_deref_mut() {
         Some(c) => Some(c.values(policy.pad_id, &rows, &dev)?),
         None => None,
     };
-    let params = AdvantageParams {
-        gamma: cfg.gamma,
-        lambda: cfg.lambda,
-        group_size: batch.group_size,
-        std_normalize: cfg.std_normalize,
-        eps: 1e-6,
-    };
-    let (mut adv, returns) = compute_advantages(
-        cfg.adv_estimator,
-        &params,
+    let (adv, returns) = advantages(
+        cfg,
+        batch.group_size,
         &token_rewards,
         old_values.as_ref(),
         &resp_mask,
-    )
-    .during("advantages")?;
-    if cfg.adv_whiten {
-        adv = whiten(&adv, &resp_mask, true, 1e-8).during("advantage whitening")?;
-    }
-    adv = (clip_tensor(&adv, cfg.adv_clip).during("advantage clipping")? * &resp_mask)
-        .during("advantages")?;
-    let adv_mean = mean_of(&adv, &resp_mask)?;
-    let adv_sq = mean_of(&adv.sqr().during("adv")?, &resp_mask)?;
-    m.insert("adv/mean".into(), adv_mean);
-    m.insert(
-        "adv/std".into(),
-        (adv_sq - adv_mean * adv_mean).max(0.0).sqrt(),
-    );
-    if let Some(v) = &old_values {
-        m.insert(
-            "critic/vf_explained_var".into(),
-            explained_variance(&returns, v, &resp_mask)?,
-        );
-    }
-
-    // Loss mask: response tokens, minus truncated rows and prompts outside the difficulty band.
-    let mut loss_mask = resp_mask.clone();
-    if cfg.max_length_mask {
-        loss_mask = max_length_mask(&batch.truncated, &loss_mask).during("max-length mask")?;
-    }
-    if let Some(band) = &cfg.difficulty_mask {
-        let keep = band.keep(&batch.correct, batch.group_size);
-        let rows = Tensor::from_vec(
-            keep.iter()
-                .map(|&k| if k { 1f32 } else { 0.0 })
-                .collect::<Vec<_>>(),
-            (n, 1),
-            &dev,
-        )
-        .during("difficulty mask")?;
-        loss_mask = loss_mask.broadcast_mul(&rows).during("difficulty mask")?;
-    }
+        &mut m,
+    )?;
+    let loss_mask = loss_mask(cfg, batch, &resp_mask, &dev)?;
     m.insert("time/adv".into(), t_adv.elapsed().as_secs_f64());
     let sample_advantages = adv
         .narrow(1, 0, 1)

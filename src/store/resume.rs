@@ -1,7 +1,7 @@
 //! Preparing a stored run for `roll-tui resume`: take it over and drop what was recorded after the
 //! checkpoint it continues from (those steps are about to be recomputed, identically).
 
-use sqlx::Row;
+use sqlx::{Row, Sqlite, Transaction};
 
 use super::inserts::insert_event;
 use super::liveness::ProcessIdentity;
@@ -44,25 +44,7 @@ impl Store {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.err("preparing a resume"))?;
-        // Under the write lock, the row must still be what the caller checked: otherwise another
-        // `resume` (or the run itself) got there first, and two processes would train one run.
-        let now_row = sqlx::query("SELECT status, heartbeat_at, pid FROM runs WHERE id = ?")
-            .bind(run.id.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(self.err("preparing a resume"))?;
-        let unchanged = now_row.is_some_and(|r| {
-            r.get::<String, _>(0) == run.status.as_str()
-                && r.get::<i64, _>(1) == run.heartbeat_at
-                && r.get::<Option<i64>, _>(2) == run.pid.map(i64::from)
-        });
-        if !unchanged {
-            return Err(StoreError::Run(format!(
-                "run '{}' changed while this resume was getting ready (another process resumed or \
-                 deleted it); check 'roll-tui runs'",
-                run.name
-            )));
-        }
+        self.still_as_checked(&mut tx, run).await?;
         let mut dropped = 0u64;
         let series = sqlx::query("SELECT id, stage, points FROM metric_series WHERE run_id = ?")
             .bind(run.id.0)
@@ -83,67 +65,7 @@ impl Store {
             if s_stage != stage {
                 continue;
             }
-            let chunks = sqlx::query(
-                "SELECT id, data FROM metric_chunks WHERE series_id = ? AND last_step > ?",
-            )
-            .bind(sid)
-            .bind(step as i64)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.err("preparing a resume"))?;
-            for c in chunks {
-                let (cid, data): (i64, Vec<u8>) = (c.get(0), c.get(1));
-                let mut decoded = Series::default();
-                decode_into(&data, &mut decoded).ok_or_else(|| StoreError::Corrupt {
-                    path: self.path().into(),
-                    detail: format!("metric chunk {cid} has a partial point"),
-                })?;
-                let kept: Vec<Point> = (0..decoded.len())
-                    .filter(|&i| decoded.steps[i] <= step)
-                    .map(|i| Point {
-                        step: decoded.steps[i],
-                        wall_time: decoded.wall_time[i],
-                        value: decoded.values[i],
-                    })
-                    .collect();
-                dropped += (decoded.len() - kept.len()) as u64;
-                let q = match (kept.first(), kept.last()) {
-                    (Some(first), Some(last)) => sqlx::query(
-                        "UPDATE metric_chunks SET first_step = ?, last_step = ?, points = ?, data = ? WHERE id = ?",
-                    )
-                    .bind(first.step as i64)
-                    .bind(last.step as i64)
-                    .bind(kept.len() as i64)
-                    .bind(encode(&kept))
-                    .bind(cid),
-                    _ => sqlx::query("DELETE FROM metric_chunks WHERE id = ?").bind(cid),
-                };
-                q.execute(&mut *tx)
-                    .await
-                    .map_err(self.err("preparing a resume"))?;
-            }
-            // Refresh the series summary from what is left.
-            let last = sqlx::query(
-                "SELECT data FROM metric_chunks WHERE series_id = ? ORDER BY last_step DESC, id DESC LIMIT 1",
-            )
-            .bind(sid)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(self.err("preparing a resume"))?;
-            let mut tail = Series::default();
-            if let Some(row) = last {
-                decode_into(row.get::<&[u8], _>(0), &mut tail);
-            }
-            sqlx::query(
-                "UPDATE metric_series SET points = (SELECT COALESCE(SUM(points), 0) FROM metric_chunks \
-                 WHERE series_id = ?1), last_step = ?2, last_value = ?3 WHERE id = ?1",
-            )
-            .bind(sid)
-            .bind(tail.steps.last().map(|s| *s as i64))
-            .bind(tail.values.last().copied())
-            .execute(&mut *tx)
-            .await
-            .map_err(self.err("preparing a resume"))?;
+            dropped += self.truncate_series(&mut tx, sid, step).await?;
         }
         for table in ["samples", "trajectories", "checkpoints"] {
             let mut sql =
@@ -185,6 +107,105 @@ impl Store {
         );
         insert_event(self, &mut tx, Some(run.id), &event, now).await?;
         tx.commit().await.map_err(self.err("preparing a resume"))?;
+        Ok(dropped)
+    }
+
+    /// Under the write lock, the row must still be what the caller checked: otherwise another
+    /// `resume` (or the run itself) got there first, and two processes would train one run.
+    async fn still_as_checked(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        run: &RunInfo,
+    ) -> Result<(), StoreError> {
+        let now_row = sqlx::query("SELECT status, heartbeat_at, pid FROM runs WHERE id = ?")
+            .bind(run.id.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(self.err("preparing a resume"))?;
+        let unchanged = now_row.is_some_and(|r| {
+            r.get::<String, _>(0) == run.status.as_str()
+                && r.get::<i64, _>(1) == run.heartbeat_at
+                && r.get::<Option<i64>, _>(2) == run.pid.map(i64::from)
+        });
+        if !unchanged {
+            return Err(StoreError::Run(format!(
+                "run '{}' changed while this resume was getting ready (another process resumed or \
+                 deleted it); check 'roll-tui runs'",
+                run.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drop the points of series `sid` after `step` (rewriting the chunk that straddles it) and
+    /// refresh the series' summary; returns how many points were dropped.
+    async fn truncate_series(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        sid: i64,
+        step: u64,
+    ) -> Result<u64, StoreError> {
+        let mut dropped = 0u64;
+        let chunks =
+            sqlx::query("SELECT id, data FROM metric_chunks WHERE series_id = ? AND last_step > ?")
+                .bind(sid)
+                .bind(step as i64)
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(self.err("preparing a resume"))?;
+        for c in chunks {
+            let (cid, data): (i64, Vec<u8>) = (c.get(0), c.get(1));
+            let mut decoded = Series::default();
+            decode_into(&data, &mut decoded).ok_or_else(|| StoreError::Corrupt {
+                path: self.path().into(),
+                detail: format!("metric chunk {cid} has a partial point"),
+            })?;
+            let kept: Vec<Point> = (0..decoded.len())
+                .filter(|&i| decoded.steps[i] <= step)
+                .map(|i| Point {
+                    step: decoded.steps[i],
+                    wall_time: decoded.wall_time[i],
+                    value: decoded.values[i],
+                })
+                .collect();
+            dropped += (decoded.len() - kept.len()) as u64;
+            let q = match (kept.first(), kept.last()) {
+                (Some(first), Some(last)) => sqlx::query(
+                    "UPDATE metric_chunks SET first_step = ?, last_step = ?, points = ?, data = ? WHERE id = ?",
+                )
+                .bind(first.step as i64)
+                .bind(last.step as i64)
+                .bind(kept.len() as i64)
+                .bind(encode(&kept))
+                .bind(cid),
+                _ => sqlx::query("DELETE FROM metric_chunks WHERE id = ?").bind(cid),
+            };
+            q.execute(&mut **tx)
+                .await
+                .map_err(self.err("preparing a resume"))?;
+        }
+        // Refresh the series summary from what is left.
+        let last = sqlx::query(
+            "SELECT data FROM metric_chunks WHERE series_id = ? ORDER BY last_step DESC, id DESC LIMIT 1",
+        )
+        .bind(sid)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(self.err("preparing a resume"))?;
+        let mut tail = Series::default();
+        if let Some(row) = last {
+            decode_into(row.get::<&[u8], _>(0), &mut tail);
+        }
+        sqlx::query(
+            "UPDATE metric_series SET points = (SELECT COALESCE(SUM(points), 0) FROM metric_chunks \
+             WHERE series_id = ?1), last_step = ?2, last_value = ?3 WHERE id = ?1",
+        )
+        .bind(sid)
+        .bind(tail.steps.last().map(|s| *s as i64))
+        .bind(tail.values.last().copied())
+        .execute(&mut **tx)
+        .await
+        .map_err(self.err("preparing a resume"))?;
         Ok(dropped)
     }
 }

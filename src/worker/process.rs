@@ -118,6 +118,141 @@ pub struct WorkerProcess {
 /// The last lines a worker wrote to stderr, for error messages.
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
+/// `roll-tui worker ROLE` in its own process group, killed when dropped, told where to connect
+/// and who its parent is.
+fn start_child(
+    spec: &WorkerSpec,
+    socket: &std::path::Path,
+) -> Result<tokio::process::Child, WorkerError> {
+    tokio::process::Command::new(&spec.program)
+        .arg("worker")
+        .arg(spec.role.as_str())
+        .arg("--index")
+        .arg(spec.index.to_string())
+        .arg("--socket")
+        .arg(socket)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| WorkerError::Spawn {
+            role: spec.role,
+            index: spec.index,
+            program: spec.program.display().to_string(),
+            source,
+        })
+}
+
+/// The writer task: send queued messages until the queue or the socket closes.
+async fn write_frames<S>(mut sink: S, mut to_send: mpsc::Receiver<ToWorker>)
+where
+    S: futures_util::Sink<tokio_util::bytes::Bytes> + Unpin,
+{
+    while let Some(msg) = to_send.recv().await {
+        let Ok(bytes) = serde_json::to_vec(&msg) else {
+            continue;
+        };
+        if sink
+            .send(tokio_util::bytes::Bytes::from(bytes))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+}
+
+/// The reader task: hand each reply to the call waiting for it, note each pong's time.
+async fn read_frames<S>(mut stream: S, pending: Pending, last_pong: Arc<Mutex<Instant>>)
+where
+    S: futures_util::Stream<Item = std::io::Result<tokio_util::bytes::BytesMut>> + Unpin,
+{
+    while let Some(Ok(frame)) = stream.next().await {
+        match serde_json::from_slice::<FromWorker>(&frame) {
+            Ok(FromWorker::Pong { .. }) => {
+                if let Ok(mut t) = last_pong.lock() {
+                    *t = Instant::now();
+                }
+            }
+            Ok(FromWorker::Reply { id, result }) => {
+                let waiter = pending.lock().ok().and_then(|mut p| p.waiting.remove(&id));
+                if let Some(w) = waiter {
+                    let _ = w.send(result);
+                }
+            }
+            // A second hello or a malformed frame: the connection is not trustworthy.
+            Ok(FromWorker::Hello { .. }) | Err(_) => break,
+        }
+    }
+}
+
+/// The heartbeat task: ping every `spec.heartbeat`; report silence past `spec.silence_limit` once
+/// per silent spell.
+async fn heartbeat(
+    spec: WorkerSpec,
+    outgoing: mpsc::Sender<ToWorker>,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    last_pong: Arc<Mutex<Instant>>,
+) {
+    let (role, index, limit) = (spec.role, spec.index, spec.silence_limit);
+    let mut tick = tokio::time::interval(spec.heartbeat);
+    let (mut seq, mut reported) = (0u64, false);
+    loop {
+        tick.tick().await;
+        seq += 1;
+        if outgoing.send(ToWorker::Ping { seq }).await.is_err() {
+            break;
+        }
+        let silent = last_pong.lock().map(|t| t.elapsed()).unwrap_or_default();
+        if silent >= limit && !reported {
+            reported = true;
+            let _ = events.send(WorkerEvent::Unresponsive {
+                role,
+                index,
+                silent_s: silent.as_secs_f64(),
+            });
+        } else if silent < limit {
+            reported = false;
+        }
+    }
+}
+
+/// The exit watcher: when the process exits, fail the calls in flight, report the exit, publish
+/// the status.
+struct ExitWatcher {
+    role: Role,
+    index: usize,
+    pid: u32,
+    pending: Pending,
+    shutting_down: Arc<AtomicBool>,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    exit_tx: watch::Sender<Option<String>>,
+}
+
+impl ExitWatcher {
+    async fn watch(self, mut child: tokio::process::Child) {
+        let status = exit_text(child.wait().await);
+        // Fail every call in flight now, rather than at its timeout, and refuse new ones.
+        if let Ok(mut p) = self.pending.lock() {
+            p.exited = Some(status.clone());
+            p.waiting.clear();
+        }
+        // The event first: whoever sees the exit status can then find the event queued.
+        let _ = self.events.send(WorkerEvent::Exited {
+            role: self.role,
+            index: self.index,
+            pid: self.pid,
+            status: status.clone(),
+            expected: self.shutting_down.load(Ordering::SeqCst),
+        });
+        let _ = self.exit_tx.send(Some(status));
+    }
+}
+
 fn spawn_log_reader<R>(
     reader: R,
     stream: &'static str,
@@ -181,27 +316,7 @@ impl WorkerProcess {
             .map_err(|e| proto(ProtocolError::Io(e)))?;
         let socket = dir.path().join(format!("{role}-{index}.sock"));
         let listener = UnixListener::bind(&socket).map_err(|e| proto(ProtocolError::Io(e)))?;
-        let mut child = tokio::process::Command::new(&spec.program)
-            .arg("worker")
-            .arg(role.as_str())
-            .arg("--index")
-            .arg(index.to_string())
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--parent")
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| WorkerError::Spawn {
-                role,
-                index,
-                program: spec.program.display().to_string(),
-                source,
-            })?;
+        let mut child = start_child(spec, &socket)?;
         let tail: Tail = Arc::default();
         let mut tasks = vec![];
         if let Some(out) = child.stdout.take() {
@@ -246,97 +361,34 @@ impl WorkerProcess {
                 .map_err(proto)?;
         let _ = events.send(WorkerEvent::Started { role, index, pid });
 
-        let (mut sink, mut stream) = StreamExt::split::<tokio_util::bytes::Bytes>(ch.into_inner());
-        let (outgoing, mut to_send) = mpsc::channel::<ToWorker>(64);
-        tasks.push(tokio::spawn(async move {
-            while let Some(msg) = to_send.recv().await {
-                let Ok(bytes) = serde_json::to_vec(&msg) else {
-                    continue;
-                };
-                if sink
-                    .send(tokio_util::bytes::Bytes::from(bytes))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        }));
-
+        let (sink, stream) = StreamExt::split::<tokio_util::bytes::Bytes>(ch.into_inner());
+        let (outgoing, to_send) = mpsc::channel::<ToWorker>(64);
+        tasks.push(tokio::spawn(write_frames(sink, to_send)));
         let pending: Pending = Arc::default();
         let last_pong = Arc::new(Mutex::new(Instant::now()));
-        {
-            let (pending, last_pong) = (pending.clone(), last_pong.clone());
-            tasks.push(tokio::spawn(async move {
-                while let Some(Ok(frame)) = stream.next().await {
-                    match serde_json::from_slice::<FromWorker>(&frame) {
-                        Ok(FromWorker::Pong { .. }) => {
-                            if let Ok(mut t) = last_pong.lock() {
-                                *t = Instant::now();
-                            }
-                        }
-                        Ok(FromWorker::Reply { id, result }) => {
-                            let waiter =
-                                pending.lock().ok().and_then(|mut p| p.waiting.remove(&id));
-                            if let Some(w) = waiter {
-                                let _ = w.send(result);
-                            }
-                        }
-                        // A second hello or a malformed frame: the connection is not trustworthy.
-                        Ok(FromWorker::Hello { .. }) | Err(_) => break,
-                    }
-                }
-            }));
-        }
-        {
-            let (outgoing, events, last_pong) =
-                (outgoing.clone(), events.clone(), last_pong.clone());
-            let (period, limit) = (spec.heartbeat, spec.silence_limit);
-            tasks.push(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(period);
-                let (mut seq, mut reported) = (0u64, false);
-                loop {
-                    tick.tick().await;
-                    seq += 1;
-                    if outgoing.send(ToWorker::Ping { seq }).await.is_err() {
-                        break;
-                    }
-                    let silent = last_pong.lock().map(|t| t.elapsed()).unwrap_or_default();
-                    if silent >= limit && !reported {
-                        reported = true;
-                        let _ = events.send(WorkerEvent::Unresponsive {
-                            role,
-                            index,
-                            silent_s: silent.as_secs_f64(),
-                        });
-                    } else if silent < limit {
-                        reported = false;
-                    }
-                }
-            }));
-        }
+        tasks.push(tokio::spawn(read_frames(
+            stream,
+            pending.clone(),
+            last_pong.clone(),
+        )));
+        tasks.push(tokio::spawn(heartbeat(
+            spec.clone(),
+            outgoing.clone(),
+            events.clone(),
+            last_pong,
+        )));
         let (exit_tx, exit) = watch::channel(None);
         let shutting_down = Arc::new(AtomicBool::new(false));
-        {
-            let (pending, shutting_down) = (pending.clone(), shutting_down.clone());
-            tasks.push(tokio::spawn(async move {
-                let status = exit_text(child.wait().await);
-                // Fail every call in flight now, rather than at its timeout, and refuse new ones.
-                if let Ok(mut p) = pending.lock() {
-                    p.exited = Some(status.clone());
-                    p.waiting.clear();
-                }
-                // The event first: whoever sees the exit status can then find the event queued.
-                let _ = events.send(WorkerEvent::Exited {
-                    role,
-                    index,
-                    pid,
-                    status: status.clone(),
-                    expected: shutting_down.load(Ordering::SeqCst),
-                });
-                let _ = exit_tx.send(Some(status));
-            }));
-        }
+        let watcher = ExitWatcher {
+            role,
+            index,
+            pid,
+            pending: pending.clone(),
+            shutting_down: shutting_down.clone(),
+            events,
+            exit_tx,
+        };
+        tasks.push(tokio::spawn(watcher.watch(child)));
         Ok(WorkerProcess {
             role,
             index,
