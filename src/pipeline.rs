@@ -1,5 +1,6 @@
-//! Pipelines as plain sequential code: SFT ([`sft`]) and RLVR ([`rlvr`]), run in-process for now
-//! (the scheduler issue moves roles into worker processes behind the same calls).
+//! Pipelines as plain sequential code over role handles (`crate::role`): a run is the ordered list
+//! of its stages ([`run`] loops over `RunConfig::stages`), each stage a module — SFT ([`sft`]) and
+//! RLVR ([`rlvr`]). Whether a role runs here or in a worker process is the role's business.
 //!
 //! A pipeline reports progress only through [`Observer`] events and writes numbers only through a
 //! [`MetricSink`]; it never prints. Front-ends (headless, TUI) subscribe to the events. A run can start
@@ -7,6 +8,8 @@
 //! step, with the same weights, optimizer moments, data cursor and RL state, so it computes the same
 //! numbers an uninterrupted run would have.
 
+mod context;
+mod resume;
 mod rl_learner;
 mod rl_metrics;
 pub mod rl_update;
@@ -20,17 +23,15 @@ mod worker_report;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::config::{RunConfig, Stage, StageConfig};
-use crate::data::mix::MixerState;
 pub use crate::data::mix_seed;
-use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
-use crate::model::LoadedModel;
+use crate::metrics::{MetricSink, Metrics};
 use crate::role::RoleError;
-use crate::role::critic::{CRITIC_FILE, CRITIC_OPTIMIZER_FILE, Critic};
-use crate::train::checkpoint::{RlResumeState, TrainerState, save_checkpoint};
+pub use context::{CheckpointExtras, REFERENCE_FILE, RunContext, checkpoint_dir};
+pub use resume::Resume;
 
 /// Something a front-end may want to show.
 #[derive(Debug, Clone)]
@@ -126,233 +127,6 @@ impl<T> TensorContext<T> for candle_core::Result<T> {
     fn during(self, stage: &'static str) -> Result<T, PipelineError> {
         self.map_err(|source| PipelineError::Tensor { stage, source })
     }
-}
-
-/// Where a resumed run starts: a checkpoint directory and its trainer state.
-#[derive(Debug, Clone)]
-pub struct Resume {
-    pub dir: PathBuf,
-    pub state: TrainerState,
-}
-
-impl Resume {
-    /// Read `trainer_state.json` of checkpoint `dir` and check it belongs to `cfg` and can be resumed.
-    pub fn load(dir: &std::path::Path, cfg: &RunConfig) -> Result<Resume, PipelineError> {
-        let (state, _) =
-            crate::train::checkpoint::load_trainer_state(dir, &candle_core::Device::Cpu)?;
-        let bad =
-            |why: String| PipelineError::Setup(format!("checkpoint '{}': {why}", dir.display()));
-        if state.config_hash != cfg.hash() {
-            return Err(bad(format!(
-                "it belongs to config {} but the run's config is {}",
-                state.config_hash,
-                cfg.hash()
-            )));
-        }
-        if state.mixer.is_none() {
-            return Err(bad("it has no data cursor (written by an older roll-tui); it cannot be resumed exactly".into()));
-        }
-        if state.stage == Stage::Rl.as_str() && state.rl.is_none() {
-            return Err(bad(
-                "it has no RL state (KL controller, reward statistics)".into()
-            ));
-        }
-        Ok(Resume {
-            dir: dir.to_path_buf(),
-            state,
-        })
-    }
-
-    /// Check, before anything is changed, that this resume can set up: the data still matches the
-    /// checkpoint's cursor, the RL stage's KL reference loads, and a critic's files are there.
-    pub fn check_setup(&self, cfg: &RunConfig, model: &LoadedModel) -> Result<(), PipelineError> {
-        let data = setup::load_domains(cfg, model)?;
-        if let Some(m) = &self.state.mixer {
-            data.mixer(0)?.restore(m)?;
-        }
-        let Some(rl) = cfg
-            .rl
-            .as_ref()
-            .filter(|_| self.state.stage == Stage::Rl.as_str())
-        else {
-            return Ok(());
-        };
-        if rl.kl.mode != crate::algo::kl::KlMode::None {
-            setup::rl_start_policy(cfg)?;
-            let refreshed = rl.kl.refresh_every > 0 && self.state.step >= rl.kl.refresh_every;
-            if refreshed && !self.dir.join(REFERENCE_FILE).is_file() {
-                return Err(PipelineError::Setup(format!(
-                    "checkpoint '{}': the refreshed KL reference '{REFERENCE_FILE}' is missing",
-                    self.dir.display()
-                )));
-            }
-        }
-        if rl.critic.is_some() && crate::role::rows::needs_critic(rl.adv_estimator) {
-            for f in [CRITIC_FILE, CRITIC_OPTIMIZER_FILE] {
-                if !self.dir.join(f).is_file() {
-                    return Err(PipelineError::Setup(format!(
-                        "checkpoint '{}': the critic file '{f}' is missing",
-                        self.dir.display()
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The state when resuming `stage`, `None` when the resume point is in another stage.
-    pub fn for_stage(resume: Option<&Resume>, stage: Stage) -> Option<Resume> {
-        resume.filter(|r| r.state.stage == stage.as_str()).cloned()
-    }
-}
-
-/// A checkpoint's KL reference, once `rl.kl.refresh_every` has replaced the starting policy.
-pub const REFERENCE_FILE: &str = "reference.safetensors";
-
-/// What a stage adds to its checkpoints besides the policy and its optimizer.
-pub struct CheckpointExtras<'a> {
-    pub mixer: MixerState,
-    pub rl: Option<RlResumeState>,
-    pub critic: Option<&'a Critic>,
-    /// The KL reference, when it is no longer the stage's starting policy (`rl.kl.refresh_every`).
-    pub reference: Option<&'a crate::role::reference::Reference>,
-}
-
-/// What every stage shares: config, output, the observer, the sink and the stop flag.
-pub struct RunContext<'a> {
-    pub cfg: &'a RunConfig,
-    pub output_dir: PathBuf,
-    pub observer: &'a mut dyn Observer,
-    pub sink: &'a mut dyn MetricSink,
-    pub stop: Arc<AtomicBool>,
-    pub started: Instant,
-    /// Wall time already spent before this process (a resumed run continues its clock).
-    pub wall_offset: f64,
-}
-
-impl RunContext<'_> {
-    /// Seconds since the run started, across resumes.
-    pub fn wall_time(&self) -> f64 {
-        self.wall_offset + self.started.elapsed().as_secs_f64()
-    }
-
-    /// A notice for the user that is also kept with the run.
-    pub fn warn(&mut self, text: String) -> Result<(), PipelineError> {
-        self.sink.message(&text)?;
-        self.emit(PipelineEvent::Message(text));
-        Ok(())
-    }
-
-    pub fn stop_requested(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    pub fn emit(&mut self, event: PipelineEvent) {
-        self.observer.on_event(&event);
-    }
-
-    pub fn record_step(
-        &mut self,
-        stage: Stage,
-        step: usize,
-        total: usize,
-        metrics: Metrics,
-    ) -> Result<(), PipelineError> {
-        let record = MetricRecord {
-            stage,
-            step,
-            wall_time: self.wall_time(),
-            metrics,
-        };
-        self.sink.record(&record)?;
-        self.emit(PipelineEvent::StepFinished {
-            stage,
-            step,
-            total_steps: total,
-            metrics: record.metrics,
-        });
-        Ok(())
-    }
-
-    pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), PipelineError> {
-        self.sink.samples(samples)?;
-        Ok(())
-    }
-
-    /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
-    /// or when a stop was requested. Returns true when the stage must stop now.
-    pub fn after_step<'a2>(
-        &mut self,
-        model: &LoadedModel,
-        opt: &dyn crate::train::checkpoint::OptimizerState,
-        stage: Stage,
-        (step, total): (usize, usize),
-        last: &mut Option<PathBuf>,
-        extras: impl FnOnce() -> CheckpointExtras<'a2>,
-    ) -> Result<bool, PipelineError> {
-        let every = self.cfg.checkpoint.every;
-        let stop = self.stop_requested();
-        if stop || step == total || (every > 0 && step % every == 0) {
-            *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
-        }
-        // A stop requested during the run's very last step changes nothing: the run is complete.
-        Ok(stop && !(step == total && self.cfg.last_stage() == Some(stage)))
-    }
-
-    /// Write `checkpoints/<stage>-step<N>` and report it.
-    pub fn checkpoint(
-        &mut self,
-        model: &LoadedModel,
-        opt: &dyn crate::train::checkpoint::OptimizerState,
-        stage: Stage,
-        step: usize,
-        extras: CheckpointExtras<'_>,
-    ) -> Result<PathBuf, PipelineError> {
-        let dir = checkpoint_dir(&self.output_dir, stage, step);
-        let state = TrainerState {
-            stage: stage.as_str().into(),
-            step,
-            seed: self.cfg.seed,
-            config_hash: self.cfg.hash(),
-            optimizer_steps: opt.steps_taken(),
-            wall_time: self.wall_time(),
-            mixer: Some(extras.mixer),
-            rl: extras.rl,
-        };
-        let (critic, reference) = (extras.critic, extras.reference);
-        let write_critic = |dir: &std::path::Path| -> Result<(), crate::model::LoadError> {
-            if let Some(c) = critic {
-                c.save(dir)?;
-            }
-            if let Some(r) = reference {
-                r.save(&dir.join(REFERENCE_FILE))?;
-            }
-            Ok(())
-        };
-        let bytes = save_checkpoint(&dir, model, opt, &state, Some(&write_critic))?;
-        // Metrics up to this step first, then the checkpoint row: the store never points at a
-        // checkpoint whose steps it has not recorded.
-        self.sink.flush()?;
-        self.sink.checkpoint(&CheckpointRecord {
-            stage: stage.as_str().into(),
-            step,
-            path: dir.clone(),
-            bytes,
-        })?;
-        self.emit(PipelineEvent::CheckpointSaved {
-            path: dir.clone(),
-            step,
-            bytes,
-        });
-        Ok(dir)
-    }
-}
-
-/// `checkpoints/<stage>-step<N>` under a run's output directory.
-pub fn checkpoint_dir(output_dir: &std::path::Path, stage: Stage, step: usize) -> PathBuf {
-    output_dir
-        .join("checkpoints")
-        .join(format!("{stage}-step{step}"))
 }
 
 /// Run every stage of `cfg` (SFT, then RL) in this process, writing results to `sink`; with `resume`,

@@ -337,3 +337,7 @@ impl<'a> Rollout<'a> {
         self.link.shutdown()
     }
 }
+
+#[cfg(test)]
+#[path = "rollout_loop_tests.rs"]
+mod tests;

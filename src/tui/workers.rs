@@ -137,10 +137,10 @@ impl WorkersView {
 mod tests {
     use super::*;
     use crate::store::RunStatus;
-    use crate::tui::theme::Theme;
     use crate::store::records::EventKind as K;
     use crate::tui::events::tests::{ev, screen, transfer};
     use crate::tui::runs::tests::info;
+    use crate::tui::theme::Theme;
 
     const MIB: u64 = 1 << 20;
     /// The clock of the snapshots; the run started two minutes before.

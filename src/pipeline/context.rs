@@ -1,0 +1,164 @@
+//! What every stage shares while it runs — config, output directory, observer, sink, stop flag —
+//! and the recording it does through it: step metrics, samples, checkpoints.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use super::{Observer, PipelineError, PipelineEvent};
+use crate::config::{RunConfig, Stage};
+use crate::data::mix::MixerState;
+use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
+use crate::model::LoadedModel;
+use crate::role::critic::Critic;
+use crate::train::checkpoint::{RlResumeState, TrainerState, save_checkpoint};
+
+/// A checkpoint's KL reference, once `rl.kl.refresh_every` has replaced the starting policy.
+pub const REFERENCE_FILE: &str = "reference.safetensors";
+
+/// What a stage adds to its checkpoints besides the policy and its optimizer.
+pub struct CheckpointExtras<'a> {
+    pub mixer: MixerState,
+    pub rl: Option<RlResumeState>,
+    pub critic: Option<&'a Critic>,
+    /// The KL reference, when it is no longer the stage's starting policy (`rl.kl.refresh_every`).
+    pub reference: Option<&'a crate::role::reference::Reference>,
+}
+
+/// What every stage shares: config, output, the observer, the sink and the stop flag.
+pub struct RunContext<'a> {
+    pub cfg: &'a RunConfig,
+    pub output_dir: PathBuf,
+    pub observer: &'a mut dyn Observer,
+    pub sink: &'a mut dyn MetricSink,
+    pub stop: Arc<AtomicBool>,
+    pub started: Instant,
+    /// Wall time already spent before this process (a resumed run continues its clock).
+    pub wall_offset: f64,
+}
+
+impl RunContext<'_> {
+    /// Seconds since the run started, across resumes.
+    pub fn wall_time(&self) -> f64 {
+        self.wall_offset + self.started.elapsed().as_secs_f64()
+    }
+
+    /// A notice for the user that is also kept with the run.
+    pub fn warn(&mut self, text: String) -> Result<(), PipelineError> {
+        self.sink.message(&text)?;
+        self.emit(PipelineEvent::Message(text));
+        Ok(())
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    pub fn emit(&mut self, event: PipelineEvent) {
+        self.observer.on_event(&event);
+    }
+
+    pub fn record_step(
+        &mut self,
+        stage: Stage,
+        step: usize,
+        total: usize,
+        metrics: Metrics,
+    ) -> Result<(), PipelineError> {
+        let record = MetricRecord {
+            stage,
+            step,
+            wall_time: self.wall_time(),
+            metrics,
+        };
+        self.sink.record(&record)?;
+        self.emit(PipelineEvent::StepFinished {
+            stage,
+            step,
+            total_steps: total,
+            metrics: record.metrics,
+        });
+        Ok(())
+    }
+
+    pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), PipelineError> {
+        self.sink.samples(samples)?;
+        Ok(())
+    }
+
+    /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
+    /// or when a stop was requested. Returns true when the stage must stop now.
+    pub fn after_step<'a2>(
+        &mut self,
+        model: &LoadedModel,
+        opt: &dyn crate::train::checkpoint::OptimizerState,
+        stage: Stage,
+        (step, total): (usize, usize),
+        last: &mut Option<PathBuf>,
+        extras: impl FnOnce() -> CheckpointExtras<'a2>,
+    ) -> Result<bool, PipelineError> {
+        let every = self.cfg.checkpoint.every;
+        let stop = self.stop_requested();
+        if stop || step == total || (every > 0 && step % every == 0) {
+            *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
+        }
+        // A stop requested during the run's very last step changes nothing: the run is complete.
+        Ok(stop && !(step == total && self.cfg.last_stage() == Some(stage)))
+    }
+
+    /// Write `checkpoints/<stage>-step<N>` and report it.
+    pub fn checkpoint(
+        &mut self,
+        model: &LoadedModel,
+        opt: &dyn crate::train::checkpoint::OptimizerState,
+        stage: Stage,
+        step: usize,
+        extras: CheckpointExtras<'_>,
+    ) -> Result<PathBuf, PipelineError> {
+        let dir = checkpoint_dir(&self.output_dir, stage, step);
+        let state = TrainerState {
+            stage: stage.as_str().into(),
+            step,
+            seed: self.cfg.seed,
+            config_hash: self.cfg.hash(),
+            optimizer_steps: opt.steps_taken(),
+            wall_time: self.wall_time(),
+            mixer: Some(extras.mixer),
+            rl: extras.rl,
+        };
+        let (critic, reference) = (extras.critic, extras.reference);
+        let write_critic = |dir: &std::path::Path| -> Result<(), crate::model::LoadError> {
+            if let Some(c) = critic {
+                c.save(dir)?;
+            }
+            if let Some(r) = reference {
+                r.save(&dir.join(REFERENCE_FILE))?;
+            }
+            Ok(())
+        };
+        let bytes = save_checkpoint(&dir, model, opt, &state, Some(&write_critic))?;
+        // Metrics up to this step first, then the checkpoint row: the store never points at a
+        // checkpoint whose steps it has not recorded.
+        self.sink.flush()?;
+        self.sink.checkpoint(&CheckpointRecord {
+            stage: stage.as_str().into(),
+            step,
+            path: dir.clone(),
+            bytes,
+        })?;
+        self.emit(PipelineEvent::CheckpointSaved {
+            path: dir.clone(),
+            step,
+            bytes,
+        });
+        Ok(dir)
+    }
+}
+
+/// `checkpoints/<stage>-step<N>` under a run's output directory.
+pub fn checkpoint_dir(output_dir: &std::path::Path, stage: Stage, step: usize) -> PathBuf {
+    output_dir
+        .join("checkpoints")
+        .join(format!("{stage}-step{step}"))
+}
