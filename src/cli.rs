@@ -1,5 +1,6 @@
 //! Command-line definitions and dispatch for the `roll-tui` binary; the commands live in `cli/`.
 
+mod env_cmd;
 mod model_cmd;
 mod run_cmd;
 mod store_cmd;
@@ -44,6 +45,9 @@ pub enum Command {
     /// Create, inspect and score models.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// List environments, or play an episode of one by hand or at random.
+    #[command(subcommand)]
+    Env(EnvCommand),
     /// Run one role as a worker process (started by the scheduler, not by hand).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -179,6 +183,38 @@ pub struct ExportArgs {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum EnvCommand {
+    /// The environments and their parameters.
+    List,
+    /// Play one episode and print every step (observation, action, reward, done, info).
+    Play(EnvPlayArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EnvPlayArgs {
+    /// The environment (see `roll-tui env list`).
+    pub env: String,
+    /// The episode's seed: the same seed plays the same episode.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// An environment parameter, `key=value` (repeatable): `--set map=SFFF/FHFH/FFFH/HFFG`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// The actions to take, comma-separated (`Down,Down,Right`), as a policy would answer them.
+    #[arg(long, value_delimiter = ',', conflicts_with = "policy")]
+    pub actions: Vec<String>,
+    /// `random`: a uniformly random valid action each step, drawn from the seed.
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Stop after this many steps even if the episode goes on.
+    #[arg(long, default_value_t = 100)]
+    pub max_steps: usize,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
 pub enum ModelCommand {
     /// Write a random-initialised model and a character-level tokenizer as a Hugging Face directory.
     Init(InitArgs),
@@ -254,6 +290,8 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
+        Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
+        Command::Env(EnvCommand::Play(args)) => env_cmd::play(args).map(|_| 0),
         Command::Worker(args) => worker(args).map(|_| 0),
     }
 }

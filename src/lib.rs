@@ -9,6 +9,7 @@
 //! - [`algo`]: pure RL math on tensors — advantages, KL, policy losses, aggregation, masks, filters.
 //! - [`reward`]: rule rewards (math answer, exact match).
 //! - [`data`]: JSONL prompt datasets, domain mixing, synthetic quickstart tasks.
+//! - [`env`]: environments for agentic RL (FrozenLake), the action parser and format penalty.
 //! - [`metrics`]: the shapes of metrics, samples and checkpoints, and the sink trait pipelines write to.
 //! - [`store`]: the SQLite experiment store (runs, metric series, samples, trajectories, events).
 //! - [`role`]: each role's handle, typed calls and computation, in this process or a worker process.
@@ -30,6 +31,7 @@ pub mod algo;
 pub mod cli;
 pub mod config;
 pub mod data;
+pub mod env;
 pub mod headless;
 pub mod health;
 pub mod launch;

@@ -1,0 +1,92 @@
+//! `roll-tui env list` and `roll-tui env play` on the binary: an episode of FrozenLake played by
+//! hand reaches the goal with gymnasium's states and rewards, an invalid action is penalised and
+//! changes nothing, a random policy is repeatable by seed, and mistakes are clear errors.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use common::bin;
+use serde_json::Value;
+
+fn play(args: &[&str]) -> (bool, String, String) {
+    let out = bin().args(["env", "play"]).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_hand_played_episode_reaches_the_goal_as_gymnasium_scores_it() {
+    let (ok, out, err) = play(&[
+        "frozen_lake",
+        "--set",
+        "map=SFFF/FHFH/FFFH/HFFG",
+        "--actions",
+        "Down,Down,Right,Jump,Down,Right,Right",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let steps = lines(&out);
+    // The reset line, then seven steps; the episode ends on the goal at the last one.
+    assert_eq!(steps.len(), 8, "{out}");
+    let states: Vec<u64> = steps[1..]
+        .iter()
+        .map(|s| s["info"]["state"].as_u64().unwrap())
+        .collect();
+    // 0 → 4 → 8 → 9, "Jump" changes nothing, → 13 → 14 → 15 (G).
+    assert_eq!(states, [4, 8, 9, 9, 13, 14, 15]);
+    let rewards: Vec<f64> = steps[1..]
+        .iter()
+        .map(|s| s["reward"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rewards, [0.0, 0.0, 0.0, -0.1, 0.0, 0.0, 1.0]);
+    assert_eq!(steps[4]["info"]["action_is_valid"], false);
+    assert_eq!(steps[4]["state_hash"], steps[3]["state_hash"]);
+    assert_eq!(steps[7]["done"], true);
+    assert_eq!(steps[7]["info"]["success"], true);
+}
+
+#[test]
+fn a_random_policy_is_repeatable_by_seed_and_mistakes_are_clear() {
+    let random = |seed: &str| {
+        let (ok, out, err) = play(&[
+            "frozen_lake",
+            "--set",
+            "size=6",
+            "--policy",
+            "random",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        out
+    };
+    assert_eq!(random("5"), random("5"));
+    assert_ne!(random("5"), random("6"));
+
+    let (ok, _, err) = play(&["frozen_lak", "--actions", "Up"]);
+    assert!(
+        !ok && err.contains("unknown environment 'frozen_lak' (did you mean 'frozen_lake'?)"),
+        "{err}"
+    );
+    let (ok, _, err) = play(&["frozen_lake", "--set", "size=x", "--actions", "Up"]);
+    assert!(!ok && err.contains("size=x: expected an integer"), "{err}");
+    let (ok, _, err) = play(&["frozen_lake"]);
+    assert!(
+        !ok && err.contains("--actions A,B,… or --policy random"),
+        "{err}"
+    );
+    let out = bin().args(["env", "list"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("frozen_lake"));
+}
