@@ -97,11 +97,17 @@ fn has_path(map: &[Vec<u8>]) -> bool {
     false
 }
 
-/// A random `size`×`size` map with a path, drawn from `seed`.
+/// Maps drawn before a path is carved by hand (a low `p` on a large map almost never has one).
+const MAP_ATTEMPTS: usize = 1000;
+
+/// A random `size`×`size` map with a path, drawn from `seed`: maps are drawn until one has a path,
+/// as gymnasium does; if none of [`MAP_ATTEMPTS`] has, the last one gets the top row and the right
+/// column frozen, so that asking for an unlikely map never hangs.
 fn random_map(size: usize, p: f64, seed: u64) -> Vec<Vec<u8>> {
     let mut rng = StdRng::seed_from_u64(seed);
-    loop {
-        let mut map: Vec<Vec<u8>> = (0..size)
+    let mut map: Vec<Vec<u8>> = vec![];
+    for _ in 0..MAP_ATTEMPTS {
+        map = (0..size)
             .map(|_| {
                 (0..size)
                     .map(|_| if rng.random_bool(p) { b'F' } else { b'H' })
@@ -114,6 +120,13 @@ fn random_map(size: usize, p: f64, seed: u64) -> Vec<Vec<u8>> {
             return map;
         }
     }
+    for c in 1..size {
+        map[0][c] = b'F';
+    }
+    for row in map.iter_mut().take(size - 1).skip(1) {
+        row[size - 1] = b'F';
+    }
+    map
 }
 
 impl FrozenLake {
@@ -428,6 +441,10 @@ mod tests {
         a.reset(1);
         b.reset(2);
         assert_ne!(a.map, b.map);
+        // Almost no cell frozen on a large map: still a path, without hanging.
+        let mut sparse = lake(&[("size", "64"), ("p", "0.01")]);
+        sparse.reset(0);
+        assert!(has_path(&sparse.map));
         // A map whose goal is walled off by holes has no path.
         assert!(!has_path(&parse_map("SH/HG").unwrap_or_default()));
         assert!(has_path(&parse_map("SF/HG").unwrap_or_default()));
