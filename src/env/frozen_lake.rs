@@ -120,8 +120,8 @@ fn random_map(size: usize, p: f64, seed: u64) -> Vec<Vec<u8>> {
             return map;
         }
     }
-    for c in 1..size {
-        map[0][c] = b'F';
+    for cell in map[0].iter_mut().skip(1) {
+        *cell = b'F';
     }
     for row in map.iter_mut().take(size - 1).skip(1) {
         row[size - 1] = b'F';
