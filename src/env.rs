@@ -156,7 +156,8 @@ impl Episode {
                 Step {
                     observation: self.env.render_text(),
                     reward: -self.format_penalty,
-                    done: false,
+                    // An invalid action does not change a finished episode back.
+                    done: self.done,
                     info,
                 }
             }

@@ -19,7 +19,13 @@ const INCLUDE: &str = "include";
 /// Where each key of the merged document was written: its key path, file and 1-based line. Later
 /// entries win (they were merged later).
 #[derive(Debug, Default)]
-struct Origins(Vec<(Vec<String>, PathBuf, u64)>);
+struct Origins {
+    /// Key paths as each file's lines write them.
+    lines: Vec<(Vec<String>, PathBuf, u64)>,
+    /// Which file supplied each merged value (flow-style lines name only their outer key, so
+    /// ownership is recorded while merging, not read off the text).
+    owners: Vec<(Vec<String>, PathBuf)>,
+}
 
 impl Origins {
     fn record(&mut self, file: &Path, text: &str) {
@@ -28,18 +34,26 @@ impl Origins {
             let (own, mut path) = yaml_context(text, line);
             if let Some(own) = own {
                 path.push(own);
-                self.0.push((path, file.to_path_buf(), line));
+                self.lines.push((path, file.to_path_buf(), line));
             }
         }
     }
 
-    /// The file and line that wrote `path`, or its closest written ancestor.
+    /// The file that supplied `path` (or its closest supplied ancestor), and the line in it that
+    /// writes `path` or its closest written ancestor.
     fn of(&self, path: &[String]) -> Option<(&Path, u64)> {
-        (0..=path.len()).rev().find_map(|n| {
-            self.0
+        let owner = (0..=path.len()).rev().find_map(|n| {
+            self.owners
                 .iter()
                 .rev()
-                .find(|(p, _, _)| p.as_slice() == &path[..n])
+                .find(|(p, _)| p.as_slice() == &path[..n])
+                .map(|(_, f)| f.as_path())
+        })?;
+        (0..=path.len()).rev().find_map(|n| {
+            self.lines
+                .iter()
+                .rev()
+                .find(|(p, f, _)| f == owner && p.as_slice() == &path[..n])
                 .map(|(_, f, l)| (f.as_path(), *l))
         })
     }
@@ -81,20 +95,27 @@ fn includes_of(doc: &mut Value, file: &Path) -> Result<Vec<PathBuf>, ConfigError
         .collect()
 }
 
-/// Merge `over` into `base`: mappings key by key, anything else replaced.
-fn merge(base: &mut Value, over: Value) {
+/// Merge `over` (from `file`) into `base`: mappings key by key, anything else replaced; each
+/// value taken from `over` is recorded as `file`'s, at its key path `at`.
+fn merge(base: &mut Value, over: Value, at: &mut Vec<String>, file: &Path, origins: &mut Origins) {
     match (base, over) {
         (Value::Object(b), Value::Object(o)) => {
             for (k, v) in o {
+                at.push(k.clone());
                 match b.get_mut(&k) {
-                    Some(slot) => merge(slot, v),
+                    Some(slot) => merge(slot, v, at, file, origins),
                     None => {
+                        origins.owners.push((at.clone(), file.to_path_buf()));
                         b.insert(k, v);
                     }
                 }
+                at.pop();
             }
         }
-        (slot, v) => *slot = v,
+        (slot, v) => {
+            origins.owners.push((at.clone(), file.to_path_buf()));
+            *slot = v;
+        }
     }
 }
 
@@ -106,7 +127,11 @@ fn gather(
     merged: &mut Value,
     origins: &mut Origins,
 ) -> Result<(), ConfigError> {
-    let key = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    // The real path, so that `a/../b.yaml` and `b.yaml` are one file (a missing file is reported
+    // by the read below).
+    let key = std::fs::canonicalize(file)
+        .or_else(|_| std::path::absolute(file))
+        .unwrap_or_else(|_| file.to_path_buf());
     if chain.contains(&key) {
         let names: Vec<String> = chain
             .iter()
@@ -137,7 +162,7 @@ fn gather(
     }
     chain.pop();
     origins.record(file, &text);
-    merge(merged, doc);
+    merge(merged, doc, &mut vec![], file, origins);
     Ok(())
 }
 
@@ -277,6 +302,23 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("(did you mean 'layers'?)"), "{err}");
+        // A flow-style value in the file itself, over a block-style fragment, names the file itself.
+        let main = write(
+            dir.path(),
+            "run.yaml",
+            "include: [shape.yaml]\nname: r\nmodel: { layers: lots }\n",
+        );
+        std::fs::write(&frag, "model:\n  hidden: 64\n  layers: 2\n").expect("write");
+        let err = load_with_includes::<Doc>(&main)
+            .expect_err("a bad value")
+            .to_string();
+        assert!(
+            err.starts_with(&format!(
+                "config '{}' line 3: invalid value",
+                main.display()
+            )),
+            "{err}"
+        );
         // A wrong value in the file itself names the file itself.
         let main = write(
             dir.path(),
@@ -307,8 +349,8 @@ mod tests {
             err.contains("nope.yaml") && err.contains("cannot read"),
             "{err}"
         );
-        write(dir.path(), "a.yaml", "include: [b.yaml]\n");
-        write(dir.path(), "b.yaml", "include: [a.yaml]\n");
+        write(dir.path(), "a.yaml", "include: [sub/b.yaml]\n");
+        write(dir.path(), "sub/b.yaml", "include: [../a.yaml]\n");
         let main = write(dir.path(), "run.yaml", "include: [a.yaml]\nname: r\n");
         let err = load_with_includes::<Doc>(&main)
             .expect_err("cycle")
@@ -317,6 +359,7 @@ mod tests {
             err.contains("include cycle:") && err.contains("b.yaml' includes"),
             "{err}"
         );
+        assert!(!err.contains("cannot read"), "{err}");
         let main = write(dir.path(), "run.yaml", "include: 3\nname: r\n");
         let err = load_with_includes::<Doc>(&main)
             .expect_err("bad")

@@ -38,6 +38,9 @@ pub struct RewardTermConfig {
 struct SpecMap {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     kind: Option<String>,
+    /// Only to say, when given, that weights belong to `combine` terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    weight: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ignore_case: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,12 +219,14 @@ impl Serialize for RewardSpec {
             RewardSpec::Name(name) => s.serialize_str(name),
             RewardSpec::Term(t) => SpecMap {
                 kind: Some(t.kind.clone()),
+                weight: t.weight,
                 ignore_case: t.ignore_case,
                 combine: None,
             }
             .serialize(s),
             RewardSpec::Combine(terms) => SpecMap {
                 kind: None,
+                weight: None,
                 ignore_case: None,
                 combine: Some(terms.clone()),
             }
@@ -251,14 +256,14 @@ impl<'de> Deserialize<'de> for RewardSpec {
                 match (m.kind, m.combine) {
                     (Some(kind), None) => Ok(RewardSpec::Term(RewardTermConfig {
                         kind,
-                        weight: None,
+                        weight: m.weight,
                         ignore_case: m.ignore_case,
                     })),
-                    (None, Some(terms)) if m.ignore_case.is_none() => {
+                    (None, Some(terms)) if m.ignore_case.is_none() && m.weight.is_none() => {
                         Ok(RewardSpec::Combine(terms))
                     }
                     (None, Some(_)) => Err(de::Error::custom(
-                        "'ignore_case' belongs to a term of 'combine', not beside it",
+                        "'ignore_case' and 'weight' belong to a term of 'combine', not beside it",
                     )),
                     (Some(_), Some(_)) => Err(de::Error::custom(
                         "set either 'kind' (one reward) or 'combine' (several), not both",
@@ -324,6 +329,13 @@ mod tests {
             .resolve(at)
             .unwrap_err();
         assert!(e.contains("combine[0].weight must be"), "{e}");
+        let e = spec(r#"{"kind":"math_rule","weight":2}"#)
+            .resolve(at)
+            .unwrap_err();
+        assert!(
+            e.contains("'weight' belongs to the terms of a 'combine' list"),
+            "{e}"
+        );
     }
 
     #[test]
