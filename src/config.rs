@@ -8,7 +8,7 @@
 mod include;
 pub mod load;
 pub mod overrides;
-mod role;
+mod roles;
 mod stage;
 pub mod workers;
 
@@ -25,7 +25,7 @@ use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use load::{ConfigError, Validate};
-pub use role::Role;
+pub use roles::Role;
 pub use stage::{Stage, StageConfig};
 pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
 

@@ -6,7 +6,7 @@
 //! over a local socket, with a version handshake and heartbeats; [`process`] spawns and supervises a
 //! worker from the parent side (own process group, killed with the parent, exits and silence
 //! reported as events, calls with deadlines that name the role and phase); [`serve`] is the worker
-//! side. What a call means is the role layer's (`crate::role`): each role's typed requests travel
+//! side. What a call means is the role layer's (`src/role/`): each role's typed requests travel
 //! here as JSON payloads. Bulk tensors never travel here. This module knows nothing about roles'
 //! computations, the store or any front-end: it reports [`WorkerEvent`]s.
 

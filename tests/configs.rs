@@ -11,40 +11,7 @@ use roll::config::load::from_yaml_str;
 use roll::config::{PlacementMode, RunConfig, is_runnable};
 
 /// `experiments/quickstart.yaml` as it was before it included `configs/` fragments.
-const INLINE_QUICKSTART: &str = r#"
-name: quickstart
-seed: 7
-model:
-  init:
-    arch: qwen2
-    hidden: 128
-    layers: 4
-    heads: 4
-    kv_heads: 2
-    intermediate: 512
-    chars: "0123456789+=abcdefgh>"
-    max_positions: 64
-data:
-  domains:
-    - name: add
-      synthetic: { task: addition, count: 4000, digits: 1, demo_noise: 0.5 }
-      reward: math_rule
-    - name: reverse
-      synthetic: { task: reversal, count: 4000, min_len: 3, max_len: 5, alphabet: abcdefgh, demo_noise: 0.5 }
-      reward: exact_match
-sft:
-  steps: 400
-  batch_size: 64
-  optimizer: { lr: 0.002, warmup_steps: 10, schedule: cosine, min_lr_ratio: 0.1, max_grad_norm: 1.0 }
-rl:
-  steps: 150
-  prompts_per_step: 16
-  group_size: 8
-  sampling: { temperature: 1.0, max_new_tokens: 8 }
-  adv_estimator: grpo
-  policy_loss: { kind: ppo, clip_low: 0.2, clip_high: 0.28, agg: token_mean }
-  optimizer: { lr: 0.0003, warmup_steps: 10, max_grad_norm: 1.0 }
-"#;
+const INLINE_QUICKSTART: &str = include_str!("fixtures/quickstart_inline.yaml");
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

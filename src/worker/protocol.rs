@@ -16,7 +16,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use super::Role;
 
 /// A call or a reply as it travels: the JSON of one role's own request or reply type. The role
-/// layer ([`crate::role`]) gives each role typed enums and converts at both ends, so this module
+/// layer (`src/role/`) gives each role typed enums and converts at both ends, so this module
 /// carries calls for any role without knowing one.
 pub type Payload = serde_json::Value;
 

@@ -1,6 +1,6 @@
 //! The worker side of `roll-tui worker ROLE`: die with the parent, connect, shake hands, then answer
 //! pings and calls until the parent says shutdown or goes away. What a call does is the role's
-//! business: [`serve`] hands every call to the role's compute loop (see `role::serve_worker`)
+//! business: [`serve`] hands every call to the role's compute loop (`serve_worker` in the role layer, `src/role.rs`)
 //! through a [`CallQueue`] and sends back what it answers.
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! The names of ROLL's roles: the closed set a config places (`workers.<role>`), the scheduler
-//! time-shares and the role layer ([`crate::role`]) implements. Adding a role starts here.
+//! time-shares and the role layer (`src/role/`) implements. Adding a role starts here.
 
 use serde::{Deserialize, Serialize};
 
