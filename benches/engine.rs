@@ -170,6 +170,8 @@ rl:
                 truncated: out.iter().map(|c| c.token_ids.len() == 8).collect(),
                 correct: rewards.clone(),
                 rewards,
+                response_masks: None,
+                advantages: None,
                 group_size: 8,
             };
             let state = UpdateState {

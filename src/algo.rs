@@ -15,6 +15,7 @@
 //! mismatched shapes) are reported through `candle_core::bail!` with the offending values quoted.
 
 pub mod advantage;
+pub mod agentic;
 pub mod aggregate;
 pub mod filter;
 pub mod kl;

@@ -5,6 +5,7 @@
 //! field here is read by a pipeline; README.md documents them. Relative paths are relative to the
 //! working directory.
 
+mod env;
 mod include;
 pub mod load;
 pub mod overrides;
@@ -24,6 +25,7 @@ use crate::model::Arch;
 use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
+pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
 pub use roles::Role;
 pub use stage::{Stage, StageConfig};
@@ -41,6 +43,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub output_dir: Option<PathBuf>,
     pub model: ModelSource,
+    /// Prompt datasets (SFT, and RL without `rl.env`); an agentic run without SFT needs none.
+    #[serde(default)]
     pub data: DataConfig,
     /// Supervised fine-tuning on (prompt, ground_truth) pairs, run before `rl` when both are present.
     #[serde(default)]
@@ -126,9 +130,10 @@ fn default_rope_theta() -> f64 {
     10_000.0
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
+    #[serde(default)]
     pub domains: Vec<DomainConfig>,
     /// Wrap each prompt as a user message with the tokenizer's chat template.
     #[serde(default)]
@@ -231,6 +236,10 @@ pub struct RlConfig {
     /// Required by `adv_estimator: gae`.
     #[serde(default)]
     pub critic: Option<CriticConfig>,
+    /// Agentic RL: act in this environment over many turns instead of answering `data` prompts
+    /// (each of `prompts_per_step` groups is `group_size` episodes from one seed).
+    #[serde(default)]
+    pub env: Option<EnvConfig>,
 }
 
 fn default_max_batch() -> usize {
@@ -378,7 +387,8 @@ impl Validate for RunConfig {
                 ));
             }
         }
-        if self.data.domains.is_empty() {
+        let env_only = self.sft.is_none() && self.rl.as_ref().is_some_and(|rl| rl.env.is_some());
+        if self.data.domains.is_empty() && !env_only {
             p.push("data.domains must list at least one domain".into());
         }
         for (i, d) in self.data.domains.iter().enumerate() {
@@ -511,6 +521,56 @@ impl RlConfig {
                  stale are no longer on-policy enough to learn from)",
                 self.async_generation_ratio
             ));
+        }
+        let est = self.adv_estimator;
+        match (&self.env, est) {
+            (None, _) if est.is_per_env_step() => p.push(format!(
+                "rl.adv_estimator {est:?} is for agentic runs: add an rl.env section"
+            )),
+            (Some(env), A::Gigpo | A::StepReinforce) if env.mode != EnvMode::Step => {
+                p.push(format!(
+                    "rl.adv_estimator {est:?} trains one sample per env step: set rl.env.mode to step"
+                ))
+            }
+            (Some(env), _) if env.mode == EnvMode::Step && !matches!(est, A::Gigpo | A::StepReinforce) => {
+                p.push(format!(
+                    "rl.env.mode step needs rl.adv_estimator gigpo or step_reinforce, got {est:?}"
+                ))
+            }
+            (Some(env), A::AgenticReinforce) if env.mode != EnvMode::Trajectory => p.push(
+                "rl.adv_estimator agentic_reinforce is trajectory-wise: set rl.env.mode to trajectory"
+                    .into(),
+            ),
+            _ => {}
+        }
+        if est.is_per_env_step() && self.kl.mode == KlMode::InReward {
+            p.push(format!(
+                "rl.adv_estimator {est:?} computes advantages from env rewards per step, so \
+                 rl.kl.mode in_reward cannot shape them; use in_loss"
+            ));
+        }
+        if est == A::Gigpo && self.group_size < 2 {
+            p.push(format!(
+                "rl.adv_estimator Gigpo needs rl.group_size >= 2, got {}",
+                self.group_size
+            ));
+        }
+        if let Some(env) = &self.env {
+            env.validate("rl.env", p);
+            if self.async_generation_ratio > 0 {
+                p.push(
+                    "rl.env: agentic rollout is synchronous in this version; set \
+                     rl.async_generation_ratio to 0"
+                        .into(),
+                );
+            }
+            if self.dynamic_sampling.enabled {
+                p.push(
+                    "rl.env: dynamic sampling of episode groups is not supported in this version; \
+                     set rl.dynamic_sampling.enabled to false"
+                        .into(),
+                );
+            }
         }
         self.sampling.validate("rl.sampling", p);
         self.optimizer.validate("rl.optimizer", p);

@@ -8,12 +8,12 @@
 
 pub mod jsonl;
 pub mod mix;
-mod seed;
+
 pub mod synthetic;
 
+pub use crate::seed::mix_seed;
 pub use jsonl::{load_jsonl, write_jsonl};
 pub use mix::DomainMixer;
-pub use seed::mix_seed;
 
 use serde::{Deserialize, Serialize};
 

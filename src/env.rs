@@ -10,6 +10,8 @@
 //! store.
 
 pub mod frozen_lake;
+pub mod plan;
+pub mod transcript;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -39,6 +41,8 @@ pub struct Step {
 pub trait Env: Send {
     /// The registered name (`frozen_lake`).
     fn name(&self) -> &'static str;
+    /// An independent copy in the same state (a planner searches on copies; the debugger forks).
+    fn clone_box(&self) -> Box<dyn Env>;
     /// What a valid action looks like, for prompts and error text (`one of Left, Down, Right, Up`).
     fn action_format(&self) -> String;
     /// The actions valid now (a random policy draws from them; a person picks from them).
@@ -177,7 +181,7 @@ pub const ENVS: [(&str, &str, &str); 1] = [(
     "gymnasium FrozenLake-v1: walk from S to G over frozen F without falling into a hole H",
     "size (4), p (0.8: chance a cell is frozen), map (rows joined by '/', e.g. SFFF/FHFH/FFFH/HFFG; \
      overrides size and p), slippery (false: move as intended or to either side, 1/3 each), \
-     max_steps (100)",
+     max_steps (100), legend (true: the text render ends with a line naming letters and actions)",
 )];
 
 /// An environment by name with `key=value` parameters; errors name the parameter.
@@ -188,11 +192,26 @@ pub fn make(name: &str, params: &[(String, String)]) -> Result<Box<dyn Env>, Str
             let names: Vec<&str> = ENVS.iter().map(|e| e.0).collect();
             Err(format!(
                 "unknown environment '{other}'{} (known: {})",
-                crate::config::load::suggestion_suffix(other, names.iter().copied()),
+                crate::text::suggestion_suffix(other, names.iter().copied()),
                 names.join(", ")
             ))
         }
     }
+}
+
+/// Parameters written in a config (`{ size: 4, slippery: true }`) as `key=value` pairs, numbers and
+/// booleans as YAML writes them.
+pub fn param_pairs(params: &std::collections::BTreeMap<String, Value>) -> Vec<(String, String)> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
 }
 
 /// FNV-1a over bytes: stable across runs, builds and platforms (for `state_hash`).

@@ -17,7 +17,8 @@
 //! - [`plot`]: export a run's metric series as PNG/SVG line charts and a long-format CSV.
 //! - [`health`]: run-health rules (stalls, failed workers, entropy collapse, all-equal reward groups,
 //!   memory creep), evaluated from a run's events and series, live or from the store.
-//! - [`text`]: text made safe for a terminal, and units.
+//! - [`text`]: text made safe for a terminal, units, and did-you-mean suggestions.
+//! - [`seed`]: deterministic seed mixing (every random choice is a function of seeds, never timing).
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
 //! - [`worker`]: worker processes (`roll-tui worker ROLE`): the transport (control protocol, spawn,
@@ -43,6 +44,7 @@ pub mod reward;
 pub mod role;
 pub mod rollout;
 pub mod scheduler;
+pub mod seed;
 pub mod store;
 pub mod text;
 pub mod train;

@@ -120,10 +120,49 @@ impl WorkerNote {
 #[error("{0}")]
 pub struct SinkError(pub String);
 
+/// One turn of an agentic episode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub observation: String,
+    pub action_text: String,
+    /// `None` when the action text could not be parsed.
+    pub parsed_action: Option<String>,
+    pub reward: f64,
+    pub done: bool,
+    pub prompt_tokens: usize,
+    pub response_tokens: usize,
+    /// What the environment reported about the step (`state`, `success`, `action_is_valid`,
+    /// `state_hash` of the state acted in, …).
+    #[serde(default)]
+    pub info: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One agentic episode, turn by turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrajectoryRecord {
+    pub stage: String,
+    pub step: usize,
+    pub env: String,
+    pub env_seed: u64,
+    pub policy_version: usize,
+    pub success: bool,
+    /// The group (episodes from one seed) and the episode's place in it.
+    #[serde(default)]
+    pub group: usize,
+    #[serde(default)]
+    pub episode: usize,
+    /// `done` (the environment ended it), `max_turns` or `token_budget` (cut).
+    #[serde(default)]
+    pub end_reason: String,
+    pub turns: Vec<TurnRecord>,
+}
+
 /// Where a pipeline's results go. Calls must be cheap: a real sink queues and writes elsewhere.
 pub trait MetricSink {
     fn record(&mut self, record: &MetricRecord) -> Result<(), SinkError>;
     fn samples(&mut self, samples: &[SampleRecord]) -> Result<(), SinkError>;
+    /// Agentic episodes, turn by turn.
+    fn trajectories(&mut self, trajectories: &[TrajectoryRecord]) -> Result<(), SinkError>;
     fn checkpoint(&mut self, checkpoint: &CheckpointRecord) -> Result<(), SinkError>;
     /// A warning or notice worth keeping with the run.
     fn message(&mut self, text: &str) -> Result<(), SinkError>;
@@ -159,6 +198,7 @@ pub fn transfer_parts(t: &Transfer) -> (Direction, String, String, String) {
 pub struct MemorySink {
     pub records: Vec<MetricRecord>,
     pub samples: Vec<SampleRecord>,
+    pub trajectories: Vec<TrajectoryRecord>,
     pub checkpoints: Vec<CheckpointRecord>,
     pub messages: Vec<String>,
     pub worker_notices: Vec<WorkerNote>,
@@ -184,6 +224,11 @@ impl MetricSink for MemorySink {
 
     fn samples(&mut self, samples: &[SampleRecord]) -> Result<(), SinkError> {
         self.samples.extend_from_slice(samples);
+        Ok(())
+    }
+
+    fn trajectories(&mut self, trajectories: &[TrajectoryRecord]) -> Result<(), SinkError> {
+        self.trajectories.extend_from_slice(trajectories);
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 //! step, with the same weights, optimizer moments, data cursor and RL state, so it computes the same
 //! numbers an uninterrupted run would have.
 
+pub mod agentic;
 mod context;
 mod resume;
 mod rl_learner;
@@ -186,7 +187,17 @@ pub fn run(
         let from = Resume::for_stage(resume, stage.stage());
         let (status, ckpt) = match *stage {
             StageConfig::Sft(c) => sft::run_sft(&mut ctx, c, &model, &data, from.as_ref())?,
-            StageConfig::Rl(c) => rlvr::run_rlvr(&mut ctx, c, &model, &data, from.as_ref())?,
+            StageConfig::Rl(c) => match &c.env {
+                Some(env) => agentic::run_agentic(
+                    &mut ctx,
+                    c,
+                    env,
+                    &model,
+                    cfg.data.chat_template,
+                    from.as_ref(),
+                )?,
+                None => rlvr::run_rlvr(&mut ctx, c, &model, &data, from.as_ref())?,
+            },
         };
         last_checkpoint = ckpt.or(last_checkpoint);
         if status == RunStatus::Interrupted {

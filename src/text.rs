@@ -86,6 +86,28 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// The closest candidate to `word` if it is plausibly a misspelling of it (case-insensitive
+/// Jaro-Winkler similarity of at least 0.8).
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let word = word.to_lowercase();
+    candidates
+        .into_iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| (strsim::jaro_winkler(&word, &c.to_lowercase()), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+pub fn suggestion_suffix<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(word, candidates)
+        .map(|s| format!(" (did you mean '{s}'?)"))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

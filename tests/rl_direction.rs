@@ -63,6 +63,8 @@ fn rewarded_completions_gain_probability() {
             truncated: vec![false; 4],
             correct: rewards.clone(),
             rewards,
+            response_masks: None,
+            advantages: None,
             group_size: 4,
         };
         let vars: Vec<_> = model.transformer.params().named_vars();
@@ -95,4 +97,91 @@ fn rewarded_completions_gain_probability() {
             );
         }
     }
+}
+
+/// Trains one update on four rows whose middle response token is context (an environment's text
+/// between two turns) when `mask` is set, with that token's behaviour log-prob replaced by
+/// `masked_old`; returns the policy's weights afterwards.
+fn update_with_context_token(mask: bool, masked_old: Option<f32>) -> Vec<Vec<f32>> {
+    let model = init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 32,
+        layers: 2,
+        heads: 2,
+        kv_heads: 1,
+        intermediate: 64,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 32,
+        rope_theta: 10_000.0,
+        chars: "0123456789+=".into(),
+        dtype: "float32".into(),
+        seed: 5,
+    })
+    .unwrap();
+    let cfg: RunConfig = from_yaml_str(CFG, "<test>").unwrap();
+    let rl = cfg.rl.unwrap();
+    let prompt = vec![4u32, 5, 13, 6, 14];
+    let responses: Vec<Vec<u32>> = vec![vec![7, 8, 9], vec![9, 9, 7], vec![7, 3, 9], vec![3, 4, 5]];
+    let gen_logprobs = responses
+        .iter()
+        .map(|r| {
+            let mut lp = score_pair(&model.transformer, &prompt, r, 0).unwrap();
+            if let Some(v) = masked_old {
+                lp[1] = v;
+            }
+            lp
+        })
+        .collect();
+    let batch = RlBatch {
+        prompts: vec![prompt.clone(); 4],
+        responses,
+        gen_logprobs,
+        truncated: vec![false; 4],
+        correct: vec![1.0, 0.0, 1.0, 0.0],
+        rewards: vec![1.0, 0.0, 1.0, 0.0],
+        advantages: None,
+        response_masks: mask.then(|| vec![vec![1.0, 0.0, 1.0]; 4]),
+        group_size: 4,
+    };
+    let vars: Vec<_> = model.transformer.params().named_vars();
+    let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
+    let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
+    let mut running = RunningStats::new();
+    let state = UpdateState {
+        actor: &mut actor,
+        reference: None,
+        critic: None,
+        kl_ctl: &mut kl,
+        running: &mut running,
+        seed: 0,
+    };
+    update(&rl, &model, state, &batch).unwrap();
+    model
+        .transformer
+        .params()
+        .named_vars()
+        .iter()
+        .map(|(_, v)| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn context_tokens_of_a_response_are_not_trained() {
+    // A masked token is no term of the loss: whatever its behaviour log-prob says (here an absurd
+    // −30, which the PPO ratio would clip and count), the update is the same. Without the mask the
+    // same absurd value changes the update, so the comparison can fail.
+    let masked = update_with_context_token(true, None);
+    assert_eq!(masked, update_with_context_token(true, Some(-30.0)));
+    assert_ne!(
+        update_with_context_token(false, None),
+        update_with_context_token(false, Some(-30.0))
+    );
+    assert_ne!(masked, update_with_context_token(false, None));
 }

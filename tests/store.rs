@@ -121,6 +121,9 @@ async fn write_then_read_everything_back() {
                 env_seed: 9,
                 policy_version: 1,
                 success: true,
+                group: 3,
+                episode: 1,
+                end_reason: "done".into(),
                 turns: vec![
                     TurnRecord {
                         observation: "S.F".into(),
@@ -130,6 +133,10 @@ async fn write_then_read_everything_back() {
                         done: false,
                         prompt_tokens: 10,
                         response_tokens: 4,
+                        info: serde_json::json!({"state": 1, "action_is_valid": true})
+                            .as_object()
+                            .cloned()
+                            .unwrap_or_default(),
                     },
                     TurnRecord {
                         observation: ".SF".into(),
@@ -139,6 +146,7 @@ async fn write_then_read_everything_back() {
                         done: true,
                         prompt_tokens: 12,
                         response_tokens: 1,
+                        info: Default::default(),
                     },
                 ],
             },
@@ -203,6 +211,12 @@ async fn write_then_read_everything_back() {
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].turns[1].parsed_action, None);
     assert_eq!(t[0].turns[0].observation, "S.F");
+    assert_eq!(
+        (t[0].group, t[0].episode, t[0].end_reason.as_str()),
+        (3, 1, "done")
+    );
+    assert_eq!(t[0].turns[0].info["state"], 1);
+    assert!(t[0].turns[1].info.is_empty());
     assert_eq!(store.checkpoints(run).await.unwrap()[0].step, 2);
     let events = store.events(run).await.unwrap();
     let kinds: Vec<EventKind> = events.iter().map(|e| e.event.kind).collect();

@@ -25,6 +25,25 @@ pub enum AdvantageEstimator {
     ReinforcePlusPlus,
     /// Leave-one-out: score minus the mean of the other samples of its group.
     Rloo,
+    /// Agentic, step-wise (`rl.env.mode: step`): GiGPO's episode- plus anchor-state-level
+    /// advantages ([`super::agentic::gigpo`]).
+    Gigpo,
+    /// Agentic, step-wise: each step's discounted return.
+    StepReinforce,
+    /// Agentic, trajectory-wise: each turn's tokens get the turn's discounted return.
+    AgenticReinforce,
+}
+
+impl AdvantageEstimator {
+    /// Computed per environment step by the agentic pipeline, not from token rewards.
+    pub fn is_per_env_step(self) -> bool {
+        matches!(
+            self,
+            AdvantageEstimator::Gigpo
+                | AdvantageEstimator::StepReinforce
+                | AdvantageEstimator::AgenticReinforce
+        )
+    }
 }
 
 /// Parameters of [`compute_advantages`].
@@ -79,6 +98,14 @@ pub fn compute_advantages(
     let r = host_rows(token_rewards)?;
     let m = host_rows(mask)?;
     let (adv, ret) = match est {
+        AdvantageEstimator::Gigpo
+        | AdvantageEstimator::StepReinforce
+        | AdvantageEstimator::AgenticReinforce => {
+            bail!(
+                "advantage estimator {est:?} is computed per environment step from episodes, \
+                 not from token rewards"
+            );
+        }
         AdvantageEstimator::Gae => {
             let Some(values) = values else {
                 bail!("advantage estimator 'gae' needs values from a critic, got none");

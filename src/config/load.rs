@@ -89,30 +89,7 @@ pub fn from_yaml_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T,
     serde_saphyr::from_str_with_options(text, options).map_err(|e| parse_error(&e, text, origin))
 }
 
-/// The closest candidate to `word` if it is plausibly a misspelling of it (case-insensitive
-/// Jaro-Winkler similarity of at least 0.8).
-pub fn did_you_mean<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let word = word.to_lowercase();
-    candidates
-        .into_iter()
-        .filter(|c| !c.is_empty())
-        .map(|c| (strsim::jaro_winkler(&word, &c.to_lowercase()), c))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c)
-}
-
-pub(crate) fn suggestion_suffix<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> String {
-    did_you_mean(word, candidates)
-        .map(|s| format!(" (did you mean '{s}'?)"))
-        .unwrap_or_default()
-}
+pub use crate::text::{did_you_mean, suggestion_suffix};
 
 pub(crate) fn expected_suffix(word: &str, expected: &[&str]) -> String {
     let mut out = format!(" (expected one of: {}", expected.join(", "));

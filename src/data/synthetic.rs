@@ -41,6 +41,35 @@ pub enum SyntheticConfig {
         #[serde(default)]
         seed: Option<u64>,
     },
+    /// Multi-turn demonstrations of an environment (`src/env/`) in its plain transcript form: one
+    /// example per turn, the transcript so far -> the planner's action, or a random one with
+    /// probability `demo_noise` (an agentic run's SFT warm start).
+    EnvDemos {
+        /// A registered environment (`roll-tui env list`) and its parameters.
+        env: String,
+        #[serde(default)]
+        params: std::collections::BTreeMap<String, serde_json::Value>,
+        episodes: usize,
+        #[serde(default)]
+        demo_noise: f64,
+        #[serde(default = "ten")]
+        max_turns: usize,
+        /// How an action is written, `{action}` standing for it.
+        #[serde(default = "default_answer_template")]
+        answer_template: String,
+        /// Text before the first observation, as the agentic run's `rl.env.instruction`.
+        #[serde(default)]
+        instruction: Option<String>,
+        #[serde(default)]
+        seed: Option<u64>,
+    },
+}
+
+fn ten() -> usize {
+    10
+}
+fn default_answer_template() -> String {
+    "<answer>{action}</answer>".into()
 }
 
 fn two() -> u32 {
@@ -66,6 +95,11 @@ impl SyntheticConfig {
             | SyntheticConfig::Reversal {
                 count, demo_noise, ..
             } => (*count, *demo_noise),
+            SyntheticConfig::EnvDemos {
+                episodes,
+                demo_noise,
+                ..
+            } => (*episodes, *demo_noise),
         };
         if !(0.0..=1.0).contains(&demo_noise) {
             problems.push(format!(
@@ -73,7 +107,11 @@ impl SyntheticConfig {
             ));
         }
         if count == 0 {
-            problems.push(format!("{at}.count must be at least 1"));
+            let field = match self {
+                SyntheticConfig::EnvDemos { .. } => "episodes",
+                _ => "count",
+            };
+            problems.push(format!("{at}.{field} must be at least 1"));
         }
         match self {
             SyntheticConfig::Addition { digits, .. } => {
@@ -98,6 +136,25 @@ impl SyntheticConfig {
                     ));
                 }
             }
+            SyntheticConfig::EnvDemos {
+                env,
+                params,
+                max_turns,
+                answer_template,
+                ..
+            } => {
+                if let Err(e) = crate::env::make(env, &crate::env::param_pairs(params)) {
+                    problems.push(format!("{at}: {e}"));
+                }
+                if *max_turns == 0 {
+                    problems.push(format!("{at}.max_turns must be at least 1"));
+                }
+                if !answer_template.contains("{action}") {
+                    problems.push(format!(
+                        "{at}.answer_template '{answer_template}' must contain {{action}}"
+                    ));
+                }
+            }
         }
     }
 
@@ -106,10 +163,18 @@ impl SyntheticConfig {
         match self {
             SyntheticConfig::Addition { .. } => "0123456789+=".into(),
             SyntheticConfig::Reversal { alphabet, .. } => format!("{alphabet}>"),
+            SyntheticConfig::EnvDemos { .. } => String::new(),
         }
     }
 
-    pub fn generate(&self, domain: &str, run_seed: u64) -> Vec<Example> {
+    /// The task's examples; `turn_end` is the text of the model's end-of-turn token (multi-turn
+    /// demonstrations write it between turns).
+    pub fn generate(
+        &self,
+        domain: &str,
+        run_seed: u64,
+        turn_end: &str,
+    ) -> Result<Vec<Example>, String> {
         let example = |prompt: String, ground_truth: String, response: Option<String>| Example {
             prompt,
             ground_truth,
@@ -131,14 +196,14 @@ impl SyntheticConfig {
                     10u64.pow(digits - 1)
                 };
                 let hi = 10u64.pow(*digits);
-                (0..*count)
+                Ok((0..*count)
                     .map(|_| {
                         let (a, b) = (rng.random_range(lo..hi), rng.random_range(lo..hi));
                         let noisy = rng.random_bool(demo_noise.clamp(0.0, 1.0));
                         let demo = noisy.then(|| a.abs_diff(b).to_string());
                         example(format!("{a}+{b}="), (a + b).to_string(), demo)
                     })
-                    .collect()
+                    .collect())
             }
             SyntheticConfig::Reversal {
                 count,
@@ -150,7 +215,7 @@ impl SyntheticConfig {
             } => {
                 let mut rng = StdRng::seed_from_u64(seed.unwrap_or(run_seed).wrapping_add(1));
                 let chars: Vec<char> = alphabet.chars().collect();
-                (0..*count)
+                Ok((0..*count)
                     .map(|_| {
                         let len = rng.random_range(*min_len..=*max_len);
                         let s: String = (0..len)
@@ -163,7 +228,32 @@ impl SyntheticConfig {
                             noisy.then(|| s.clone()),
                         )
                     })
-                    .collect()
+                    .collect())
+            }
+            SyntheticConfig::EnvDemos {
+                env,
+                params,
+                episodes,
+                demo_noise,
+                max_turns,
+                answer_template,
+                instruction,
+                seed,
+            } => {
+                let mut env = crate::env::make(env, &crate::env::param_pairs(params))?;
+                let spec = crate::env::transcript::DemoSpec {
+                    episodes: *episodes,
+                    noise: *demo_noise,
+                    max_turns: *max_turns,
+                    answer_template,
+                    instruction: instruction.as_deref(),
+                    turn_end,
+                    seed: seed.unwrap_or(run_seed),
+                };
+                Ok(crate::env::transcript::demonstrations(env.as_mut(), &spec)
+                    .into_iter()
+                    .map(|t| example(t.prompt, t.answer, None))
+                    .collect())
             }
         }
     }
@@ -181,7 +271,7 @@ mod tests {
             demo_noise: 0.0,
             seed: None,
         };
-        let data = cfg.generate("add", 7);
+        let data = cfg.generate("add", 7, "").unwrap();
         assert_eq!(data.len(), 50);
         for ex in &data {
             let body = ex.prompt.strip_suffix('=').unwrap();
@@ -191,8 +281,8 @@ mod tests {
             assert_eq!(ex.ground_truth, sum.to_string());
             assert_eq!(ex.domain, "add");
         }
-        assert_eq!(data, cfg.generate("add", 7));
-        assert_ne!(data, cfg.generate("add", 8));
+        assert_eq!(data, cfg.generate("add", 7, "").unwrap());
+        assert_ne!(data, cfg.generate("add", 8, "").unwrap());
     }
 
     #[test]
@@ -205,7 +295,7 @@ mod tests {
             demo_noise: 0.0,
             seed: Some(1),
         };
-        for ex in cfg.generate("rev", 0) {
+        for ex in cfg.generate("rev", 0, "").unwrap() {
             let s = ex.prompt.strip_suffix('>').unwrap();
             assert!((2..=4).contains(&s.len()) && s.chars().all(|c| c == 'a' || c == 'b'));
             assert_eq!(ex.ground_truth, s.chars().rev().collect::<String>());
@@ -237,7 +327,7 @@ mod tests {
             demo_noise: 0.25,
             seed: None,
         };
-        let data = cfg.generate("add", 3);
+        let data = cfg.generate("add", 3, "").unwrap();
         let noisy: Vec<&Example> = data.iter().filter(|e| e.response.is_some()).collect();
         // Binomial(2000, 0.25): mean 500, sd ~19.
         assert!((440..=560).contains(&noisy.len()), "{}", noisy.len());
@@ -258,7 +348,7 @@ mod tests {
             demo_noise: 1.0,
             seed: None,
         };
-        for ex in rev.generate("rev", 1) {
+        for ex in rev.generate("rev", 1, "").unwrap() {
             assert_eq!(ex.response.as_deref(), ex.prompt.strip_suffix('>'));
         }
     }

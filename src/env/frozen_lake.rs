@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value};
 
 use super::{Env, Grid, Step, stable_hash};
-use crate::data::mix_seed;
+use crate::seed::mix_seed;
 
 const ACTIONS: [&str; 4] = ["Left", "Down", "Right", "Up"];
 
@@ -28,10 +28,13 @@ enum MapSource {
     Random { size: usize, p: f64 },
 }
 
+#[derive(Clone)]
 pub struct FrozenLake {
     source: MapSource,
     slippery: bool,
     max_steps: usize,
+    /// Whether the text render ends with the legend line.
+    legend: bool,
     map: Vec<Vec<u8>>,
     pos: (usize, usize),
     steps: usize,
@@ -133,6 +136,7 @@ impl FrozenLake {
     /// From `--set` / config parameters: `size`, `p`, `map`, `slippery`, `max_steps`.
     pub fn from_params(params: &[(String, String)]) -> Result<FrozenLake, String> {
         let (mut size, mut p, mut map, mut slippery, mut max_steps) = (4, 0.8, None, false, 100);
+        let mut legend = true;
         for (key, value) in params {
             let bad = |what: &str| format!("frozen_lake: {key}={value}: {what}");
             match key.as_str() {
@@ -154,6 +158,7 @@ impl FrozenLake {
                 "slippery" => {
                     slippery = value.parse().map_err(|_| bad("expected true or false"))?
                 }
+                "legend" => legend = value.parse().map_err(|_| bad("expected true or false"))?,
                 "max_steps" => {
                     max_steps = value
                         .parse()
@@ -162,10 +167,10 @@ impl FrozenLake {
                         .ok_or_else(|| bad("expected a positive integer"))?
                 }
                 other => {
-                    let known = ["size", "p", "map", "slippery", "max_steps"];
+                    let known = ["size", "p", "map", "slippery", "max_steps", "legend"];
                     return Err(format!(
                         "frozen_lake: unknown parameter '{other}'{} (known: {})",
-                        crate::config::load::suggestion_suffix(other, known),
+                        crate::text::suggestion_suffix(other, known),
                         known.join(", ")
                     ));
                 }
@@ -175,13 +180,16 @@ impl FrozenLake {
             Some(m) => MapSource::Fixed(m),
             None => MapSource::Random { size, p },
         };
-        Ok(FrozenLake::new(source, slippery, max_steps))
+        let mut lake = FrozenLake::new(source, slippery, max_steps);
+        lake.legend = legend;
+        Ok(lake)
     }
 
     fn new(source: MapSource, slippery: bool, max_steps: usize) -> FrozenLake {
         let mut lake = FrozenLake {
             source,
             slippery,
+            legend: true,
             max_steps,
             map: vec![],
             pos: (0, 0),
@@ -218,6 +226,10 @@ fn parse_action(action: &str) -> Option<usize> {
 impl Env for FrozenLake {
     fn name(&self) -> &'static str {
         "frozen_lake"
+    }
+
+    fn clone_box(&self) -> Box<dyn Env> {
+        Box::new(self.clone())
     }
 
     fn action_format(&self) -> String {
@@ -291,7 +303,8 @@ impl Env for FrozenLake {
         info
     }
 
-    /// The grid with the agent as `P` (on a hole `X`, on the goal `W`), and the actions.
+    /// The grid with the agent as `P` (on a hole `X`, on the goal `W`), and (with `legend`, the
+    /// default) a line naming the letters and actions; without it, only the grid's rows.
     fn render_text(&self) -> String {
         let grid = self.render_grid();
         let mut out = String::new();
@@ -309,10 +322,14 @@ impl Env for FrozenLake {
             }
             out.push('\n');
         }
-        out.push_str(&format!(
-            "S start, F frozen, H hole, G goal, P you. Actions: {}.",
-            ACTIONS.join(", ")
-        ));
+        if self.legend {
+            out.push_str(&format!(
+                "S start, F frozen, H hole, G goal, P you. Actions: {}.",
+                ACTIONS.join(", ")
+            ));
+        } else {
+            out.pop();
+        }
         out
     }
 

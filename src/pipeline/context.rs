@@ -87,6 +87,14 @@ impl RunContext<'_> {
         Ok(())
     }
 
+    pub fn record_trajectories(
+        &mut self,
+        trajectories: &[crate::metrics::TrajectoryRecord],
+    ) -> Result<(), PipelineError> {
+        self.sink.trajectories(trajectories)?;
+        Ok(())
+    }
+
     /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
     /// or when a stop was requested. Returns true when the stage must stop now.
     pub fn after_step<'a2>(

@@ -25,6 +25,16 @@ use crate::rollout::FinishReason;
 use crate::scheduler::Phase;
 use crate::train::checkpoint::{RlResumeState, load_vars};
 
+/// What a step's rollout gives the learner.
+pub(super) struct Learned<'a> {
+    /// The scored batch, rows of a group consecutive; `None` when no group can teach anything.
+    pub batch: Option<RlBatch>,
+    /// The step's sample records, given each row's advantage (all 0 without a batch).
+    pub records: &'a dyn Fn(&[f32]) -> Vec<SampleRecord>,
+    /// The data cursor to checkpoint (empty when the stage reads no dataset).
+    pub mixer: MixerState,
+}
+
 pub(super) struct Learner<'m> {
     pub model: &'m LoadedModel,
     pub actor: ActorTrain,
@@ -45,7 +55,7 @@ impl<'m> Learner<'m> {
         cfg: &RlConfig,
         model: &'m LoadedModel,
         resume: Option<&Resume>,
-        mixer: &mut DomainMixer,
+        mixer: Option<&mut DomainMixer>,
     ) -> Result<Learner<'m>, PipelineError> {
         let updates = cfg.steps * cfg.ppo_epochs * cfg.mini_batches;
         let restore = resume.map(|r| Restore {
@@ -68,7 +78,7 @@ impl<'m> Learner<'m> {
         let mut running = RunningStats::new();
         let mut first_step = 1;
         if let Some(r) = resume {
-            if let Some(m) = &r.state.mixer {
+            if let (Some(m), Some(mixer)) = (&r.state.mixer, mixer) {
                 mixer.restore(m)?;
             }
             let rl = r.state.rl.as_ref().ok_or_else(|| {
@@ -179,7 +189,6 @@ impl<'m> Learner<'m> {
     ) -> Result<bool, PipelineError> {
         self.report_rollout_workers(ctx, &mut out, &mut m)?;
         rollout_metrics(&mut m, &out);
-        self.enter(Phase::Train, sharing, infer, ctx, &mut m)?;
         // Groups in the order they were dispatched: the batch does not depend on finishing order.
         let mut groups = out.groups;
         groups.sort_by_key(|g| g.id);
@@ -187,24 +196,57 @@ impl<'m> Learner<'m> {
             .iter()
             .flat_map(|g| g.samples.iter().map(move |s| (&g.prompt, s, g.version)))
             .collect();
-        let mut advantages = vec![0f32; flat.len()];
-        if !flat.is_empty() {
-            let batch = rl_batch(&flat, cfg.group_size);
-            let state = UpdateState {
-                actor: &mut self.actor,
-                reference: self.reference.as_mut(),
-                critic: self.critic.as_mut(),
-                kl_ctl: &mut self.kl_ctl,
-                running: &mut self.running,
-                seed: mix_seed(&[ctx.cfg.seed, 4, step as u64]),
-            };
-            let up = update(cfg, self.model, state, &batch)?;
-            advantages = up.sample_advantages;
-            m.extend(up.metrics);
-        } else {
-            ctx.warn(format!(
+        let batch = (!flat.is_empty()).then(|| rl_batch(&flat, cfg.group_size));
+        let records = |advantages: &[f32]| -> Vec<SampleRecord> {
+            flat.iter()
+                .zip(advantages)
+                .map(|((p, s, version), a)| sample_record(step, p, s, *version, *a))
+                .collect()
+        };
+        let learned = Learned {
+            batch,
+            records: &records,
+            mixer: out.mixer,
+        };
+        self.learn(ctx, cfg, sharing, infer, handoff, step, learned, m, t_step)
+    }
+
+    /// Train step `step` on a scored batch (`None`: nothing to learn from), record its metrics and
+    /// samples, hand the new weights to actor_infer, and checkpoint when due. Returns true when the
+    /// stage must stop now. Shared by every RL pipeline (prompts or environments).
+    #[allow(clippy::too_many_arguments)]
+    pub fn learn(
+        &mut self,
+        ctx: &mut RunContext<'_>,
+        cfg: &RlConfig,
+        sharing: &mut TimeSharing,
+        infer: &Infer,
+        handoff: Option<&mut Option<ParamStore>>,
+        step: usize,
+        learned: Learned<'_>,
+        mut m: Metrics,
+        t_step: Instant,
+    ) -> Result<bool, PipelineError> {
+        self.enter(Phase::Train, sharing, infer, ctx, &mut m)?;
+        let rows = learned.batch.as_ref().map_or(0, |b| b.prompts.len());
+        let mut advantages = vec![0f32; rows];
+        match &learned.batch {
+            Some(batch) => {
+                let state = UpdateState {
+                    actor: &mut self.actor,
+                    reference: self.reference.as_mut(),
+                    critic: self.critic.as_mut(),
+                    kl_ctl: &mut self.kl_ctl,
+                    running: &mut self.running,
+                    seed: mix_seed(&[ctx.cfg.seed, 4, step as u64]),
+                };
+                let up = update(cfg, self.model, state, batch)?;
+                advantages = up.sample_advantages;
+                m.extend(up.metrics);
+            }
+            None => ctx.warn(format!(
                 "rl step {step}: every group had equal rewards; no update"
-            ))?;
+            ))?,
         }
         self.refresh_reference(ctx, cfg, sharing, step, &mut m)?;
         let sync = match handoff {
@@ -222,14 +264,9 @@ impl<'m> Learner<'m> {
         };
         m.insert("time/weight_sync".into(), sync);
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
-        let samples: Vec<SampleRecord> = flat
-            .iter()
-            .zip(&advantages)
-            .map(|((p, s, version), a)| sample_record(step, p, s, *version, *a))
-            .collect();
-        ctx.record_samples(&samples)?;
+        ctx.record_samples(&(learned.records)(&advantages))?;
         ctx.record_step(Stage::Rl, step, cfg.steps, m)?;
-        self.checkpoint_due(ctx, cfg, step, out.mixer)
+        self.checkpoint_due(ctx, cfg, step, learned.mixer)
     }
 
     /// Record the workers' events since the last step; count the rollout's worker restarts.
@@ -346,6 +383,8 @@ fn rl_batch(flat: &[(&Prompt, &Sample, usize)], group_size: usize) -> RlBatch {
             .iter()
             .map(|(_, s, _)| f32::from(u8::from(s.outcome.correct)))
             .collect(),
+        response_masks: None,
+        advantages: None,
         group_size,
     }
 }

@@ -30,6 +30,13 @@ pub struct RlBatch {
     pub truncated: Vec<bool>,
     /// 0/1 correctness, for the difficulty mask.
     pub correct: Vec<f32>,
+    /// Which response tokens the policy wrote (1) and which are context it read (0, e.g. an
+    /// environment's observations between turns); `None`: every response token is the policy's.
+    /// Only the policy's tokens are steps of the advantage recursions and terms of the losses.
+    pub response_masks: Option<Vec<Vec<f32>>>,
+    /// Advantages already computed per response token (agentic estimators, from env steps);
+    /// `None`: computed here from `rewards` by `rl.adv_estimator`.
+    pub advantages: Option<Vec<Vec<f32>>>,
     pub group_size: usize,
 }
 
@@ -160,6 +167,31 @@ fn advantages(
     Ok((adv, returns))
 }
 
+/// Advantages computed outside (per env step), whitened and clipped as `advantages` does; the
+/// returns are the advantages (there is no critic for these estimators).
+fn given_advantages(
+    cfg: &RlConfig,
+    given: &[Vec<f32>],
+    width: usize,
+    resp_mask: &Tensor,
+    m: &mut Metrics,
+) -> Result<(Tensor, Tensor), PipelineError> {
+    let mut adv = pad_rows(given, width, resp_mask.device()).during("advantages")?;
+    if cfg.adv_whiten {
+        adv = whiten(&adv, resp_mask, true, 1e-8).during("advantage whitening")?;
+    }
+    adv = (clip_tensor(&adv, cfg.adv_clip).during("advantage clipping")? * resp_mask)
+        .during("advantages")?;
+    let adv_mean = mean_of(&adv, resp_mask)?;
+    let adv_sq = mean_of(&adv.sqr().during("adv")?, resp_mask)?;
+    m.insert("adv/mean".into(), adv_mean);
+    m.insert(
+        "adv/std".into(),
+        (adv_sq - adv_mean * adv_mean).max(0.0).sqrt(),
+    );
+    Ok((adv.clone(), adv))
+}
+
 /// The loss mask: response tokens, minus truncated rows and prompts outside the difficulty band.
 fn loss_mask(
     cfg: &RlConfig,
@@ -203,11 +235,14 @@ pub fn update(
     } else {
         1.0
     };
-    let lens: Vec<Vec<f32>> = batch
-        .responses
-        .iter()
-        .map(|r| vec![1f32; r.len()])
-        .collect();
+    let lens: Vec<Vec<f32>> = match &batch.response_masks {
+        Some(masks) => masks.clone(),
+        None => batch
+            .responses
+            .iter()
+            .map(|r| vec![1f32; r.len()])
+            .collect(),
+    };
     let resp_mask = pad_rows(&lens, width, &dev).during("rl masks")?;
     let old_logp = pad_rows(&batch.gen_logprobs, width, &dev).during("rl old log-probs")?;
     let mut m = Metrics::new();
@@ -244,14 +279,17 @@ pub fn update(
         Some(c) => Some(c.values(policy.pad_id, &rows, &dev)?),
         None => None,
     };
-    let (adv, returns) = advantages(
-        cfg,
-        batch.group_size,
-        &token_rewards,
-        old_values.as_ref(),
-        &resp_mask,
-        &mut m,
-    )?;
+    let (adv, returns) = match &batch.advantages {
+        Some(given) => given_advantages(cfg, given, width, &resp_mask, &mut m)?,
+        None => advantages(
+            cfg,
+            batch.group_size,
+            &token_rewards,
+            old_values.as_ref(),
+            &resp_mask,
+            &mut m,
+        )?,
+    };
     let loss_mask = loss_mask(cfg, batch, &resp_mask, &dev)?;
     m.insert("time/adv".into(), t_adv.elapsed().as_secs_f64());
     let sample_advantages = adv

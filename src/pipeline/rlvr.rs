@@ -51,7 +51,7 @@ pub fn run_rlvr(
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     let seed = ctx.cfg.seed;
     let mut mixer = data.mixer(mix_seed(&[seed, 2]))?;
-    let mut learner = Learner::new(ctx, cfg, model, resume, &mut mixer)?;
+    let mut learner = Learner::new(ctx, cfg, model, resume, Some(&mut mixer))?;
     let lone = learner.lone_state_workers();
     if !lone.is_empty() && ctx.cfg.checkpoint.every == 0 {
         ctx.warn(format!(

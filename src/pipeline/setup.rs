@@ -118,7 +118,9 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
     for d in &cfg.data.domains {
         let mut examples = match (&d.path, &d.synthetic) {
             (Some(path), _) => load_jsonl(path, &d.name)?,
-            (None, Some(s)) => s.generate(&d.name, cfg.seed),
+            (None, Some(s)) => s
+                .generate(&d.name, cfg.seed, &turn_end_text(model))
+                .map_err(|e| PipelineError::Setup(format!("domain '{}': {e}", d.name)))?,
             (None, None) => {
                 return Err(PipelineError::Setup(format!(
                     "domain '{}': no path or synthetic",
@@ -158,6 +160,16 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
         domains,
         chat_template: cfg.data.chat_template,
     })
+}
+
+/// The text of the model's (first) end-of-sequence token, which its tokenizer reads back as that
+/// token: what ends a policy's turn in a plain transcript.
+pub fn turn_end_text(model: &LoadedModel) -> String {
+    model
+        .eos_ids
+        .first()
+        .and_then(|&id| model.tokenizer.tokenizer.id_to_token(id))
+        .unwrap_or_default()
 }
 
 /// Text to token ids for prompts and answers, with the chat template when configured.
@@ -209,7 +221,7 @@ impl Tokenizing<'_> {
         Ok(ids)
     }
 
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         let tok = &self.model.tokenizer.tokenizer;
         let enc = tok
             .encode(text, false)

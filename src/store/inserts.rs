@@ -51,7 +51,8 @@ pub(crate) async fn insert_trajectory(
     let total: f64 = t.turns.iter().map(|u| u.reward).sum();
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO trajectories (run_id, stage, step, env, env_seed, policy_version, total_reward, \
-         success) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+         success, group_index, episode_index, end_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         RETURNING id",
     )
     .bind(run.0)
     .bind(&t.stage)
@@ -61,13 +62,16 @@ pub(crate) async fn insert_trajectory(
     .bind(t.policy_version as i64)
     .bind(total)
     .bind(t.success)
+    .bind(t.group as i64)
+    .bind(t.episode as i64)
+    .bind(&t.end_reason)
     .fetch_one(&mut **tx)
     .await
     .map_err(store.err("writing a trajectory"))?;
     for (i, u) in t.turns.iter().enumerate() {
         sqlx::query(
             "INSERT INTO turns (trajectory_id, turn, observation, action_text, parsed_action, reward, \
-             done, prompt_tokens, response_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             done, prompt_tokens, response_tokens, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(id)
         .bind(i as i64)
@@ -78,6 +82,7 @@ pub(crate) async fn insert_trajectory(
         .bind(u.done)
         .bind(u.prompt_tokens as i64)
         .bind(u.response_tokens as i64)
+        .bind(serde_json::Value::Object(u.info.clone()).to_string())
         .execute(&mut **tx)
         .await
         .map_err(store.err("writing a turn"))?;

@@ -171,8 +171,9 @@ impl Store {
         step: Option<u64>,
     ) -> Result<Vec<TrajectoryRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT t.id, t.stage, t.step, t.env, t.env_seed, t.policy_version, t.success, u.observation, \
-             u.action_text, u.parsed_action, u.reward, u.done, u.prompt_tokens, u.response_tokens \
+            "SELECT t.id, t.stage, t.step, t.env, t.env_seed, t.policy_version, t.success, \
+             t.group_index, t.episode_index, t.end_reason, u.observation, u.action_text, \
+             u.parsed_action, u.reward, u.done, u.prompt_tokens, u.response_tokens, u.info \
              FROM trajectories t LEFT JOIN turns u ON u.trajectory_id = t.id \
              WHERE t.run_id = ?1 AND (?2 IS NULL OR t.step = ?2) ORDER BY t.id, u.turn",
         )
@@ -194,6 +195,9 @@ impl Store {
                         env_seed: r.get::<i64, _>("env_seed") as u64,
                         policy_version: r.get::<i64, _>("policy_version") as usize,
                         success: r.get("success"),
+                        group: r.get::<i64, _>("group_index") as usize,
+                        episode: r.get::<i64, _>("episode_index") as usize,
+                        end_reason: r.get("end_reason"),
                         turns: vec![],
                     },
                 ));
@@ -209,6 +213,11 @@ impl Store {
                     done: r.get("done"),
                     prompt_tokens: r.get::<i64, _>("prompt_tokens") as usize,
                     response_tokens: r.get::<i64, _>("response_tokens") as usize,
+                    // Written by this store as a JSON object; anything else reads as no info.
+                    info: r
+                        .get::<Option<String>, _>("info")
+                        .and_then(|text| serde_json::from_str(&text).ok())
+                        .unwrap_or_default(),
                 });
             }
         }

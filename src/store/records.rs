@@ -1,7 +1,9 @@
-//! The shapes of events and agentic trajectories as the store records them.
+//! The shapes of events as the store records them (trajectories are in `metrics`, where pipelines
+//! produce them).
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::metrics::{TrajectoryRecord, TurnRecord};
 use crate::metrics::{WorkerNote, WorkerNotice, transfer_parts};
 use crate::scheduler::{Direction, Transfer};
 
@@ -139,29 +141,4 @@ impl EventRecord {
             message: message.into(),
         }
     }
-}
-
-/// One turn of an agentic episode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TurnRecord {
-    pub observation: String,
-    pub action_text: String,
-    /// `None` when the action text could not be parsed.
-    pub parsed_action: Option<String>,
-    pub reward: f64,
-    pub done: bool,
-    pub prompt_tokens: usize,
-    pub response_tokens: usize,
-}
-
-/// One agentic episode, turn by turn.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrajectoryRecord {
-    pub stage: String,
-    pub step: usize,
-    pub env: String,
-    pub env_seed: u64,
-    pub policy_version: usize,
-    pub success: bool,
-    pub turns: Vec<TurnRecord>,
 }

@@ -6,7 +6,7 @@ use crate::metrics::{
 use crate::scheduler::Transfer;
 
 use super::RunId;
-use super::records::{EventKind, EventRecord};
+use super::records::{EventKind, EventRecord, TrajectoryRecord};
 use super::writer::WriterHandle;
 
 pub struct StoreSink {
@@ -52,6 +52,15 @@ impl MetricSink for StoreSink {
         self.writer
             .samples_blocking(self.run, samples.to_vec())
             .map_err(sink_err)
+    }
+
+    fn trajectories(&mut self, trajectories: &[TrajectoryRecord]) -> Result<(), SinkError> {
+        for t in trajectories {
+            self.writer
+                .trajectory_blocking(self.run, t.clone())
+                .map_err(sink_err)?;
+        }
+        Ok(())
     }
 
     fn checkpoint(&mut self, checkpoint: &CheckpointRecord) -> Result<(), SinkError> {

@@ -1,0 +1,141 @@
+//! Agentic RL (`rl.env`): the policy acts in an environment over many turns. Each step plays
+//! `prompts_per_step` groups of `group_size` episodes (a group's episodes start from one seed) with
+//! actor_infer ([`episodes`]), turns them into a trajectory-wise batch — StarPO: the whole
+//! conversation is one sequence, only the policy's own tokens are trained, the episode's return is
+//! its reward ([`batch`]) — and trains it with the same learner, losses, KL and checkpoints as RLVR.
+//! Generation, training and weight sync alternate as in synchronous RLVR, time-sharing colocated
+//! devices.
+
+mod batch;
+mod episodes;
+mod turns;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::rl_learner::{Learned, Learner};
+use super::rlvr::placement_for;
+use super::setup::Tokenizing;
+use super::time_sharing::TimeSharing;
+use super::worker_report::report_workers;
+use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus};
+use crate::config::{EnvConfig, RlConfig, Stage};
+use crate::data::mix::MixerState;
+use crate::metrics::Metrics;
+use crate::model::LoadedModel;
+use crate::role::ResidentRole;
+use crate::role::actor_infer::Infer;
+use crate::scheduler::Phase;
+
+use episodes::EpisodeRunner;
+use turns::TurnFormat;
+
+/// The sentence before the first observation when a chat template is used and the config gives
+/// no `instruction`.
+fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
+    let probe = crate::env::make(&env.name, &env.param_pairs())
+        .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+    Ok(format!(
+        "You are acting in the environment '{}'. Each turn, read the state and reply with your \
+         action as <answer>ACTION</answer>, where ACTION is {}.",
+        env.name,
+        probe.action_format()
+    ))
+}
+
+pub fn run_agentic(
+    ctx: &mut RunContext<'_>,
+    cfg: &RlConfig,
+    env: &EnvConfig,
+    model: &LoadedModel,
+    chat_template: bool,
+    resume: Option<&Resume>,
+) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let mut learner = Learner::new(ctx, cfg, model, resume, None)?;
+    let placement = placement_for(ctx.cfg, model)?
+        .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
+    let mut sharing = TimeSharing::new(placement)?;
+    let infer = Infer::start(ctx.cfg, cfg, model)?;
+    let tok = Tokenizing {
+        model,
+        chat_template,
+    };
+    let instruction = match (&env.instruction, chat_template) {
+        (Some(i), _) => Some(i.clone()),
+        (None, true) => Some(default_instruction(env)?),
+        (None, false) => None,
+    };
+    let runner = EpisodeRunner {
+        cfg,
+        env,
+        format: TurnFormat {
+            tok,
+            instruction: instruction.as_deref(),
+        },
+        run_seed: ctx.cfg.seed,
+    };
+    ctx.emit(PipelineEvent::StageStarted {
+        stage: Stage::Rl,
+        total_steps: cfg.steps,
+        done_steps: learner.first_step - 1,
+    });
+    let status = train(ctx, cfg, env, &mut learner, &mut sharing, &infer, &runner);
+    let mut events = (&infer).shutdown();
+    for role in learner.residents() {
+        events.extend(role.shutdown());
+    }
+    report_workers(ctx, events)?;
+    let status = status?;
+    Ok((status, learner.last_checkpoint))
+}
+
+/// Play, train, sync — one phase at a time.
+fn train(
+    ctx: &mut RunContext<'_>,
+    cfg: &RlConfig,
+    env: &EnvConfig,
+    learner: &mut Learner<'_>,
+    sharing: &mut TimeSharing,
+    infer: &Infer,
+    runner: &EpisodeRunner<'_>,
+) -> Result<RunStatus, PipelineError> {
+    let tok = runner.format.tok;
+    let detok = move |ids: &[u32]| tok.decode(ids);
+    for step in learner.first_step..=cfg.steps {
+        let t_step = Instant::now();
+        let mut m = Metrics::new();
+        learner.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
+        let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
+        let out = runner.run(step, engine.as_mut())?;
+        let mut notes = engine.drain_events();
+        drop(engine);
+        for role in learner.residents() {
+            notes.extend(role.drain_events());
+        }
+        report_workers(ctx, notes)?;
+        batch::episode_metrics(&mut m, env.tag(), env.format_penalty, &out, cfg.group_size);
+        let trajs = &out.trajectories;
+        ctx.record_trajectories(&batch::trajectory_records(step, env.tag(), trajs))?;
+        let rows = batch::first_rows(batch::is_step_wise(cfg), trajs);
+        // Each episode's record shows the advantage of its first row (its first turn).
+        let records = |adv: &[f32]| {
+            let firsts: Vec<f32> = rows
+                .iter()
+                .map(|r| adv.get(*r).copied().unwrap_or(0.0))
+                .collect();
+            batch::sample_records(step, env.tag(), tok, trajs, &firsts)
+        };
+        let learned = Learned {
+            batch: (!trajs.is_empty()).then(|| batch::agentic_batch(cfg, env, trajs)),
+            records: &records,
+            mixer: MixerState { domains: vec![] },
+        };
+        if learner.learn(ctx, cfg, sharing, infer, None, step, learned, m, t_step)? {
+            return Ok(RunStatus::Interrupted);
+        }
+    }
+    Ok(RunStatus::Finished)
+}
