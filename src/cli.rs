@@ -4,6 +4,7 @@ mod env_cmd;
 mod model_cmd;
 mod run_cmd;
 mod store_cmd;
+mod trajectories_cmd;
 
 use std::path::PathBuf;
 
@@ -40,6 +41,8 @@ pub enum Command {
     Metrics(MetricsArgs),
     /// Print a run's scored samples.
     Samples(SamplesArgs),
+    /// Print a run's agentic episodes turn by turn (observation, output, parsed action, reward).
+    Trajectories(TrajectoriesArgs),
     /// Write a run's curves as PNG/SVG plots and CSV files.
     Export(ExportArgs),
     /// Create, inspect and score models.
@@ -160,6 +163,24 @@ pub struct SamplesArgs {
     #[arg(long)]
     pub limit: Option<u64>,
     /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TrajectoriesArgs {
+    /// Run name or id.
+    pub run: String,
+    /// Only the episodes of this RL step.
+    #[arg(long)]
+    pub step: Option<u64>,
+    /// Only the episodes of this group (episodes that started from one seed).
+    #[arg(long)]
+    pub group: Option<usize>,
+    /// At most this many episodes.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// One JSON object per episode, per line.
     #[arg(long)]
     pub json: bool,
 }
@@ -287,6 +308,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Runs(args) => store_cmd::runs(&store, args),
         Command::Metrics(args) => store_cmd::metrics(&store, args).map(|_| 0),
         Command::Samples(args) => store_cmd::samples(&store, args).map(|_| 0),
+        Command::Trajectories(args) => trajectories_cmd::trajectories(&store, args).map(|_| 0),
         Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),

@@ -537,11 +537,16 @@ impl RlConfig {
                     "rl.env.mode step needs rl.adv_estimator gigpo or step_reinforce, got {est:?}"
                 ))
             }
-            (Some(env), A::AgenticReinforce) if env.mode != EnvMode::Trajectory => p.push(
-                "rl.adv_estimator agentic_reinforce is trajectory-wise: set rl.env.mode to trajectory"
-                    .into(),
-            ),
             _ => {}
+        }
+        if self.env.as_ref().is_some_and(|e| e.mode == EnvMode::Step)
+            && self.difficulty_mask.is_some()
+        {
+            p.push(
+                "rl.difficulty_mask judges a prompt's group; rl.env.mode step trains single turns, \
+                 so it would judge each turn alone: remove it or use mode trajectory"
+                    .into(),
+            );
         }
         if est.is_per_env_step() && self.kl.mode == KlMode::InReward {
             p.push(format!(

@@ -76,3 +76,81 @@ fn shortened_agentic_frozenlake_learns_to_reach_the_goal() {
     assert_eq!(samples.len(), RL_STEPS * EPISODES);
     assert!(samples.iter().all(|s| s.domain == "lake"));
 }
+
+/// Sets the stop flag once RL step `after` is reported, as Ctrl-C would.
+struct StopAfter {
+    after: usize,
+    stop: Arc<AtomicBool>,
+}
+
+impl roll::pipeline::Observer for StopAfter {
+    fn on_event(&mut self, event: &roll::pipeline::PipelineEvent) {
+        if let roll::pipeline::PipelineEvent::StepFinished { stage, step, .. } = event
+            && *stage == roll::config::Stage::Rl
+            && *step == self.after
+        {
+            self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_agentic_run_resumes_to_the_same_numbers() {
+    // A tiny env-only run (no dataset, no SFT): stopped after RL step 2 of 4 (it checkpoints and
+    // returns), then resumed from that checkpoint; steps 3 and 4 must equal an uninterrupted run's.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.yaml");
+    std::fs::write(
+        &path,
+        "name: tiny\nseed: 5\n\
+         model: { init: { arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 } }\n\
+         rl:\n  steps: 4\n  prompts_per_step: 2\n  group_size: 4\n  sampling: { max_new_tokens: 4 }\n\
+         \x20 optimizer: { lr: 0.01 }\n\
+         \x20 env: { name: frozen_lake, params: { map: SFG, legend: false }, max_turns: 3, action_pattern: '(\\w+)' }\n",
+    )
+    .unwrap();
+    let load = |out: &str| {
+        RunConfig::load(
+            &path,
+            &[format!("output_dir={}", dir.path().join(out).display())],
+        )
+        .unwrap()
+    };
+    let whole = load("whole");
+    let mut reference = MemorySink::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    run(&whole, &mut Silent, stop, &mut reference, None).unwrap();
+
+    let cfg = load("parts");
+    let mut first = MemorySink::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut observer = StopAfter {
+        after: 2,
+        stop: stop.clone(),
+    };
+    let outcome = run(&cfg, &mut observer, stop, &mut first, None).unwrap();
+    assert_eq!(outcome.status, RunStatus::Interrupted);
+    let ckpt = outcome.last_checkpoint.unwrap();
+    let resume = roll::pipeline::Resume::load(&ckpt, &cfg).unwrap();
+    // What `roll-tui resume` checks before it touches the store.
+    let model = roll::pipeline::setup::load_checkpoint_policy(&cfg, &ckpt).unwrap();
+    resume.check_setup(&cfg, &model).unwrap();
+    let mut rest = MemorySink::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = run(&cfg, &mut Silent, stop, &mut rest, Some(&resume)).unwrap();
+    assert_eq!(outcome.status, RunStatus::Finished);
+    for key in [
+        "env/frozen_lake/return",
+        "actor/pg_loss",
+        "trajectory/tokens/mean",
+    ] {
+        let whole = reference.values("rl", key);
+        assert_eq!(whole.len(), 4, "{key}");
+        assert_eq!(first.values("rl", key), whole[..2], "{key}");
+        assert_eq!(rest.values("rl", key), whole[2..], "{key}");
+    }
+    assert_eq!(
+        rest.trajectories.iter().map(|t| t.step).collect::<Vec<_>>(),
+        [vec![3; 8], vec![4; 8]].concat()
+    );
+}

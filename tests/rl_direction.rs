@@ -185,3 +185,73 @@ fn context_tokens_of_a_response_are_not_trained() {
     );
     assert_ne!(masked, update_with_context_token(false, None));
 }
+
+#[test]
+fn given_advantages_replace_the_estimator() {
+    // Every reward 0: GRPO's advantages are all 0 and the update leaves the sequence log-probs
+    // where they were (up to float noise). Given advantages (+1 on row 0, −1 on row 1, as the
+    // agentic estimators hand them over) move row 0 up and row 1 down instead.
+    let model = init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 32,
+        layers: 2,
+        heads: 2,
+        kv_heads: 1,
+        intermediate: 64,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 32,
+        rope_theta: 10_000.0,
+        chars: "0123456789+=".into(),
+        dtype: "float32".into(),
+        seed: 5,
+    })
+    .unwrap();
+    let cfg: RunConfig = from_yaml_str(CFG, "<test>").unwrap();
+    let rl = cfg.rl.unwrap();
+    let prompt = vec![4u32, 5, 13, 6, 14];
+    let responses: Vec<Vec<u32>> = vec![vec![7, 8, 1], vec![9, 9, 1], vec![7, 3, 1], vec![3, 1]];
+    let seq_logprob = |r: &Vec<u32>| -> f32 {
+        score_pair(&model.transformer, &prompt, r, 0)
+            .unwrap()
+            .iter()
+            .sum()
+    };
+    let before: Vec<f32> = responses.iter().map(seq_logprob).collect();
+    let given: Vec<Vec<f32>> = responses
+        .iter()
+        .enumerate()
+        .map(|(i, r)| vec![[1.0, -1.0, 0.0, 0.0][i]; r.len()])
+        .collect();
+    let batch = RlBatch {
+        prompts: vec![prompt.clone(); 4],
+        responses: responses.clone(),
+        gen_logprobs: responses
+            .iter()
+            .map(|r| score_pair(&model.transformer, &prompt, r, 0).unwrap())
+            .collect(),
+        truncated: vec![false; 4],
+        correct: vec![0.0; 4],
+        rewards: vec![0.0; 4],
+        response_masks: None,
+        advantages: Some(given),
+        group_size: 4,
+    };
+    let vars: Vec<_> = model.transformer.params().named_vars();
+    let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
+    let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
+    let mut running = RunningStats::new();
+    let state = UpdateState {
+        actor: &mut actor,
+        reference: None,
+        critic: None,
+        kl_ctl: &mut kl,
+        running: &mut running,
+        seed: 0,
+    };
+    let out = update(&rl, &model, state, &batch).unwrap();
+    let after: Vec<f32> = responses.iter().map(seq_logprob).collect();
+    assert!(after[0] > before[0] + 1e-3, "{before:?} -> {after:?}");
+    assert!(after[1] < before[1] - 1e-3, "{before:?} -> {after:?}");
+    assert_eq!(out.sample_advantages, [1.0, -1.0, 0.0, 0.0]);
+}

@@ -14,7 +14,7 @@ use crate::store::{OpenMode, RunInfo, Store};
 use crate::text::clean;
 
 /// Run `f` with the store at `path` open (it must exist) on a small runtime.
-fn with_store<T, F, Fut>(path: &Path, f: F) -> Result<T>
+pub(super) fn with_store<T, F, Fut>(path: &Path, f: F) -> Result<T>
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = Result<T>>,

@@ -60,6 +60,10 @@ pub enum SyntheticConfig {
         /// Text before the first observation, as the agentic run's `rl.env.instruction`.
         #[serde(default)]
         instruction: Option<String>,
+        /// Prompt each turn with its observation alone, as step-wise training without history
+        /// (`rl.env.mode: step`, `history_length: 0`) prompts; default: the transcript so far.
+        #[serde(default)]
+        observation_only: bool,
         #[serde(default)]
         seed: Option<u64>,
     },
@@ -238,6 +242,7 @@ impl SyntheticConfig {
                 max_turns,
                 answer_template,
                 instruction,
+                observation_only,
                 seed,
             } => {
                 let mut env = crate::env::make(env, &crate::env::param_pairs(params))?;
@@ -249,6 +254,7 @@ impl SyntheticConfig {
                     instruction: instruction.as_deref(),
                     turn_end,
                     seed: seed.unwrap_or(run_seed),
+                    observation_only: *observation_only,
                 };
                 Ok(crate::env::transcript::demonstrations(env.as_mut(), &spec)
                     .into_iter()

@@ -38,6 +38,9 @@ pub struct DemoSpec<'a> {
     pub instruction: Option<&'a str>,
     /// The text of the model's end-of-turn token.
     pub turn_end: &'a str,
+    /// Prompt each turn with its observation alone (step-wise training without history) instead
+    /// of the transcript so far.
+    pub observation_only: bool,
     pub seed: u64,
 }
 
@@ -55,8 +58,8 @@ pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Vec<DemoTurn> {
     let mut rng = StdRng::seed_from_u64(mix_seed(&[spec.seed, 0xde]));
     let mut out = vec![];
     for e in 0..spec.episodes {
-        let first = env.reset(mix_seed(&[spec.seed, 0xe9, e as u64]));
-        let mut transcript = plain_first(spec.instruction, &first);
+        let mut observation = env.reset(mix_seed(&[spec.seed, 0xe9, e as u64]));
+        let mut transcript = plain_first(spec.instruction, &observation);
         for _ in 0..spec.max_turns {
             let actions = env.actions();
             if actions.is_empty() {
@@ -69,7 +72,10 @@ pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Vec<DemoTurn> {
             };
             let answer = spec.answer_template.replace("{action}", &action);
             out.push(DemoTurn {
-                prompt: transcript.clone(),
+                prompt: match spec.observation_only {
+                    true => plain_first(spec.instruction, &observation),
+                    false => transcript.clone(),
+                },
                 answer: answer.clone(),
             });
             let Ok(step) = env.step(&action) else {
@@ -81,6 +87,7 @@ pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Vec<DemoTurn> {
             transcript.push_str(&answer);
             transcript.push_str(spec.turn_end);
             transcript.push_str(&plain_next(&step.observation));
+            observation = step.observation;
         }
     }
     out
@@ -109,6 +116,7 @@ mod tests {
             instruction: None,
             turn_end: "<eos>",
             seed: 3,
+            observation_only: false,
         };
         let turns = demonstrations(env.as_mut(), &spec);
         // The hole in the middle leaves two shortest paths of 4 moves; BFS tries Left, Down,
@@ -120,6 +128,16 @@ mod tests {
             turns[1].prompt, "PFF\nFHF\nFFG\nDown<eos>SFF\nPHF\nFFG\n",
             "each turn's prompt extends the last one by its answer, the turn end and the observation"
         );
+        // Step-wise demonstrations: each prompt is the observation alone.
+        let alone = DemoSpec {
+            observation_only: true,
+            ..spec
+        };
+        let prompts: Vec<String> = demonstrations(env.as_mut(), &alone)
+            .into_iter()
+            .map(|t| t.prompt)
+            .collect();
+        assert_eq!(prompts[1], "SFF\nPHF\nFFG\n");
         // All noise: random actions, and the same seed gives the same demonstrations.
         let noisy = DemoSpec {
             noise: 1.0,

@@ -38,9 +38,14 @@ use turns::TurnFormat;
 fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
     let probe = crate::env::make(&env.name, &env.param_pairs())
         .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+    // Only the default parser's format can be named; a custom pattern's user says it themselves.
+    let how = match env.action_pattern {
+        None => "as <answer>ACTION</answer>, where ACTION is",
+        Some(_) => "which is",
+    };
     Ok(format!(
         "You are acting in the environment '{}'. Each turn, read the state and reply with your \
-         action as <answer>ACTION</answer>, where ACTION is {}.",
+         action, {how} {}.",
         env.name,
         probe.action_format()
     ))

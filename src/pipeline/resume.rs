@@ -47,7 +47,10 @@ impl Resume {
     /// checkpoint's cursor, the RL stage's KL reference loads, and a critic's files are there.
     pub fn check_setup(&self, cfg: &RunConfig, model: &LoadedModel) -> Result<(), PipelineError> {
         let data = setup::load_domains(cfg, model)?;
-        if let Some(m) = &self.state.mixer {
+        // An agentic RL stage reads no dataset: its episodes follow from seeds, not a cursor.
+        let agentic = self.state.stage == Stage::Rl.as_str()
+            && cfg.rl.as_ref().is_some_and(|rl| rl.env.is_some());
+        if let Some(m) = self.state.mixer.as_ref().filter(|_| !agentic) {
             data.mixer(0)?.restore(m)?;
         }
         let Some(rl) = cfg

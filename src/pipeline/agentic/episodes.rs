@@ -205,6 +205,12 @@ impl EpisodeRunner<'_> {
                 }
             }
         }
+        if let Some(lost) = done.iter().position(Option::is_none) {
+            // Groups are consecutive rows: a missing episode would shift every later group.
+            return Err(PipelineError::Setup(format!(
+                "actor_infer went idle without finishing episode {lost} of step {step}"
+            )));
+        }
         Ok(StepEpisodes {
             trajectories: done.into_iter().flatten().collect(),
             gen_tokens,
@@ -233,6 +239,14 @@ impl EpisodeRunner<'_> {
     /// Apply a finished turn to its episode; the token limit of the next turn, or `None` when the
     /// episode is over.
     fn play_turn(&self, l: &mut Live, c: &Completion) -> Result<Option<usize>, PipelineError> {
+        if c.token_ids.is_empty() || c.logprobs.len() != c.token_ids.len() {
+            return Err(PipelineError::Setup(format!(
+                "actor_infer returned a turn with {} tokens and {} log-probs; a turn needs at \
+                 least one token and one log-prob per token",
+                c.token_ids.len(),
+                c.logprobs.len()
+            )));
+        }
         let output = self.format.tok.decode(&c.token_ids);
         let state_hash = l.episode.env().state_hash();
         let step = l.episode.step(&output);

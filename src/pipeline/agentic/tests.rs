@@ -140,13 +140,20 @@ impl Generator for Scripted<'_> {
             .queued
             .drain(..)
             .map(|r| {
-                let token_ids = (self.answer)(&r);
+                // As the engine does: at most max_new_tokens, cut there.
+                let mut token_ids = (self.answer)(&r);
+                let finish = if token_ids.len() > r.params.max_new_tokens {
+                    token_ids.truncate(r.params.max_new_tokens);
+                    FinishReason::Length
+                } else {
+                    FinishReason::Eos
+                };
                 Completion {
                     id: r.id,
                     logprobs: vec![-0.5; token_ids.len()],
                     token_ids,
                     prompt_ids: r.prompt_ids,
-                    finish: FinishReason::Eos,
+                    finish,
                 }
             })
             .collect())
@@ -228,7 +235,9 @@ fn scripted_episodes_end_by_goal_turn_limit_or_budget_with_only_policy_tokens_tr
     assert_eq!(batch.rewards, [1.0, -0.3, 1.0, 0.0]);
     assert_eq!(batch.correct, [1.0, 0.0, 1.0, 0.0]);
 
-    // A budget that leaves room for one turn only: every episode is cut after it.
+    // A budget of 12 tokens. "PFG\n" (4) + "Right<eos>" (6) + "SPG\n" (4) = 14: cut after one
+    // turn, as "Left<eos>" (5) is. "ei<eos>" (3) + "PFG\n" (4) leaves room for 1 token: the second
+    // turn is cut to "e", and its end-of-turn token and the next observation no longer fit.
     let (cfg, mut env) = rl("map: SFG", 3);
     env.max_trajectory_tokens = Some(12);
     let runner = EpisodeRunner {
@@ -237,18 +246,23 @@ fn scripted_episodes_end_by_goal_turn_limit_or_budget_with_only_policy_tokens_tr
         format: plain(&m),
         run_seed: 1,
     };
-    let out = runner.run(
-        1,
-        &mut Scripted {
-            queued: vec![],
-            answer: &answer,
-            requests: vec![],
-        },
-    );
-    let cuts: Vec<Option<Cut>> = out
-        .map(|o| o.trajectories.iter().map(|t| t.cut).collect())
-        .unwrap_or_default();
-    assert_eq!(cuts, vec![Some(Cut::Budget); 4]);
+    let mut scripted = Scripted {
+        queued: vec![],
+        answer: &answer,
+        requests: vec![],
+    };
+    let out = runner.run(1, &mut scripted).expect("a rollout");
+    let ends: Vec<(usize, Option<Cut>)> = out
+        .trajectories
+        .iter()
+        .map(|t| (t.turns.len(), t.cut))
+        .collect();
+    let budget = Some(Cut::Budget);
+    assert_eq!(ends, [(1, budget), (2, budget), (1, budget), (1, budget)]);
+    assert_eq!(out.trajectories[1].turns[1].tokens, 1);
+    for r in &scripted.requests {
+        assert!(r.prompt_ids.len() + r.params.max_new_tokens <= 12, "{r:?}");
+    }
 }
 
 #[test]

@@ -1,0 +1,72 @@
+//! `roll-tui trajectories RUN`: a run's agentic episodes, turn by turn, as the store keeps them.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+use super::TrajectoriesArgs;
+use super::store_cmd::with_store;
+
+pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
+    with_store(path, |store| async move {
+        let run = store.find_run(&args.run).await?;
+        let mut all = store.trajectories(run.id, args.step).await?;
+        if let Some(g) = args.group {
+            all.retain(|t| t.group == g);
+        }
+        if let Some(limit) = args.limit {
+            all.truncate(limit);
+        }
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            for t in &all {
+                writeln!(out, "{}", serde_json::to_string(t)?)?;
+            }
+            return Ok(());
+        }
+        if all.is_empty() {
+            bail!(
+                "run '{}' has no trajectories matching the filter (only agentic runs, with rl.env, \
+                 record them)",
+                run.name
+            );
+        }
+        for t in &all {
+            let ret: f64 = t.turns.iter().map(|u| u.reward).sum();
+            writeln!(
+                out,
+                "[{} step {} · {} · group {} episode {} · seed {} · policy v{}] {} · return {:.3} · {} turns · {}",
+                t.stage,
+                t.step,
+                t.env,
+                t.group,
+                t.episode,
+                t.env_seed,
+                t.policy_version,
+                if t.success { "success" } else { "no success" },
+                ret,
+                t.turns.len(),
+                t.end_reason
+            )?;
+            for (k, u) in t.turns.iter().enumerate() {
+                writeln!(out, "  turn {}: observation {:?}", k + 1, u.observation)?;
+                let invalid =
+                    u.info.get("action_is_valid") == Some(&serde_json::Value::Bool(false));
+                let action = match (&u.parsed_action, invalid) {
+                    (Some(a), false) => a.clone(),
+                    (Some(a), true) => format!("{a} (not a valid action)"),
+                    (None, _) => "(no action found)".into(),
+                };
+                writeln!(
+                    out,
+                    "    output {:?} -> {action} · reward {:.3}{}",
+                    u.action_text,
+                    u.reward,
+                    if u.done { " · done" } else { "" }
+                )?;
+            }
+        }
+        Ok(())
+    })
+}
