@@ -11,6 +11,7 @@
 
 pub mod frozen_lake;
 pub mod plan;
+pub mod sokoban;
 pub mod transcript;
 
 use serde::Serialize;
@@ -176,18 +177,27 @@ impl Episode {
 }
 
 /// The registered environments: name, what it is, its parameters (`--set key=value`).
-pub const ENVS: [(&str, &str, &str); 1] = [(
-    "frozen_lake",
-    "gymnasium FrozenLake-v1: walk from S to G over frozen F without falling into a hole H",
-    "size (4), p (0.8: chance a cell is frozen), map (rows joined by '/', e.g. SFFF/FHFH/FFFH/HFFG; \
-     overrides size and p), slippery (false: move as intended or to either side, 1/3 each), \
-     max_steps (100), legend (true: the text render ends with a line naming letters and actions)",
-)];
+pub const ENVS: [(&str, &str, &str); 2] = [
+    (
+        "frozen_lake",
+        "gymnasium FrozenLake-v1: walk from S to G over frozen F without falling into a hole H",
+        "size (4), p (0.8: chance a cell is frozen), map (rows joined by '/', e.g. SFFF/FHFH/FFFH/HFFG; \
+         overrides size and p), slippery (false: move as intended or to either side, 1/3 each), \
+         max_steps (100), legend (true: the text render ends with a line naming letters and actions)",
+    ),
+    (
+        "sokoban",
+        "gym-sokoban: push every box X onto a target O (rooms generated backwards, so solvable)",
+        "dim (6: the room's side), num_boxes (1), max_steps (120), levels (an XSB level file, e.g. \
+         envs/sokoban/tiny.xsb; the level is picked by seed, and dim/num_boxes are ignored)",
+    ),
+];
 
 /// An environment by name with `key=value` parameters; errors name the parameter.
 pub fn make(name: &str, params: &[(String, String)]) -> Result<Box<dyn Env>, String> {
     match name {
         "frozen_lake" => Ok(Box::new(frozen_lake::FrozenLake::from_params(params)?)),
+        "sokoban" => Ok(Box::new(sokoban::Sokoban::from_params(params)?)),
         other => {
             let names: Vec<&str> = ENVS.iter().map(|e| e.0).collect();
             Err(format!(

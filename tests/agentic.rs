@@ -154,3 +154,41 @@ fn an_interrupted_agentic_run_resumes_to_the_same_numbers() {
         [vec![3; 8], vec![4; 8]].concat()
     );
 }
+
+#[test]
+fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.yaml");
+    std::fs::write(
+        &path,
+        "name: tiny\nseed: 5\n\
+         model: { init: { arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 } }\n\
+         rl:\n  steps: 4\n  prompts_per_step: 2\n  group_size: 4\n  sampling: { max_new_tokens: 4 }\n\
+         \x20 optimizer: { lr: 0.01 }\n\
+         \x20 env: { name: frozen_lake, params: { map: SFG, legend: false }, max_turns: 3, action_pattern: '(\\w+)' }\n",
+    )
+    .unwrap();
+    let train = |out: &str, extra: &[&str]| {
+        let mut overrides = vec![format!("output_dir={}", dir.path().join(out).display())];
+        overrides.extend(extra.iter().map(|s| s.to_string()));
+        let cfg = RunConfig::load(&path, &overrides).unwrap();
+        let mut sink = MemorySink::default();
+        run(&cfg, &mut Silent, Arc::new(AtomicBool::new(false)), &mut sink, None).unwrap();
+        sink
+    };
+    let plain = train("plain", &[]);
+    let evaluated = train("eval", &["rl.env.eval={ every: 2, episodes: 3 }"]);
+    let steps_with = |sink: &MemorySink, key: &str| -> Vec<usize> {
+        sink.records
+            .iter()
+            .filter(|r| r.metrics.contains_key(key))
+            .map(|r| r.step)
+            .collect()
+    };
+    assert_eq!(steps_with(&evaluated, "val/env/frozen_lake/success"), [1, 3]);
+    assert!(steps_with(&plain, "val/env/frozen_lake/success").is_empty());
+    // Evaluation samples its own seeds: the training numbers are the same with or without it.
+    for key in ["env/frozen_lake/return", "actor/pg_loss"] {
+        assert_eq!(plain.values("rl", key), evaluated.values("rl", key), "{key}");
+    }
+}

@@ -55,6 +55,26 @@ pub struct EnvConfig {
     /// gigpo: weight of the step-level (anchor-state) advantage.
     #[serde(default = "one")]
     pub step_reward_weight: f64,
+    /// Evaluate the policy on a fixed set of episodes every N steps (`val/env/<tag>/…`).
+    #[serde(default)]
+    pub eval: Option<EnvEval>,
+}
+
+/// `rl.env.eval`: validation episodes, from seeds that stay the same at every evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvEval {
+    /// Evaluate before steps 1, 1 + every, 1 + 2·every, … (the policy that step starts from).
+    pub every: usize,
+    #[serde(default = "sixteen")]
+    pub episodes: usize,
+    /// Sampling temperature of the evaluation; 0 (the default) is greedy.
+    #[serde(default)]
+    pub temperature: f64,
+}
+
+fn sixteen() -> usize {
+    16
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -125,6 +145,16 @@ impl EnvConfig {
         }
         if !(self.episode_reward_weight.is_finite() && self.step_reward_weight.is_finite()) {
             p.push(format!("{at}: the reward weights must be finite numbers"));
+        }
+        if let Some(e) = &self.eval
+            && (e.every == 0
+                || e.episodes == 0
+                || !(e.temperature >= 0.0 && e.temperature.is_finite()))
+        {
+            p.push(format!(
+                "{at}.eval needs every >= 1, episodes >= 1 and temperature >= 0, got {}, {} and {}",
+                e.every, e.episodes, e.temperature
+            ));
         }
         if self.tag().is_empty() || self.tag().contains(['/', ' ']) {
             p.push(format!(

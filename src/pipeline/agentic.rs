@@ -114,6 +114,10 @@ fn train(
         let mut m = Metrics::new();
         learner.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
         let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
+        if let Some(eval) = env.eval.as_ref().filter(|e| (step - 1) % e.every == 0) {
+            let val = runner.evaluate(eval.episodes, eval.temperature, engine.as_mut())?;
+            batch::validation_metrics(&mut m, env.tag(), &val);
+        }
         let out = runner.run(step, engine.as_mut())?;
         let mut notes = engine.drain_events();
         drop(engine);

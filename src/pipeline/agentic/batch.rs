@@ -234,6 +234,28 @@ pub(crate) fn episode_metrics(
     );
 }
 
+/// `val/env/<tag>/success|return|steps|invalid_action_frac` of evaluation episodes.
+pub(crate) fn validation_metrics(m: &mut Metrics, tag: &str, out: &StepEpisodes) {
+    let t = &out.trajectories;
+    if t.is_empty() {
+        return;
+    }
+    let turns: usize = t.iter().map(|t| t.turns.len()).sum();
+    let invalid: usize = t.iter().map(|t| t.invalid_actions).sum();
+    let v = |k: &str| format!("val/env/{tag}/{k}");
+    m.insert(
+        v("success"),
+        mean(t.iter().map(|t| f64::from(u8::from(t.success)))),
+    );
+    m.insert(v("return"), mean(t.iter().map(|t| t.episode_return)));
+    m.insert(v("steps"), turns as f64 / t.len() as f64);
+    m.insert(
+        v("invalid_action_frac"),
+        invalid as f64 / turns.max(1) as f64,
+    );
+    m.insert("time/eval".into(), out.t_rollout);
+}
+
 /// The episode as the samples view shows it: each turn's output, then the observation it led to.
 fn transcript(t: &Trajectory) -> String {
     let mut out = String::new();

@@ -125,61 +125,90 @@ impl EpisodeRunner<'_> {
         step: usize,
         engine: &mut dyn Generator,
     ) -> Result<StepEpisodes, PipelineError> {
+        let starts: Vec<(usize, usize, u64)> = (0..self.cfg.prompts_per_step)
+            .flat_map(|group| {
+                let seed = self.group_seed(step, group);
+                (0..self.cfg.group_size).map(move |index| (group, index, seed))
+            })
+            .collect();
+        self.play(step as u64, &starts, &self.cfg.sampling, engine)
+    }
+
+    /// Play `episodes` evaluation episodes, one per fixed seed (the same seeds at every
+    /// evaluation, so evaluations compare), sampling at `temperature` (0: greedy).
+    pub fn evaluate(
+        &self,
+        episodes: usize,
+        temperature: f64,
+        engine: &mut dyn Generator,
+    ) -> Result<StepEpisodes, PipelineError> {
+        let starts: Vec<(usize, usize, u64)> = (0..episodes)
+            .map(|i| (i, 0, mix_seed(&[self.run_seed, 0xe7, i as u64])))
+            .collect();
+        let mut params = self.cfg.sampling.clone();
+        params.temperature = temperature;
+        // Request seeds of their own stream, apart from every training step's.
+        self.play(u64::MAX, &starts, &params, engine)
+    }
+
+    /// Play one episode from each `(group, index, seed)`; `salt` keeps each call's sampling
+    /// seeds apart.
+    fn play(
+        &self,
+        salt: u64,
+        starts: &[(usize, usize, u64)],
+        params: &crate::rollout::SamplingParams,
+        engine: &mut dyn Generator,
+    ) -> Result<StepEpisodes, PipelineError> {
         let t0 = Instant::now();
         let mut t_env = 0.0;
         let parser = self.env.parser().map_err(PipelineError::Setup)?;
-        let g = self.cfg.group_size;
         let mut live: Vec<Option<Live>> = vec![];
-        for group in 0..self.cfg.prompts_per_step {
-            let seed = self.group_seed(step, group);
-            for index in 0..g {
-                let env = make(&self.env.name, &self.env.param_pairs())
-                    .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
-                let mut episode = Episode::new(env, parser.clone(), self.env.format_penalty);
-                let t = Instant::now();
-                let observation = episode.reset(seed);
-                t_env += t.elapsed().as_secs_f64();
-                let prompt_ids = self
-                    .format
-                    .first(&self.step_content(&[], &observation))
-                    .map_err(|e| {
-                        PipelineError::Setup(format!("rl.env: the first observation {e}"))
-                    })?;
-                if prompt_ids.len() >= self.budget() {
-                    return Err(PipelineError::Setup(format!(
-                        "rl.env: the first prompt takes {} tokens, which leaves no room for a \
+        for &(group, index, seed) in starts {
+            let env = make(&self.env.name, &self.env.param_pairs())
+                .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+            let mut episode = Episode::new(env, parser.clone(), self.env.format_penalty);
+            let t = Instant::now();
+            let observation = episode.reset(seed);
+            t_env += t.elapsed().as_secs_f64();
+            let prompt_ids = self
+                .format
+                .first(&self.step_content(&[], &observation))
+                .map_err(|e| PipelineError::Setup(format!("rl.env: the first observation {e}")))?;
+            if prompt_ids.len() >= self.budget() {
+                return Err(PipelineError::Setup(format!(
+                    "rl.env: the first prompt takes {} tokens, which leaves no room for a \
                          turn within the trajectory budget of {} (max_trajectory_tokens, or the \
                          model's max_position_embeddings)",
-                        prompt_ids.len(),
-                        self.budget()
-                    )));
-                }
-                live.push(Some(Live {
-                    next_prompt: prompt_ids.clone(),
-                    traj: Trajectory {
-                        group,
-                        index,
-                        seed,
-                        prompt_ids,
-                        response: vec![],
-                        trainable: vec![],
-                        logprobs: vec![],
-                        turn_starts: vec![],
-                        turns: vec![],
-                        episode_return: 0.0,
-                        success: false,
-                        cut: None,
-                        invalid_actions: 0,
-                    },
-                    episode,
-                    observation,
-                }));
+                    prompt_ids.len(),
+                    self.budget()
+                )));
             }
+            live.push(Some(Live {
+                next_prompt: prompt_ids.clone(),
+                traj: Trajectory {
+                    group,
+                    index,
+                    seed,
+                    prompt_ids,
+                    response: vec![],
+                    trainable: vec![],
+                    logprobs: vec![],
+                    turn_starts: vec![],
+                    turns: vec![],
+                    episode_return: 0.0,
+                    success: false,
+                    cut: None,
+                    invalid_actions: 0,
+                },
+                episode,
+                observation,
+            }));
         }
         for (id, l) in live.iter().enumerate() {
             if let Some(l) = l {
                 let room = self.budget() - l.traj.prompt_ids.len();
-                engine.submit(self.request(step, id, l, self.per_turn().min(room)));
+                engine.submit(self.request(salt, params, id, l, self.per_turn().min(room)));
             }
         }
         let mut done: Vec<Option<Trajectory>> = vec![None; live.len()];
@@ -198,7 +227,7 @@ impl EpisodeRunner<'_> {
                 t_env += t.elapsed().as_secs_f64();
                 match next {
                     Some(max_new) => {
-                        engine.submit(self.request(step, id, &l, max_new));
+                        engine.submit(self.request(salt, params, id, &l, max_new));
                         live[id] = Some(l);
                     }
                     None => done[id] = Some(l.traj),
@@ -208,7 +237,7 @@ impl EpisodeRunner<'_> {
         if let Some(lost) = done.iter().position(Option::is_none) {
             // Groups are consecutive rows: a missing episode would shift every later group.
             return Err(PipelineError::Setup(format!(
-                "actor_infer went idle without finishing episode {lost} of step {step}"
+                "actor_infer went idle without finishing episode {lost} of this rollout"
             )));
         }
         Ok(StepEpisodes {
@@ -219,8 +248,15 @@ impl EpisodeRunner<'_> {
         })
     }
 
-    fn request(&self, step: usize, id: usize, l: &Live, max_new_tokens: usize) -> Request {
-        let mut params = self.cfg.sampling.clone();
+    fn request(
+        &self,
+        salt: u64,
+        params: &crate::rollout::SamplingParams,
+        id: usize,
+        l: &Live,
+        max_new_tokens: usize,
+    ) -> Request {
+        let mut params = params.clone();
         params.max_new_tokens = max_new_tokens;
         Request {
             id: id as u64,
@@ -229,7 +265,7 @@ impl EpisodeRunner<'_> {
             seed: mix_seed(&[
                 self.run_seed,
                 0xa7,
-                step as u64,
+                salt,
                 id as u64,
                 l.traj.turns.len() as u64,
             ]),
