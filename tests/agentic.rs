@@ -173,7 +173,14 @@ fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
         overrides.extend(extra.iter().map(|s| s.to_string()));
         let cfg = RunConfig::load(&path, &overrides).unwrap();
         let mut sink = MemorySink::default();
-        run(&cfg, &mut Silent, Arc::new(AtomicBool::new(false)), &mut sink, None).unwrap();
+        run(
+            &cfg,
+            &mut Silent,
+            Arc::new(AtomicBool::new(false)),
+            &mut sink,
+            None,
+        )
+        .unwrap();
         sink
     };
     let plain = train("plain", &[]);
@@ -185,10 +192,63 @@ fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
             .map(|r| r.step)
             .collect()
     };
-    assert_eq!(steps_with(&evaluated, "val/env/frozen_lake/success"), [1, 3]);
+    assert_eq!(
+        steps_with(&evaluated, "val/env/frozen_lake/success"),
+        [1, 3]
+    );
     assert!(steps_with(&plain, "val/env/frozen_lake/success").is_empty());
     // Evaluation samples its own seeds: the training numbers are the same with or without it.
     for key in ["env/frozen_lake/return", "actor/pg_loss"] {
-        assert_eq!(plain.values("rl", key), evaluated.values("rl", key), "{key}");
+        assert_eq!(
+            plain.values("rl", key),
+            evaluated.values("rl", key),
+            "{key}"
+        );
     }
+}
+
+#[test]
+fn shortened_gigpo_frozenlake_learns_step_wise() {
+    // tests/fixtures/agentic_small_gigpo.yaml: the same lake, observation-only prompts, one
+    // training row per turn with GiGPO advantages.
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = [format!("output_dir={}", dir.path().display())];
+    let cfg = RunConfig::load(
+        Path::new("tests/fixtures/agentic_small_gigpo.yaml"),
+        &overrides,
+    )
+    .unwrap();
+    let mut sink = MemorySink::default();
+    let outcome = run(
+        &cfg,
+        &mut Silent,
+        Arc::new(AtomicBool::new(false)),
+        &mut sink,
+        None,
+    )
+    .unwrap();
+    assert_eq!(outcome.status, RunStatus::Finished);
+    let success = sink.values("rl", "env/lake/success");
+    assert_eq!(success.len(), RL_STEPS);
+    let first = success[..5].iter().sum::<f64>() / 5.0;
+    let last = success[RL_STEPS - 5..].iter().sum::<f64>() / 5.0;
+    eprintln!("gigpo: success first 5 steps {first:.3}, last 5 {last:.3}: {success:?}");
+    assert!(
+        last >= first + 0.2,
+        "gigpo: success over the first 5 RL steps {first:.3}, last 5 {last:.3}: {success:?}"
+    );
+    // Each turn's prompt is its observation alone: every turn reads the same few tokens.
+    for t in sink.trajectories.iter().filter(|t| t.step == 1) {
+        assert!(
+            t.turns
+                .iter()
+                .all(|u| u.prompt_tokens == t.turns[0].prompt_tokens)
+        );
+    }
+    let samples = sink.samples.iter().filter(|s| s.stage == "rl").count();
+    assert_eq!(
+        samples,
+        RL_STEPS * EPISODES,
+        "one record per episode, not per turn"
+    );
 }
