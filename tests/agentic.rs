@@ -16,31 +16,46 @@ use roll::pipeline::{RunStatus, Silent, run};
 const RL_STEPS: usize = 20;
 const EPISODES: usize = 4 * 8;
 
-#[test]
-fn shortened_agentic_frozenlake_learns_to_reach_the_goal() {
+/// Run `fixture` to its end (output in a temporary directory) and require that the success rate
+/// of its last 5 RL steps exceeds that of its first 5 by at least 0.2; returns what it recorded.
+fn learns(fixture: &str) -> MemorySink {
     let dir = tempfile::tempdir().unwrap();
     let overrides = [format!("output_dir={}", dir.path().display())];
-    let cfg = RunConfig::load(Path::new("tests/fixtures/agentic_small.yaml"), &overrides).unwrap();
+    let cfg = RunConfig::load(Path::new(fixture), &overrides).unwrap();
     let mut sink = MemorySink::default();
-    let outcome = run(
-        &cfg,
-        &mut Silent,
-        Arc::new(AtomicBool::new(false)),
-        &mut sink,
-        None,
-    )
-    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = run(&cfg, &mut Silent, stop, &mut sink, None).unwrap();
     assert_eq!(outcome.status, RunStatus::Finished);
-
     let success = sink.values("rl", "env/lake/success");
     assert_eq!(success.len(), RL_STEPS);
     let first = success[..5].iter().sum::<f64>() / 5.0;
     let last = success[RL_STEPS - 5..].iter().sum::<f64>() / 5.0;
-    eprintln!("success first 5 steps {first:.3}, last 5 {last:.3}: {success:?}");
+    eprintln!("{fixture}: success first 5 steps {first:.3}, last 5 {last:.3}: {success:?}");
     assert!(
         last >= first + 0.2,
-        "success over the first 5 RL steps {first:.3}, last 5 {last:.3}: {success:?}"
+        "{fixture}: success over the first 5 RL steps {first:.3}, last 5 {last:.3}: {success:?}"
     );
+    sink
+}
+
+/// A tiny env-only run (no dataset, no SFT) of 4 RL steps on a 1x3 lake, written to `dir`.
+fn tiny_env_run(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("tiny.yaml");
+    std::fs::write(
+        &path,
+        "name: tiny\nseed: 5\n\
+         model: { init: { arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 } }\n\
+         rl:\n  steps: 4\n  prompts_per_step: 2\n  group_size: 4\n  sampling: { max_new_tokens: 4 }\n\
+         \x20 optimizer: { lr: 0.01 }\n\
+         \x20 env: { name: frozen_lake, params: { map: SFG, legend: false }, max_turns: 3, action_pattern: '(\\w+)' }\n",
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn shortened_agentic_frozenlake_learns_to_reach_the_goal() {
+    let sink = learns("tests/fixtures/agentic_small.yaml");
     for key in [
         "env/lake/return",
         "env/lake/steps",
@@ -99,16 +114,7 @@ fn an_interrupted_agentic_run_resumes_to_the_same_numbers() {
     // A tiny env-only run (no dataset, no SFT): stopped after RL step 2 of 4 (it checkpoints and
     // returns), then resumed from that checkpoint; steps 3 and 4 must equal an uninterrupted run's.
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.yaml");
-    std::fs::write(
-        &path,
-        "name: tiny\nseed: 5\n\
-         model: { init: { arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 } }\n\
-         rl:\n  steps: 4\n  prompts_per_step: 2\n  group_size: 4\n  sampling: { max_new_tokens: 4 }\n\
-         \x20 optimizer: { lr: 0.01 }\n\
-         \x20 env: { name: frozen_lake, params: { map: SFG, legend: false }, max_turns: 3, action_pattern: '(\\w+)' }\n",
-    )
-    .unwrap();
+    let path = tiny_env_run(dir.path());
     let load = |out: &str| {
         RunConfig::load(
             &path,
@@ -158,16 +164,7 @@ fn an_interrupted_agentic_run_resumes_to_the_same_numbers() {
 #[test]
 fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.yaml");
-    std::fs::write(
-        &path,
-        "name: tiny\nseed: 5\n\
-         model: { init: { arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 } }\n\
-         rl:\n  steps: 4\n  prompts_per_step: 2\n  group_size: 4\n  sampling: { max_new_tokens: 4 }\n\
-         \x20 optimizer: { lr: 0.01 }\n\
-         \x20 env: { name: frozen_lake, params: { map: SFG, legend: false }, max_turns: 3, action_pattern: '(\\w+)' }\n",
-    )
-    .unwrap();
+    let path = tiny_env_run(dir.path());
     let train = |out: &str, extra: &[&str]| {
         let mut overrides = vec![format!("output_dir={}", dir.path().join(out).display())];
         overrides.extend(extra.iter().map(|s| s.to_string()));
@@ -211,32 +208,7 @@ fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
 fn shortened_gigpo_frozenlake_learns_step_wise() {
     // tests/fixtures/agentic_small_gigpo.yaml: the same lake, observation-only prompts, one
     // training row per turn with GiGPO advantages.
-    let dir = tempfile::tempdir().unwrap();
-    let overrides = [format!("output_dir={}", dir.path().display())];
-    let cfg = RunConfig::load(
-        Path::new("tests/fixtures/agentic_small_gigpo.yaml"),
-        &overrides,
-    )
-    .unwrap();
-    let mut sink = MemorySink::default();
-    let outcome = run(
-        &cfg,
-        &mut Silent,
-        Arc::new(AtomicBool::new(false)),
-        &mut sink,
-        None,
-    )
-    .unwrap();
-    assert_eq!(outcome.status, RunStatus::Finished);
-    let success = sink.values("rl", "env/lake/success");
-    assert_eq!(success.len(), RL_STEPS);
-    let first = success[..5].iter().sum::<f64>() / 5.0;
-    let last = success[RL_STEPS - 5..].iter().sum::<f64>() / 5.0;
-    eprintln!("gigpo: success first 5 steps {first:.3}, last 5 {last:.3}: {success:?}");
-    assert!(
-        last >= first + 0.2,
-        "gigpo: success over the first 5 RL steps {first:.3}, last 5 {last:.3}: {success:?}"
-    );
+    let sink = learns("tests/fixtures/agentic_small_gigpo.yaml");
     // Each turn's prompt is its observation alone: every turn reads the same few tokens.
     for t in sink.trajectories.iter().filter(|t| t.step == 1) {
         assert!(

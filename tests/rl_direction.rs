@@ -5,10 +5,10 @@
 
 use roll::algo::kl::KlController;
 use roll::algo::normalize::RunningStats;
-use roll::config::RunConfig;
 use roll::config::load::{apply_overrides, from_yaml_str};
-use roll::model::{Arch, InitOptions, init_model};
-use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
+use roll::config::{RlConfig, RunConfig};
+use roll::model::{Arch, InitOptions, LoadedModel, init_model};
+use roll::pipeline::rl_update::{RlBatch, UpdateOutput, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
 use roll::train::AdamW;
 use roll::train::batch::score_pair;
@@ -20,25 +20,47 @@ data: { domains: [ { name: d, synthetic: { task: addition, count: 1 }, reward: e
 rl: { steps: 1, prompts_per_step: 1, group_size: 4, sampling: { temperature: 1.0, max_new_tokens: 4 }, optimizer: { lr: 0.001, max_grad_norm: null } }
 "#;
 
+/// The tiny policy every test here updates (seeded: each call returns the same weights).
+fn tiny_policy() -> LoadedModel {
+    init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 32,
+        layers: 2,
+        heads: 2,
+        kv_heads: 1,
+        intermediate: 64,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 32,
+        rope_theta: 10_000.0,
+        chars: "0123456789+=".into(),
+        dtype: "float32".into(),
+        seed: 5,
+    })
+    .unwrap()
+}
+
+/// One RL update of `model` on `batch` with a fresh optimizer and no reference or critic.
+fn update_once(rl: &RlConfig, model: &LoadedModel, batch: &RlBatch) -> UpdateOutput {
+    let vars: Vec<_> = model.transformer.params().named_vars();
+    let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
+    let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
+    let mut running = RunningStats::new();
+    let state = UpdateState {
+        actor: &mut actor,
+        reference: None,
+        critic: None,
+        kl_ctl: &mut kl,
+        running: &mut running,
+        seed: 0,
+    };
+    update(rl, model, state, batch).unwrap()
+}
+
 #[test]
 fn rewarded_completions_gain_probability() {
     for kind in ["ppo", "gspo", "tis", "topr", "cispo", "raft_pp", "vanilla"] {
-        let model = init_model(&InitOptions {
-            arch: Arch::Qwen2,
-            hidden: 32,
-            layers: 2,
-            heads: 2,
-            kv_heads: 1,
-            intermediate: 64,
-            head_dim: None,
-            tie_embeddings: true,
-            max_positions: 32,
-            rope_theta: 10_000.0,
-            chars: "0123456789+=".into(),
-            dtype: "float32".into(),
-            seed: 5,
-        })
-        .unwrap();
+        let model = tiny_policy();
         let cfg: RunConfig = from_yaml_str(CFG, "<test>").unwrap();
         let cfg = apply_overrides(cfg, &[format!("rl.policy_loss.kind={kind}")]).unwrap();
         let rl = cfg.rl.unwrap();
@@ -67,19 +89,7 @@ fn rewarded_completions_gain_probability() {
             advantages: None,
             group_size: 4,
         };
-        let vars: Vec<_> = model.transformer.params().named_vars();
-        let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
-        let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
-        let mut running = RunningStats::new();
-        let state = UpdateState {
-            actor: &mut actor,
-            reference: None,
-            critic: None,
-            kl_ctl: &mut kl,
-            running: &mut running,
-            seed: 0,
-        };
-        update(&rl, &model, state, &batch).unwrap();
+        update_once(&rl, &model, &batch);
         let after: Vec<f32> = responses.iter().map(seq_logprob).collect();
         assert!(
             after[0] > before[0],
@@ -103,22 +113,7 @@ fn rewarded_completions_gain_probability() {
 /// between two turns) when `mask` is set, with that token's behaviour log-prob replaced by
 /// `masked_old`; returns the policy's weights afterwards.
 fn update_with_context_token(mask: bool, masked_old: Option<f32>) -> Vec<Vec<f32>> {
-    let model = init_model(&InitOptions {
-        arch: Arch::Qwen2,
-        hidden: 32,
-        layers: 2,
-        heads: 2,
-        kv_heads: 1,
-        intermediate: 64,
-        head_dim: None,
-        tie_embeddings: true,
-        max_positions: 32,
-        rope_theta: 10_000.0,
-        chars: "0123456789+=".into(),
-        dtype: "float32".into(),
-        seed: 5,
-    })
-    .unwrap();
+    let model = tiny_policy();
     let cfg: RunConfig = from_yaml_str(CFG, "<test>").unwrap();
     let rl = cfg.rl.unwrap();
     let prompt = vec![4u32, 5, 13, 6, 14];
@@ -144,19 +139,7 @@ fn update_with_context_token(mask: bool, masked_old: Option<f32>) -> Vec<Vec<f32
         response_masks: mask.then(|| vec![vec![1.0, 0.0, 1.0]; 4]),
         group_size: 4,
     };
-    let vars: Vec<_> = model.transformer.params().named_vars();
-    let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
-    let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
-    let mut running = RunningStats::new();
-    let state = UpdateState {
-        actor: &mut actor,
-        reference: None,
-        critic: None,
-        kl_ctl: &mut kl,
-        running: &mut running,
-        seed: 0,
-    };
-    update(&rl, &model, state, &batch).unwrap();
+    update_once(&rl, &model, &batch);
     model
         .transformer
         .params()
@@ -191,22 +174,7 @@ fn given_advantages_replace_the_estimator() {
     // Every reward 0: GRPO's advantages are all 0 and the update leaves the sequence log-probs
     // where they were (up to float noise). Given advantages (+1 on row 0, −1 on row 1, as the
     // agentic estimators hand them over) move row 0 up and row 1 down instead.
-    let model = init_model(&InitOptions {
-        arch: Arch::Qwen2,
-        hidden: 32,
-        layers: 2,
-        heads: 2,
-        kv_heads: 1,
-        intermediate: 64,
-        head_dim: None,
-        tie_embeddings: true,
-        max_positions: 32,
-        rope_theta: 10_000.0,
-        chars: "0123456789+=".into(),
-        dtype: "float32".into(),
-        seed: 5,
-    })
-    .unwrap();
+    let model = tiny_policy();
     let cfg: RunConfig = from_yaml_str(CFG, "<test>").unwrap();
     let rl = cfg.rl.unwrap();
     let prompt = vec![4u32, 5, 13, 6, 14];
@@ -237,19 +205,7 @@ fn given_advantages_replace_the_estimator() {
         advantages: Some(given),
         group_size: 4,
     };
-    let vars: Vec<_> = model.transformer.params().named_vars();
-    let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
-    let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
-    let mut running = RunningStats::new();
-    let state = UpdateState {
-        actor: &mut actor,
-        reference: None,
-        critic: None,
-        kl_ctl: &mut kl,
-        running: &mut running,
-        seed: 0,
-    };
-    let out = update(&rl, &model, state, &batch).unwrap();
+    let out = update_once(&rl, &model, &batch);
     let after: Vec<f32> = responses.iter().map(seq_logprob).collect();
     assert!(after[0] > before[0] + 1e-3, "{before:?} -> {after:?}");
     assert!(after[1] < before[1] - 1e-3, "{before:?} -> {after:?}");

@@ -138,7 +138,7 @@ fn advantages(
         std_normalize: cfg.std_normalize,
         eps: 1e-6,
     };
-    let (mut adv, returns) = compute_advantages(
+    let (adv, returns) = compute_advantages(
         cfg.adv_estimator,
         &params,
         token_rewards,
@@ -146,18 +146,7 @@ fn advantages(
         resp_mask,
     )
     .during("advantages")?;
-    if cfg.adv_whiten {
-        adv = whiten(&adv, resp_mask, true, 1e-8).during("advantage whitening")?;
-    }
-    adv = (clip_tensor(&adv, cfg.adv_clip).during("advantage clipping")? * resp_mask)
-        .during("advantages")?;
-    let adv_mean = mean_of(&adv, resp_mask)?;
-    let adv_sq = mean_of(&adv.sqr().during("adv")?, resp_mask)?;
-    m.insert("adv/mean".into(), adv_mean);
-    m.insert(
-        "adv/std".into(),
-        (adv_sq - adv_mean * adv_mean).max(0.0).sqrt(),
-    );
+    let adv = finish_advantages(cfg, adv, resp_mask, m)?;
     if let Some(v) = old_values {
         m.insert(
             "critic/vf_explained_var".into(),
@@ -167,7 +156,7 @@ fn advantages(
     Ok((adv, returns))
 }
 
-/// Advantages computed outside (per env step), whitened and clipped as `advantages` does; the
+/// Advantages computed outside (per env step), finished as `advantages` finishes its own; the
 /// returns are the advantages (there is no critic for these estimators).
 fn given_advantages(
     cfg: &RlConfig,
@@ -176,7 +165,19 @@ fn given_advantages(
     resp_mask: &Tensor,
     m: &mut Metrics,
 ) -> Result<(Tensor, Tensor), PipelineError> {
-    let mut adv = pad_rows(given, width, resp_mask.device()).during("advantages")?;
+    let adv = pad_rows(given, width, resp_mask.device()).during("advantages")?;
+    let adv = finish_advantages(cfg, adv, resp_mask, m)?;
+    Ok((adv.clone(), adv))
+}
+
+/// Whiten (when asked), clip and mask advantages however they were computed, and record their
+/// mean and std.
+fn finish_advantages(
+    cfg: &RlConfig,
+    mut adv: Tensor,
+    resp_mask: &Tensor,
+    m: &mut Metrics,
+) -> Result<Tensor, PipelineError> {
     if cfg.adv_whiten {
         adv = whiten(&adv, resp_mask, true, 1e-8).during("advantage whitening")?;
     }
@@ -189,7 +190,7 @@ fn given_advantages(
         "adv/std".into(),
         (adv_sq - adv_mean * adv_mean).max(0.0).sqrt(),
     );
-    Ok((adv.clone(), adv))
+    Ok(adv)
 }
 
 /// The loss mask: response tokens, minus truncated rows and prompts outside the difficulty band.

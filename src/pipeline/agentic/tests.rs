@@ -116,11 +116,35 @@ fn rl(env: &str, max_turns: usize) -> (RlConfig, EnvConfig) {
     (rl, env)
 }
 
+/// The scripted episodes' policy, by request id (group * 2 + index with groups of 2): episodes 0
+/// and 2 walk Right, episode 1 writes no action ("ei"), episode 3 goes Left; each turn ends with
+/// the end-of-sequence token.
+fn scripted_policy(m: &LoadedModel, r: &Request) -> Vec<u32> {
+    let text = match r.id {
+        1 => "ei",
+        3 => "Left",
+        _ => "Right",
+    };
+    let mut t = ids(m, text);
+    t.push(m.eos_ids[0]);
+    t
+}
+
 /// Answers each request at the next step with `answer(request)`, log-prob −0.5 per token.
 struct Scripted<'a> {
     queued: Vec<Request>,
     answer: &'a dyn Fn(&Request) -> Vec<u32>,
     requests: Vec<Request>,
+}
+
+impl<'a> Scripted<'a> {
+    fn new(answer: &'a dyn Fn(&Request) -> Vec<u32>) -> Self {
+        Scripted {
+            queued: vec![],
+            answer,
+            requests: vec![],
+        }
+    }
 }
 
 impl Generator for Scripted<'_> {
@@ -174,21 +198,8 @@ fn scripted_episodes_end_by_goal_turn_limit_or_budget_with_only_policy_tokens_tr
     // Request ids are group * 2 + index: episodes 0 and 2 walk Right (goal after 2 turns);
     // episode 1 writes no action ("Hi": −0.1 each turn, cut after 3 turns); episode 3 goes Left
     // (stays at S; cut after 3 turns).
-    let answer = |r: &Request| {
-        let text = match r.id {
-            1 => "ei",
-            3 => "Left",
-            _ => "Right",
-        };
-        let mut t = ids(&m, text);
-        t.push(eos);
-        t
-    };
-    let mut scripted = Scripted {
-        queued: vec![],
-        answer: &answer,
-        requests: vec![],
-    };
+    let answer = |r: &Request| scripted_policy(&m, r);
+    let mut scripted = Scripted::new(&answer);
     let out = runner.run(1, &mut scripted).expect("a rollout");
     let t = &out.trajectories;
     let summary: Vec<(usize, usize, bool, Option<Cut>, usize)> = t
@@ -246,11 +257,7 @@ fn scripted_episodes_end_by_goal_turn_limit_or_budget_with_only_policy_tokens_tr
         format: plain(&m),
         run_seed: 1,
     };
-    let mut scripted = Scripted {
-        queued: vec![],
-        answer: &answer,
-        requests: vec![],
-    };
+    let mut scripted = Scripted::new(&answer);
     let out = runner.run(1, &mut scripted).expect("a rollout");
     let ends: Vec<(usize, Option<Cut>)> = out
         .trajectories
@@ -324,16 +331,7 @@ fn step_wise_and_per_turn_batches_carry_hand_computed_advantages() {
     let eos = m.eos_ids[0];
     // The same scripted episodes as above: group 0 = (Right, Right: goal) and (invalid x3);
     // group 1 = (Right, Right: goal) and (Left x3).
-    let answer = |r: &Request| {
-        let text = match r.id {
-            1 => "ei",
-            3 => "Left",
-            _ => "Right",
-        };
-        let mut t = ids(&m, text);
-        t.push(eos);
-        t
-    };
+    let answer = |r: &Request| scripted_policy(&m, r);
     let play = |cfg: &RlConfig, env: &EnvConfig| {
         let runner = EpisodeRunner {
             cfg,
@@ -341,11 +339,7 @@ fn step_wise_and_per_turn_batches_carry_hand_computed_advantages() {
             format: plain(&m),
             run_seed: 1,
         };
-        let mut scripted = Scripted {
-            queued: vec![],
-            answer: &answer,
-            requests: vec![],
-        };
+        let mut scripted = Scripted::new(&answer);
         runner.run(1, &mut scripted).expect("a rollout")
     };
     let (mut cfg, mut env) = rl("map: SFG", 3);
