@@ -163,10 +163,12 @@ impl EpisodeRunner<'_> {
         let t0 = Instant::now();
         let mut t_env = 0.0;
         let parser = self.env.parser().map_err(PipelineError::Setup)?;
+        // Built once (a level file is read once); every episode starts from a copy and its reset.
+        let prototype = make(&self.env.name, &self.env.param_pairs())
+            .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
         let mut live: Vec<Option<Live>> = vec![];
         for &(group, index, seed) in starts {
-            let env = make(&self.env.name, &self.env.param_pairs())
-                .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+            let env = prototype.clone_box();
             let mut episode = Episode::new(env, parser.clone(), self.env.format_penalty);
             let t = Instant::now();
             let observation = episode.reset(seed);
