@@ -22,13 +22,15 @@ fn measure(name: &str, list: &[(&str, &str)], episodes: u64) -> (f64, f64) {
     let (mut steps, mut t_steps, mut t_resets) = (0u64, 0.0, 0.0);
     for e in 0..episodes {
         let t = Instant::now();
-        ep.reset(e);
+        ep.reset(e).expect("a reset");
         t_resets += t.elapsed().as_secs_f64();
         let actions = ep.env().actions();
         let t = Instant::now();
         for _ in 0..200 {
             let a = &actions[rng.random_range(0..actions.len())];
-            let step = ep.step(&format!("I move <answer>{a}</answer>"));
+            let step = ep
+                .step(&format!("I move <answer>{a}</answer>"))
+                .expect("a step");
             steps += 1;
             if step.done {
                 break;

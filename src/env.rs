@@ -9,6 +9,7 @@
 //! penalised), not a failure. Environments do no IO and know nothing of models, workers or the
 //! store.
 
+pub mod external;
 pub mod frozen_lake;
 pub mod plan;
 pub mod sokoban;
@@ -38,6 +39,30 @@ pub struct Step {
     pub info: Map<String, Value>,
 }
 
+/// An environment that cannot go on: its program crashed, hung or answered something that is not
+/// the protocol. The episode is lost (discarded and counted by a rollout), never the run; the
+/// message says what happened and, for a program, ends with its stderr tail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EnvFailure(pub String);
+
+/// Why a step did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The environment does not know the action; its state is unchanged (counted and penalised).
+    #[error("{0}")]
+    Invalid(String),
+    /// The environment failed; this instance is unusable.
+    #[error("{0}")]
+    Failed(EnvFailure),
+}
+
+impl From<String> for StepError {
+    fn from(why: String) -> StepError {
+        StepError::Invalid(why)
+    }
+}
+
 /// One environment instance.
 pub trait Env: Send {
     /// The registered name (`frozen_lake`).
@@ -48,11 +73,12 @@ pub trait Env: Send {
     fn action_format(&self) -> String;
     /// The actions valid now (a random policy draws from them; a person picks from them).
     fn actions(&self) -> Vec<String>;
-    /// Start an episode; the same seed gives the same episode.
-    fn reset(&mut self, seed: u64) -> String;
-    /// Apply `action` (the parsed action text); `Err` when the environment does not know it, in
-    /// which case the state must be unchanged.
-    fn step(&mut self, action: &str) -> Result<Step, String>;
+    /// Start an episode; the same seed gives the same episode. Only an environment backed by a
+    /// program can fail.
+    fn reset(&mut self, seed: u64) -> Result<String, EnvFailure>;
+    /// Apply `action` (the parsed action text); [`StepError::Invalid`] when the environment does
+    /// not know it, in which case the state must be unchanged.
+    fn step(&mut self, action: &str) -> Result<Step, StepError>;
     /// Facts about the current state (`state`, `success`, `steps`, …), as a step reports them.
     fn info(&self) -> Map<String, Value>;
     /// The state as text for a prompt.
@@ -61,6 +87,11 @@ pub trait Env: Send {
     fn render_grid(&self) -> Grid;
     /// Identical states hash equal (GiGPO groups steps by it); stable across runs and builds.
     fn state_hash(&self) -> u64;
+    /// Resets and steps wait on something outside this process (an external program), so a
+    /// rollout runs them on threads, many at once; an in-process environment is stepped inline.
+    fn blocks(&self) -> bool {
+        false
+    }
 }
 
 /// How the action is found in a model's output.
@@ -130,22 +161,28 @@ impl Episode {
         self.env.as_ref()
     }
 
-    pub fn reset(&mut self, seed: u64) -> String {
+    /// The environment back, to start another episode in it (an external program is kept).
+    pub fn into_env(self) -> Box<dyn Env> {
+        self.env
+    }
+
+    pub fn reset(&mut self, seed: u64) -> Result<String, EnvFailure> {
         (self.invalid_actions, self.steps, self.done) = (0, 0, false);
         self.env.reset(seed)
     }
 
     /// One turn from a model's raw output: the parsed action is applied; output without a valid
     /// action changes nothing, is penalised and counted (`info.action_is_valid` false, with why).
-    pub fn step(&mut self, output: &str) -> Step {
+    /// `Err` only when the environment itself failed.
+    pub fn step(&mut self, output: &str) -> Result<Step, EnvFailure> {
         self.steps += 1;
         let parsed = self.parser.parse(output);
         let result = match parsed {
             Some(action) => self.env.step(action),
-            None => Err(format!(
+            None => Err(StepError::Invalid(format!(
                 "no action found in the output (expected {})",
                 self.env.action_format()
-            )),
+            ))),
         };
         let mut step = match result {
             Ok(mut step) => {
@@ -153,7 +190,8 @@ impl Episode {
                     .insert("action_is_valid".into(), Value::Bool(true));
                 step
             }
-            Err(why) => {
+            Err(StepError::Failed(failure)) => return Err(failure),
+            Err(StepError::Invalid(why)) => {
                 self.invalid_actions += 1;
                 let mut info = self.env.info();
                 info.insert("action_is_valid".into(), Value::Bool(false));
@@ -172,12 +210,12 @@ impl Episode {
             parsed.map_or(Value::Null, |a| Value::String(a.to_string())),
         );
         self.done = step.done;
-        step
+        Ok(step)
     }
 }
 
 /// The registered environments: name, what it is, its parameters (`--set key=value`).
-pub const ENVS: [(&str, &str, &str); 2] = [
+pub const ENVS: [(&str, &str, &str); 3] = [
     (
         "frozen_lake",
         "gymnasium FrozenLake-v1: walk from S to G over frozen F without falling into a hole H",
@@ -191,6 +229,15 @@ pub const ENVS: [(&str, &str, &str); 2] = [
         "dim (6: the room's side), num_boxes (1), max_steps (120), levels (an XSB level file, e.g. \
          envs/sokoban/tiny.xsb; the level is picked by seed, and dim/num_boxes are ignored)",
     ),
+    (
+        "external",
+        "any program speaking JSON lines on stdin/stdout (reset/step/close; README, \"External \
+         environments\"), e.g. envs/external/guess_number.py",
+        "command (required: the program and its arguments, e.g. 'python3 \
+         envs/external/guess_number.py'), step_timeout (10: seconds per reply before the program \
+         is stopped), action_format (default: what the program says); every other parameter is \
+         sent to the program with each reset",
+    ),
 ];
 
 /// An environment by name with `key=value` parameters; errors name the parameter.
@@ -198,6 +245,7 @@ pub fn make(name: &str, params: &[(String, String)]) -> Result<Box<dyn Env>, Str
     match name {
         "frozen_lake" => Ok(Box::new(frozen_lake::FrozenLake::from_params(params)?)),
         "sokoban" => Ok(Box::new(sokoban::Sokoban::from_params(params)?)),
+        "external" => Ok(Box::new(external::External::from_params(params)?)),
         other => {
             let names: Vec<&str> = ENVS.iter().map(|e| e.0).collect();
             Err(format!(
@@ -261,16 +309,16 @@ mod tests {
         let env = make("frozen_lake", &[("map".into(), "SF/FG".into())])
             .unwrap_or_else(|e| panic!("{e}"));
         let mut ep = Episode::new(env, ActionParser::default(), 0.1);
-        ep.reset(0);
+        ep.reset(0).unwrap();
         let before = ep.env().state_hash();
         for output in ["I will go left", "<answer>Sideways</answer>"] {
-            let step = ep.step(output);
+            let step = ep.step(output).unwrap();
             assert_eq!((step.reward, step.done), (-0.1, false));
             assert_eq!(step.info["action_is_valid"], false);
             assert_eq!(ep.env().state_hash(), before);
         }
         assert_eq!((ep.invalid_actions, ep.steps), (2, 2));
-        let step = ep.step("<answer>Right</answer>");
+        let step = ep.step("<answer>Right</answer>").unwrap();
         assert_eq!(step.info["action_is_valid"], true);
         assert_eq!(step.info["parsed_action"], "Right");
         assert_ne!(ep.env().state_hash(), before);

@@ -90,3 +90,58 @@ fn a_random_policy_is_repeatable_by_seed_and_mistakes_are_clear() {
     let out = bin().args(["env", "list"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("frozen_lake"));
 }
+
+#[test]
+fn the_python_example_plays_through_the_binary_and_a_crashing_program_is_named() {
+    // Seed 1 hides 3 (Python: random.Random(1).randint(1, 10) == 3).
+    let (ok, out, err) = play(&[
+        "external",
+        "--set",
+        "command=python3 envs/external/guess_number.py",
+        "--set",
+        "high=10",
+        "--seed",
+        "1",
+        "--actions",
+        "five,5,3",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let steps = lines(&out);
+    assert_eq!(steps.len(), 4, "{out}");
+    assert_eq!(
+        steps[0]["observation"],
+        "Guess the number from 1 to 10. You have 7 guesses."
+    );
+    assert_eq!(steps[1]["info"]["action_is_valid"], false);
+    assert_eq!(
+        steps[2]["observation"],
+        "5 is too high. It is between 1 and 4; 6 guesses left."
+    );
+    assert_eq!(
+        (steps[3]["reward"].as_f64(), steps[3]["done"].as_bool()),
+        (Some(1.0), Some(true))
+    );
+    // A random policy draws from the actions the program lists.
+    let (ok, out, err) = play(&[
+        "external",
+        "--set",
+        "command=python3 envs/external/guess_number.py",
+        "--policy",
+        "random",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(lines(&out).len() >= 2, "{out}");
+    // A program that dies is an error naming it with its stderr, not a hang or a panic.
+    let (ok, _, err) = play(&[
+        "external",
+        "--set",
+        "command=python3 -c \"import sys; sys.stderr.write('cannot load the map\\n'); sys.exit(4)\"",
+        "--actions",
+        "1",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("cannot load the map"), "{err}");
+    assert!(err.contains("exit status: 4"), "{err}");
+}

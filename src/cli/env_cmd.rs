@@ -40,7 +40,7 @@ pub fn play(args: EnvPlayArgs) -> Result<()> {
     // Actions are given as the policy's answer would be parsed: the whole text is the action.
     let parser = ActionParser::new(r"(?s)^(.*)$").map_err(anyhow::Error::msg)?;
     let mut episode = Episode::new(env, parser, DEFAULT_FORMAT_PENALTY);
-    let observation = episode.reset(args.seed);
+    let observation = episode.reset(args.seed)?;
     let hash = episode.env().state_hash();
     if args.json {
         println!(
@@ -56,6 +56,13 @@ pub fn play(args: EnvPlayArgs) -> Result<()> {
     for n in 1..=args.max_steps {
         let action = if random {
             let actions = episode.env().actions();
+            if actions.is_empty() {
+                bail!(
+                    "--policy random: '{}' lists no actions to draw from (an external program \
+                     lists them in its replies' 'actions'); give --actions instead",
+                    args.env
+                );
+            }
             actions[rng.random_range(0..actions.len())].clone()
         } else {
             match given.next() {
@@ -63,7 +70,7 @@ pub fn play(args: EnvPlayArgs) -> Result<()> {
                 None => break,
             }
         };
-        let step = episode.step(&action);
+        let step = episode.step(&action)?;
         total += step.reward;
         if args.json {
             println!(

@@ -55,6 +55,12 @@ pub struct EnvConfig {
     /// gigpo: weight of the step-level (anchor-state) advantage.
     #[serde(default = "one")]
     pub step_reward_weight: f64,
+    /// Let the engine go on decoding while environments step: an episode's next turn joins the
+    /// batch as soon as its step returns, which hides a slow environment's latency. Off (the
+    /// default), every step a decode step finished is awaited before the next decode step, so
+    /// the same seed gives the same numbers; on, which requests share a batch depends on timing.
+    #[serde(default)]
+    pub overlap_steps: bool,
     /// Evaluate the policy on a fixed set of episodes every N steps (`val/env/<tag>/…`).
     #[serde(default)]
     pub eval: Option<EnvEval>,

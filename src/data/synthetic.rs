@@ -257,6 +257,7 @@ impl SyntheticConfig {
                     observation_only: *observation_only,
                 };
                 Ok(crate::env::transcript::demonstrations(env.as_mut(), &spec)
+                    .map_err(|e| format!("env_demos: {e}"))?
                     .into_iter()
                     .map(|t| example(t.prompt, t.answer, None))
                     .collect())

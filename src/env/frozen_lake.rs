@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value};
 
-use super::{Env, Grid, Step, stable_hash};
+use super::{Env, EnvFailure, Grid, Step, StepError, stable_hash};
 use crate::seed::mix_seed;
 
 const ACTIONS: [&str; 4] = ["Left", "Down", "Right", "Up"];
@@ -197,8 +197,22 @@ impl FrozenLake {
             done: false,
             rng: StdRng::seed_from_u64(0),
         };
-        lake.reset(0);
+        lake.start(0);
         lake
+    }
+
+    /// A new episode from `seed` (the trait's `reset`, which cannot fail here).
+    fn start(&mut self, seed: u64) {
+        self.map = match &self.source {
+            MapSource::Fixed(m) => m.clone(),
+            MapSource::Random { size, p } => random_map(*size, *p, mix_seed(&[seed, 1])),
+        };
+        self.pos = (0..self.map.len())
+            .flat_map(|r| (0..self.cols()).map(move |c| (r, c)))
+            .find(|&(r, c)| self.map[r][c] == b'S')
+            .unwrap_or((0, 0));
+        (self.steps, self.done) = (0, false);
+        self.rng = StdRng::seed_from_u64(mix_seed(&[seed, 2]));
     }
 
     fn cols(&self) -> usize {
@@ -240,26 +254,17 @@ impl Env for FrozenLake {
         ACTIONS.iter().map(|a| a.to_string()).collect()
     }
 
-    fn reset(&mut self, seed: u64) -> String {
-        self.map = match &self.source {
-            MapSource::Fixed(m) => m.clone(),
-            MapSource::Random { size, p } => random_map(*size, *p, mix_seed(&[seed, 1])),
-        };
-        self.pos = (0..self.map.len())
-            .flat_map(|r| (0..self.cols()).map(move |c| (r, c)))
-            .find(|&(r, c)| self.map[r][c] == b'S')
-            .unwrap_or((0, 0));
-        (self.steps, self.done) = (0, false);
-        self.rng = StdRng::seed_from_u64(mix_seed(&[seed, 2]));
-        self.render_text()
+    fn reset(&mut self, seed: u64) -> Result<String, EnvFailure> {
+        self.start(seed);
+        Ok(self.render_text())
     }
 
-    fn step(&mut self, action: &str) -> Result<Step, String> {
+    fn step(&mut self, action: &str) -> Result<Step, StepError> {
         let Some(intended) = parse_action(action) else {
-            return Err(format!(
+            return Err(StepError::Invalid(format!(
                 "'{action}' is not an action ({})",
                 self.action_format()
-            ));
+            )));
         };
         if self.done {
             // Gymnasium's terminal states absorb every action, reward 0.
@@ -381,7 +386,7 @@ mod tests {
     fn the_4x4_map_walks_as_gymnasium_does() {
         // SFFF / FHFH / FFFH / HFFG: states 0..15 row-major; holes 5, 7, 11, 12; goal 15.
         let mut env = lake(&[("map", "SFFF/FHFH/FFFH/HFFG")]);
-        env.reset(3);
+        env.reset(3).unwrap();
         // Left and Up at the corner stay at 0; Down, Down to 8; Right to 9; Down to 13; Right 14;
         // Right 15 = G: reward 1, done.
         assert_eq!(
@@ -405,7 +410,7 @@ mod tests {
         // After the end every action stays, reward 0.
         assert_eq!(go(&mut env, &["Up"]), [(15, 0.0, true)]);
         // Into a hole: 0 → Right 1 → Down 5 (H): done, reward 0, no success.
-        env.reset(3);
+        env.reset(3).unwrap();
         assert_eq!(go(&mut env, &["2", "1"]), [(1, 0.0, false), (5, 0.0, true)]);
         assert!(env.render_text().starts_with("SFFF\nFXFH\n"));
     }
@@ -416,7 +421,7 @@ mod tests {
         let mut counts = [0usize; 4];
         for seed in 0..3000 {
             let mut env = lake(&[("map", "FFF/FSF/FFG"), ("slippery", "true")]);
-            env.reset(seed);
+            env.reset(seed).unwrap();
             let s = env.step("Down").unwrap_or_else(|e| panic!("{e}"));
             let taken = ACTIONS
                 .iter()
@@ -435,8 +440,8 @@ mod tests {
         // The same seed slides the same way.
         let mut a = lake(&[("map", "FFF/FSF/FFG"), ("slippery", "true")]);
         let mut b = lake(&[("map", "FFF/FSF/FFG"), ("slippery", "true")]);
-        a.reset(11);
-        b.reset(11);
+        a.reset(11).unwrap();
+        b.reset(11).unwrap();
         assert_eq!(
             go(&mut a, &["Down", "Left", "Up", "Right"]),
             go(&mut b, &["Down", "Left", "Up", "Right"])
@@ -447,20 +452,20 @@ mod tests {
     fn random_maps_always_have_a_path_and_follow_the_seed() {
         for seed in 0..200 {
             let mut env = lake(&[("size", "6"), ("p", "0.5")]);
-            env.reset(seed);
+            env.reset(seed).unwrap();
             assert!(has_path(&env.map), "seed {seed}");
             assert_eq!((env.map[0][0], env.map[5][5]), (b'S', b'G'));
             let mut again = lake(&[("size", "6"), ("p", "0.5")]);
-            again.reset(seed);
+            again.reset(seed).unwrap();
             assert_eq!(env.map, again.map);
         }
         let (mut a, mut b) = (lake(&[("size", "8")]), lake(&[("size", "8")]));
-        a.reset(1);
-        b.reset(2);
+        a.reset(1).unwrap();
+        b.reset(2).unwrap();
         assert_ne!(a.map, b.map);
         // Almost no cell frozen on a large map: still a path, without hanging.
         let mut sparse = lake(&[("size", "64"), ("p", "0.01")]);
-        sparse.reset(0);
+        sparse.reset(0).unwrap();
         assert!(has_path(&sparse.map));
         // A map whose goal is walled off by holes has no path.
         assert!(!has_path(&parse_map("SH/HG").unwrap_or_default()));
@@ -470,7 +475,7 @@ mod tests {
     #[test]
     fn the_step_limit_ends_an_episode_and_states_hash_by_map_and_position() {
         let mut env = lake(&[("map", "SFF/FFF/FFG"), ("max_steps", "2")]);
-        env.reset(0);
+        env.reset(0).unwrap();
         let start = env.state_hash();
         assert_eq!(
             go(&mut env, &["Left", "Up"]),
@@ -478,7 +483,7 @@ mod tests {
         );
         // Same map, same position: same hash, however it got there.
         assert_eq!(env.state_hash(), start);
-        env.reset(0);
+        env.reset(0).unwrap();
         go(&mut env, &["Right"]);
         assert_ne!(env.state_hash(), start);
     }
@@ -499,11 +504,12 @@ mod tests {
         assert!(err(&[("p", "0")]).contains("(0, 1]"));
         assert!(err(&[("slipery", "true")]).contains("did you mean 'slippery'"));
         let mut env = lake(&[]);
-        env.reset(0);
+        env.reset(0).unwrap();
         let before = env.state_hash();
         assert!(
             env.step("Jump")
                 .unwrap_err()
+                .to_string()
                 .contains("one of Left, Down, Right, Up")
         );
         assert!(env.step("4").is_err());

@@ -63,7 +63,7 @@ mod tests {
         // SFFF/FHFH/FFFH/HFFG: the holes at (1,1), (1,3), (2,3), (3,0) leave shortest paths of 6
         // moves, e.g. Down Down Right Right Down Right or Right Right Down Down Down Right.
         let mut env = lake("SFFF/FHFH/FFFH/HFFG");
-        env.reset(0);
+        env.reset(0).unwrap();
         let plan = shortest_plan(env.as_ref(), 20).unwrap_or_default();
         assert_eq!(plan.len(), 6, "{plan:?}");
         let mut last = None;
@@ -72,10 +72,10 @@ mod tests {
         }
         assert_eq!(last.map(|s| (s.reward, s.done)), Some((1.0, true)));
         // Too shallow a search, or a goal walled off by holes, has no plan.
-        env.reset(0);
+        env.reset(0).unwrap();
         assert_eq!(shortest_plan(env.as_ref(), 5), None);
         let mut walled = lake("SH/HG");
-        walled.reset(0);
+        walled.reset(0).unwrap();
         assert_eq!(shortest_plan(walled.as_ref(), 50), None);
     }
 }

@@ -15,7 +15,7 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Map, Value};
 
-use super::{Env, Grid, Step, stable_hash};
+use super::{Env, EnvFailure, Grid, Step, StepError, stable_hash};
 use crate::seed::mix_seed;
 
 const ACTIONS: [&str; 4] = ["Up", "Down", "Left", "Right"];
@@ -266,7 +266,7 @@ impl Sokoban {
             steps: 0,
             done: false,
         };
-        env.reset(0);
+        env.reset(0).map_err(|e| e.0)?;
         Ok(env)
     }
 
@@ -319,18 +319,18 @@ impl Env for Sokoban {
         ACTIONS.iter().map(|a| a.to_string()).collect()
     }
 
-    fn reset(&mut self, seed: u64) -> String {
+    fn reset(&mut self, seed: u64) -> Result<String, EnvFailure> {
         self.room = self.room_for(seed);
         (self.steps, self.done) = (0, false);
-        self.render_text()
+        Ok(self.render_text())
     }
 
-    fn step(&mut self, action: &str) -> Result<Step, String> {
+    fn step(&mut self, action: &str) -> Result<Step, StepError> {
         let Some(d) = ACTIONS.iter().position(|a| a.eq_ignore_ascii_case(action)) else {
-            return Err(format!(
+            return Err(StepError::Invalid(format!(
                 "'{action}' is not an action ({})",
                 self.action_format()
-            ));
+            )));
         };
         if self.done {
             return Ok(Step {
@@ -445,7 +445,7 @@ mod tests {
             steps: 0,
             done: false,
         };
-        env.reset(0);
+        env.reset(0).unwrap();
         env
     }
 
@@ -479,8 +479,8 @@ mod tests {
         ];
         let mut env = Sokoban::from_params(&params).unwrap_or_else(|e| panic!("{e}"));
         for seed in 0..20 {
-            let first = env.reset(seed);
-            assert_eq!(first, env.clone().reset(seed), "seed {seed}");
+            let first = env.reset(seed).unwrap();
+            assert_eq!(Ok(first.clone()), env.clone().reset(seed), "seed {seed}");
             assert_eq!(
                 env.info()["success"],
                 false,

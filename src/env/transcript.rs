@@ -9,8 +9,8 @@
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::Env;
 use super::plan::shortest_plan;
+use super::{Env, EnvFailure, StepError};
 use crate::seed::mix_seed;
 
 /// The text before the policy's first turn.
@@ -54,11 +54,11 @@ pub struct DemoTurn {
 /// Turns of `spec.episodes` episodes of `env`, each started from its own seed: the planner's
 /// shortest-path action, or with probability `noise` a random one (then the planner recovers from
 /// wherever that led, as long as the episode lasts).
-pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Vec<DemoTurn> {
+pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Result<Vec<DemoTurn>, EnvFailure> {
     let mut rng = StdRng::seed_from_u64(mix_seed(&[spec.seed, 0xde]));
     let mut out = vec![];
     for e in 0..spec.episodes {
-        let mut observation = env.reset(mix_seed(&[spec.seed, 0xe9, e as u64]));
+        let mut observation = env.reset(mix_seed(&[spec.seed, 0xe9, e as u64]))?;
         let mut transcript = plain_first(spec.instruction, &observation);
         for _ in 0..spec.max_turns {
             let actions = env.actions();
@@ -78,8 +78,10 @@ pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Vec<DemoTurn> {
                 },
                 answer: answer.clone(),
             });
-            let Ok(step) = env.step(&action) else {
-                break;
+            let step = match env.step(&action) {
+                Ok(step) => step,
+                Err(StepError::Invalid(_)) => break,
+                Err(StepError::Failed(f)) => return Err(f),
             };
             if step.done {
                 break;
@@ -90,7 +92,7 @@ pub fn demonstrations(env: &mut dyn Env, spec: &DemoSpec<'_>) -> Vec<DemoTurn> {
             observation = step.observation;
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -118,7 +120,7 @@ mod tests {
             seed: 3,
             observation_only: false,
         };
-        let turns = demonstrations(env.as_mut(), &spec);
+        let turns = demonstrations(env.as_mut(), &spec).unwrap();
         // The hole in the middle leaves two shortest paths of 4 moves; BFS tries Left, Down,
         // Right, Up in that order, so Down Down Right Right is found first.
         let answers: Vec<&str> = turns.iter().map(|t| t.answer.as_str()).collect();
@@ -134,6 +136,7 @@ mod tests {
             ..spec
         };
         let prompts: Vec<String> = demonstrations(env.as_mut(), &alone)
+            .unwrap()
             .into_iter()
             .map(|t| t.prompt)
             .collect();
@@ -144,8 +147,8 @@ mod tests {
             episodes: 3,
             ..spec
         };
-        let a = demonstrations(env.as_mut(), &noisy);
-        assert_eq!(a, demonstrations(env.as_mut(), &noisy));
+        let a = demonstrations(env.as_mut(), &noisy).unwrap();
+        assert_eq!(a, demonstrations(env.as_mut(), &noisy).unwrap());
         assert_ne!(
             a.iter().map(|t| t.answer.as_str()).collect::<Vec<_>>(),
             answers

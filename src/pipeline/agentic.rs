@@ -7,6 +7,7 @@
 //! devices.
 
 mod batch;
+mod env_host;
 mod episodes;
 mod turns;
 
@@ -36,7 +37,11 @@ use turns::TurnFormat;
 /// The sentence before the first observation when a chat template is used and the config gives
 /// no `instruction`.
 fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
-    let probe = crate::env::make(&env.name, &env.param_pairs())
+    let mut probe = crate::env::make(&env.name, &env.param_pairs())
+        .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+    // An external program may only say its action format once it has started an episode.
+    probe
+        .reset(0)
         .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
     // Only the default parser's format can be named; a custom pattern's user says it themselves.
     let how = match env.action_pattern {
@@ -73,15 +78,15 @@ pub fn run_agentic(
         (None, true) => Some(default_instruction(env)?),
         (None, false) => None,
     };
-    let runner = EpisodeRunner {
+    let runner = EpisodeRunner::new(
         cfg,
         env,
-        format: TurnFormat {
+        TurnFormat {
             tok,
             instruction: instruction.as_deref(),
         },
-        run_seed: ctx.cfg.seed,
-    };
+        ctx.cfg.seed,
+    );
     ctx.emit(PipelineEvent::StageStarted {
         stage: Stage::Rl,
         total_steps: cfg.steps,
@@ -119,6 +124,12 @@ fn train(
             batch::validation_metrics(&mut m, env.tag(), &val);
         }
         let out = runner.run(step, engine.as_mut())?;
+        for failure in &out.failures {
+            ctx.emit(PipelineEvent::Message(format!(
+                "step {step}: an episode was discarded and played again in a new environment: \
+                 {failure}"
+            )));
+        }
         let mut notes = engine.drain_events();
         drop(engine);
         for role in learner.residents() {

@@ -150,7 +150,8 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { 0.0 } else { sum / n as f64 }
 }
 
-/// `env/<tag>/…` (success, return, steps, invalid_action_frac, format_penalty), `reward/<tag>/…`,
+/// `env/<tag>/…` (success, return, steps, invalid_action_frac, discarded, format_penalty),
+/// `reward/<tag>/…`,
 /// trajectory lengths and cuts, groups whose episodes all scored alike, and rollout timing.
 pub(crate) fn episode_metrics(
     m: &mut Metrics,
@@ -180,6 +181,8 @@ pub(crate) fn episode_metrics(
         e("invalid_action_frac"),
         invalid as f64 / turns.max(1) as f64,
     );
+    // Episodes whose environment failed and that were played again from their seed.
+    m.insert(e("discarded"), out.failures.len() as f64);
     m.insert(
         e("format_penalty"),
         mean(t.iter().map(|t| t.invalid_actions as f64 * format_penalty)),

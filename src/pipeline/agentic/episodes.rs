@@ -4,13 +4,15 @@
 //! episodes are still decoding (env-level asynchronous rollout, as ROLL's env managers). No episode
 //! waits for a slower one's turn.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use serde_json::{Map, Value};
 
+use super::env_host::{EnvHost, Job, Outcome};
 use super::turns::TurnFormat;
 use crate::config::{EnvConfig, EnvMode, RlConfig};
-use crate::env::{Episode, make};
+use crate::env::{Env, Episode, Step, make};
 use crate::role::actor_infer::Generator;
 use crate::rollout::{Completion, Request};
 use crate::seed::mix_seed;
@@ -79,7 +81,10 @@ pub(crate) struct StepEpisodes {
     pub gen_tokens: usize,
     /// Wall time of the whole rollout, and the part spent inside environments.
     pub t_rollout: f64,
+    /// Seconds inside environments, summed over episodes (steps run at once add up).
     pub t_env: f64,
+    /// Why each discarded episode lost its environment (it was played again from its seed).
+    pub failures: Vec<String>,
 }
 
 /// Plays a step's episodes.
@@ -88,18 +93,65 @@ pub(crate) struct EpisodeRunner<'a> {
     pub env: &'a EnvConfig,
     pub format: TurnFormat<'a>,
     pub run_seed: u64,
+    /// Environments of finished episodes, reused by the next ones (an external program is
+    /// started once, not once per episode).
+    pool: Mutex<Vec<Box<dyn Env>>>,
 }
 
 struct Live {
     traj: Trajectory,
-    episode: Episode,
+    /// The episode's environment, while no job of the [`EnvHost`] has it.
+    episode: Option<Episode>,
     /// The observation the policy is acting on now.
     observation: String,
     /// The prompt of its next request.
     next_prompt: Vec<u32>,
+    /// The turn being stepped: what the engine returned, its text, and the state it acted in.
+    turn: Option<(Completion, String, u64)>,
+    /// Times this episode's environment failed (each time, it started again).
+    failures: usize,
 }
 
-impl EpisodeRunner<'_> {
+/// Times one episode may lose its environment before the rollout gives up: a program that fails
+/// every episode is a broken program, not bad luck.
+pub(crate) const MAX_ENV_FAILURES: usize = 3;
+
+impl Trajectory {
+    fn new(group: usize, index: usize, seed: u64) -> Trajectory {
+        Trajectory {
+            group,
+            index,
+            seed,
+            prompt_ids: vec![],
+            response: vec![],
+            trainable: vec![],
+            logprobs: vec![],
+            turn_starts: vec![],
+            turns: vec![],
+            episode_return: 0.0,
+            success: false,
+            cut: None,
+            invalid_actions: 0,
+        }
+    }
+}
+
+impl<'a> EpisodeRunner<'a> {
+    pub fn new(
+        cfg: &'a RlConfig,
+        env: &'a EnvConfig,
+        format: TurnFormat<'a>,
+        run_seed: u64,
+    ) -> EpisodeRunner<'a> {
+        EpisodeRunner {
+            cfg,
+            env,
+            format,
+            run_seed,
+            pool: Mutex::new(vec![]),
+        }
+    }
+
     /// Tokens a whole trajectory may take: the configured budget within the model's positions.
     fn budget(&self) -> usize {
         let positions = self.format.tok.model.config().max_position_embeddings;
@@ -163,77 +215,110 @@ impl EpisodeRunner<'_> {
         let t0 = Instant::now();
         let mut t_env = 0.0;
         let parser = self.env.parser().map_err(PipelineError::Setup)?;
-        // Built once (a level file is read once); every episode starts from a copy and its reset.
+        // Built once (a level file is read once); every new episode starts from a copy.
         let prototype = make(&self.env.name, &self.env.param_pairs())
             .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
-        let mut live: Vec<Option<Live>> = vec![];
-        for &(group, index, seed) in starts {
-            let env = prototype.clone_box();
-            let mut episode = Episode::new(env, parser.clone(), self.env.format_penalty);
-            let t = Instant::now();
-            let observation = episode.reset(seed);
-            t_env += t.elapsed().as_secs_f64();
-            let prompt_ids = self
-                .format
-                .first(&self.step_content(&[], &observation))
-                .map_err(|e| PipelineError::Setup(format!("rl.env: the first observation {e}")))?;
-            if prompt_ids.len() >= self.budget() {
-                return Err(PipelineError::Setup(format!(
-                    "rl.env: the first prompt takes {} tokens, which leaves no room for a \
-                         turn within the trajectory budget of {} (max_trajectory_tokens, or the \
-                         model's max_position_embeddings)",
-                    prompt_ids.len(),
-                    self.budget()
-                )));
-            }
-            live.push(Some(Live {
-                next_prompt: prompt_ids.clone(),
-                traj: Trajectory {
-                    group,
-                    index,
-                    seed,
-                    prompt_ids,
-                    response: vec![],
-                    trainable: vec![],
-                    logprobs: vec![],
-                    turn_starts: vec![],
-                    turns: vec![],
-                    episode_return: 0.0,
-                    success: false,
-                    cut: None,
-                    invalid_actions: 0,
-                },
-                episode,
-                observation,
-            }));
-        }
-        for (id, l) in live.iter().enumerate() {
-            if let Some(l) = l {
-                let room = self.budget() - l.traj.prompt_ids.len();
-                engine.submit(self.request(salt, params, id, l, self.per_turn().min(room)));
-            }
+        let mut host = EnvHost::new(prototype.blocks());
+        let fresh = |pool: &Mutex<Vec<Box<dyn Env>>>| {
+            let env = pool
+                .lock()
+                .ok()
+                .and_then(|mut p| p.pop())
+                .unwrap_or_else(|| prototype.clone_box());
+            Episode::new(env, parser.clone(), self.env.format_penalty)
+        };
+        let mut live: Vec<Live> = vec![];
+        for (id, &(group, index, seed)) in starts.iter().enumerate() {
+            live.push(Live {
+                traj: Trajectory::new(group, index, seed),
+                episode: None,
+                observation: String::new(),
+                next_prompt: vec![],
+                turn: None,
+                failures: 0,
+            });
+            host.start(id, fresh(&self.pool), Job::Reset(seed));
         }
         let mut done: Vec<Option<Trajectory>> = vec![None; live.len()];
-        let mut gen_tokens = 0;
-        while !engine.is_idle() {
+        let (mut gen_tokens, mut failures) = (0, vec![]);
+        loop {
+            // Overlap: take what the environments have finished and let the engine go on; else
+            // wait for every step the last decode step finished (the rollout is then a function
+            // of the seed alone).
+            let finished = match self.env.overlap_steps {
+                true => host.finished(engine.is_idle()),
+                false => host.wait_all(),
+            };
+            for f in finished {
+                t_env += f.secs;
+                let id = f.id;
+                let l = &mut live[id];
+                let outcome = match f.outcome {
+                    Ok(outcome) => outcome,
+                    Err(failure) => {
+                        // The episode is lost with its environment; it starts again from its
+                        // seed in a new one, so its group stays whole.
+                        l.failures += 1;
+                        if l.failures > MAX_ENV_FAILURES {
+                            return Err(PipelineError::Setup(format!(
+                                "rl.env: episode {id} (seed {}) lost its environment {} times in \
+                                 a row; the last time: {failure}",
+                                l.traj.seed, l.failures
+                            )));
+                        }
+                        failures.push(failure.0);
+                        l.traj = Trajectory::new(l.traj.group, l.traj.index, l.traj.seed);
+                        l.turn = None;
+                        host.start(id, fresh(&self.pool), Job::Reset(l.traj.seed));
+                        continue;
+                    }
+                };
+                let next = match outcome {
+                    Outcome::Reset(observation) => Some(self.first_turn(l, observation)?),
+                    Outcome::Step(step) => self.play_turn(l, step)?,
+                };
+                match next {
+                    Some(max_new) => {
+                        engine.submit(self.request(salt, params, id, l, max_new));
+                        l.episode = Some(f.episode);
+                    }
+                    None => {
+                        done[id] = Some(std::mem::replace(&mut l.traj, Trajectory::new(0, 0, 0)));
+                        if let Ok(mut pool) = self.pool.lock() {
+                            pool.push(f.episode.into_env());
+                        }
+                    }
+                }
+            }
+            if engine.is_idle() && host.pending() == 0 {
+                break;
+            }
+            if engine.is_idle() {
+                continue;
+            }
             for c in engine.step()? {
                 gen_tokens += c.token_ids.len();
                 let id = c.id as usize;
-                let Some(mut l) = live.get_mut(id).and_then(Option::take) else {
+                let Some((l, episode)) = live
+                    .get_mut(id)
+                    .and_then(|l| l.episode.take().map(|e| (l, e)))
+                else {
                     return Err(PipelineError::Setup(format!(
-                        "actor_infer returned request {id}, which this rollout never sent"
+                        "actor_infer returned request {id}, which this rollout has no turn for"
                     )));
                 };
-                let t = Instant::now();
-                let next = self.play_turn(&mut l, &c)?;
-                t_env += t.elapsed().as_secs_f64();
-                match next {
-                    Some(max_new) => {
-                        engine.submit(self.request(salt, params, id, &l, max_new));
-                        live[id] = Some(l);
-                    }
-                    None => done[id] = Some(l.traj),
+                if c.token_ids.is_empty() || c.logprobs.len() != c.token_ids.len() {
+                    return Err(PipelineError::Setup(format!(
+                        "actor_infer returned a turn with {} tokens and {} log-probs; a turn \
+                         needs at least one token and one log-prob per token",
+                        c.token_ids.len(),
+                        c.logprobs.len()
+                    )));
                 }
+                let output = self.format.tok.decode(&c.token_ids);
+                let state_hash = episode.env().state_hash();
+                l.turn = Some((c, output.clone(), state_hash));
+                host.start(id, episode, Job::Step(output));
             }
         }
         if let Some(lost) = done.iter().position(Option::is_none) {
@@ -247,7 +332,31 @@ impl EpisodeRunner<'_> {
             gen_tokens,
             t_rollout: t0.elapsed().as_secs_f64(),
             t_env,
+            failures,
         })
+    }
+
+    /// The first request of an episode whose environment has just been reset; the token limit of
+    /// its first turn.
+    fn first_turn(&self, l: &mut Live, observation: String) -> Result<usize, PipelineError> {
+        let prompt_ids = self
+            .format
+            .first(&self.step_content(&[], &observation))
+            .map_err(|e| PipelineError::Setup(format!("rl.env: the first observation {e}")))?;
+        if prompt_ids.len() >= self.budget() {
+            return Err(PipelineError::Setup(format!(
+                "rl.env: the first prompt takes {} tokens, which leaves no room for a turn \
+                 within the trajectory budget of {} (max_trajectory_tokens, or the model's \
+                 max_position_embeddings)",
+                prompt_ids.len(),
+                self.budget()
+            )));
+        }
+        let room = self.budget() - prompt_ids.len();
+        l.next_prompt = prompt_ids.clone();
+        l.traj.prompt_ids = prompt_ids;
+        l.observation = observation;
+        Ok(self.per_turn().min(room))
     }
 
     fn request(
@@ -260,34 +369,33 @@ impl EpisodeRunner<'_> {
     ) -> Request {
         let mut params = params.clone();
         params.max_new_tokens = max_new_tokens;
+        let mut seed = mix_seed(&[
+            self.run_seed,
+            0xa7,
+            salt,
+            id as u64,
+            l.traj.turns.len() as u64,
+        ]);
+        if l.failures > 0 {
+            // An episode started again after its environment failed samples anew.
+            seed = mix_seed(&[seed, l.failures as u64]);
+        }
         Request {
             id: id as u64,
             prompt_ids: l.next_prompt.clone(),
             params,
-            seed: mix_seed(&[
-                self.run_seed,
-                0xa7,
-                salt,
-                id as u64,
-                l.traj.turns.len() as u64,
-            ]),
+            seed,
         }
     }
 
     /// Apply a finished turn to its episode; the token limit of the next turn, or `None` when the
     /// episode is over.
-    fn play_turn(&self, l: &mut Live, c: &Completion) -> Result<Option<usize>, PipelineError> {
-        if c.token_ids.is_empty() || c.logprobs.len() != c.token_ids.len() {
-            return Err(PipelineError::Setup(format!(
-                "actor_infer returned a turn with {} tokens and {} log-probs; a turn needs at \
-                 least one token and one log-prob per token",
-                c.token_ids.len(),
-                c.logprobs.len()
-            )));
-        }
-        let output = self.format.tok.decode(&c.token_ids);
-        let state_hash = l.episode.env().state_hash();
-        let step = l.episode.step(&output);
+    fn play_turn(&self, l: &mut Live, step: Step) -> Result<Option<usize>, PipelineError> {
+        let Some((c, output, state_hash)) = l.turn.take() else {
+            return Err(PipelineError::Setup(
+                "rl.env: an environment step came back for an episode that took no turn".into(),
+            ));
+        };
         let traj = &mut l.traj;
         traj.turn_starts.push(traj.response.len());
         traj.response.extend(&c.token_ids);

@@ -189,12 +189,7 @@ fn scripted_episodes_end_by_goal_turn_limit_or_budget_with_only_policy_tokens_tr
     let m = model(64);
     let eos = m.eos_ids[0];
     let (cfg, env) = rl("map: SFG", 3);
-    let runner = EpisodeRunner {
-        cfg: &cfg,
-        env: &env,
-        format: plain(&m),
-        run_seed: 1,
-    };
+    let runner = EpisodeRunner::new(&cfg, &env, plain(&m), 1);
     // Request ids are group * 2 + index: episodes 0 and 2 walk Right (goal after 2 turns);
     // episode 1 writes no action ("Hi": −0.1 each turn, cut after 3 turns); episode 3 goes Left
     // (stays at S; cut after 3 turns).
@@ -251,12 +246,7 @@ fn scripted_episodes_end_by_goal_turn_limit_or_budget_with_only_policy_tokens_tr
     // turn is cut to "e", and its end-of-turn token and the next observation no longer fit.
     let (cfg, mut env) = rl("map: SFG", 3);
     env.max_trajectory_tokens = Some(12);
-    let runner = EpisodeRunner {
-        cfg: &cfg,
-        env: &env,
-        format: plain(&m),
-        run_seed: 1,
-    };
+    let runner = EpisodeRunner::new(&cfg, &env, plain(&m), 1);
     let mut scripted = Scripted::new(&answer);
     let out = runner.run(1, &mut scripted).expect("a rollout");
     let ends: Vec<(usize, Option<Cut>)> = out
@@ -280,12 +270,7 @@ fn every_policy_token_of_a_multi_turn_episode_has_its_training_log_prob() {
     let m = model(256);
     let (mut cfg, env) = rl("map: SFFF/FHFH/FFFH/HFFG", 4);
     cfg.sampling.temperature = 0.8;
-    let runner = EpisodeRunner {
-        cfg: &cfg,
-        env: &env,
-        format: plain(&m),
-        run_seed: 3,
-    };
+    let runner = EpisodeRunner::new(&cfg, &env, plain(&m), 3);
     let mut engine = Engine::new(&m.transformer, m.eos_ids.clone(), 3);
     let out = runner.run(1, &mut engine).expect("a rollout");
     let multi: Vec<_> = out
@@ -333,12 +318,7 @@ fn step_wise_and_per_turn_batches_carry_hand_computed_advantages() {
     // group 1 = (Right, Right: goal) and (Left x3).
     let answer = |r: &Request| scripted_policy(&m, r);
     let play = |cfg: &RlConfig, env: &EnvConfig| {
-        let runner = EpisodeRunner {
-            cfg,
-            env,
-            format: plain(&m),
-            run_seed: 1,
-        };
+        let runner = EpisodeRunner::new(cfg, env, plain(&m), 1);
         let mut scripted = Scripted::new(&answer);
         runner.run(1, &mut scripted).expect("a rollout")
     };
@@ -410,3 +390,5 @@ fn step_wise_and_per_turn_batches_carry_hand_computed_advantages() {
     assert_eq!(row, &[vec![0.5; 6], vec![0.0; 4], vec![1.0; 6]].concat());
     assert_eq!(batch.prompts.len(), 4);
 }
+
+mod external;
