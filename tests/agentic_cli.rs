@@ -1,6 +1,7 @@
 //! An agentic run through the binary: no dataset, no SFT, an untrained tiny model acting on a
 //! 1x3 lake for one step; `roll-tui trajectories` prints its episodes from the store, and a model
-//! whose tokenizer cannot write the observations is refused with a clear error.
+//! whose tokenizer cannot write the observations is refused with a clear error; a run with an
+//! external env program killed with SIGKILL leaves no program behind.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -80,4 +81,71 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
     let bad = config(dir.path(), "blind", "SFGLeftRighDowUp\\n");
     let err = refused(roll(&store, &["run", "--quiet", bad.to_str().unwrap()]));
     assert!(err.contains("rl.env") && err.contains("'P'"), "{err}");
+}
+
+/// Pids of running processes whose command line contains `marker` (zombies excluded).
+fn running_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            });
+            String::from_utf8_lossy(&cmdline).contains(marker) && !zombie
+        })
+        .collect()
+}
+
+#[test]
+fn killing_the_trainer_leaves_no_env_program_behind() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    // The example ignores its arguments: this one only marks its processes for /proc.
+    let marker = dir.path().join("env-program-marker");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/envs/external/guess_number.py");
+    let path = dir.path().join("guess.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: guess\nseed: 3\noutput_dir: {}\n\
+             model: {{ init: {{ arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"abcdefghijklmnopqrstuvwxyzGY0123456789 .;!\\n\", max_positions: 512 }} }}\n\
+             rl:\n  steps: 1000\n  prompts_per_step: 2\n  group_size: 2\n  sampling: {{ max_new_tokens: 3 }}\n\
+             \x20 env: {{ name: external, max_turns: 3, action_pattern: '(?s)(.*)', params: {{ command: 'python3 {script} {}', step_delay: 0.05 }} }}\n",
+            dir.path().join("out").display(),
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let mut trainer = common::bin()
+        .args(["--store", dir.path().join("s.db").to_str().unwrap()])
+        .args(["run", "--quiet", path.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = marker.to_string_lossy().into_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while running_with(&marker).len() < 4 {
+        assert!(
+            trainer.try_wait().unwrap().is_none(),
+            "the run ended before its env programs started"
+        );
+        assert!(Instant::now() < deadline, "no env programs after 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    trainer.kill().unwrap(); // SIGKILL
+    trainer.wait().unwrap();
+    // Their stdin closes with the trainer; the protocol has them exit then.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running_with(&marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "env programs outlived the trainer by 10 s: {:?}",
+            running_with(&marker)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
