@@ -74,4 +74,15 @@ fn main() {
         let (steps, resets) = measure(name, list, 2000);
         println!("| {name} | {what} | {steps:.0} | {resets:.0} |");
     }
+    // One program for all episodes: a JSON line each way per step, through pipes.
+    let (steps, resets) = measure(
+        "external",
+        &[
+            ("command", "python3 envs/external/guess_number.py"),
+            ("high", "100"),
+            ("max_guesses", "50"),
+        ],
+        200,
+    );
+    println!("| external | guess_number.py (Python), 1..100 | {steps:.0} | {resets:.0} |");
 }

@@ -209,6 +209,18 @@ pub enum EnvCommand {
     List,
     /// Play one episode and print every step (observation, action, reward, done, info).
     Play(EnvPlayArgs),
+    /// Serve one environment over the external JSON-lines protocol on stdin/stdout, until `close`
+    /// or the end of stdin (what `workers.env.mode: process` runs for each env instance).
+    Serve(EnvServeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EnvServeArgs {
+    /// A built-in environment (see `roll-tui env list`).
+    pub env: String,
+    /// An environment parameter, `key=value` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -314,6 +326,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => env_cmd::play(args).map(|_| 0),
+        Command::Env(EnvCommand::Serve(args)) => env_cmd::serve(args).map(|_| 0),
         Command::Worker(args) => worker(args).map(|_| 0),
     }
 }

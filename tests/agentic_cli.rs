@@ -149,3 +149,80 @@ fn killing_the_trainer_leaves_no_env_program_behind() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Pids of the `env serve` processes whose parent is `parent`.
+fn env_servers_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // stat: "pid (comm) state ppid …"
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            String::from_utf8_lossy(&cmdline).contains("\0env\0serve\0") && ppid == Some(parent)
+        })
+        .collect()
+}
+
+#[test]
+fn envs_in_worker_processes_give_the_same_metrics_and_survive_a_kill_9() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "lake", "SFGPWXLeftRighDowUp\\n");
+    let cfg = cfg.to_str().unwrap();
+    let (a, b) = (dir.path().join("in.db"), dir.path().join("proc.db"));
+    let steps = "rl.steps=3";
+    ok(roll(&a, &["run", "--quiet", cfg, steps]));
+    let out = |name: &str| format!("output_dir={}", dir.path().join(name).display());
+    ok(roll(
+        &b,
+        &[
+            "run",
+            "--quiet",
+            cfg,
+            steps,
+            "workers.env.mode=process",
+            &out("proc"),
+        ],
+    ));
+    common::assert_same_metrics(&a, &b, "lake");
+
+    // A longer run: one env process is killed while the run goes on. Its next episode is
+    // discarded, counted and played again in a new process; the run finishes.
+    let store = dir.path().join("kill.db");
+    let mut trainer = common::bin()
+        .args(["--store", store.to_str().unwrap(), "run", cfg])
+        .args(["rl.steps=40", "workers.env.mode=process", &out("kill")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let victim = loop {
+        if let Some(pid) = env_servers_of(trainer.id()).first() {
+            break *pid;
+        }
+        assert!(trainer.try_wait().unwrap().is_none(), "the run ended first");
+        assert!(Instant::now() < deadline, "no env process after 120 s");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let kill = std::process::Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let finished = trainer.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&finished.stdout);
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "{stderr}");
+    let discarded = common::rl_series(&store, "lake", "env/tiny/discarded");
+    assert_eq!(discarded.len(), 40);
+    assert!(
+        discarded.iter().sum::<f64>() >= 1.0,
+        "{discarded:?}\n{stdout}"
+    );
+    assert!(stdout.contains("discarded and played again"), "{stdout}");
+}

@@ -1,12 +1,13 @@
-//! `roll-tui env list` and `roll-tui env play`: the environments, and one episode played by hand
-//! (`--actions`) or at random (`--policy random`), printed step by step.
+//! `roll-tui env list`, `roll-tui env play` and `roll-tui env serve`: the environments, one
+//! episode played by hand (`--actions`) or at random (`--policy random`) and printed step by step,
+//! and one environment served over the external protocol.
 
 use anyhow::{Result, bail};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use super::EnvPlayArgs;
+use super::{EnvPlayArgs, EnvServeArgs};
 use crate::data::mix_seed;
 use crate::env::{ActionParser, DEFAULT_FORMAT_PENALTY, ENVS, Episode, make};
 
@@ -100,5 +101,20 @@ pub fn play(args: EnvPlayArgs) -> Result<()> {
             if episode.done { "" } else { ", not done" }
         );
     }
+    Ok(())
+}
+
+pub fn serve(args: EnvServeArgs) -> Result<()> {
+    if args.env == "external" {
+        bail!("env serve runs a built-in environment; an external one is its own program already");
+    }
+    let mut env = make(&args.env, &params(&args.set)?).map_err(anyhow::Error::msg)?;
+    // No PR_SET_PDEATHSIG here: it fires when the spawning *thread* ends, and the trainer starts
+    // env processes from short-lived threads. The end of stdin (the trainer gone) ends this loop.
+    crate::env::serve::serve(
+        env.as_mut(),
+        std::io::stdin().lock(),
+        std::io::stdout().lock(),
+    )?;
     Ok(())
 }

@@ -25,6 +25,9 @@ pub struct WorkersConfig {
     pub critic: RolePlacement,
     /// Rule-reward scoring (no device).
     pub reward: RolePlacement,
+    /// The environments of an agentic stage (no device): `process` runs each env instance in a
+    /// process of its own (`roll-tui env serve`), which a crash or a kill costs one episode.
+    pub env: RolePlacement,
 }
 
 /// The devices roles are mapped onto. Without a GPU these are virtual devices: each has a memory
@@ -88,7 +91,7 @@ impl WorkersConfig {
             Role::Reference => Some(&self.reference),
             Role::Critic => Some(&self.critic),
             Role::Reward => Some(&self.reward),
-            Role::Env => None,
+            Role::Env => Some(&self.env),
         }
     }
 
@@ -127,6 +130,7 @@ impl WorkersConfig {
             Role::Reference,
             Role::Critic,
             Role::Reward,
+            Role::Env,
         ] {
             if let Some(r) = self.role(role) {
                 self.validate_role(role, r, p);
@@ -157,6 +161,13 @@ impl WorkersConfig {
         // One engine serves the rollout; several actor_infer processes would need a request router.
         let single_worker = matches!(role, Role::ActorTrain | Role::Reference | Role::Critic)
             || (role == Role::ActorInfer && r.mode == PlacementMode::Process);
+        if role == Role::Env && r.num_workers != 1 {
+            p.push(format!(
+                "{at}.num_workers is {}, but environments are not split among workers: in \
+                 process mode every env instance runs in a process of its own",
+                r.num_workers
+            ));
+        }
         if single_worker && r.num_workers > 1 {
             p.push(format!(
                 "{at}.num_workers is {} but {role} runs as one worker in this build",

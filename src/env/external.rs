@@ -100,17 +100,41 @@ impl External {
         let command = command.ok_or(
             "needs command (the program to run, e.g. 'python3 envs/external/guess_number.py')",
         )?;
-        Ok(External {
-            settings: Arc::new(Settings {
-                command,
-                step_timeout: Duration::from_secs_f64(step_timeout),
-                action_format,
-                params: rest,
-            }),
+        Ok(External::with(Settings {
+            command,
+            step_timeout: Duration::from_secs_f64(step_timeout),
+            action_format,
+            params: rest,
+        }))
+    }
+
+    /// The built-in environment `name` with `params`, in a process of its own: `program` (the
+    /// `roll-tui` executable) running `env serve` (`workers.env.mode: process`).
+    pub fn serving(program: &std::path::Path, name: &str, params: &[(String, String)]) -> External {
+        let mut command = vec![
+            program.to_string_lossy().into_owned(),
+            "env".into(),
+            "serve".into(),
+            name.into(),
+        ];
+        for (k, v) in params {
+            command.extend(["--set".to_string(), format!("{k}={v}")]);
+        }
+        External::with(Settings {
+            command,
+            step_timeout: Duration::from_secs_f64(DEFAULT_STEP_TIMEOUT_S),
+            action_format: None,
+            params: Map::new(),
+        })
+    }
+
+    fn with(settings: Settings) -> External {
+        External {
+            settings: Arc::new(settings),
             program: None,
             episode: None,
             seen: Seen::default(),
-        })
+        }
     }
 
     /// The program, started (and caught up with the episode a copy inherited) when needed.

@@ -23,7 +23,7 @@ use super::setup::Tokenizing;
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
 use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus};
-use crate::config::{EnvConfig, RlConfig, Stage};
+use crate::config::{EnvConfig, PlacementMode, RlConfig, Stage};
 use crate::data::mix::MixerState;
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
@@ -56,6 +56,15 @@ fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
     ))
 }
 
+/// One message per episode whose environment failed (it was played again in a new one).
+fn report_discarded(ctx: &mut RunContext<'_>, step: usize, what: &str, failures: &[String]) {
+    for failure in failures {
+        ctx.emit(PipelineEvent::Message(format!(
+            "step {step}: {what} was discarded and played again in a new environment: {failure}"
+        )));
+    }
+}
+
 pub fn run_agentic(
     ctx: &mut RunContext<'_>,
     cfg: &RlConfig,
@@ -86,7 +95,14 @@ pub fn run_agentic(
             instruction: instruction.as_deref(),
         },
         ctx.cfg.seed,
-    );
+    )
+    .in_processes(match ctx.cfg.workers.env.mode {
+        PlacementMode::Process => Some(
+            crate::worker::process::worker_program()
+                .map_err(|e| PipelineError::Setup(format!("workers.env: {e}")))?,
+        ),
+        PlacementMode::InProcess => None,
+    });
     ctx.emit(PipelineEvent::StageStarted {
         stage: Stage::Rl,
         total_steps: cfg.steps,
@@ -121,15 +137,11 @@ fn train(
         let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
         if let Some(eval) = env.eval.as_ref().filter(|e| (step - 1) % e.every == 0) {
             let val = runner.evaluate(eval.episodes, eval.temperature, engine.as_mut())?;
+            report_discarded(ctx, step, "an evaluation episode", &val.failures);
             batch::validation_metrics(&mut m, env.tag(), &val);
         }
         let out = runner.run(step, engine.as_mut())?;
-        for failure in &out.failures {
-            ctx.emit(PipelineEvent::Message(format!(
-                "step {step}: an episode was discarded and played again in a new environment: \
-                 {failure}"
-            )));
-        }
+        report_discarded(ctx, step, "an episode", &out.failures);
         let mut notes = engine.drain_events();
         drop(engine);
         for role in learner.residents() {

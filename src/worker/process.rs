@@ -41,14 +41,20 @@ pub struct WorkerSpec {
     pub silence_limit: Duration,
 }
 
+/// The `roll-tui` executable that child processes run: this one, or the one
+/// [`set_worker_program`] named.
+pub fn worker_program() -> std::io::Result<PathBuf> {
+    match PROGRAM.get() {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_exe(),
+    }
+}
+
 impl WorkerSpec {
     /// A worker of `role` running this executable (or the one [`set_worker_program`] named), with
     /// default timings (connect 20 s, ping every second, unresponsive after 5 s of silence).
     pub fn new(role: Role, index: usize) -> std::io::Result<Self> {
-        let program = match PROGRAM.get() {
-            Some(p) => p.clone(),
-            None => std::env::current_exe()?,
-        };
+        let program = worker_program()?;
         Ok(WorkerSpec {
             role,
             index,

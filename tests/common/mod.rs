@@ -78,16 +78,18 @@ pub fn rl_series(store: &Path, run: &str, key: &str) -> Vec<f64> {
 }
 
 /// Every metric series of `run` except those that measure the machine or the process layout
-/// (timings, throughput, store back-pressure, worker restarts), without wall times.
+/// (timings, throughput and rates, store back-pressure, worker restarts), without wall times.
 pub fn deterministic_metrics(store: &Path, run: &str) -> Vec<Value> {
     let out = ok(roll(store, &["metrics", run, "--json"]));
     let all: Vec<Value> = serde_json::from_str(&out).unwrap();
     all.into_iter()
         .filter(|s| {
             let key = s["key"].as_str().unwrap();
+            // Rates (`rollout/turns_per_s`) measure the machine too.
             !["time/", "system/", "store/", "workers/"]
                 .iter()
                 .any(|p| key.starts_with(p))
+                && !key.ends_with("_per_s")
         })
         .map(|mut s| {
             s.as_object_mut().unwrap().remove("wall_time");

@@ -4,6 +4,7 @@
 //! episodes are still decoding (env-level asynchronous rollout, as ROLL's env managers). No episode
 //! waits for a slower one's turn.
 
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -12,6 +13,7 @@ use serde_json::{Map, Value};
 use super::env_host::{EnvHost, Job, Outcome};
 use super::turns::TurnFormat;
 use crate::config::{EnvConfig, EnvMode, RlConfig};
+use crate::env::external::External;
 use crate::env::{Env, Episode, Step, make};
 use crate::role::actor_infer::Generator;
 use crate::rollout::{Completion, Request};
@@ -96,6 +98,9 @@ pub(crate) struct EpisodeRunner<'a> {
     /// Environments of finished episodes, reused by the next ones (an external program is
     /// started once, not once per episode).
     pool: Mutex<Vec<Box<dyn Env>>>,
+    /// `workers.env.mode: process`: the `roll-tui` executable that serves each built-in env
+    /// instance in a process of its own.
+    env_program: Option<PathBuf>,
 }
 
 struct Live {
@@ -149,7 +154,28 @@ impl<'a> EpisodeRunner<'a> {
             format,
             run_seed,
             pool: Mutex::new(vec![]),
+            env_program: None,
         }
+    }
+
+    /// Run each built-in env instance in a process of its own, `program` serving it.
+    pub fn in_processes(mut self, program: Option<PathBuf>) -> EpisodeRunner<'a> {
+        self.env_program = program;
+        self
+    }
+
+    /// The environment every episode starts from a copy of.
+    fn prototype(&self) -> Result<Box<dyn Env>, PipelineError> {
+        let params = self.env.param_pairs();
+        // Built here even when served elsewhere: bad parameters are a clear setup error.
+        let local = make(&self.env.name, &params)
+            .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+        Ok(match &self.env_program {
+            Some(program) if !local.blocks() => {
+                Box::new(External::serving(program, &self.env.name, &params))
+            }
+            _ => local,
+        })
     }
 
     /// Tokens a whole trajectory may take: the configured budget within the model's positions.
@@ -216,8 +242,7 @@ impl<'a> EpisodeRunner<'a> {
         let mut t_env = 0.0;
         let parser = self.env.parser().map_err(PipelineError::Setup)?;
         // Built once (a level file is read once); every new episode starts from a copy.
-        let prototype = make(&self.env.name, &self.env.param_pairs())
-            .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+        let prototype = self.prototype()?;
         let mut host = EnvHost::new(prototype.blocks());
         let fresh = |pool: &Mutex<Vec<Box<dyn Env>>>| {
             let env = pool
