@@ -15,6 +15,7 @@ pub mod plan;
 pub mod serve;
 pub mod sokoban;
 pub mod transcript;
+pub mod webshop;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -216,7 +217,7 @@ impl Episode {
 }
 
 /// The registered environments: name, what it is, its parameters (`--set key=value`).
-pub const ENVS: [(&str, &str, &str); 3] = [
+pub const ENVS: [(&str, &str, &str); 4] = [
     (
         "frozen_lake",
         "gymnasium FrozenLake-v1: walk from S to G over frozen F without falling into a hole H",
@@ -229,6 +230,13 @@ pub const ENVS: [(&str, &str, &str); 3] = [
         "gym-sokoban: push every box X onto a target O (rooms generated backwards, so solvable)",
         "dim (6: the room's side), num_boxes (1), max_steps (120), levels (an XSB level file, e.g. \
          envs/sokoban/tiny.xsb; the level is picked by seed, and dim/num_boxes are ignored)",
+    ),
+    (
+        "webshop",
+        "WebShop-style shopping over a local catalogue: search, open a product, pick its options, \
+         buy what the instruction asks for (scored as the WebShop paper does)",
+        "catalogue (a JSON-lines product file; default: the generated catalogue in \
+         envs/webshop/catalogue.jsonl), max_steps (15)",
     ),
     (
         "external",
@@ -246,6 +254,7 @@ pub fn make(name: &str, params: &[(String, String)]) -> Result<Box<dyn Env>, Str
     match name {
         "frozen_lake" => Ok(Box::new(frozen_lake::FrozenLake::from_params(params)?)),
         "sokoban" => Ok(Box::new(sokoban::Sokoban::from_params(params)?)),
+        "webshop" => Ok(Box::new(webshop::WebShop::from_params(params)?)),
         "external" => Ok(Box::new(external::External::from_params(params)?)),
         other => {
             let names: Vec<&str> = ENVS.iter().map(|e| e.0).collect();
