@@ -49,7 +49,7 @@ type Case = (
 );
 
 fn main() {
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         (
             "frozen_lake",
             "4x4 fixed map",
@@ -67,6 +67,7 @@ fn main() {
             "tiny.xsb levels",
             &[("levels", "envs/sokoban/tiny.xsb")],
         ),
+        ("webshop", "default catalogue (300 products)", &[]),
     ];
     println!("| env | setting | steps/s | resets/s |");
     println!("| --- | --- | --- | --- |");

@@ -9,6 +9,7 @@
 mod batch;
 mod env_host;
 mod episodes;
+mod trajectory;
 mod turns;
 
 #[cfg(test)]
