@@ -9,6 +9,7 @@
 pub mod catalogue;
 mod score;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
@@ -41,6 +42,8 @@ enum Page {
 #[derive(Clone)]
 pub struct WebShop {
     products: Arc<Vec<Product>>,
+    /// Each product's searchable words: title, type, attributes and category, lowercase.
+    index: Arc<Vec<HashSet<String>>>,
     max_steps: usize,
     goal: Goal,
     page: Page,
@@ -77,8 +80,21 @@ impl WebShop {
         let products =
             products.unwrap_or_else(|| catalogue::generate(0, catalogue::DEFAULT_PRODUCTS));
         let goal = draw_goal(&products, 0);
+        let index = products
+            .iter()
+            .map(|p| {
+                [&p.title, &p.product_type]
+                    .into_iter()
+                    .chain(&p.attributes)
+                    .chain(&p.category)
+                    .flat_map(|t| t.split_whitespace())
+                    .map(str::to_lowercase)
+                    .collect()
+            })
+            .collect();
         Ok(WebShop {
             products: Arc::new(products),
+            index: Arc::new(index),
             max_steps,
             goal,
             page: Page::Search,
@@ -94,19 +110,10 @@ impl WebShop {
     fn search(&self, query: &str) -> Vec<usize> {
         let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
         let mut scored: Vec<(usize, usize)> = self
-            .products
+            .index
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| {
-                let text = format!(
-                    "{} {} {} {}",
-                    p.title,
-                    p.product_type,
-                    p.attributes.join(" "),
-                    p.category.join(" ")
-                )
-                .to_lowercase();
-                let have: std::collections::HashSet<&str> = text.split_whitespace().collect();
+            .filter_map(|(i, have)| {
                 let hits = words.iter().filter(|w| have.contains(w.as_str())).count();
                 (hits > 0).then_some((hits, i))
             })
