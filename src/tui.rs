@@ -15,6 +15,8 @@ pub mod control;
 pub mod dashboard;
 pub mod dashboard_render;
 pub mod decimate;
+pub mod episodes;
+pub mod episodes_render;
 pub mod events;
 pub mod keyconfig;
 pub mod launch;

@@ -649,3 +649,97 @@ fn news_for_series_a_reopened_dashboard_no_longer_holds_are_not_added_but_asked_
     assert_eq!(app.reread(&Effect::load_whole(RunId(2))), None);
     assert_eq!(app.dashboard.as_ref().unwrap().series[0].len(), 6);
 }
+
+#[test]
+fn the_episodes_view_shows_a_stored_agentic_run_step_by_step_and_follows_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lake.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: lake\nseed: 3\noutput_dir: {}\n\
+             model: {{ init: {{ arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 }} }}\n\
+             rl:\n  steps: 3\n  prompts_per_step: 2\n  group_size: 2\n  sampling: {{ max_new_tokens: 4 }}\n\
+             \x20 env: {{ name: frozen_lake, tag: tiny, params: {{ map: SFG, legend: false }}, max_turns: 3, action_pattern: '(\\w+)' }}\n",
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("s.db");
+    common::ok(common::roll(
+        &store,
+        &["run", "--quiet", cfg.to_str().unwrap()],
+    ));
+    let stored: Vec<serde_json::Value> = common::ok(common::roll(
+        &store,
+        &["trajectories", "lake", "--step", "2", "--json"],
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loader = Loader::new(&store);
+    let mut app = App::new();
+    app.update(Msg::Resize {
+        width: 120,
+        height: 40,
+    });
+    let run = |app: &mut App, effects: Vec<Effect>| {
+        let mut queue = effects;
+        while let Some(e) = queue.pop() {
+            let msg = rt.block_on(loader.load(e));
+            queue.extend(app.update(msg));
+        }
+    };
+    run(&mut app, vec![Effect::LoadRuns]);
+    let effects = app.update(key(KeyCode::Enter));
+    run(&mut app, effects);
+    let effects = app.update(ch('6'));
+    run(&mut app, effects);
+    assert_eq!(app.view, View::Episodes);
+    let view = app.episodes.as_ref().unwrap();
+    assert_eq!(view.steps(), [1, 2, 3]);
+    assert_eq!(view.step(), Some(3), "the newest step first");
+    assert_eq!(view.episodes().len(), 4);
+    // h: step 2, as `roll-tui trajectories --step 2` prints it.
+    let effects = app.update(ch('h'));
+    run(&mut app, effects);
+    let view = app.episodes.as_ref().unwrap();
+    assert_eq!(view.step(), Some(2));
+    assert_eq!(view.episodes().len(), stored.len());
+    for (shown, printed) in view.episodes().iter().zip(&stored) {
+        assert_eq!(shown.env_seed, printed["env_seed"].as_u64().unwrap());
+        assert_eq!(
+            shown.turns.len(),
+            printed["turns"].as_array().unwrap().len()
+        );
+        assert_eq!(
+            shown.turns[0].observation,
+            printed["turns"][0]["observation"]
+        );
+    }
+    let text = screen(&app, 120, 40);
+    assert!(
+        text.contains("step 2 (2 of 3) · tiny · 4 episodes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PFG"),
+        "the first observation is drawn:\n{text}"
+    );
+    // Replay from the newest step, one step back: the view follows the cursor to step 2, then
+    // to step 1.
+    let effects = app.update(ch('l'));
+    run(&mut app, effects);
+    let effects = app.update(ch('r'));
+    run(&mut app, effects);
+    for want in [2, 1] {
+        let effects = app.update(ch(','));
+        run(&mut app, effects);
+        assert_eq!(app.episodes.as_ref().unwrap().step(), Some(want));
+        assert_eq!(
+            app.episodes.as_ref().unwrap().episodes()[0].step,
+            want as usize
+        );
+    }
+}

@@ -96,6 +96,20 @@ impl Store {
             .collect())
     }
 
+    /// The steps that recorded agentic episodes, in order.
+    pub async fn trajectory_steps(&self, run: RunId) -> Result<Vec<u64>, StoreError> {
+        let rows =
+            sqlx::query("SELECT DISTINCT step FROM trajectories WHERE run_id = ? ORDER BY step")
+                .bind(run.0)
+                .fetch_all(self.pool())
+                .await
+                .map_err(self.err("reading trajectory steps"))?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<i64, _>("step") as u64)
+            .collect())
+    }
+
     /// Checkpoints in the order a run made them (stage, then step).
     pub async fn checkpoints(&self, run: RunId) -> Result<Vec<CheckpointRecord>, StoreError> {
         let rows = sqlx::query("SELECT stage, step, path, bytes FROM checkpoints WHERE run_id = ?")

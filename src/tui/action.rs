@@ -13,16 +13,18 @@ pub enum Scope {
     Samples,
     Workers,
     Events,
+    Episodes,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::Global,
         Scope::Runs,
         Scope::Dashboard,
         Scope::Samples,
         Scope::Workers,
         Scope::Events,
+        Scope::Episodes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -33,6 +35,7 @@ impl Scope {
             Scope::Samples => "samples",
             Scope::Workers => "workers",
             Scope::Events => "events",
+            Scope::Episodes => "episodes",
         }
     }
 }
@@ -105,8 +108,8 @@ pub enum Action {
 }
 
 impl Action {
-    /// Every action, for the keys config file (`View(n)` is `view_1` … `view_5`).
-    pub const ALL: [Action; 46] = [
+    /// Every action, for the keys config file (`View(n)` is `view_1` … `view_6`).
+    pub const ALL: [Action; 47] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -127,6 +130,7 @@ impl Action {
         Action::View(3),
         Action::View(4),
         Action::View(5),
+        Action::View(6),
         Action::Refresh,
         Action::Mark,
         Action::Sort,
@@ -202,6 +206,11 @@ impl Action {
             (Scope::Samples, Action::NextPane | Action::PrevPane) => "domain filter",
             (Scope::Workers, Action::NextPane | Action::PrevPane) => "workers / devices",
             (Scope::Events, Action::NextPane | Action::PrevPane) => "kind filter",
+            (Scope::Episodes, Action::Left) => "previous step",
+            (Scope::Episodes, Action::Right) => "next step",
+            (Scope::Episodes, Action::NextPane | Action::PrevPane | Action::Open) => {
+                "episodes / turns"
+            }
             (Scope::Dashboard, Action::Open) => "samples of the step",
             _ => self.describe(),
         }
@@ -314,6 +323,7 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('3'), S::Global, A::View(3)),
     key(K::Char('4'), S::Global, A::View(4)),
     key(K::Char('5'), S::Global, A::View(5)),
+    key(K::Char('6'), S::Global, A::View(6)),
     ctrl('r', S::Global, A::Refresh),
     key(K::Char(':'), S::Global, A::Palette),
     key(K::Char('E'), S::Global, A::Export),
@@ -340,6 +350,12 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::BackTab, S::Samples, A::PrevPane),
     key(K::Tab, S::Workers, A::NextPane),
     key(K::BackTab, S::Workers, A::PrevPane),
+    key(K::Char('h'), S::Episodes, A::Left),
+    key(K::Left, S::Episodes, A::Left),
+    key(K::Char('l'), S::Episodes, A::Right),
+    key(K::Right, S::Episodes, A::Right),
+    key(K::Tab, S::Episodes, A::NextPane),
+    key(K::BackTab, S::Episodes, A::PrevPane),
     key(K::Tab, S::Events, A::NextPane),
     key(K::BackTab, S::Events, A::PrevPane),
     key(K::Char('h'), S::Dashboard, A::Left),
@@ -427,6 +443,7 @@ pub fn entries(keys: &[Binding], scope: Scope) -> Vec<Entry> {
                         Action::View(3) => "view: samples",
                         Action::View(4) => "view: workers and devices",
                         Action::View(5) => "view: events and logs",
+                        Action::View(6) => "view: agentic episodes",
                         other => other.describe_in(scope),
                     },
                     keys: key_name(b),

@@ -12,6 +12,7 @@ use super::action::{Action, Binding, DEFAULT_KEYS, Scope, action_for};
 use super::commands::{RunSignal, Started};
 use super::control::Confirm;
 use super::dashboard::Dashboard;
+use super::episodes::EpisodesView;
 use super::events::EventsView;
 use super::launch::LaunchForm;
 use super::palette::{Palette, PaletteOutcome};
@@ -37,15 +38,17 @@ pub enum View {
     Samples,
     Workers,
     Events,
+    Episodes,
 }
 
 impl View {
-    pub const ALL: [View; 5] = [
+    pub const ALL: [View; 6] = [
         View::Runs,
         View::Dashboard,
         View::Samples,
         View::Workers,
         View::Events,
+        View::Episodes,
     ];
 
     pub fn scope(self) -> Scope {
@@ -55,6 +58,7 @@ impl View {
             View::Samples => Scope::Samples,
             View::Workers => Scope::Workers,
             View::Events => Scope::Events,
+            View::Episodes => Scope::Episodes,
         }
     }
 
@@ -65,6 +69,7 @@ impl View {
             View::Samples => "Samples",
             View::Workers => "Workers",
             View::Events => "Events",
+            View::Episodes => "Episodes",
         }
     }
 }
@@ -102,6 +107,15 @@ pub enum Msg {
         run: RunId,
         step: u64,
         result: Result<Vec<SampleRecord>, String>,
+    },
+    EpisodeStepsLoaded {
+        run: RunId,
+        result: Result<Vec<u64>, String>,
+    },
+    EpisodesLoaded {
+        run: RunId,
+        step: u64,
+        result: Result<Vec<crate::metrics::TrajectoryRecord>, String>,
     },
     PromptLoaded {
         run: RunId,
@@ -148,6 +162,12 @@ pub enum Effect {
         run: RunId,
         prompt: String,
     },
+    /// The steps of the run that recorded agentic episodes.
+    LoadEpisodeSteps(RunId),
+    LoadEpisodes {
+        run: RunId,
+        step: u64,
+    },
     /// The run's record and its events after the event `after` (workers and events views).
     LoadEvents {
         run: RunId,
@@ -188,6 +208,8 @@ impl Effect {
                 | Effect::LoadSampleSteps(_)
                 | Effect::LoadSamples { .. }
                 | Effect::LoadPrompt { .. }
+                | Effect::LoadEpisodeSteps(_)
+                | Effect::LoadEpisodes { .. }
                 | Effect::LoadEvents { .. }
         )
     }
@@ -231,6 +253,7 @@ pub struct App {
     pub open: Option<OpenRun>,
     pub dashboard: Option<Dashboard>,
     pub samples: Option<SamplesView>,
+    pub episodes: Option<EpisodesView>,
     pub workers: Option<WorkersView>,
     pub events: Option<EventsView>,
     /// The open run's steps in time order, from its series.
@@ -288,6 +311,7 @@ impl App {
             open: None,
             dashboard: None,
             samples: None,
+            episodes: None,
             workers: None,
             events: None,
             timeline: Timeline::default(),
@@ -384,6 +408,9 @@ impl App {
                     effects.push(Effect::LoadSampleSteps(open.id))
                 }
                 View::Workers | View::Events => effects.push(self.load_events(open.id)),
+                View::Episodes if self.replay.is_none() => {
+                    effects.push(Effect::LoadEpisodeSteps(open.id))
+                }
                 _ => {}
             }
         }
@@ -458,7 +485,7 @@ impl App {
             View::Runs => Some(self.runs.filter.clone()),
             View::Dashboard => self.dashboard.as_ref().map(|d| d.filter.clone()),
             View::Samples => self.samples.as_ref().map(|s| s.filter().to_string()),
-            View::Workers => None,
+            View::Workers | View::Episodes => None,
             View::Events => self.events.as_ref().map(|e| e.filter().to_string()),
         }
         .unwrap_or_default()
@@ -477,7 +504,7 @@ impl App {
                     s.set_filter(filter);
                 }
             }
-            View::Workers => {}
+            View::Workers | View::Episodes => {}
             View::Events => {
                 if let Some(e) = self.events.as_mut() {
                     e.set_filter(filter);
@@ -492,7 +519,9 @@ impl App {
             Action::Quit => return self.ask_quit(),
             Action::ToggleHelp => self.help = true,
             Action::Palette => self.palette = Some(Palette::new(&self.keys, self.view.scope())),
-            Action::Filter if self.view != View::Workers => self.input = Some(self.filter()),
+            Action::Filter if !matches!(self.view, View::Workers | View::Episodes) => {
+                self.input = Some(self.filter())
+            }
             Action::Refresh => return self.refresh(),
             Action::View(n) => return self.go_to_view(n),
             Action::Back => self.back(),
@@ -550,6 +579,11 @@ impl App {
                     w.act(action);
                 }
             }
+            (View::Episodes, Some(run)) => {
+                if let Some(step) = self.episodes.as_mut().and_then(|e| e.act(action)) {
+                    return vec![Effect::LoadEpisodes { run, step }];
+                }
+            }
             (View::Events, _) => {
                 if let Some(e) = self.events.as_mut() {
                     e.act(action);
@@ -596,6 +630,13 @@ impl App {
                 effects
             }
             View::Workers | View::Events => vec![Effect::LoadEvents { run, after: None }],
+            View::Episodes => {
+                let mut effects = vec![Effect::LoadEpisodeSteps(run)];
+                if let Some(step) = self.episodes.as_mut().and_then(|e| e.act(Action::Refresh)) {
+                    effects.push(Effect::LoadEpisodes { run, step });
+                }
+                effects
+            }
         }
     }
 
@@ -623,6 +664,10 @@ impl App {
             View::Samples if self.samples.is_none() => {
                 self.samples = Some(SamplesView::new(run));
                 vec![Effect::LoadSampleSteps(run)]
+            }
+            View::Episodes if self.episodes.is_none() => {
+                self.episodes = Some(EpisodesView::new(run));
+                vec![Effect::LoadEpisodeSteps(run)]
             }
             View::Workers | View::Events => {
                 if self.workers.is_none() {
@@ -686,6 +731,7 @@ impl App {
         let effects = d.runs().into_iter().map(Effect::load_whole).collect();
         self.dashboard = Some(d);
         self.samples = None;
+        self.episodes = None;
         self.workers = None;
         self.events = None;
         self.replay = None;

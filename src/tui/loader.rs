@@ -146,6 +146,19 @@ impl Loader {
                     )
                     .await,
             },
+            Effect::LoadEpisodeSteps(run) => Msg::EpisodeStepsLoaded {
+                run,
+                result: self
+                    .read(|s| async move { s.trajectory_steps(run).await })
+                    .await,
+            },
+            Effect::LoadEpisodes { run, step } => Msg::EpisodesLoaded {
+                run,
+                step,
+                result: self
+                    .read(|s| async move { s.trajectories(run, Some(step)).await })
+                    .await,
+            },
             Effect::LoadPrompt { run, prompt } => Msg::PromptLoaded {
                 run,
                 result: self

@@ -35,6 +35,27 @@ impl App {
                 }
                 Err(e) => self.status = Some(e),
             },
+            Msg::EpisodeStepsLoaded { run, result } if mine(run) => match result {
+                Ok(steps) => {
+                    let mut load = self.episodes.as_mut().and_then(|e| e.set_steps(steps));
+                    if let (Some(step), Some(e)) = (self.replay_rl_step(), self.episodes.as_mut()) {
+                        load = e.go_to(step).or(load.filter(|s| e.step() == Some(*s)));
+                    }
+                    return load
+                        .map(|step| Effect::LoadEpisodes { run, step })
+                        .into_iter()
+                        .collect();
+                }
+                Err(e) => self.status = Some(e),
+            },
+            Msg::EpisodesLoaded { run, step, result } if mine(run) => match result {
+                Ok(episodes) => {
+                    if let Some(e) = self.episodes.as_mut() {
+                        e.set_episodes(step, episodes);
+                    }
+                }
+                Err(e) => self.status = Some(e),
+            },
             Msg::SamplesLoaded { run, step, result } if mine(run) => match result {
                 Ok(samples) => {
                     if let Some(s) = self.samples.as_mut() {
@@ -254,14 +275,20 @@ impl App {
     pub(super) fn cursor_moved(&mut self) -> Vec<Effect> {
         self.sync_as_of();
         let run = self.open.as_ref().map(|o| o.id);
-        match (run, self.replay_rl_step(), self.samples.as_mut()) {
+        let mut effects: Vec<Effect> = match (run, self.replay_rl_step(), self.samples.as_mut()) {
             (Some(run), Some(step), Some(s)) => s
                 .go_to(step)
                 .map(|r| samples_effect(run, r))
                 .into_iter()
                 .collect(),
             _ => vec![],
+        };
+        if let (Some(run), Some(step), Some(e)) =
+            (run, self.replay_rl_step(), self.episodes.as_mut())
+        {
+            effects.extend(e.go_to(step).map(|step| Effect::LoadEpisodes { run, step }));
         }
+        effects
     }
 
     /// Tell the dashboard where the replay cursor is (or that there is none).

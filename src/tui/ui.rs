@@ -13,7 +13,7 @@ use super::app::{App, MIN_HEIGHT, MIN_WIDTH, View};
 use super::control::Confirm;
 use super::replay::SPEEDS;
 use super::theme::Theme;
-use super::{dashboard, events, launch, palette, runs, samples, workers};
+use super::{dashboard, episodes_render, events, launch, palette, runs, samples, workers};
 
 const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -97,6 +97,10 @@ pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
             ),
             None => no_run(frame, body, theme),
         },
+        View::Episodes => match &app.episodes {
+            Some(e) => episodes_render::render(frame, body, e, spinner, theme),
+            None => no_run(frame, body, theme),
+        },
     }
     frame.render_widget(Paragraph::new(status_line(app, theme)), status);
     if let Some(form) = &app.form {
@@ -172,6 +176,9 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
         View::Workers => "Tab workers/devices · j k select · r replay · Esc back · ? help",
         View::Events => {
             "Tab kind · / filter · j k scroll · G newest · r replay · Esc back · ? help"
+        }
+        View::Episodes => {
+            "h l step · j k select · Tab episodes/turns · r replay · Esc back · ? help"
         }
     };
     spans.push(Span::styled(hint, theme.muted));
