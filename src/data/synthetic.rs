@@ -246,6 +246,16 @@ impl SyntheticConfig {
                 seed,
             } => {
                 let mut env = crate::env::make(env, &crate::env::param_pairs(params))?;
+                if env.blocks() {
+                    // The planner searches on copies; a copy of a program-backed env is a new
+                    // program replaying the episode, one per searched state.
+                    return Err(format!(
+                        "env_demos cannot plan in '{}': its planner copies the environment for \
+                         every state it searches, and a copy of an external program is a new \
+                         program; give demonstrations as a dataset instead",
+                        env.name()
+                    ));
+                }
                 let spec = crate::env::transcript::DemoSpec {
                     episodes: *episodes,
                     noise: *demo_noise,

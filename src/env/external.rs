@@ -71,7 +71,7 @@ impl External {
     /// (seconds), `action_format`; every other parameter is passed to the program with `reset`.
     pub fn from_params(params: &[(String, String)]) -> Result<External, String> {
         let mut command = None;
-        let mut step_timeout = DEFAULT_STEP_TIMEOUT_S;
+        let mut step_timeout = Duration::from_secs_f64(DEFAULT_STEP_TIMEOUT_S);
         let mut action_format = None;
         let mut rest = Map::new();
         for (k, v) in params {
@@ -86,7 +86,8 @@ impl External {
                     step_timeout = v
                         .parse::<f64>()
                         .ok()
-                        .filter(|t| t.is_finite() && *t > 0.0)
+                        .filter(|t| *t > 0.0)
+                        .and_then(|t| Duration::try_from_secs_f64(t).ok())
                         .ok_or_else(|| {
                             format!("step_timeout '{v}' must be a positive number of seconds")
                         })?;
@@ -102,7 +103,7 @@ impl External {
         )?;
         Ok(External::with(Settings {
             command,
-            step_timeout: Duration::from_secs_f64(step_timeout),
+            step_timeout,
             action_format,
             params: rest,
         }))
@@ -142,6 +143,9 @@ impl External {
         if self.program.is_none() {
             self.program = Some(Program::spawn(&self.settings.command)?);
             if let Some((seed, actions)) = self.episode.clone() {
+                // The replay's replies describe states on the way; the copy's own state is the
+                // one it was copied with.
+                let seen = self.seen.clone();
                 self.send_reset(seed)?;
                 for action in &actions {
                     // The original accepted these; a deterministic program accepts them again.
@@ -153,6 +157,7 @@ impl External {
                         )));
                     }
                 }
+                self.seen = seen;
             }
         }
         self.program

@@ -30,6 +30,8 @@ pub struct EpisodesView {
     pub(super) pane: Pane,
     /// A step asked for by [`EpisodesView::go_to`] before the steps were known.
     target: Option<u64>,
+    /// The (group, episode) selected when another step was asked for: selected again there.
+    keep: Option<(usize, usize)>,
 }
 
 impl EpisodesView {
@@ -44,6 +46,7 @@ impl EpisodesView {
             turn: 0,
             pane: Pane::Episodes,
             target: None,
+            keep: None,
         }
     }
 
@@ -71,8 +74,8 @@ impl EpisodesView {
         episodes.sort_by_key(|e| (e.group, e.episode));
         // Keep the selection where it was (the same group and episode) when the step changes.
         let keep = self
-            .selected_episode()
-            .map(|e| (e.group, e.episode))
+            .keep
+            .take()
             .and_then(|key| episodes.iter().position(|e| (e.group, e.episode) == key));
         self.selected = keep.unwrap_or(0).min(episodes.len().saturating_sub(1));
         self.episodes = Some(episodes);
@@ -109,8 +112,14 @@ impl EpisodesView {
         }
     }
 
+    /// Show `step`: until its episodes arrive the view says it is loading them (never the last
+    /// step's episodes under this step's number).
     fn show(&mut self, step: u64) -> Option<u64> {
+        if let Some(e) = self.selected_episode() {
+            self.keep = Some((e.group, e.episode));
+        }
         self.step = Some(step);
+        self.episodes = None;
         Some(step)
     }
 

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,8 @@ impl Program {
             .ok_or_else(|| EnvFailure("external env: the command is empty".into()))?;
         let mut child = Command::new(program)
             .args(args)
+            // A group of its own, so a stop reaches what it started too (`sh -c`, `uv run`).
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -102,6 +105,15 @@ impl Program {
         timeout: Duration,
     ) -> Result<Map<String, Value>, EnvFailure> {
         let cmd = request["cmd"].as_str().unwrap_or("?").to_string();
+        // A line nobody asked for would answer this request in place of its own reply.
+        if let Ok(extra) = self.lines.try_recv() {
+            let extra = extra.unwrap_or_default();
+            return Err(self.fail(&format!(
+                "wrote a line nobody asked for before '{cmd}': '{}' (stdout carries only replies; \
+                 write anything else to stderr)",
+                quote(&extra)
+            )));
+        }
         let mut line = request.to_string();
         line.push('\n');
         let sent = match self.stdin.as_mut() {
@@ -175,6 +187,11 @@ impl Program {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 Ok(None) | Err(_) => {
+                    // The whole group: whatever the program started goes with it.
+                    if let Ok(pid) = i32::try_from(self.child.id()) {
+                        let group = nix::unistd::Pid::from_raw(pid);
+                        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                    }
                     let _ = self.child.kill();
                     return self.child.wait().ok();
                 }

@@ -139,6 +139,23 @@ fn a_program_that_answers_outside_the_protocol_is_a_failure() {
     env.reset(0).unwrap_or_else(|e| panic!("{e}"));
     let message = failure(env.step("a"));
     assert!(message.contains("finite number 'reward'"), "{message}");
+    // Two lines for one request: the next request would read the stale one as its reply.
+    let mut env = python(
+        "import sys, json\n\
+         for line in sys.stdin:\n\
+         \x20   print(json.dumps({'observation': 'o', 'reward': 0.0, 'done': False}), flush=True)\n\
+         \x20   print(json.dumps({'observation': 'extra'}), flush=True)",
+        "5",
+    );
+    env.reset(0).unwrap_or_else(|e| panic!("{e}"));
+    // Seen before the step is sent when it has arrived by then ("nobody asked for"); else the
+    // step reads it as its reply, which lacks a reward. Either way the program fails.
+    let message = failure(env.step("a"));
+    assert!(
+        message.contains("wrote a line nobody asked for")
+            || message.contains("'reward' and a boolean 'done'"),
+        "{message}"
+    );
     // A reply that says it failed.
     let mut env = python(
         "import sys, json\n\
@@ -164,6 +181,8 @@ fn parameters_are_checked_and_a_missing_program_is_named() {
     assert!(err(&[]).contains("needs command"));
     assert!(err(&[("command", "'unclosed")]).contains("quotes do not close"));
     assert!(err(&[("command", "x"), ("step_timeout", "0")]).contains("positive number"));
+    assert!(err(&[("command", "x"), ("step_timeout", "1e30")]).contains("positive number"));
+    assert!(err(&[("command", "x"), ("step_timeout", "inf")]).contains("positive number"));
     let mut env = External::from_params(&[("command".into(), "/no/such/program --x".into())])
         .unwrap_or_else(|e| panic!("{e}"));
     let message = env.reset(0).err().map(|e| e.0).unwrap_or_default();

@@ -9,7 +9,11 @@
 //! 0 with none. Our titles are generated as `brand attributes… type`, so their nouns are the
 //! brand and the type's words (WebShop finds them with a part-of-speech tagger). Attributes and
 //! options match exactly (WebShop: a fuzzy token-set ratio above 85, which exact equality of our
-//! generated vocabulary also meets), or by appearing in the product's title.
+//! generated vocabulary also meets), or by appearing in the product's title as whole words (so
+//! the brand `evergreen` does not hold the colour `green`). Options count the goal's options that
+//! a selected value meets, each at most once (WebShop counts the purchased options, which with its
+//! catalogue's one value per option group comes to the same, but could exceed the goal's count
+//! with another catalogue).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -100,18 +104,29 @@ fn type_factor(goal: &Goal, bought: &Product) -> f64 {
     r_type
 }
 
+/// Whether `phrase` appears in `text` as whole words.
+fn has_phrase(text: &str, phrase: &str) -> bool {
+    let words = |t: &str| {
+        t.split_whitespace()
+            .map(str::to_lowercase)
+            .collect::<Vec<_>>()
+    };
+    let (text, phrase) = (words(text), words(phrase));
+    !phrase.is_empty() && text.windows(phrase.len()).any(|w| w == phrase.as_slice())
+}
+
 /// The score of buying `bought` with the options `selected` (group → value) for `goal`.
 pub fn score(goal: &Goal, bought: &Product, selected: &BTreeMap<String, String>) -> f64 {
-    let title = bought.title.to_lowercase();
     let attributes = goal
         .attributes
         .iter()
-        .filter(|a| bought.attributes.contains(a) || title.contains(a.as_str()))
+        .filter(|a| bought.attributes.contains(a) || has_phrase(&bought.title, a))
         .count();
-    let wanted: BTreeSet<&String> = goal.options.values().collect();
-    let options = selected
+    let chosen: BTreeSet<&String> = selected.values().collect();
+    let options = goal
+        .options
         .values()
-        .filter(|v| wanted.contains(v) || title.contains(v.as_str()))
+        .filter(|v| chosen.contains(v) || has_phrase(&bought.title, v))
         .count();
     let price = usize::from(bought.price <= goal.price_upper);
     let total = (attributes + options + price) as f64

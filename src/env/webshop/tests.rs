@@ -137,6 +137,28 @@ fn the_score_follows_webshops_formula() {
         20.0,
     );
     assert_eq!(score(&goal, &hoodie, &pick("navy", "large")), 1.0);
+    // A title holding a goal value inside a word does not meet it: the goal wants navy; the
+    // brand "evernavy" holds it, the selected colour is black: (2 + 1 + 1) / 5 = 0.8. Choosing
+    // options the goal does not ask for never adds to the score.
+    let brand = product(
+        "B6",
+        "evernavy cotton slim fit t-shirt",
+        "t-shirt",
+        shirt,
+        &["cotton", "slim fit"],
+        20.0,
+    );
+    assert!((score(&goal, &brand, &pick("black", "large")) - 0.8).abs() < 1e-12);
+    let mut extra = pick("black", "large");
+    extra.insert("pack".into(), "navy".into());
+    assert_eq!(
+        score(&goal, &brand, &extra),
+        1.0,
+        "a selected navy meets the goal's navy"
+    );
+    let mut many = pick("navy", "large");
+    many.insert("pack".into(), "large".into());
+    assert_eq!(score(&goal, &target, &many), 1.0, "never above 1");
     // Another brand and type: title score 0, r_type 0.
     let mug = product(
         "B5",

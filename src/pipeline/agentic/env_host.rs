@@ -32,7 +32,8 @@ pub(crate) enum Outcome {
 pub(crate) struct Finished {
     /// The rollout's episode id.
     pub id: usize,
-    pub episode: Episode,
+    /// `None` when the environment panicked (the outcome is then a failure).
+    pub episode: Option<Episode>,
     pub outcome: Result<Outcome, EnvFailure>,
     /// Seconds the job took inside the environment.
     pub secs: f64,
@@ -52,9 +53,28 @@ pub(crate) struct EnvHost {
 
 fn run(id: usize, mut episode: Episode, job: Job, order: u64) -> Finished {
     let t = Instant::now();
-    let outcome = match job {
-        Job::Reset(seed) => episode.reset(seed).map(Outcome::Reset),
-        Job::Step(output) => episode.step(&output).map(Outcome::Step),
+    // A panicking environment is a failed one, not a lost result that the rollout would wait
+    // for forever.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let outcome = match job {
+            Job::Reset(seed) => episode.reset(seed).map(Outcome::Reset),
+            Job::Step(output) => episode.step(&output).map(Outcome::Step),
+        };
+        (episode, outcome)
+    }));
+    let (episode, outcome) = match result {
+        Ok((episode, outcome)) => (Some(episode), outcome),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            (
+                None,
+                Err(EnvFailure(format!("the environment panicked: {why}"))),
+            )
+        }
     };
     Finished {
         id,
@@ -156,7 +176,7 @@ mod tests {
                 } else {
                     "hm"
                 };
-                host.start(f.id, f.episode, Job::Step(output.into()));
+                host.start(f.id, f.episode.unwrap(), Job::Step(output.into()));
             }
             let mut done = vec![];
             while host.pending() > 0 {
@@ -165,7 +185,7 @@ mod tests {
             done.sort_by_key(|f| f.id);
             let rewarded: Vec<(usize, usize)> = done
                 .iter()
-                .map(|f| (f.id, f.episode.invalid_actions))
+                .map(|f| (f.id, f.episode.as_ref().map_or(99, |e| e.invalid_actions)))
                 .collect();
             assert_eq!(rewarded, [(0, 1), (1, 1), (2, 1), (3, 1), (4, 0), (5, 1)]);
             assert!(done.iter().all(|f| f.outcome.is_ok()));

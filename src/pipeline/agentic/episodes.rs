@@ -15,7 +15,7 @@ pub(crate) use super::trajectory::{Cut, StepEpisodes, Trajectory, Turn};
 use super::turns::TurnFormat;
 use crate::config::{EnvConfig, EnvMode, RlConfig};
 use crate::env::external::External;
-use crate::env::{Env, Episode, Step, make};
+use crate::env::{Env, EnvFailure, Episode, Step, make};
 use crate::role::actor_infer::Generator;
 use crate::rollout::{Completion, Request};
 use crate::seed::mix_seed;
@@ -157,11 +157,13 @@ impl<'a> EpisodeRunner<'a> {
         // Built once (a level file is read once); every new episode starts from a copy.
         let prototype = self.prototype()?;
         let mut host = EnvHost::new(prototype.blocks());
-        let fresh = |pool: &Mutex<Vec<Box<dyn Env>>>| {
-            let env = pool
-                .lock()
-                .ok()
-                .and_then(|mut p| p.pop())
+        // A new episode takes a pooled environment (an external program already running); one
+        // played again after a failure takes a new copy, so a program that died while pooled
+        // costs an episode once, never its retries.
+        let fresh = |pooled: bool| {
+            let env = pooled
+                .then(|| self.pool.lock().ok().and_then(|mut p| p.pop()))
+                .flatten()
                 .unwrap_or_else(|| prototype.clone_box());
             Episode::new(env, parser.clone(), self.env.format_penalty)
         };
@@ -175,7 +177,7 @@ impl<'a> EpisodeRunner<'a> {
                 turn: None,
                 failures: 0,
             });
-            host.start(id, fresh(&self.pool), Job::Reset(seed));
+            host.start(id, fresh(true), Job::Reset(seed));
         }
         let mut done: Vec<Option<Trajectory>> = vec![None; live.len()];
         let (mut gen_tokens, mut failures) = (0, vec![]);
@@ -191,9 +193,12 @@ impl<'a> EpisodeRunner<'a> {
                 t_env += f.secs;
                 let id = f.id;
                 let l = &mut live[id];
-                let outcome = match f.outcome {
-                    Ok(outcome) => outcome,
-                    Err(failure) => {
+                let (outcome, episode) = match (f.outcome, f.episode) {
+                    (Ok(outcome), Some(episode)) => (outcome, episode),
+                    (outcome, _) => {
+                        let failure = outcome.err().unwrap_or_else(|| {
+                            EnvFailure("the environment came back without its state".into())
+                        });
                         // The episode is lost with its environment; it starts again from its
                         // seed in a new one, so its group stays whole.
                         l.failures += 1;
@@ -207,7 +212,7 @@ impl<'a> EpisodeRunner<'a> {
                         failures.push(failure.0);
                         l.traj = Trajectory::new(l.traj.group, l.traj.index, l.traj.seed);
                         l.turn = None;
-                        host.start(id, fresh(&self.pool), Job::Reset(l.traj.seed));
+                        host.start(id, fresh(false), Job::Reset(l.traj.seed));
                         continue;
                     }
                 };
@@ -218,12 +223,12 @@ impl<'a> EpisodeRunner<'a> {
                 match next {
                     Some(max_new) => {
                         engine.submit(self.request(salt, params, id, l, max_new));
-                        l.episode = Some(f.episode);
+                        l.episode = Some(episode);
                     }
                     None => {
                         done[id] = Some(std::mem::replace(&mut l.traj, Trajectory::new(0, 0, 0)));
                         if let Ok(mut pool) = self.pool.lock() {
-                            pool.push(f.episode.into_env());
+                            pool.push(episode.into_env());
                         }
                     }
                 }

@@ -93,9 +93,10 @@ fn steps_walk_and_the_selection_stays_on_the_same_episode() {
     // h: the step before; its answer keeps group 1 episode 0 selected.
     assert_eq!(v.act(Action::Left), Some(4));
     assert!(
-        v.episodes.is_some(),
-        "the old step stays drawn until the new one arrives"
+        v.episodes.is_none(),
+        "step 4 is loading, not step 6 under its number"
     );
+    assert!(screen(&v, 80, 4).contains("loading the episodes of step 4"));
     v.set_episodes(4, episodes(4));
     assert_eq!(
         v.selected_episode().map(|e| (e.group, e.episode, e.step)),
@@ -103,10 +104,15 @@ fn steps_walk_and_the_selection_stays_on_the_same_episode() {
     );
     assert_eq!(v.act(Action::Left), Some(2));
     assert_eq!(v.act(Action::Left), None, "no step before the first");
-    // An answer for a step no longer shown is dropped.
+    // An answer for a step no longer shown is dropped; the asked one keeps the selection.
     v.set_episodes(4, vec![]);
     assert_eq!(v.step(), Some(2));
-    assert!(v.episodes().iter().all(|e| e.step == 4));
+    assert!(v.episodes.is_none());
+    v.set_episodes(2, episodes(2));
+    assert_eq!(
+        v.selected_episode().map(|e| (e.group, e.episode, e.step)),
+        Some((1, 0, 2))
+    );
 }
 
 #[test]
