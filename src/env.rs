@@ -65,6 +65,18 @@ impl From<String> for StepError {
     }
 }
 
+impl Step {
+    /// The step that left `env` as it is now: its render and info, with `reward` and `done`.
+    pub fn now(env: &dyn Env, reward: f64, done: bool) -> Step {
+        Step {
+            observation: env.render_text(),
+            reward,
+            done,
+            info: env.info(),
+        }
+    }
+}
+
 /// One environment instance.
 pub trait Env: Send {
     /// The registered name (`frozen_lake`).

@@ -268,12 +268,7 @@ impl Env for FrozenLake {
         };
         if self.done {
             // Gymnasium's terminal states absorb every action, reward 0.
-            return Ok(Step {
-                observation: self.render_text(),
-                reward: 0.0,
-                done: true,
-                info: self.info(),
-            });
+            return Ok(Step::now(self, 0.0, true));
         }
         let taken = if self.slippery {
             // Intended, or either side (gymnasium: (a - 1) % 4, a, (a + 1) % 4), 1/3 each.

@@ -333,12 +333,7 @@ impl Env for Sokoban {
             )));
         };
         if self.done {
-            return Ok(Step {
-                observation: self.render_text(),
-                reward: 0.0,
-                done: true,
-                info: self.info(),
-            });
+            return Ok(Step::now(self, 0.0, true));
         }
         let mut reward = STEP_PENALTY;
         let room = &mut self.room;
@@ -369,12 +364,7 @@ impl Env for Sokoban {
             reward += FINISHED;
         }
         self.done = solved || self.steps >= self.max_steps;
-        Ok(Step {
-            observation: self.render_text(),
-            reward,
-            done: self.done,
-            info: self.info(),
-        })
+        Ok(Step::now(self, reward, self.done))
     }
 
     /// `success` (every box on a target), `boxes_on_target`, `steps`.

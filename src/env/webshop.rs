@@ -320,12 +320,7 @@ impl Env for WebShop {
             }
         };
         if self.done {
-            return Ok(Step {
-                observation: self.render_text(),
-                reward: 0.0,
-                done: true,
-                info: self.info(),
-            });
+            return Ok(Step::now(self, 0.0, true));
         }
         let reward = match (verb.as_str(), &self.page) {
             ("search", Page::Search) if !arg.trim().is_empty() => {
@@ -352,12 +347,7 @@ impl Env for WebShop {
         if !self.done && self.steps >= self.max_steps {
             self.done = true;
         }
-        Ok(Step {
-            observation: self.render_text(),
-            reward,
-            done: self.done,
-            info: self.info(),
-        })
+        Ok(Step::now(self, reward, self.done))
     }
 
     /// `success` (bought with score 1, as WebShop counts it), `score`, `steps`, `page`.
