@@ -194,6 +194,23 @@ fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
         [1, 3]
     );
     assert!(steps_with(&plain, "val/env/frozen_lake/success").is_empty());
+    // The evaluation episodes are stored as `val/<tag>`, from the same seeds each time.
+    let val: Vec<(usize, u64)> = evaluated
+        .trajectories
+        .iter()
+        .filter(|t| t.env == "val/frozen_lake")
+        .map(|t| (t.step, t.env_seed))
+        .collect();
+    assert_eq!(val.len(), 6, "{val:?}");
+    let seeds =
+        |step: usize| -> Vec<u64> { val.iter().filter(|v| v.0 == step).map(|v| v.1).collect() };
+    assert_eq!(seeds(1).len(), 3);
+    assert_eq!(seeds(1), seeds(3));
+    assert_eq!(
+        evaluated.trajectories.len() - val.len(),
+        plain.trajectories.len(),
+        "training episodes are stored as without evaluation"
+    );
     // Evaluation samples its own seeds: the training numbers are the same with or without it.
     for key in ["env/frozen_lake/return", "actor/pg_loss"] {
         assert_eq!(

@@ -720,7 +720,7 @@ fn the_episodes_view_shows_a_stored_agentic_run_step_by_step_and_follows_replay(
     }
     let text = screen(&app, 120, 40);
     assert!(
-        text.contains("step 2 (2 of 3) · tiny · 4 episodes"),
+        text.contains("training step 2 (2/3) · tiny · 4 episodes"),
         "{text}"
     );
     assert!(

@@ -276,3 +276,35 @@ mod run_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod override_tests {
+    use crate::config::RunConfig;
+    use crate::config::load::from_yaml_str;
+    use crate::config::overrides::apply_overrides;
+
+    fn with(overrides: &[&str]) -> Result<RunConfig, String> {
+        let text = "name: t\nmodel: { init: { arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFG\" } }\n\
+                    rl: { steps: 1, prompts_per_step: 1, group_size: 2, env: { name: frozen_lake, params: { map: SFG } } }\n";
+        let cfg: RunConfig = from_yaml_str(text, "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        apply_overrides(cfg, &overrides).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn overrides_add_env_params_and_sections_key_by_key_but_typos_stay_errors() {
+        let cfg = with(&["rl.env.params.slippery=true", "rl.env.params.map=SFFG"]).unwrap();
+        let env = cfg.rl.and_then(|r| r.env).unwrap();
+        assert_eq!(env.params["slippery"], true);
+        assert_eq!(env.params["map"], "SFFG");
+        // A section set one key at a time.
+        let cfg = with(&["rl.env.eval.every=2", "rl.env.eval.episodes=3"]).unwrap();
+        let eval = cfg.rl.and_then(|r| r.env).and_then(|e| e.eval).unwrap();
+        assert_eq!((eval.every, eval.episodes), (2, 3));
+        // A misspelt field of a section is still refused, naming the field it meant.
+        let err = with(&["rl.env.max_turn=3"]).unwrap_err();
+        assert!(err.contains("did you mean 'max_turns'"), "{err}");
+        let err = with(&["rl.stepz=3"]).unwrap_err();
+        assert!(err.contains("unknown key 'stepz'"), "{err}");
+    }
+}

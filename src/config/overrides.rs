@@ -29,7 +29,20 @@ pub fn apply_overrides<T: DeserializeOwned + Serialize>(
             message,
         };
         let (path, rhs, plain) = split_override(arg).map_err(fail)?;
-        set_path(&mut tree, &path, rhs, plain).map_err(fail)?;
+        if let Err(unknown) = set_path(&mut tree, &path, rhs.clone(), plain.clone(), false) {
+            // A key the file does not have: welcome in a free-form map (an env's `params`) or in
+            // a section given only in part, which the schema decides; a typo stays an error that
+            // names the keys there are.
+            let mut grown = tree.clone();
+            set_path(&mut grown, &path, rhs, plain, true).map_err(fail)?;
+            match serde_json::from_value::<T>(grown.clone()) {
+                Ok(t) => {
+                    (tree, typed) = (grown, t);
+                    continue;
+                }
+                Err(_) => return Err(fail(unknown)),
+            }
+        }
         typed = serde_json::from_value::<T>(tree.clone())
             .map_err(|e| fail(humanize_json_error(&e.to_string(), &path.join("."))))?;
     }
@@ -75,16 +88,19 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// Set `path` to `value`; with `create`, keys missing on the way are made (the caller checks the
+/// result against the schema).
 fn set_path(
     root: &mut Value,
     path: &[&str],
     value: Value,
     plain: Option<String>,
+    create: bool,
 ) -> Result<(), String> {
     let mut cur = root;
     // Inside a section that was absent (an `Option` that was `None`) any key may be created; the
     // schema check after the override reports what does not belong.
-    let mut fresh = false;
+    let mut fresh = create;
     for (i, seg) in path.iter().enumerate() {
         let here = path[..i].join(".");
         if cur.is_null() {

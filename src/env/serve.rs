@@ -28,18 +28,24 @@ fn state(env: &dyn Env) -> Map<String, Value> {
     reply
 }
 
-/// The reply to one request line; `None` for `close`.
-pub fn answer(env: &mut dyn Env, line: &str) -> Option<Value> {
+/// The reply to one request line; `None` for `close`. `started`: a `reset` came before (a
+/// `step` needs one).
+pub fn answer(env: &mut dyn Env, started: &mut bool, line: &str) -> Option<Value> {
     let request: Value = match serde_json::from_str(line) {
         Ok(r) => r,
         Err(e) => return Some(json!({"error": format!("the request is not JSON: {e}")})),
     };
     let reply = match request["cmd"].as_str() {
         Some("close") => return None,
+        Some("reset") if request["params"].as_object().is_some_and(|p| !p.is_empty()) => {
+            json!({"error": "env serve takes its parameters when it starts (--set key=value); \
+                             a reset's 'params' would be ignored"})
+        }
         Some("reset") => match request["seed"].as_u64() {
             None => json!({"error": "reset needs a non-negative integer 'seed'"}),
             Some(seed) => match env.reset(seed) {
                 Ok(observation) => {
+                    *started = true;
                     let mut reply = state(env);
                     // The reset's own observation is the one the episode starts from.
                     reply.insert("observation".into(), Value::String(observation));
@@ -48,6 +54,7 @@ pub fn answer(env: &mut dyn Env, line: &str) -> Option<Value> {
                 Err(f) => json!({"error": f.0}),
             },
         },
+        Some("step") if !*started => json!({"error": "step before reset"}),
         Some("step") => match request["action"].as_str() {
             None => json!({"error": "step needs a string 'action'"}),
             Some(action) => match env.step(action) {
@@ -63,7 +70,8 @@ pub fn answer(env: &mut dyn Env, line: &str) -> Option<Value> {
                 Err(StepError::Failed(f)) => json!({"error": f.0}),
             },
         },
-        other => json!({"error": format!("unknown cmd {other:?} (reset, step or close)")}),
+        Some(other) => json!({"error": format!("unknown cmd '{other}' (reset, step or close)")}),
+        None => json!({"error": "a request needs a string 'cmd' (reset, step or close)"}),
     };
     Some(reply)
 }
@@ -74,9 +82,10 @@ pub fn serve(
     input: impl BufRead,
     mut output: impl Write,
 ) -> std::io::Result<()> {
+    let mut started = false;
     for line in input.lines() {
         let line = line?;
-        let Some(reply) = answer(env, &line) else {
+        let Some(reply) = answer(env, &mut started, &line) else {
             break;
         };
         writeln!(output, "{reply}")?;
@@ -95,7 +104,9 @@ mod tests {
         let params = [("map".to_string(), "SFG".to_string())];
         let mut served = make("frozen_lake", &params).unwrap();
         let mut direct = make("frozen_lake", &params).unwrap();
-        let input = "{\"cmd\":\"reset\",\"seed\":4}\n{\"cmd\":\"step\",\"action\":\"Jump\"}\n\
+        let input = "{\"cmd\":\"step\",\"action\":\"Right\"}\n\
+                     {\"cmd\":\"reset\",\"seed\":4,\"params\":{\"map\":\"SFFG\"}}\n\
+                     {\"cmd\":\"reset\",\"seed\":4}\n{\"cmd\":\"step\",\"action\":\"Jump\"}\n\
                      {\"cmd\":\"step\",\"action\":\"Right\"}\nnot json\n{\"cmd\":\"fly\"}\n\
                      {\"cmd\":\"close\"}\n{\"cmd\":\"reset\",\"seed\":1}\n";
         let mut out = vec![];
@@ -105,8 +116,12 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        // Five replies: close ends the session before the last reset.
-        assert_eq!(replies.len(), 5, "{replies:?}");
+        // Seven replies: close ends the session before the last reset.
+        assert_eq!(replies.len(), 7, "{replies:?}");
+        // A step before any reset, and a reset with parameters (given at start instead).
+        assert_eq!(replies[0]["error"], "step before reset");
+        assert!(replies[1]["error"].as_str().unwrap().contains("--set"));
+        let replies = &replies[2..];
         let first = direct.reset(4).unwrap();
         assert_eq!(replies[0]["observation"], first.as_str());
         assert_eq!(replies[0]["state_hash"], direct.state_hash());
@@ -130,11 +145,9 @@ mod tests {
         assert_eq!(replies[2]["info"], Value::Object(step.info));
         assert_eq!(replies[2]["state_hash"], direct.state_hash());
         assert!(replies[3]["error"].as_str().unwrap().contains("not JSON"));
-        assert!(
-            replies[4]["error"]
-                .as_str()
-                .unwrap()
-                .contains("unknown cmd")
+        assert_eq!(
+            replies[4]["error"],
+            "unknown cmd 'fly' (reset, step or close)"
         );
     }
 }

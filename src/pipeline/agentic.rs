@@ -57,13 +57,20 @@ fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
     ))
 }
 
-/// One message per episode whose environment failed (it was played again in a new one).
-fn report_discarded(ctx: &mut RunContext<'_>, step: usize, what: &str, failures: &[String]) {
+/// One warning per episode whose environment failed (it was played again in a new one), shown
+/// and kept with the run.
+fn report_discarded(
+    ctx: &mut RunContext<'_>,
+    step: usize,
+    what: &str,
+    failures: &[String],
+) -> Result<(), PipelineError> {
     for failure in failures {
-        ctx.emit(PipelineEvent::Message(format!(
+        ctx.warn(format!(
             "step {step}: {what} was discarded and played again in a new environment: {failure}"
-        )));
+        ))?;
     }
+    Ok(())
 }
 
 pub fn run_agentic(
@@ -138,11 +145,15 @@ fn train(
         let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
         if let Some(eval) = env.eval.as_ref().filter(|e| (step - 1) % e.every == 0) {
             let val = runner.evaluate(eval.episodes, eval.temperature, engine.as_mut())?;
-            report_discarded(ctx, step, "an evaluation episode", &val.failures);
+            report_discarded(ctx, step, "an evaluation episode", &val.failures)?;
             batch::validation_metrics(&mut m, env.tag(), &val);
+            // Stored beside the training episodes under `val/<tag>`, as their metrics are: the
+            // same seeds at every evaluation, so one start state can be followed across steps.
+            let tag = format!("val/{}", env.tag());
+            ctx.record_trajectories(&batch::trajectory_records(step, &tag, &val.trajectories))?;
         }
         let out = runner.run(step, engine.as_mut())?;
-        report_discarded(ctx, step, "an episode", &out.failures);
+        report_discarded(ctx, step, "an episode", &out.failures)?;
         let mut notes = engine.drain_events();
         drop(engine);
         for role in learner.residents() {

@@ -96,17 +96,20 @@ impl Store {
             .collect())
     }
 
-    /// The steps that recorded agentic episodes, in order.
-    pub async fn trajectory_steps(&self, run: RunId) -> Result<Vec<u64>, StoreError> {
-        let rows =
-            sqlx::query("SELECT DISTINCT step FROM trajectories WHERE run_id = ? ORDER BY step")
-                .bind(run.0)
-                .fetch_all(self.pool())
-                .await
-                .map_err(self.err("reading trajectory steps"))?;
+    /// The steps that recorded agentic episodes, in order, each with whether they are
+    /// evaluation episodes (env `val/<tag>`) or training ones.
+    pub async fn trajectory_steps(&self, run: RunId) -> Result<Vec<(u64, bool)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT step, env LIKE 'val/%' AS val FROM trajectories WHERE run_id = ? \
+             ORDER BY step, val",
+        )
+        .bind(run.0)
+        .fetch_all(self.pool())
+        .await
+        .map_err(self.err("reading trajectory steps"))?;
         Ok(rows
             .iter()
-            .map(|r| r.get::<i64, _>("step") as u64)
+            .map(|r| (r.get::<i64, _>("step") as u64, r.get::<bool, _>("val")))
             .collect())
     }
 

@@ -105,11 +105,13 @@ pub enum Action {
     Speed,
     /// Samples: follow the selected prompt across steps, or stop following it.
     Follow,
+    /// Episodes: training or evaluation episodes.
+    Validation,
 }
 
 impl Action {
     /// Every action, for the keys config file (`View(n)` is `view_1` … `view_6`).
-    pub const ALL: [Action; 47] = [
+    pub const ALL: [Action; 48] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -157,6 +159,7 @@ impl Action {
         Action::Play,
         Action::Speed,
         Action::Follow,
+        Action::Validation,
     ];
 
     /// The action's name in the keys config file: its variant in snake case.
@@ -261,6 +264,7 @@ impl Action {
             Action::Play => "replay: play / pause",
             Action::Speed => "replay: play speed",
             Action::Follow => "follow this prompt across steps",
+            Action::Validation => "training / evaluation episodes",
         }
     }
 }
@@ -354,6 +358,7 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Left, S::Episodes, A::Left),
     key(K::Char('l'), S::Episodes, A::Right),
     key(K::Right, S::Episodes, A::Right),
+    key(K::Char('v'), S::Episodes, A::Validation),
     key(K::Tab, S::Episodes, A::NextPane),
     key(K::BackTab, S::Episodes, A::PrevPane),
     key(K::Tab, S::Events, A::NextPane),

@@ -110,7 +110,8 @@ pub enum Msg {
     },
     EpisodeStepsLoaded {
         run: RunId,
-        result: Result<Vec<u64>, String>,
+        /// (step, evaluation episodes) pairs.
+        result: Result<Vec<(u64, bool)>, String>,
     },
     EpisodesLoaded {
         run: RunId,

@@ -2,7 +2,10 @@
 //! episodes (success, return, turns, why it ended), and the selected episode turn by turn: the
 //! environment as it rendered (grids as grids), the policy's output, the parsed action and the
 //! reward. `h`/`l` walk the steps that recorded episodes, `Tab` moves between the episode list
-//! and the turns, and the replay cursor shows the episodes of the step it is on.
+//! and the turns, `v` switches between training and evaluation episodes (`val/<tag>`, played from
+//! the same seeds at every evaluation), and the replay cursor shows the episodes of the step it is
+//! on. Moving to another step selects the episode of the same seed when there is one (so one start
+//! state is followed across evaluations), else the same group and episode.
 
 use super::action::Action;
 use crate::metrics::TrajectoryRecord;
@@ -20,18 +23,26 @@ pub struct EpisodesView {
     pub run: RunId,
     /// The run's episode steps are known ([`EpisodesView::set_steps`] answered once).
     pub loaded: bool,
+    /// Every (step, evaluation) the run recorded episodes for.
+    all_steps: Vec<(u64, bool)>,
+    /// Show evaluation episodes (`val/<tag>`) instead of training ones.
+    pub(super) validation: bool,
+    /// The steps with episodes of the shown kind.
     pub(super) steps: Vec<u64>,
     /// The step shown or being loaded.
     pub(super) step: Option<u64>,
-    /// The episodes of `step` once they arrive, in (group, episode) order.
+    /// Every episode of `step` once they arrive, of both kinds.
+    all: Vec<TrajectoryRecord>,
+    /// The episodes of `step` of the shown kind, in (group, episode) order.
     pub(super) episodes: Option<Vec<TrajectoryRecord>>,
     pub(super) selected: usize,
     pub(super) turn: usize,
     pub(super) pane: Pane,
     /// A step asked for by [`EpisodesView::go_to`] before the steps were known.
     target: Option<u64>,
-    /// The (group, episode) selected when another step was asked for: selected again there.
-    keep: Option<(usize, usize)>,
+    /// The (seed, group, episode) selected when another step was asked for: the episode of that
+    /// seed is selected there, else the one of that group and place.
+    keep: Option<(u64, usize, usize)>,
 }
 
 impl EpisodesView {
@@ -39,8 +50,11 @@ impl EpisodesView {
         EpisodesView {
             run,
             loaded: false,
+            all_steps: vec![],
+            validation: false,
             steps: vec![],
             step: None,
+            all: vec![],
             episodes: None,
             selected: 0,
             turn: 0,
@@ -50,12 +64,13 @@ impl EpisodesView {
         }
     }
 
-    /// The steps that recorded episodes. Returns the step to load when nothing is shown yet:
-    /// the newest, or the one [`EpisodesView::go_to`] asked for.
-    pub fn set_steps(&mut self, mut steps: Vec<u64>) -> Option<u64> {
+    /// The (step, evaluation) pairs that recorded episodes. Returns the step to load when nothing
+    /// is shown yet: the newest, or the one [`EpisodesView::go_to`] asked for.
+    pub fn set_steps(&mut self, mut steps: Vec<(u64, bool)>) -> Option<u64> {
         steps.sort_unstable();
         steps.dedup();
-        self.steps = steps;
+        self.all_steps = steps;
+        self.steps = self.kind_steps();
         self.loaded = true;
         if let Some(target) = self.target.take() {
             return self.go_to(target);
@@ -66,20 +81,79 @@ impl EpisodesView {
         }
     }
 
-    /// The episodes of `step`; an answer for a step no longer wanted is dropped.
+    fn kind_steps(&self) -> Vec<u64> {
+        let mut steps: Vec<u64> = self
+            .all_steps
+            .iter()
+            .filter(|(_, val)| *val == self.validation)
+            .map(|(s, _)| *s)
+            .collect();
+        steps.dedup();
+        steps
+    }
+
+    /// The episodes of `step` (both kinds); an answer for a step no longer wanted is dropped.
     pub fn set_episodes(&mut self, step: u64, mut episodes: Vec<TrajectoryRecord>) {
         if self.step != Some(step) {
             return;
         }
         episodes.sort_by_key(|e| (e.group, e.episode));
-        // Keep the selection where it was (the same group and episode) when the step changes.
-        let keep = self
-            .keep
-            .take()
-            .and_then(|key| episodes.iter().position(|e| (e.group, e.episode) == key));
-        self.selected = keep.unwrap_or(0).min(episodes.len().saturating_sub(1));
-        self.episodes = Some(episodes);
+        self.all = episodes;
+        self.filter();
+    }
+
+    /// The shown kind's episodes of the step, with the kept selection: the same seed, else the
+    /// same group and place.
+    fn filter(&mut self) {
+        let shown: Vec<TrajectoryRecord> = self
+            .all
+            .iter()
+            .filter(|e| e.env.starts_with("val/") == self.validation)
+            .cloned()
+            .collect();
+        let keep = self.keep.take().and_then(|(seed, group, episode)| {
+            shown.iter().position(|e| e.env_seed == seed).or_else(|| {
+                shown
+                    .iter()
+                    .position(|e| (e.group, e.episode) == (group, episode))
+            })
+        });
+        self.selected = keep.unwrap_or(0).min(shown.len().saturating_sub(1));
+        self.episodes = Some(shown);
         self.clamp_turn();
+    }
+
+    /// Training or evaluation episodes: the same step when it has the other kind too, else the
+    /// newest step of that kind at or before it (to load).
+    fn toggle_validation(&mut self) -> Option<u64> {
+        self.remember();
+        self.validation = !self.validation;
+        self.steps = self.kind_steps();
+        let at = self.step?;
+        if self.steps.contains(&at) && self.episodes.is_some() {
+            self.filter();
+            return None;
+        }
+        let to = self
+            .steps
+            .iter()
+            .rev()
+            .find(|s| **s <= at)
+            .or(self.steps.first())
+            .copied();
+        match to {
+            Some(s) => self.show(s),
+            None => {
+                self.episodes = Some(vec![]);
+                None
+            }
+        }
+    }
+
+    fn remember(&mut self) {
+        if let Some(e) = self.selected_episode() {
+            self.keep = Some((e.env_seed, e.group, e.episode));
+        }
     }
 
     pub fn steps(&self) -> &[u64] {
@@ -115,10 +189,9 @@ impl EpisodesView {
     /// Show `step`: until its episodes arrive the view says it is loading them (never the last
     /// step's episodes under this step's number).
     fn show(&mut self, step: u64) -> Option<u64> {
-        if let Some(e) = self.selected_episode() {
-            self.keep = Some((e.group, e.episode));
-        }
+        self.remember();
         self.step = Some(step);
+        self.all.clear();
         self.episodes = None;
         Some(step)
     }
@@ -172,6 +245,7 @@ impl EpisodesView {
                     Pane::Turns => Pane::Episodes,
                 };
             }
+            Action::Validation => return self.toggle_validation(),
             Action::Refresh => return self.step,
             _ => {}
         }

@@ -30,8 +30,13 @@ fn header<'a>(view: &EpisodesView, theme: &Theme) -> Line<'a> {
         .iter()
         .position(|s| *s == step)
         .map_or(0, |i| i + 1);
+    let kind = if view.validation {
+        "evaluation"
+    } else {
+        "training"
+    };
     let mut spans = vec![Span::styled(
-        format!("step {step} ({at} of {})", view.steps().len()),
+        format!("{kind} step {step} ({at}/{})", view.steps().len()),
         theme.title,
     )];
     let episodes = view.episodes();
@@ -41,7 +46,7 @@ fn header<'a>(view: &EpisodesView, theme: &Theme) -> Line<'a> {
         let ret = episodes.iter().map(episode_return).sum::<f64>() / n;
         let env = &episodes[0].env;
         spans.push(Span::raw(format!(
-            " · {env} · {} episodes · success {success:.2} · mean return {ret:.2}",
+            " · {env} · {} episodes · success {success:.2} · return {ret:.2}",
             episodes.len()
         )));
     }
@@ -63,11 +68,17 @@ pub fn render(frame: &mut Frame, area: Rect, view: &EpisodesView, spinner: &str,
         return say(frame, format!("{spinner} loading episodes…"));
     }
     if view.steps().is_empty() {
-        return say(
-            frame,
-            "This run has no agentic episodes: they appear once an rl step with an env is recorded."
-                .into(),
-        );
+        let text = match view.validation {
+            true => {
+                "No evaluation episodes in this run (rl.env.eval records them); v shows the \
+                     training episodes."
+            }
+            false => {
+                "This run has no agentic episodes: they appear once an rl step with an env \
+                      is recorded."
+            }
+        };
+        return say(frame, text.into());
     }
     if view.episodes.is_none() {
         let step = view

@@ -178,7 +178,7 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
             "Tab kind · / filter · j k scroll · G newest · r replay · Esc back · ? help"
         }
         View::Episodes => {
-            "h l step · j k select · Tab episodes/turns · r replay · Esc back · ? help"
+            "h l step · j k select · Tab episodes/turns · v training/eval · r replay · ? help"
         }
     };
     spans.push(Span::styled(hint, theme.muted));

@@ -123,12 +123,12 @@ impl Program {
             None => Err(std::io::ErrorKind::BrokenPipe.into()),
         };
         if sent.is_err() {
-            return Err(self.fail(&format!("exited before it was sent '{cmd}'")));
+            return Err(self.exited(&format!("exited before it was sent '{cmd}'")));
         }
         let reply = match self.lines.recv_timeout(timeout) {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => {
-                return Err(self.fail(&format!("broke its stdout while answering '{cmd}': {e}")));
+                return Err(self.exited(&format!("broke its stdout while answering '{cmd}': {e}")));
             }
             Err(RecvTimeoutError::Timeout) => {
                 return Err(self.fail(&format!(
@@ -137,7 +137,7 @@ impl Program {
                 )));
             }
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(self.fail(&format!("exited while answering '{cmd}'")));
+                return Err(self.exited(&format!("exited while answering '{cmd}'")));
             }
         };
         let parsed: Result<Value, _> = serde_json::from_str(&reply);
@@ -159,13 +159,23 @@ impl Program {
         Ok(object)
     }
 
-    /// A failure of this program: it is stopped (a program that misbehaved once is not asked
-    /// again), and the message gets its exit status and stderr tail.
+    /// A failure of this program while it was running: it is stopped (a program that misbehaved
+    /// once is not asked again), and the message gets its stderr tail.
     pub fn fail(&mut self, what: &str) -> EnvFailure {
+        self.failure(what, false)
+    }
+
+    /// The program ended by itself: the message also says how.
+    fn exited(&mut self, what: &str) -> EnvFailure {
+        self.failure(what, true)
+    }
+
+    fn failure(&mut self, what: &str, exited: bool) -> EnvFailure {
         let status = self.stop();
         let stderr = self.stderr_tail();
         let mut message = format!("external env '{}' {what}", self.label);
-        if let Some(status) = status {
+        // The status of a program stopped here says nothing about it.
+        if let Some(status) = status.filter(|_| exited) {
             message.push_str(&format!(" ({status})"));
         }
         match stderr.trim() {

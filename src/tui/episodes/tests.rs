@@ -64,7 +64,7 @@ fn episodes(step: usize) -> Vec<TrajectoryRecord> {
 fn loaded() -> EpisodesView {
     let mut v = EpisodesView::new(RunId(1));
     assert_eq!(
-        v.set_steps(vec![4, 2, 6]),
+        v.set_steps(vec![(4, false), (2, false), (6, false)]),
         Some(6),
         "the newest step is shown first"
     );
@@ -120,13 +120,17 @@ fn the_replay_cursor_shows_the_newest_step_at_or_before_it() {
     let mut v = EpisodesView::new(RunId(1));
     // Asked before the steps are known: remembered.
     assert_eq!(v.go_to(5), None);
-    assert_eq!(v.set_steps(vec![2, 4, 6]), Some(4));
+    assert_eq!(
+        v.set_steps(vec![(2, false), (4, false), (6, false)]),
+        Some(4)
+    );
     assert_eq!(v.go_to(4), None, "already shown");
     assert_eq!(v.go_to(100), Some(6));
     assert_eq!(v.go_to(1), Some(2), "before the first: the first");
     // Empty runs and empty steps never panic.
     let mut empty = EpisodesView::new(RunId(2));
     assert_eq!(empty.set_steps(vec![]), None);
+    assert_eq!(empty.act(Action::Validation), None);
     for a in [
         Action::Down,
         Action::Left,
@@ -165,4 +169,60 @@ fn renders_loading_and_a_run_without_episodes() {
     insta::assert_snapshot!("episodes_loading", screen(&v, 80, 3));
     v.set_steps(vec![]);
     insta::assert_snapshot!("episodes_none", screen(&v, 80, 3));
+}
+
+/// Evaluation episodes of `step`: three fixed seeds, the same at every evaluation.
+fn evaluation(step: usize) -> Vec<TrajectoryRecord> {
+    (0..3)
+        .map(|i| TrajectoryRecord {
+            env: "val/lake".into(),
+            env_seed: 900 + i as u64,
+            group: i,
+            episode: 0,
+            success: i == 1,
+            ..episodes(step)[0].clone()
+        })
+        .collect()
+}
+
+#[test]
+fn v_switches_to_evaluation_episodes_and_a_seed_is_followed_across_evaluations() {
+    let mut v = EpisodesView::new(RunId(1));
+    // Training episodes at steps 1..=4, evaluations before steps 1 and 3.
+    let steps = vec![
+        (1, false),
+        (1, true),
+        (2, false),
+        (3, false),
+        (3, true),
+        (4, false),
+    ];
+    assert_eq!(v.set_steps(steps), Some(4));
+    v.set_episodes(4, episodes(4));
+    assert_eq!(v.episodes().len(), 4);
+    // No evaluation at step 4: the newest one before it, step 3.
+    assert_eq!(v.act(Action::Validation), Some(3));
+    assert_eq!(v.steps(), [1, 3]);
+    let mut both = episodes(3);
+    both.extend(evaluation(3));
+    v.set_episodes(3, both);
+    assert!(v.episodes().iter().all(|e| e.env == "val/lake"));
+    assert_eq!(v.episodes().len(), 3);
+    // Follow seed 902 (group 2) back to the first evaluation.
+    v.act(Action::Bottom);
+    assert_eq!(v.selected_episode().map(|e| e.env_seed), Some(902));
+    assert_eq!(v.act(Action::Left), Some(1));
+    let mut both = episodes(1);
+    both.extend(evaluation(1));
+    v.set_episodes(1, both);
+    assert_eq!(
+        v.selected_episode().map(|e| (e.env_seed, e.step)),
+        Some((902, 1))
+    );
+    insta::assert_snapshot!("episodes_evaluation_80x12", screen(&v, 80, 12));
+    // Back to training at the same step: no reload, the step has both kinds.
+    assert_eq!(v.act(Action::Validation), None);
+    assert_eq!(v.step(), Some(1));
+    assert!(v.episodes().iter().all(|e| e.env == "lake"));
+    assert_eq!(v.steps(), [1, 2, 3, 4]);
 }
