@@ -324,7 +324,8 @@ impl Env for FrozenLake {
         }
         if self.legend {
             out.push_str(&format!(
-                "S start, F frozen, H hole, G goal, P you. Actions: {}.",
+                "S start, F frozen, H hole, G goal, P you (X: you fell in a hole, W: you won). \
+                 Actions: {}.",
                 ACTIONS.join(", ")
             ));
         } else {
