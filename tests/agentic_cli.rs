@@ -46,6 +46,9 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
         assert_eq!(turns[0]["observation"], "PFG");
         assert!(turns[0]["info"]["state_hash"].is_u64());
     }
+    // A step past the last one: refused, saying where the episodes are.
+    let err = refused(roll(&store, &["trajectories", "lake", "--step", "9"]));
+    assert!(err.contains("its episodes are at steps 1 to 1"), "{err}");
     let text = ok(roll(&store, &["trajectories", "lake", "--group", "1"]));
     assert!(
         text.contains("group 1 episode 0") && text.contains("group 1 episode 1"),

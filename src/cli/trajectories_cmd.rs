@@ -26,11 +26,19 @@ pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
             return Ok(());
         }
         if all.is_empty() {
-            bail!(
-                "run '{}' has no trajectories matching the filter (only agentic runs, with rl.env, \
-                 record them)",
-                run.name
-            );
+            // Say which: the run records none at all, or none that match.
+            let steps = store.trajectory_steps(run.id).await?;
+            match (steps.first(), steps.last()) {
+                (Some((first, _)), Some((last, _))) => bail!(
+                    "run '{}' has no trajectories matching the filter (its episodes are at steps \
+                     {first} to {last})",
+                    run.name
+                ),
+                _ => bail!(
+                    "run '{}' has no trajectories (only agentic runs, with rl.env, record them)",
+                    run.name
+                ),
+            }
         }
         for t in &all {
             let ret: f64 = t.turns.iter().map(|u| u.reward).sum();
