@@ -209,8 +209,9 @@ pub enum EnvCommand {
     List,
     /// Play one episode and print every step (observation, action, reward, done, info).
     Play(EnvPlayArgs),
-    /// Serve one environment over the external JSON-lines protocol on stdin/stdout, until `close`
-    /// or the end of stdin (what `workers.env.mode: process` runs for each env instance).
+    /// Serve a built-in environment over the external JSON-lines protocol on stdin/stdout, many
+    /// instances at once (a request's `instance`), until `close` or the end of stdin (what
+    /// `workers.env.mode: process` runs).
     Serve(EnvServeArgs),
 }
 

@@ -188,25 +188,39 @@ fn envs_in_worker_processes_give_the_same_metrics_and_survive_a_kill_9() {
             cfg,
             steps,
             "workers.env.mode=process",
+            "workers.env.num_workers=2",
             &out("proc"),
         ],
     ));
     common::assert_same_metrics(&a, &b, "lake");
 
-    // A longer run: one env process is killed while the run goes on. Its next episode is
-    // discarded, counted and played again in a new process; the run finishes.
+    // A longer run: one of the two env workers is killed while the run goes on. The episode
+    // that meets it first is discarded, counted and played again; the worker is replaced, and its
+    // other instances replay their episodes into the new one; the run finishes.
     let store = dir.path().join("kill.db");
     let mut trainer = common::bin()
         .args(["--store", store.to_str().unwrap(), "run", cfg])
-        .args(["rl.steps=40", "workers.env.mode=process", &out("kill")])
+        .args([
+            "rl.steps=40",
+            "workers.env.mode=process",
+            "workers.env.num_workers=2",
+        ])
+        .arg(out("kill"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
+    // Two workers host the four episodes' environments.
     let victim = loop {
-        if let Some(pid) = env_servers_of(trainer.id()).first() {
-            break *pid;
+        let servers = env_servers_of(trainer.id());
+        assert!(
+            servers.len() <= 2,
+            "{} env processes for 2 workers",
+            servers.len()
+        );
+        if servers.len() == 2 {
+            break servers[0];
         }
         assert!(trainer.try_wait().unwrap().is_none(), "the run ended first");
         assert!(Instant::now() < deadline, "no env process after 120 s");

@@ -108,11 +108,11 @@ pub fn serve(args: EnvServeArgs) -> Result<()> {
     if args.env == "external" {
         bail!("env serve runs a built-in environment; an external one is its own program already");
     }
-    let mut env = make(&args.env, &params(&args.set)?).map_err(anyhow::Error::msg)?;
+    let env = make(&args.env, &params(&args.set)?).map_err(anyhow::Error::msg)?;
     // No PR_SET_PDEATHSIG here: it fires when the spawning *thread* ends, and the trainer starts
     // env processes from short-lived threads. The end of stdin (the trainer gone) ends this loop.
     crate::env::serve::serve(
-        env.as_mut(),
+        env.as_ref(),
         std::io::stdin().lock(),
         std::io::stdout().lock(),
     )?;

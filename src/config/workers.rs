@@ -25,8 +25,9 @@ pub struct WorkersConfig {
     pub critic: RolePlacement,
     /// Rule-reward scoring (no device).
     pub reward: RolePlacement,
-    /// The environments of an agentic stage (no device): `process` runs each env instance in a
-    /// process of its own (`roll-tui env serve`), which a crash or a kill costs one episode.
+    /// The environments of an agentic stage (no device): `process` hosts the env instances in
+    /// `num_workers` processes (`roll-tui env serve`), so a crash or a kill costs the episodes of
+    /// one worker, never the run.
     pub env: RolePlacement,
 }
 
@@ -161,13 +162,6 @@ impl WorkersConfig {
         // One engine serves the rollout; several actor_infer processes would need a request router.
         let single_worker = matches!(role, Role::ActorTrain | Role::Reference | Role::Critic)
             || (role == Role::ActorInfer && r.mode == PlacementMode::Process);
-        if role == Role::Env && r.num_workers != 1 {
-            p.push(format!(
-                "{at}.num_workers is {}, but environments are not split among workers: in \
-                 process mode every env instance runs in a process of its own",
-                r.num_workers
-            ));
-        }
         if single_worker && r.num_workers > 1 {
             p.push(format!(
                 "{at}.num_workers is {} but {role} runs as one worker in this build",

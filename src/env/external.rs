@@ -22,6 +22,7 @@
 //! program when first used and replays the episode's seed and actions into it (environments are
 //! deterministic given the seed).
 
+mod connection;
 mod program;
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::{Env, EnvFailure, Grid, Step, StepError, stable_hash};
-use program::Program;
+use connection::{Connection, Workers};
 
 /// Seconds a program may take to answer one request, unless configured.
 pub const DEFAULT_STEP_TIMEOUT_S: f64 = 10.0;
@@ -59,8 +60,9 @@ struct Seen {
 
 pub struct External {
     settings: Arc<Settings>,
-    /// Started at first use, so a copy costs nothing until it is played.
-    program: Option<Program>,
+    /// The program, started at first use (a copy costs nothing until it is played), or this
+    /// instance's place in a shared worker.
+    conn: Connection,
     /// The episode so far: its seed and the actions the program accepted (a copy replays them).
     episode: Option<(u64, Vec<String>)>,
     seen: Seen,
@@ -109,9 +111,15 @@ impl External {
         }))
     }
 
-    /// The built-in environment `name` with `params`, in a process of its own: `program` (the
-    /// `roll-tui` executable) running `env serve` (`workers.env.mode: process`).
-    pub fn serving(program: &std::path::Path, name: &str, params: &[(String, String)]) -> External {
+    /// The built-in environment `name` with `params`, served by `workers` processes of `program`
+    /// (the `roll-tui` executable) running `env serve`, each hosting many instances
+    /// (`workers.env.mode: process`); copies are spread over them in turn.
+    pub fn serving(
+        program: &std::path::Path,
+        name: &str,
+        params: &[(String, String)],
+        workers: usize,
+    ) -> External {
         let mut command = vec![
             program.to_string_lossy().into_owned(),
             "env".into(),
@@ -121,71 +129,69 @@ impl External {
         for (k, v) in params {
             command.extend(["--set".to_string(), format!("{k}={v}")]);
         }
-        External::with(Settings {
+        let workers = Workers::new(command.clone(), workers);
+        let mut served = External::with(Settings {
             command,
             step_timeout: Duration::from_secs_f64(DEFAULT_STEP_TIMEOUT_S),
             action_format: None,
             params: Map::new(),
-        })
+        });
+        served.conn = Connection::shared(&workers);
+        served
     }
 
     fn with(settings: Settings) -> External {
         External {
             settings: Arc::new(settings),
-            program: None,
+            conn: Connection::Own(None),
             episode: None,
             seen: Seen::default(),
         }
     }
 
-    /// The program, started (and caught up with the episode a copy inherited) when needed.
-    fn program(&mut self) -> Result<&mut Program, EnvFailure> {
-        if self.program.is_none() {
-            self.program = Some(Program::spawn(&self.settings.command)?);
-            if let Some((seed, actions)) = self.episode.clone() {
-                // The replay's replies describe states on the way; the copy's own state is the
-                // one it was copied with.
-                let seen = self.seen.clone();
-                self.send_reset(seed)?;
-                for action in &actions {
-                    // The original accepted these; a deterministic program accepts them again.
-                    let reply = self.call(json!({"cmd": "step", "action": action}))?;
-                    if reply.contains_key("invalid") {
-                        return Err(self.fail(&format!(
-                            "refused action '{action}' while replaying an episode it had accepted \
-                             (the environment must be deterministic given the seed)"
-                        )));
-                    }
-                }
-                self.seen = seen;
+    /// Bring a program that does not hold this episode (a copy's first use, or a shared
+    /// worker replaced since) up to it: the seed and the actions again.
+    fn replay(&mut self) -> Result<(), EnvFailure> {
+        let Some((seed, actions)) = self.episode.clone() else {
+            return Ok(());
+        };
+        // The replay's replies describe states on the way; the state is the one it had.
+        let seen = self.seen.clone();
+        self.send_reset(seed)?;
+        for action in &actions {
+            // The original accepted these; a deterministic program accepts them again.
+            let reply = self.send(json!({"cmd": "step", "action": action}))?;
+            if reply.contains_key("invalid") {
+                return Err(self.fail(&format!(
+                    "refused action '{action}' while replaying an episode it had accepted (the \
+                     environment must be deterministic given the seed)"
+                )));
             }
         }
-        self.program
-            .as_mut()
-            .ok_or_else(|| EnvFailure("external env: the program is gone".into()))
+        self.seen = seen;
+        Ok(())
     }
 
+    /// A request about the current episode, replayed into the program first when it lost it.
     fn call(&mut self, request: Value) -> Result<Map<String, Value>, EnvFailure> {
-        let timeout = self.settings.step_timeout;
-        let program = self.program()?;
-        let result = program.call(&request, timeout);
-        if result.is_err() {
-            // A program that failed once is not asked again; the next use starts a new one.
-            self.program = None;
+        if request["cmd"] != "reset" && !self.conn.in_sync() {
+            self.replay()?;
         }
-        result
+        self.send(request)
+    }
+
+    fn send(&mut self, request: Value) -> Result<Map<String, Value>, EnvFailure> {
+        let timeout = self.settings.step_timeout;
+        self.conn.call(&self.settings.command, request, timeout)
     }
 
     fn fail(&mut self, what: &str) -> EnvFailure {
-        match self.program.take() {
-            Some(mut p) => p.fail(what),
-            None => EnvFailure(format!("external env {what}")),
-        }
+        self.conn.fail(what)
     }
 
     fn send_reset(&mut self, seed: u64) -> Result<Map<String, Value>, EnvFailure> {
         let params = Value::Object(self.settings.params.clone());
-        let reply = self.call(json!({"cmd": "reset", "seed": seed, "params": params}))?;
+        let reply = self.send(json!({"cmd": "reset", "seed": seed, "params": params}))?;
         let seen = self.read_state(&reply, "reset")?;
         self.seen = seen;
         Ok(reply)
@@ -274,7 +280,7 @@ impl Env for External {
     fn clone_box(&self) -> Box<dyn Env> {
         Box::new(External {
             settings: Arc::clone(&self.settings),
-            program: None,
+            conn: self.conn.fresh(),
             episode: self.episode.clone(),
             seen: self.seen.clone(),
         })
@@ -360,14 +366,6 @@ impl Env for External {
 
     fn blocks(&self) -> bool {
         true
-    }
-}
-
-impl Drop for External {
-    fn drop(&mut self) {
-        if let Some(program) = self.program.take() {
-            program.close();
-        }
     }
 }
 

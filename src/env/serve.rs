@@ -1,12 +1,14 @@
-//! One environment served over the external protocol ([`super::external`]): JSON lines in,
-//! JSON lines out. `roll-tui env serve` runs this on stdin and stdout, so a built-in environment
-//! can run in a process of its own (`workers.env.mode: process`) and be driven exactly as an
-//! external program is — a crash or a kill costs one episode, not the run.
+//! A built-in environment served over the external protocol ([`super::external`]): JSON lines
+//! in, JSON lines out, for many instances at once (a request's `instance`, 0 without one).
+//! `roll-tui env serve` runs this on stdin and stdout, so built-in environments run in worker
+//! processes (`workers.env.mode: process`) and are driven exactly as an external program is — a
+//! crash or a kill costs the episodes of that worker, not the run.
 //!
 //! A reply carries everything the client caches (`observation`, `info`, `actions`,
 //! `action_format`, `state_hash` as a number, `grid`, `agent`), so an environment behaves the same
 //! in a process as in the trainer: rewards pass through JSON exactly (shortest round-trip floats).
 
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use serde_json::{Map, Value, json};
@@ -28,68 +30,109 @@ fn state(env: &dyn Env) -> Map<String, Value> {
     reply
 }
 
-/// The reply to one request line; `None` for `close`. `started`: a `reset` came before (a
-/// `step` needs one).
-pub fn answer(env: &mut dyn Env, started: &mut bool, line: &str) -> Option<Value> {
-    let request: Value = match serde_json::from_str(line) {
-        Ok(r) => r,
-        Err(e) => return Some(json!({"error": format!("the request is not JSON: {e}")})),
-    };
-    let reply = match request["cmd"].as_str() {
-        Some("close") => return None,
-        Some("reset") if request["params"].as_object().is_some_and(|p| !p.is_empty()) => {
-            json!({"error": "env serve takes its parameters when it starts (--set key=value); \
-                             a reset's 'params' would be ignored"})
-        }
-        Some("reset") => match request["seed"].as_u64() {
-            None => json!({"error": "reset needs a non-negative integer 'seed'"}),
-            Some(seed) => match env.reset(seed) {
-                Ok(observation) => {
-                    *started = true;
-                    let mut reply = state(env);
-                    // The reset's own observation is the one the episode starts from.
-                    reply.insert("observation".into(), Value::String(observation));
-                    Value::Object(reply)
-                }
-                Err(f) => json!({"error": f.0}),
-            },
-        },
-        Some("step") if !*started => json!({"error": "step before reset"}),
-        Some("step") => match request["action"].as_str() {
-            None => json!({"error": "step needs a string 'action'"}),
-            Some(action) => match env.step(action) {
-                Ok(step) => {
-                    let mut reply = state(env);
-                    reply.insert("observation".into(), Value::String(step.observation));
-                    reply.insert("info".into(), Value::Object(step.info));
-                    reply.insert("reward".into(), json!(step.reward));
-                    reply.insert("done".into(), Value::Bool(step.done));
-                    Value::Object(reply)
-                }
-                Err(StepError::Invalid(why)) => json!({"invalid": why}),
-                Err(StepError::Failed(f)) => json!({"error": f.0}),
-            },
-        },
-        Some(other) => json!({"error": format!("unknown cmd '{other}' (reset, step or close)")}),
-        None => json!({"error": "a request needs a string 'cmd' (reset, step or close)"}),
-    };
-    Some(reply)
+/// What a request line asks of the server.
+enum Answer {
+    Reply(Value),
+    /// `close` of one instance: freed, no reply.
+    Quiet,
+    /// `close` of the whole server.
+    End,
 }
 
-/// Serve requests from `input` until `close` or the end of input (the client is gone).
+/// The instances one server hosts, each a copy of `prototype`, created by its first reset.
+/// Requests without `instance` are instance 0, so a single-instance client (the external
+/// protocol as a program sees it) needs nothing more.
+struct Host<'a> {
+    prototype: &'a dyn Env,
+    instances: HashMap<u64, Box<dyn Env>>,
+}
+
+impl Host<'_> {
+    fn answer(&mut self, line: &str) -> Answer {
+        let request: Value = match serde_json::from_str(line) {
+            Ok(r) => r,
+            Err(e) => {
+                return Answer::Reply(json!({"error": format!("the request is not JSON: {e}")}));
+            }
+        };
+        let instance = request["instance"].as_u64().unwrap_or(0);
+        let reply = match request["cmd"].as_str() {
+            Some("close") if request.get("instance").is_some() => {
+                self.instances.remove(&instance);
+                return Answer::Quiet;
+            }
+            Some("close") => return Answer::End,
+            Some("reset") if request["params"].as_object().is_some_and(|p| !p.is_empty()) => {
+                json!({"error": "env serve takes its parameters when it starts (--set key=value); \
+                                 a reset's 'params' would be ignored"})
+            }
+            Some("reset") => match request["seed"].as_u64() {
+                None => json!({"error": "reset needs a non-negative integer 'seed'"}),
+                Some(seed) => {
+                    let prototype = self.prototype;
+                    let env = self
+                        .instances
+                        .entry(instance)
+                        .or_insert_with(|| prototype.clone_box());
+                    match env.reset(seed) {
+                        Ok(observation) => {
+                            let mut reply = state(env.as_ref());
+                            // The reset's own observation is the one the episode starts from.
+                            reply.insert("observation".into(), Value::String(observation));
+                            Value::Object(reply)
+                        }
+                        Err(f) => json!({"error": f.0}),
+                    }
+                }
+            },
+            Some("step") => match (
+                self.instances.get_mut(&instance),
+                request["action"].as_str(),
+            ) {
+                (None, _) => json!({"error": "step before reset"}),
+                (Some(_), None) => json!({"error": "step needs a string 'action'"}),
+                (Some(env), Some(action)) => match env.step(action) {
+                    Ok(step) => {
+                        let mut reply = state(env.as_ref());
+                        reply.insert("observation".into(), Value::String(step.observation));
+                        reply.insert("info".into(), Value::Object(step.info));
+                        reply.insert("reward".into(), json!(step.reward));
+                        reply.insert("done".into(), Value::Bool(step.done));
+                        Value::Object(reply)
+                    }
+                    Err(StepError::Invalid(why)) => json!({"invalid": why}),
+                    Err(StepError::Failed(f)) => json!({"error": f.0}),
+                },
+            },
+            Some(other) => {
+                json!({"error": format!("unknown cmd '{other}' (reset, step or close)")})
+            }
+            None => json!({"error": "a request needs a string 'cmd' (reset, step or close)"}),
+        };
+        Answer::Reply(reply)
+    }
+}
+
+/// Serve instances of `prototype` from `input` until `close` or the end of input (the client
+/// is gone).
 pub fn serve(
-    env: &mut dyn Env,
+    prototype: &dyn Env,
     input: impl BufRead,
     mut output: impl Write,
 ) -> std::io::Result<()> {
-    let mut started = false;
+    let mut host = Host {
+        prototype,
+        instances: HashMap::new(),
+    };
     for line in input.lines() {
-        let line = line?;
-        let Some(reply) = answer(env, &mut started, &line) else {
-            break;
-        };
-        writeln!(output, "{reply}")?;
-        output.flush()?;
+        match host.answer(&line?) {
+            Answer::Reply(reply) => {
+                writeln!(output, "{reply}")?;
+                output.flush()?;
+            }
+            Answer::Quiet => {}
+            Answer::End => break,
+        }
     }
     Ok(())
 }
@@ -102,7 +145,7 @@ mod tests {
     #[test]
     fn a_served_lake_answers_the_protocol_as_the_lake_itself_plays() {
         let params = [("map".to_string(), "SFG".to_string())];
-        let mut served = make("frozen_lake", &params).unwrap();
+        let served = make("frozen_lake", &params).unwrap();
         let mut direct = make("frozen_lake", &params).unwrap();
         let input = "{\"cmd\":\"step\",\"action\":\"Right\"}\n\
                      {\"cmd\":\"reset\",\"seed\":4,\"params\":{\"map\":\"SFFG\"}}\n\
@@ -110,7 +153,7 @@ mod tests {
                      {\"cmd\":\"step\",\"action\":\"Right\"}\nnot json\n{\"cmd\":\"fly\"}\n\
                      {\"cmd\":\"close\"}\n{\"cmd\":\"reset\",\"seed\":1}\n";
         let mut out = vec![];
-        serve(served.as_mut(), input.as_bytes(), &mut out).unwrap();
+        serve(served.as_ref(), input.as_bytes(), &mut out).unwrap();
         let replies: Vec<Value> = String::from_utf8(out)
             .unwrap()
             .lines()
@@ -148,6 +191,45 @@ mod tests {
         assert_eq!(
             replies[4]["error"],
             "unknown cmd 'fly' (reset, step or close)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod instance_tests {
+    use super::*;
+    use crate::env::make;
+
+    #[test]
+    fn one_server_hosts_many_instances_each_with_its_own_state() {
+        let lake = make("frozen_lake", &[("map".to_string(), "SFFG".to_string())]).unwrap();
+        // Instance 1 walks Right twice; instance 2 once; instance 1 is closed, then stepped.
+        let input = "{\"cmd\":\"reset\",\"seed\":0,\"instance\":1}\n\
+                     {\"cmd\":\"reset\",\"seed\":0,\"instance\":2}\n\
+                     {\"cmd\":\"step\",\"action\":\"Right\",\"instance\":1}\n\
+                     {\"cmd\":\"step\",\"action\":\"Right\",\"instance\":2}\n\
+                     {\"cmd\":\"step\",\"action\":\"Right\",\"instance\":1}\n\
+                     {\"cmd\":\"close\",\"instance\":1}\n\
+                     {\"cmd\":\"step\",\"action\":\"Right\",\"instance\":1}\n\
+                     {\"cmd\":\"step\",\"action\":\"Right\"}\n";
+        let mut out = vec![];
+        serve(lake.as_ref(), input.as_bytes(), &mut out).unwrap();
+        let replies: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // Seven replies: closing an instance answers nothing.
+        assert_eq!(replies.len(), 7, "{replies:?}");
+        let states: Vec<&Value> = replies[2..5].iter().map(|r| &r["info"]["state"]).collect();
+        assert_eq!(states, [1, 1, 2], "each instance moves on its own");
+        assert_eq!(
+            replies[5]["error"], "step before reset",
+            "a closed instance is gone"
+        );
+        assert_eq!(
+            replies[6]["error"], "step before reset",
+            "instance 0 was never reset"
         );
     }
 }

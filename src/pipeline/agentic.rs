@@ -105,10 +105,11 @@ pub fn run_agentic(
         ctx.cfg.seed,
     )
     .in_processes(match ctx.cfg.workers.env.mode {
-        PlacementMode::Process => Some(
+        PlacementMode::Process => Some((
             crate::worker::process::worker_program()
                 .map_err(|e| PipelineError::Setup(format!("workers.env: {e}")))?,
-        ),
+            ctx.cfg.workers.env.num_workers,
+        )),
         PlacementMode::InProcess => None,
     });
     ctx.emit(PipelineEvent::StageStarted {

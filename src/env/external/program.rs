@@ -225,6 +225,13 @@ impl Program {
         String::from_utf8_lossy(&tail).into_owned()
     }
 
+    /// Send `request` expecting no reply (closing one instance of a shared worker); best effort.
+    pub fn send(&mut self, request: &Value) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = writeln!(stdin, "{request}").and_then(|()| stdin.flush());
+        }
+    }
+
     /// Ask the program to close and make sure it is gone.
     pub fn close(mut self) {
         if let Some(stdin) = self.stdin.as_mut() {

@@ -31,9 +31,9 @@ pub(crate) struct EpisodeRunner<'a> {
     /// Environments of finished episodes, reused by the next ones (an external program is
     /// started once, not once per episode).
     pool: Mutex<Vec<Box<dyn Env>>>,
-    /// `workers.env.mode: process`: the `roll-tui` executable that serves each built-in env
-    /// instance in a process of its own.
-    env_program: Option<PathBuf>,
+    /// `workers.env.mode: process`: the `roll-tui` executable that serves the built-in env's
+    /// instances, and how many worker processes share them.
+    env_program: Option<(PathBuf, usize)>,
 }
 
 struct Live {
@@ -71,8 +71,8 @@ impl<'a> EpisodeRunner<'a> {
         }
     }
 
-    /// Run each built-in env instance in a process of its own, `program` serving it.
-    pub fn in_processes(mut self, program: Option<PathBuf>) -> EpisodeRunner<'a> {
+    /// Serve the built-in env's instances from worker processes: `program` and how many.
+    pub fn in_processes(mut self, program: Option<(PathBuf, usize)>) -> EpisodeRunner<'a> {
         self.env_program = program;
         self
     }
@@ -84,9 +84,12 @@ impl<'a> EpisodeRunner<'a> {
         let local = make(&self.env.name, &params)
             .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
         Ok(match &self.env_program {
-            Some(program) if !local.blocks() => {
-                Box::new(External::serving(program, &self.env.name, &params))
-            }
+            Some((program, workers)) if !local.blocks() => Box::new(External::serving(
+                program,
+                &self.env.name,
+                &params,
+                *workers,
+            )),
             _ => local,
         })
     }
