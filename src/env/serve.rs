@@ -137,6 +137,17 @@ pub fn serve(
     Ok(())
 }
 
+/// The replies a server of `env` writes for the request lines `input`.
+#[cfg(test)]
+pub(crate) fn served_replies(env: &dyn Env, input: &str) -> Vec<Value> {
+    let mut out = vec![];
+    serve(env, input.as_bytes(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+    String::from_utf8_lossy(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,13 +163,7 @@ mod tests {
                      {\"cmd\":\"reset\",\"seed\":4}\n{\"cmd\":\"step\",\"action\":\"Jump\"}\n\
                      {\"cmd\":\"step\",\"action\":\"Right\"}\nnot json\n{\"cmd\":\"fly\"}\n\
                      {\"cmd\":\"close\"}\n{\"cmd\":\"reset\",\"seed\":1}\n";
-        let mut out = vec![];
-        serve(served.as_ref(), input.as_bytes(), &mut out).unwrap();
-        let replies: Vec<Value> = String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let replies = served_replies(served.as_ref(), input);
         // Seven replies: close ends the session before the last reset.
         assert_eq!(replies.len(), 7, "{replies:?}");
         // A step before any reset, and a reset with parameters (given at start instead).
@@ -212,13 +217,7 @@ mod instance_tests {
                      {\"cmd\":\"close\",\"instance\":1}\n\
                      {\"cmd\":\"step\",\"action\":\"Right\",\"instance\":1}\n\
                      {\"cmd\":\"step\",\"action\":\"Right\"}\n";
-        let mut out = vec![];
-        serve(lake.as_ref(), input.as_bytes(), &mut out).unwrap();
-        let replies: Vec<Value> = String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let replies = served_replies(lake.as_ref(), input);
         // Seven replies: closing an instance answers nothing.
         assert_eq!(replies.len(), 7, "{replies:?}");
         let states: Vec<&Value> = replies[2..5].iter().map(|r| &r["info"]["state"]).collect();
