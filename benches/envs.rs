@@ -6,7 +6,8 @@
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use roll::env::{ActionParser, Episode, make};
+use roll::env::external::External;
+use roll::env::{ActionParser, Env, Episode, make};
 
 fn params(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter()
@@ -17,6 +18,10 @@ fn params(list: &[(&str, &str)]) -> Vec<(String, String)> {
 /// (steps/s, resets/s) over `episodes` random episodes.
 fn measure(name: &str, list: &[(&str, &str)], episodes: u64) -> (f64, f64) {
     let env = make(name, &params(list)).expect("an environment");
+    measure_env(env, episodes)
+}
+
+fn measure_env(env: Box<dyn Env>, episodes: u64) -> (f64, f64) {
     let mut ep = Episode::new(env, ActionParser::default(), 0.1);
     let mut rng = StdRng::seed_from_u64(7);
     let (mut steps, mut t_steps, mut t_resets) = (0u64, 0.0, 0.0);
@@ -86,4 +91,16 @@ fn main() {
         200,
     );
     println!("| external | guess_number.py (Python), 1..100 | {steps:.0} | {resets:.0} |");
+    // A built-in env served by a worker process (`workers.env.mode: process`): the same lake
+    // as the first row, one JSON line each way per step.
+    let served = External::serving(
+        std::path::Path::new(env!("CARGO_BIN_EXE_roll-tui")),
+        "frozen_lake",
+        &params(&[("map", "SFFF/FHFH/FFFH/HFFG")]),
+        1,
+    );
+    let (steps, resets) = measure_env(Box::new(served), 2000);
+    println!(
+        "| frozen_lake in `env serve` | 4x4 fixed map, 1 worker process | {steps:.0} | {resets:.0} |"
+    );
 }
