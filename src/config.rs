@@ -562,13 +562,6 @@ impl RlConfig {
         }
         if let Some(env) = &self.env {
             env.validate("rl.env", p);
-            if self.async_generation_ratio > 0 {
-                p.push(
-                    "rl.env: agentic rollout is synchronous in this version; set \
-                     rl.async_generation_ratio to 0"
-                        .into(),
-                );
-            }
             if self.dynamic_sampling.enabled {
                 p.push(
                     "rl.env: dynamic sampling of episode groups is not supported in this version; \

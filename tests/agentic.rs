@@ -241,3 +241,56 @@ fn shortened_gigpo_frozenlake_learns_step_wise() {
         "one record per episode, not per turn"
     );
 }
+
+#[test]
+fn an_asynchronous_agentic_run_trains_on_episodes_at_most_alpha_versions_old() {
+    // α = 1 with actor_infer on its own device: step s may train on episodes played by the
+    // policy of version s − 2 (one step ahead), never older.
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_env_run(dir.path());
+    let overrides: Vec<String> = [
+        "rl.steps=6",
+        "rl.async_generation_ratio=1",
+        "workers.devices.count=2",
+        "workers.actor_infer.device_mapping=[1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("output_dir={}", dir.path().join("out").display())])
+    .collect();
+    let cfg = RunConfig::load(&path, &overrides).unwrap();
+    let mut sink = MemorySink::default();
+    let outcome = run(
+        &cfg,
+        &mut Silent,
+        Arc::new(AtomicBool::new(false)),
+        &mut sink,
+        None,
+    )
+    .unwrap();
+    assert_eq!(outcome.status, RunStatus::Finished);
+    let stale = sink.values("rl", "async/staleness_max");
+    assert_eq!(stale.len(), 6);
+    assert!(stale.iter().all(|s| *s <= 1.0), "{stale:?}");
+    assert_eq!(
+        stale[0], 0.0,
+        "the first step is played when it is asked for"
+    );
+    assert!(
+        stale.contains(&1.0),
+        "episodes were played ahead while the trainer learned: {stale:?}"
+    );
+    // Every stored episode names the policy that played it, within α of its step.
+    assert_eq!(sink.trajectories.len(), 6 * 8);
+    for t in &sink.trajectories {
+        assert!(
+            t.policy_version + 2 >= t.step && t.policy_version < t.step,
+            "{t:?}"
+        );
+    }
+    assert!(
+        sink.values("rl", "actor/pg_loss")
+            .iter()
+            .all(|v| v.is_finite())
+    );
+}

@@ -256,7 +256,7 @@ mod run_tests {
             ),
             (
                 &format!("{env}, async_generation_ratio: 1"),
-                "synchronous in this version",
+                "asynchronous rollout needs its own devices",
             ),
             (
                 &format!(

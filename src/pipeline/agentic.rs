@@ -6,6 +6,7 @@
 //! Generation, training and weight sync alternate as in synchronous RLVR, time-sharing colocated
 //! devices.
 
+mod ahead;
 mod batch;
 mod env_host;
 mod episodes;
@@ -29,10 +30,10 @@ use crate::data::mix::MixerState;
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
 use crate::role::ResidentRole;
-use crate::role::actor_infer::Infer;
+use crate::role::actor_infer::{Generator, Infer};
 use crate::scheduler::Phase;
 
-use episodes::EpisodeRunner;
+use episodes::{EpisodeRunner, StepEpisodes};
 use turns::TurnFormat;
 
 /// The sentence before the first observation when a chat template is used and the config gives
@@ -117,7 +118,10 @@ pub fn run_agentic(
         total_steps: cfg.steps,
         done_steps: learner.first_step - 1,
     });
-    let status = train(ctx, cfg, env, &mut learner, &mut sharing, &infer, &runner);
+    let status = match cfg.async_generation_ratio {
+        0 => train(ctx, cfg, &mut learner, &mut sharing, &infer, &runner),
+        _ => ahead::train_ahead(ctx, cfg, &mut learner, &mut sharing, &infer, &runner),
+    };
     let mut events = (&infer).shutdown();
     for role in learner.residents() {
         events.extend(role.shutdown());
@@ -127,11 +131,47 @@ pub fn run_agentic(
     Ok((status, learner.last_checkpoint))
 }
 
+/// One step's episodes as played: the evaluation (when due) and the training episodes, the policy
+/// version they were played with, and what actor_infer's workers reported meanwhile.
+pub(super) struct Played {
+    step: usize,
+    version: usize,
+    val: Option<StepEpisodes>,
+    out: StepEpisodes,
+    notes: Vec<crate::metrics::WorkerNote>,
+}
+
+/// Play step `step`'s episodes (and its evaluation when due) with the policy behind `engine`,
+/// version `version`.
+pub(super) fn play_step(
+    runner: &EpisodeRunner<'_>,
+    engine: &mut dyn Generator,
+    step: usize,
+    version: usize,
+) -> Result<Played, PipelineError> {
+    let val = match runner
+        .env
+        .eval
+        .as_ref()
+        .filter(|e| (step - 1).is_multiple_of(e.every))
+    {
+        Some(eval) => Some(runner.evaluate(eval.episodes, eval.temperature, engine)?),
+        None => None,
+    };
+    let out = runner.run(step, engine)?;
+    Ok(Played {
+        step,
+        version,
+        val,
+        out,
+        notes: engine.drain_events(),
+    })
+}
+
 /// Play, train, sync — one phase at a time.
 fn train(
     ctx: &mut RunContext<'_>,
     cfg: &RlConfig,
-    env: &EnvConfig,
     learner: &mut Learner<'_>,
     sharing: &mut TimeSharing,
     infer: &Infer,
@@ -144,26 +184,72 @@ fn train(
         let mut m = Metrics::new();
         learner.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
         let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
-        if let Some(eval) = env.eval.as_ref().filter(|e| (step - 1) % e.every == 0) {
-            let val = runner.evaluate(eval.episodes, eval.temperature, engine.as_mut())?;
+        let played = play_step(runner, engine.as_mut(), step, step - 1)?;
+        drop(engine);
+        let learn = LearnStep {
+            cfg,
+            runner,
+            handoff: None,
+            t_step,
+        };
+        if learn.run(ctx, learner, sharing, infer, played, m)? {
+            return Ok(RunStatus::Interrupted);
+        }
+    }
+    Ok(RunStatus::Finished)
+}
+
+/// Record a played step and train on it.
+pub(super) struct LearnStep<'a, 'r> {
+    cfg: &'a RlConfig,
+    runner: &'a EpisodeRunner<'r>,
+    /// Where the new weights go when actor_infer runs in its own thread.
+    handoff: Option<&'a mut Option<crate::model::ParamStore>>,
+    t_step: Instant,
+}
+
+impl LearnStep<'_, '_> {
+    /// Returns true when the stage must stop now.
+    fn run(
+        self,
+        ctx: &mut RunContext<'_>,
+        learner: &mut Learner<'_>,
+        sharing: &mut TimeSharing,
+        infer: &Infer,
+        played: Played,
+        mut m: Metrics,
+    ) -> Result<bool, PipelineError> {
+        let (cfg, env, tok) = (self.cfg, self.runner.env, self.runner.format.tok);
+        let Played {
+            step,
+            version,
+            val,
+            out,
+            mut notes,
+        } = played;
+        if let Some(val) = val {
             report_discarded(ctx, step, "an evaluation episode", &val.failures)?;
             batch::validation_metrics(&mut m, env.tag(), &val);
             // Stored beside the training episodes under `val/<tag>`, as their metrics are: the
             // same seeds at every evaluation, so one start state can be followed across steps.
             let tag = format!("val/{}", env.tag());
-            ctx.record_trajectories(&batch::trajectory_records(step, &tag, &val.trajectories))?;
+            let records = batch::trajectory_records(step, version, &tag, &val.trajectories);
+            ctx.record_trajectories(&records)?;
         }
-        let out = runner.run(step, engine.as_mut())?;
         report_discarded(ctx, step, "an episode", &out.failures)?;
-        let mut notes = engine.drain_events();
-        drop(engine);
         for role in learner.residents() {
             notes.extend(role.drain_events());
         }
         report_workers(ctx, notes)?;
         batch::episode_metrics(&mut m, env.tag(), env.format_penalty, &out, cfg.group_size);
+        if cfg.async_generation_ratio > 0 {
+            // Every episode of a step was played with one policy version.
+            let stale = (step - 1).saturating_sub(version) as f64;
+            m.insert("async/staleness_mean".into(), stale);
+            m.insert("async/staleness_max".into(), stale);
+        }
         let trajs = &out.trajectories;
-        ctx.record_trajectories(&batch::trajectory_records(step, env.tag(), trajs))?;
+        ctx.record_trajectories(&batch::trajectory_records(step, version, env.tag(), trajs))?;
         let rows = batch::first_rows(batch::is_step_wise(cfg), trajs);
         // Each episode's record shows the advantage of its first row (its first turn).
         let records = |adv: &[f32]| {
@@ -171,16 +257,23 @@ fn train(
                 .iter()
                 .map(|r| adv.get(*r).copied().unwrap_or(0.0))
                 .collect();
-            batch::sample_records(step, env.tag(), tok, trajs, &firsts)
+            batch::sample_records(step, version, env.tag(), tok, trajs, &firsts)
         };
         let learned = Learned {
             batch: (!trajs.is_empty()).then(|| batch::agentic_batch(cfg, env, trajs)),
             records: &records,
             mixer: MixerState { domains: vec![] },
         };
-        if learner.learn(ctx, cfg, sharing, infer, None, step, learned, m, t_step)? {
-            return Ok(RunStatus::Interrupted);
-        }
+        learner.learn(
+            ctx,
+            cfg,
+            sharing,
+            infer,
+            self.handoff,
+            step,
+            learned,
+            m,
+            self.t_step,
+        )
     }
-    Ok(RunStatus::Finished)
 }

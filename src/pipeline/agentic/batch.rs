@@ -279,6 +279,7 @@ fn transcript(t: &Trajectory) -> String {
 /// A sample record per episode: the first prompt, the transcript, the return and the outcome.
 pub(crate) fn sample_records(
     step: usize,
+    policy_version: usize,
     tag: &str,
     tok: Tokenizing<'_>,
     t: &[Trajectory],
@@ -310,7 +311,7 @@ pub(crate) fn sample_records(
                 prompt_tokens: t.prompt_ids.len(),
                 response_tokens: t.response.len(),
                 finish_reason: end_reason(t).into(),
-                policy_version: step - 1,
+                policy_version,
             }
         })
         .collect()
@@ -319,6 +320,7 @@ pub(crate) fn sample_records(
 /// Every episode with its turns, as the store keeps them (the Trajectories view, the debugger).
 pub(crate) fn trajectory_records(
     step: usize,
+    policy_version: usize,
     tag: &str,
     t: &[Trajectory],
 ) -> Vec<TrajectoryRecord> {
@@ -328,7 +330,7 @@ pub(crate) fn trajectory_records(
             step,
             env: tag.to_string(),
             env_seed: t.seed,
-            policy_version: step - 1,
+            policy_version,
             success: t.success,
             group: t.group,
             episode: t.index,

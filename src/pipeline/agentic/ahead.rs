@@ -1,0 +1,162 @@
+//! Agentic RL with α > 0 (`rl.async_generation_ratio`): actor_infer plays episodes in a thread of
+//! its own, on its own devices, up to α steps ahead of the trainer. Each step's episodes are
+//! played with one policy version; the trainer asks for step `s` with the weights of version
+//! `s − 1`, and gets the oldest step played ahead that is at most α versions older (staleness
+//! applies per trajectory, and every trajectory of a step shares its version). Steps played
+//! ahead that fell further behind are dropped and counted. New weights reach actor_infer between
+//! two steps' episodes, never in the middle of an episode.
+//!
+//! Which version plays a step depends on timing, so an asynchronous run is not repeatable to the
+//! last digit; the bound on staleness holds always.
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use super::episodes::EpisodeRunner;
+use super::{LearnStep, Played, play_step};
+use crate::config::RlConfig;
+use crate::metrics::Metrics;
+use crate::model::ParamStore;
+use crate::pipeline::rl_learner::Learner;
+use crate::pipeline::time_sharing::TimeSharing;
+use crate::pipeline::{PipelineError, RunContext, RunStatus};
+use crate::role::actor_infer::Infer;
+use crate::scheduler::Phase;
+
+/// The trainer asks for step `step`, sending the weights of version `step − 1` (none when
+/// actor_infer already has them).
+struct Ask {
+    step: usize,
+    weights: Option<ParamStore>,
+}
+
+/// A step's episodes, with how many steps played ahead were dropped as too stale before it.
+type Answer = Result<(Played, usize), PipelineError>;
+
+pub(super) fn train_ahead(
+    ctx: &mut RunContext<'_>,
+    cfg: &RlConfig,
+    learner: &mut Learner<'_>,
+    sharing: &mut TimeSharing,
+    infer: &Infer,
+    runner: &EpisodeRunner<'_>,
+) -> Result<RunStatus, PipelineError> {
+    // The trainer's devices are its own: place its roles once.
+    learner.enter(Phase::Generate, sharing, infer, ctx, &mut Metrics::new())?;
+    let first = learner.first_step;
+    std::thread::scope(|scope| {
+        let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
+        let (out_tx, out_rx) = mpsc::channel::<Answer>();
+        let generator = scope.spawn(move || {
+            if let Err(e) = play_ahead(cfg, runner, infer, first, &ask_rx, &out_tx) {
+                // The trainer is waiting for a step: hand it the error instead.
+                let _ = out_tx.send(Err(e));
+            }
+        });
+        let mut status = Ok(RunStatus::Finished);
+        let mut weights = None;
+        for step in first..=cfg.steps {
+            let t_step = Instant::now();
+            let ask = Ask {
+                step,
+                weights: weights.take(),
+            };
+            let (mut played, dropped) =
+                match ask_tx.send(ask).ok().and_then(|()| out_rx.recv().ok()) {
+                    Some(Ok(answer)) => answer,
+                    Some(Err(e)) => {
+                        status = Err(e);
+                        break;
+                    }
+                    None => {
+                        status = Err(PipelineError::Setup(
+                            "the actor_infer thread stopped unexpectedly".into(),
+                        ));
+                        break;
+                    }
+                };
+            // Its episodes' seeds are those of the step it was played as; it trains as this one.
+            played.step = step;
+            let mut m = Metrics::new();
+            m.insert("async/dropped_steps".into(), dropped as f64);
+            let learn = LearnStep {
+                cfg,
+                runner,
+                handoff: Some(&mut weights),
+                t_step,
+            };
+            match learn.run(ctx, learner, sharing, infer, played, m) {
+                Ok(false) => {}
+                Ok(true) => {
+                    status = Ok(RunStatus::Interrupted);
+                    break;
+                }
+                Err(e) => {
+                    status = Err(e);
+                    break;
+                }
+            }
+        }
+        drop(ask_tx);
+        let _ = generator.join();
+        status
+    })
+}
+
+/// The actor_infer thread: play steps ahead while fewer than α are waiting, answer each ask with
+/// the oldest one fresh enough (or play it then), and take new weights between two steps.
+fn play_ahead(
+    cfg: &RlConfig,
+    runner: &EpisodeRunner<'_>,
+    infer: &Infer,
+    first: usize,
+    asks: &mpsc::Receiver<Ask>,
+    out: &mpsc::Sender<Answer>,
+) -> Result<(), PipelineError> {
+    let alpha = cfg.async_generation_ratio.max(1);
+    let tok = runner.format.tok;
+    let detok = move |ids: &[u32]| tok.decode(ids);
+    let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
+    // The policy version actor_infer holds, and the next step to play.
+    let (mut version, mut next) = (first - 1, first);
+    let mut ready: VecDeque<Played> = VecDeque::new();
+    loop {
+        let ask = if ready.len() >= alpha || next > cfg.steps {
+            match asks.recv() {
+                Ok(a) => Some(a),
+                Err(_) => return Ok(()),
+            }
+        } else {
+            match asks.try_recv() {
+                Ok(a) => Some(a),
+                Err(mpsc::TryRecvError::Empty) => None,
+                Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+            }
+        };
+        let Some(ask) = ask else {
+            ready.push_back(play_step(runner, engine.as_mut(), next, version)?);
+            next += 1;
+            continue;
+        };
+        if let Some(w) = ask.weights {
+            infer.set_weights(&w)?;
+            version = ask.step - 1;
+        }
+        // A step played more than α versions before the one asked for is too stale.
+        let before = ready.len();
+        ready.retain(|p| p.version + alpha >= ask.step - 1);
+        let dropped = before - ready.len();
+        let played = match ready.pop_front() {
+            Some(p) => p,
+            None => {
+                let p = play_step(runner, engine.as_mut(), next, version)?;
+                next += 1;
+                p
+            }
+        };
+        if out.send(Ok((played, dropped))).is_err() {
+            return Ok(());
+        }
+    }
+}
