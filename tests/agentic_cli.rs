@@ -1,7 +1,7 @@
 //! An agentic run through the binary: no dataset, no SFT, an untrained tiny model acting on a
 //! 1x3 lake for one step; `roll-tui trajectories` prints its episodes from the store, and a model
 //! whose tokenizer cannot write the observations is refused with a clear error; a run with an
-//! external env program killed with SIGKILL leaves no program behind.
+//! external env program or env workers killed with SIGKILL leaves no program behind.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -148,6 +148,53 @@ fn killing_the_trainer_leaves_no_env_program_behind() {
             Instant::now() < deadline,
             "env programs outlived the trainer by 10 s: {:?}",
             running_with(&marker)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The same for built-in envs served by worker processes.
+    let cfg = config(dir.path(), "lake", "SFGPWXLeftRighDowUp\\n");
+    let mut trainer = common::bin()
+        .args([
+            "--store",
+            dir.path().join("w.db").to_str().unwrap(),
+            "run",
+            "--quiet",
+        ])
+        .arg(&cfg)
+        .args([
+            "rl.steps=1000",
+            "workers.env.mode=process",
+            "workers.env.num_workers=2",
+        ])
+        .arg(format!("output_dir={}", dir.path().join("w").display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let servers = loop {
+        let servers = env_servers_of(trainer.id());
+        if servers.len() == 2 {
+            break servers;
+        }
+        assert!(trainer.try_wait().unwrap().is_none(), "the run ended first");
+        assert!(Instant::now() < deadline, "no env workers after 120 s");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    trainer.kill().unwrap(); // SIGKILL
+    trainer.wait().unwrap();
+    let running = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while servers.iter().any(running) {
+        assert!(
+            Instant::now() < deadline,
+            "env workers outlived the trainer by 10 s"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
