@@ -1,7 +1,8 @@
 //! An agentic run through the binary: no dataset, no SFT, an untrained tiny model acting on a
 //! 1x3 lake for one step; `roll-tui trajectories` prints its episodes from the store, and a model
-//! whose tokenizer cannot write the observations is refused with a clear error; a run with an
-//! external env program or env workers killed with SIGKILL leaves no program behind.
+//! whose tokenizer cannot write the observations is refused with a clear error; a run killed with
+//! SIGKILL leaves no external env program or env worker behind; env workers give the same metrics
+//! as in-process envs and survive a kill of one of them.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
