@@ -1,6 +1,7 @@
 //! Command-line definitions and dispatch for the `roll-tui` binary; the commands live in `cli/`.
 
 mod env_cmd;
+mod env_replay;
 mod model_cmd;
 mod run_cmd;
 mod store_cmd;
@@ -213,6 +214,24 @@ pub enum EnvCommand {
     /// instances at once (a request's `instance`), until `close` or the end of stdin (what
     /// `workers.env.mode: process` runs).
     Serve(EnvServeArgs),
+    /// Rebuild a run's stored episodes from their seeds and recorded outputs, and check every
+    /// observation against the stored one (the first divergence of each episode is shown).
+    Replay(EnvReplayArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EnvReplayArgs {
+    /// Run name or id.
+    pub run: String,
+    /// Only the episodes of this RL step.
+    #[arg(long)]
+    pub step: Option<u64>,
+    /// Only the episodes of this group.
+    #[arg(long)]
+    pub group: Option<usize>,
+    /// Only this episode of its group.
+    #[arg(long)]
+    pub episode: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -328,6 +347,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => env_cmd::play(args).map(|_| 0),
         Command::Env(EnvCommand::Serve(args)) => env_cmd::serve(args).map(|_| 0),
+        Command::Env(EnvCommand::Replay(args)) => env_replay::replay(&store, args),
         Command::Worker(args) => worker(args).map(|_| 0),
     }
 }

@@ -12,6 +12,7 @@
 pub mod external;
 pub mod frozen_lake;
 pub mod plan;
+pub mod replay;
 pub mod serve;
 pub mod sokoban;
 pub mod transcript;

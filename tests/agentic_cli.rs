@@ -47,6 +47,14 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
         assert_eq!(turns[0]["observation"], "PFG");
         assert!(turns[0]["info"]["state_hash"].is_u64());
     }
+    // Every stored episode is rebuilt from its seed and outputs, observation by observation.
+    let replayed = ok(roll(&store, &["env", "replay", "lake"]));
+    assert!(
+        replayed.contains("4 of 4 episodes reproduce every stored observation"),
+        "{replayed}"
+    );
+    let err = refused(roll(&store, &["env", "replay", "lake", "--group", "9"]));
+    assert!(err.contains("no stored episodes matching"), "{err}");
     // A step past the last one: refused, saying where the episodes are.
     let err = refused(roll(&store, &["trajectories", "lake", "--step", "9"]));
     assert!(err.contains("its episodes are at steps 1 to 1"), "{err}");
