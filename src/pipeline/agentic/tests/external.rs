@@ -43,10 +43,12 @@ fn external(mode: &str, dir: &std::path::Path, overlap: bool) -> (RlConfig, EnvC
     let script = dir.join("walk.py");
     std::fs::write(&script, WALK).unwrap();
     let marker = dir.join(format!("marker-{mode}-{overlap}"));
+    // Long enough for a program to start on a loaded machine; the hang is cut after 3 s.
+    let timeout = if mode == "hang" { 3 } else { 30 };
     let text = format!(
         "name: t\nmodel: {{ init: {{ arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFG\" }} }}\n\
          rl: {{ steps: 1, prompts_per_step: 2, group_size: 2, sampling: {{ max_new_tokens: 6 }}, \
-         env: {{ name: external, params: {{ command: 'python3 {} {mode} {}', step_timeout: 0.5 }}, \
+         env: {{ name: external, params: {{ command: 'python3 {} {mode} {}', step_timeout: {timeout} }}, \
          max_turns: 3, action_pattern: '(\\w+)', overlap_steps: {overlap} }} }}\n",
         script.display(),
         marker.display()
@@ -96,7 +98,7 @@ fn a_program_env_plays_as_the_builtin_and_a_lost_episode_is_played_again() {
             let says = match mode {
                 "fine" => None,
                 "crash" => Some("flaky crash"),
-                _ => Some("did not answer 'step' within 0.5 s"),
+                _ => Some("did not answer 'step' within 3 s"),
             };
             match says {
                 None => assert!(out.failures.is_empty(), "{:?}", out.failures),
