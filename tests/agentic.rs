@@ -244,8 +244,8 @@ fn shortened_gigpo_frozenlake_learns_step_wise() {
 
 #[test]
 fn an_asynchronous_agentic_run_trains_on_episodes_at_most_alpha_versions_old() {
-    // α = 1 with actor_infer on its own device: step s may train on episodes played by the
-    // policy of version s − 2 (one step ahead), never older.
+    // α = 1 with actor_infer on its own device: step s trains on episodes played by the policy
+    // of version s − 2 (one step ahead), never older.
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_env_run(dir.path());
     let overrides: Vec<String> = [
@@ -259,34 +259,32 @@ fn an_asynchronous_agentic_run_trains_on_episodes_at_most_alpha_versions_old() {
     .chain([format!("output_dir={}", dir.path().join("out").display())])
     .collect();
     let cfg = RunConfig::load(&path, &overrides).unwrap();
-    let mut sink = MemorySink::default();
-    let outcome = run(
-        &cfg,
-        &mut Silent,
-        Arc::new(AtomicBool::new(false)),
-        &mut sink,
-        None,
-    )
-    .unwrap();
-    assert_eq!(outcome.status, RunStatus::Finished);
+    let train = || {
+        let mut sink = MemorySink::default();
+        let outcome = run(
+            &cfg,
+            &mut Silent,
+            Arc::new(AtomicBool::new(false)),
+            &mut sink,
+            None,
+        )
+        .unwrap();
+        assert_eq!(outcome.status, RunStatus::Finished);
+        sink
+    };
+    let sink = train();
+    // Step 1 is played by the initial policy; step s > 1 by version s − 2, one step ahead,
+    // whatever the timing: the same seed gives the same numbers.
+    let again = train();
+    for key in ["env/frozen_lake/return", "actor/pg_loss"] {
+        assert_eq!(sink.values("rl", key), again.values("rl", key), "{key}");
+    }
     let stale = sink.values("rl", "async/staleness_max");
-    assert_eq!(stale.len(), 6);
-    assert!(stale.iter().all(|s| *s <= 1.0), "{stale:?}");
-    assert_eq!(
-        stale[0], 0.0,
-        "the first step is played when it is asked for"
-    );
-    assert!(
-        stale.contains(&1.0),
-        "episodes were played ahead while the trainer learned: {stale:?}"
-    );
-    // Every stored episode names the policy that played it, within α of its step.
+    assert_eq!(stale, [0.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+    // Every stored episode names the policy that played it.
     assert_eq!(sink.trajectories.len(), 6 * 8);
     for t in &sink.trajectories {
-        assert!(
-            t.policy_version + 2 >= t.step && t.policy_version < t.step,
-            "{t:?}"
-        );
+        assert_eq!(t.policy_version, t.step.saturating_sub(2), "{t:?}");
     }
     assert!(
         sink.values("rl", "actor/pg_loss")

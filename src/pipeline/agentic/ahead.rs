@@ -1,13 +1,14 @@
 //! Agentic RL with α > 0 (`rl.async_generation_ratio`): actor_infer plays episodes in a thread of
-//! its own, on its own devices, up to α steps ahead of the trainer. Each step's episodes are
-//! played with one policy version; the trainer asks for step `s` with the weights of version
-//! `s − 1`, and gets the oldest step played ahead that is at most α versions older (staleness
-//! applies per trajectory, and every trajectory of a step shares its version). Steps played
-//! ahead that fell further behind are dropped and counted. New weights reach actor_infer between
-//! two steps' episodes, never in the middle of an episode.
+//! its own, on its own devices, α steps ahead of the trainer. Each step's episodes are played
+//! with one policy version; the trainer asks for step `s` with the weights of version `s − 1`, and
+//! gets the oldest step played ahead, at most α versions older (staleness applies per trajectory,
+//! and every trajectory of a step shares its version). New weights reach actor_infer between two
+//! steps' episodes, never in the middle of an episode.
 //!
-//! Which version plays a step depends on timing, so an asynchronous run is not repeatable to the
-//! last digit; the bound on staleness holds always.
+//! actor_infer always fills its α steps ahead before it waits for the trainer, so step `s` is
+//! played by the policy of version `max(0, s − 1 − α)` whatever the timing: an asynchronous run is
+//! as repeatable as a synchronous one. A step that would still be too stale (it cannot happen on
+//! this schedule) is dropped and counted rather than trained on.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -104,8 +105,8 @@ pub(super) fn train_ahead(
     })
 }
 
-/// The actor_infer thread: play steps ahead while fewer than α are waiting, answer each ask with
-/// the oldest one fresh enough (or play it then), and take new weights between two steps.
+/// The actor_infer thread: fill α steps ahead, then answer each ask with the oldest one fresh
+/// enough (or play it then), taking new weights between two steps.
 fn play_ahead(
     cfg: &RlConfig,
     runner: &EpisodeRunner<'_>,
@@ -122,22 +123,14 @@ fn play_ahead(
     let (mut version, mut next) = (first - 1, first);
     let mut ready: VecDeque<Played> = VecDeque::new();
     loop {
-        let ask = if ready.len() >= alpha || next > cfg.steps {
-            match asks.recv() {
-                Ok(a) => Some(a),
-                Err(_) => return Ok(()),
-            }
-        } else {
-            match asks.try_recv() {
-                Ok(a) => Some(a),
-                Err(mpsc::TryRecvError::Empty) => None,
-                Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
-            }
-        };
-        let Some(ask) = ask else {
+        // Ahead first, then wait: the schedule does not depend on timing.
+        if ready.len() < alpha && next <= cfg.steps {
             ready.push_back(play_step(runner, engine.as_mut(), next, version)?);
             next += 1;
             continue;
+        }
+        let Ok(ask) = asks.recv() else {
+            return Ok(());
         };
         if let Some(w) = ask.weights {
             infer.set_weights(&w)?;
