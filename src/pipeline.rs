@@ -9,6 +9,7 @@
 //! numbers an uninterrupted run would have.
 
 pub mod agentic;
+mod ahead;
 mod context;
 mod resume;
 mod rl_learner;

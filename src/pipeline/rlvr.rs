@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Instant;
 
+use super::ahead::{Ask, drive_ahead};
 use super::rl_learner::Learner;
 use super::rollout_loop::{Rollout, StepRollout};
 use super::score_link::ScoreLink;
@@ -21,7 +22,7 @@ use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, mix_see
 use crate::config::{RlConfig, RunConfig, Stage};
 use crate::data::mix::DomainMixer;
 use crate::metrics::Metrics;
-use crate::model::{LoadedModel, ParamStore};
+use crate::model::LoadedModel;
 use crate::role::ResidentRole;
 use crate::role::actor_infer::{Generator, Infer};
 use crate::role::reward::RewardScorer;
@@ -177,57 +178,24 @@ impl Drive<'_> {
             ctx,
             &mut Metrics::new(),
         )?;
-        std::thread::scope(|scope| {
-            let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
-            let (out_tx, out_rx) = mpsc::channel::<Result<StepRollout, PipelineError>>();
-            let generator = scope.spawn(move || {
-                let result = self.generate_ahead(rollout, mixer, ask_rx, &out_tx);
-                if let Err(e) = result {
-                    // The trainer is waiting for a batch: hand it the error instead.
-                    let _ = out_tx.send(Err(e));
-                }
-            });
-            let mut status = Ok(RunStatus::Finished);
-            let mut weights = None;
-            for step in learner.first_step..=self.cfg.steps {
-                let t_step = Instant::now();
-                let ask = Ask {
-                    version: step - 1,
-                    weights: weights.take(),
-                };
-                let out = match ask_tx.send(ask).ok().and_then(|()| out_rx.recv().ok()) {
-                    Some(Ok(out)) => out,
-                    Some(Err(e)) => {
-                        status = Err(e);
-                        break;
-                    }
-                    None => {
-                        status = Err(PipelineError::Setup(
-                            "the actor_infer thread stopped unexpectedly".into(),
-                        ));
-                        break;
-                    }
-                };
+        drive_ahead(
+            learner.first_step..=self.cfg.steps,
+            |asks, out| self.generate_ahead(rollout, mixer, asks, out),
+            |step, out, weights, t_step| {
                 let m = Metrics::new();
-                let handoff = Some(&mut weights);
-                match learner.step(
-                    ctx, self.cfg, sharing, self.infer, handoff, step, out, m, t_step,
-                ) {
-                    Ok(true) => {
-                        status = Ok(RunStatus::Interrupted);
-                        break;
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        status = Err(e);
-                        break;
-                    }
-                }
-            }
-            drop(ask_tx);
-            let _ = generator.join();
-            status
-        })
+                learner.step(
+                    ctx,
+                    self.cfg,
+                    sharing,
+                    self.infer,
+                    Some(weights),
+                    step,
+                    out,
+                    m,
+                    t_step,
+                )
+            },
+        )
     }
 
     /// The actor_infer thread: keep generating (up to the scheduler's horizon), answer each ask
@@ -262,8 +230,8 @@ impl Drive<'_> {
                     if let Some(w) = a.weights {
                         self.infer.set_weights(&w)?;
                     }
-                    if a.version != rollout.sched.version() {
-                        rollout.set_version(a.version, engine.as_mut())?;
+                    if a.step - 1 != rollout.sched.version() {
+                        rollout.set_version(a.step - 1, engine.as_mut())?;
                     }
                     asked = true;
                 }
@@ -278,10 +246,4 @@ impl Drive<'_> {
             }
         }
     }
-}
-
-/// The trainer asks actor_infer for the batch of `version`, sending the weights of that version.
-struct Ask {
-    version: usize,
-    weights: Option<ParamStore>,
 }

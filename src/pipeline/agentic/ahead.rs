@@ -12,25 +12,17 @@
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
-use std::time::Instant;
 
 use super::episodes::EpisodeRunner;
 use super::{LearnStep, Played, play_step};
 use crate::config::RlConfig;
 use crate::metrics::Metrics;
-use crate::model::ParamStore;
+use crate::pipeline::ahead::{Ask, drive_ahead};
 use crate::pipeline::rl_learner::Learner;
 use crate::pipeline::time_sharing::TimeSharing;
 use crate::pipeline::{PipelineError, RunContext, RunStatus};
 use crate::role::actor_infer::Infer;
 use crate::scheduler::Phase;
-
-/// The trainer asks for step `step`, sending the weights of version `step − 1` (none when
-/// actor_infer already has them).
-struct Ask {
-    step: usize,
-    weights: Option<ParamStore>,
-}
 
 /// A step's episodes, with how many steps played ahead were dropped as too stale before it.
 type Answer = Result<(Played, usize), PipelineError>;
@@ -46,37 +38,10 @@ pub(super) fn train_ahead(
     // The trainer's devices are its own: place its roles once.
     learner.enter(Phase::Generate, sharing, infer, ctx, &mut Metrics::new())?;
     let first = learner.first_step;
-    std::thread::scope(|scope| {
-        let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
-        let (out_tx, out_rx) = mpsc::channel::<Answer>();
-        let generator = scope.spawn(move || {
-            if let Err(e) = play_ahead(cfg, runner, infer, first, &ask_rx, &out_tx) {
-                // The trainer is waiting for a step: hand it the error instead.
-                let _ = out_tx.send(Err(e));
-            }
-        });
-        let mut status = Ok(RunStatus::Finished);
-        let mut weights = None;
-        for step in first..=cfg.steps {
-            let t_step = Instant::now();
-            let ask = Ask {
-                step,
-                weights: weights.take(),
-            };
-            let (mut played, dropped) =
-                match ask_tx.send(ask).ok().and_then(|()| out_rx.recv().ok()) {
-                    Some(Ok(answer)) => answer,
-                    Some(Err(e)) => {
-                        status = Err(e);
-                        break;
-                    }
-                    None => {
-                        status = Err(PipelineError::Setup(
-                            "the actor_infer thread stopped unexpectedly".into(),
-                        ));
-                        break;
-                    }
-                };
+    drive_ahead(
+        first..=cfg.steps,
+        |asks, out| play_ahead(cfg, runner, infer, first, &asks, out),
+        |step, (mut played, dropped): (Played, usize), weights, t_step| {
             // Its episodes' seeds are those of the step it was played as; it trains as this one.
             played.step = step;
             let mut m = Metrics::new();
@@ -84,25 +49,12 @@ pub(super) fn train_ahead(
             let learn = LearnStep {
                 cfg,
                 runner,
-                handoff: Some(&mut weights),
+                handoff: Some(weights),
                 t_step,
             };
-            match learn.run(ctx, learner, sharing, infer, played, m) {
-                Ok(false) => {}
-                Ok(true) => {
-                    status = Ok(RunStatus::Interrupted);
-                    break;
-                }
-                Err(e) => {
-                    status = Err(e);
-                    break;
-                }
-            }
-        }
-        drop(ask_tx);
-        let _ = generator.join();
-        status
-    })
+            learn.run(ctx, learner, sharing, infer, played, m)
+        },
+    )
 }
 
 /// The actor_infer thread: fill α steps ahead, then answer each ask with the oldest one fresh
