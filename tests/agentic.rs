@@ -16,16 +16,22 @@ use roll::pipeline::{RunStatus, Silent, run};
 const RL_STEPS: usize = 20;
 const EPISODES: usize = 4 * 8;
 
+/// Run `cfg` to its end; what it recorded.
+fn run_to_end(cfg: &RunConfig) -> MemorySink {
+    let mut sink = MemorySink::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = run(cfg, &mut Silent, stop, &mut sink, None).unwrap();
+    assert_eq!(outcome.status, RunStatus::Finished);
+    sink
+}
+
 /// Run `fixture` to its end (output in a temporary directory) and require that the success rate
 /// of its last 5 RL steps exceeds that of its first 5 by at least 0.2; returns what it recorded.
 fn learns(fixture: &str) -> MemorySink {
     let dir = tempfile::tempdir().unwrap();
     let overrides = [format!("output_dir={}", dir.path().display())];
     let cfg = RunConfig::load(Path::new(fixture), &overrides).unwrap();
-    let mut sink = MemorySink::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let outcome = run(&cfg, &mut Silent, stop, &mut sink, None).unwrap();
-    assert_eq!(outcome.status, RunStatus::Finished);
+    let sink = run_to_end(&cfg);
     let success = sink.values("rl", "env/lake/success");
     assert_eq!(success.len(), RL_STEPS);
     let first = success[..5].iter().sum::<f64>() / 5.0;
@@ -168,17 +174,7 @@ fn evaluation_episodes_are_recorded_every_n_steps_and_leave_training_alone() {
     let train = |out: &str, extra: &[&str]| {
         let mut overrides = vec![format!("output_dir={}", dir.path().join(out).display())];
         overrides.extend(extra.iter().map(|s| s.to_string()));
-        let cfg = RunConfig::load(&path, &overrides).unwrap();
-        let mut sink = MemorySink::default();
-        run(
-            &cfg,
-            &mut Silent,
-            Arc::new(AtomicBool::new(false)),
-            &mut sink,
-            None,
-        )
-        .unwrap();
-        sink
+        run_to_end(&RunConfig::load(&path, &overrides).unwrap())
     };
     let plain = train("plain", &[]);
     let evaluated = train("eval", &["rl.env.eval={ every: 2, episodes: 3 }"]);
@@ -259,23 +255,10 @@ fn an_asynchronous_agentic_run_trains_on_episodes_at_most_alpha_versions_old() {
     .chain([format!("output_dir={}", dir.path().join("out").display())])
     .collect();
     let cfg = RunConfig::load(&path, &overrides).unwrap();
-    let train = || {
-        let mut sink = MemorySink::default();
-        let outcome = run(
-            &cfg,
-            &mut Silent,
-            Arc::new(AtomicBool::new(false)),
-            &mut sink,
-            None,
-        )
-        .unwrap();
-        assert_eq!(outcome.status, RunStatus::Finished);
-        sink
-    };
-    let sink = train();
+    let sink = run_to_end(&cfg);
     // Step 1 is played by the initial policy; step s > 1 by version s − 2, one step ahead,
     // whatever the timing: the same seed gives the same numbers.
-    let again = train();
+    let again = run_to_end(&cfg);
     for key in ["env/frozen_lake/return", "actor/pg_loss"] {
         assert_eq!(sink.values("rl", key), again.values("rl", key), "{key}");
     }
