@@ -15,13 +15,14 @@ use serde_json::{Map, Value, json};
 
 use super::{Env, StepError};
 
-/// The state as the protocol describes it.
-fn state(env: &dyn Env) -> Map<String, Value> {
+/// The state as the protocol describes it, with the observation and info the reset or step
+/// returned (rendering them again would be work done twice).
+fn state(env: &dyn Env, observation: String, info: Map<String, Value>) -> Map<String, Value> {
     let grid = env.render_grid();
     let rows: Vec<String> = grid.rows.iter().map(|r| r.iter().collect()).collect();
     let mut reply = Map::new();
-    reply.insert("observation".into(), Value::String(env.render_text()));
-    reply.insert("info".into(), Value::Object(env.info()));
+    reply.insert("observation".into(), Value::String(observation));
+    reply.insert("info".into(), Value::Object(info));
     reply.insert("actions".into(), json!(env.actions()));
     reply.insert("action_format".into(), Value::String(env.action_format()));
     reply.insert("state_hash".into(), json!(env.state_hash()));
@@ -76,10 +77,8 @@ impl Host<'_> {
                         .or_insert_with(|| prototype.clone_box());
                     match env.reset(seed) {
                         Ok(observation) => {
-                            let mut reply = state(env.as_ref());
-                            // The reset's own observation is the one the episode starts from.
-                            reply.insert("observation".into(), Value::String(observation));
-                            Value::Object(reply)
+                            let info = env.info();
+                            Value::Object(state(env.as_ref(), observation, info))
                         }
                         Err(f) => json!({"error": f.0}),
                     }
@@ -93,9 +92,7 @@ impl Host<'_> {
                 (Some(_), None) => json!({"error": "step needs a string 'action'"}),
                 (Some(env), Some(action)) => match env.step(action) {
                     Ok(step) => {
-                        let mut reply = state(env.as_ref());
-                        reply.insert("observation".into(), Value::String(step.observation));
-                        reply.insert("info".into(), Value::Object(step.info));
+                        let mut reply = state(env.as_ref(), step.observation, step.info);
                         reply.insert("reward".into(), json!(step.reward));
                         reply.insert("done".into(), Value::Bool(step.done));
                         Value::Object(reply)
