@@ -60,12 +60,6 @@ pub enum StepError {
     Failed(EnvFailure),
 }
 
-impl From<String> for StepError {
-    fn from(why: String) -> StepError {
-        StepError::Invalid(why)
-    }
-}
-
 impl Step {
     /// The step that left `env` as it is now: its render and info, with `reward` and `done`.
     pub fn now(env: &dyn Env, reward: f64, done: bool) -> Step {
