@@ -1,6 +1,7 @@
 //! Command-line definitions and dispatch for the `roll-tui` binary; the commands live in `cli/`.
 
 mod env_cmd;
+mod env_play;
 mod env_replay;
 mod model_cmd;
 mod run_cmd;
@@ -256,15 +257,73 @@ pub struct EnvPlayArgs {
     /// The actions to take, comma-separated (`Down,Down,Right`), as a policy would answer them.
     #[arg(long, value_delimiter = ',', conflicts_with = "policy")]
     pub actions: Vec<String>,
-    /// `random`: a uniformly random valid action each step, drawn from the seed.
+    /// `random` (a uniformly random valid action each step, drawn from the seed), or
+    /// `model:DIR` (a Hugging Face directory) or `model:RUN@STEP` (a run's checkpoint; `model:RUN`
+    /// for its latest) prompted as a rollout prompts it.
     #[arg(long)]
     pub policy: Option<String>,
+    /// With a model: before each turn, draw it this many times and print how often each action
+    /// came out (what the policy believes at that state).
+    #[arg(long)]
+    pub samples: Option<usize>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Stop after this many steps even if the episode goes on.
     #[arg(long, default_value_t = 100)]
     pub max_steps: usize,
     /// One JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A model policy's sampling, over the defaults of its source (a run's `rl.sampling`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SamplingArgs {
+    /// Sampling temperature (0: greedy).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches p (1: off).
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Tokens the model may write per turn.
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct EnvDebugArgs {
+    /// The environment (see `roll-tui env list`); not with --run, which debugs that run's env.
+    pub env: Option<String>,
+    /// The episode's seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// An environment parameter, `key=value` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// The model for model turns and resampling: `DIR` or `RUN@STEP` (`RUN` for its latest
+    /// checkpoint). With --run, that run's checkpoint of --step is the default.
+    #[arg(long)]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Open a stored episode of this run (name or id) instead of a fresh one.
+    #[arg(long, conflicts_with = "env")]
+    pub run: Option<String>,
+    /// With --run: the RL step whose episode to open.
+    #[arg(long, requires = "run")]
+    pub step: Option<u64>,
+    /// With --run: the episode's group.
+    #[arg(long, default_value_t = 0, requires = "run")]
+    pub group: usize,
+    /// With --run: the episode within its group.
+    #[arg(long, default_value_t = 0, requires = "run")]
+    pub episode: usize,
+    /// With --run: the turn (1-based) to open the episode at; default: after its last turn.
+    #[arg(long, requires = "run")]
+    pub turn: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -345,7 +404,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
-        Command::Env(EnvCommand::Play(args)) => env_cmd::play(args).map(|_| 0),
+        Command::Env(EnvCommand::Play(args)) => env_play::play(&store, args).map(|_| 0),
         Command::Env(EnvCommand::Serve(args)) => env_cmd::serve(args).map(|_| 0),
         Command::Env(EnvCommand::Replay(args)) => env_replay::replay(&store, args),
         Command::Worker(args) => worker(args).map(|_| 0),

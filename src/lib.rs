@@ -9,7 +9,10 @@
 //! - [`algo`]: pure RL math on tensors — advantages, KL, policy losses, aggregation, masks, filters.
 //! - [`reward`]: rule rewards (math answer, exact match).
 //! - [`data`]: JSONL prompt datasets, domain mixing, synthetic quickstart tasks.
-//! - [`env`]: environments for agentic RL (FrozenLake), the action parser and format penalty.
+//! - [`env`]: environments for agentic RL (FrozenLake, Sokoban, WebShop, external programs), the
+//!   action parser and format penalty, replay of recorded episodes.
+//! - [`debugger`]: the env debugger: one episode turn by turn (human, random or model policy), undo,
+//!   fork, resample, stored episodes opened at a turn, sessions saved as trajectories.
 //! - [`metrics`]: the shapes of metrics, samples and checkpoints, and the sink trait pipelines write to.
 //! - [`store`]: the SQLite experiment store (runs, metric series, samples, trajectories, events).
 //! - [`role`]: each role's handle, typed calls and computation, in this process or a worker process.
@@ -32,6 +35,7 @@ pub mod algo;
 pub mod cli;
 pub mod config;
 pub mod data;
+pub mod debugger;
 pub mod env;
 pub mod headless;
 pub mod health;

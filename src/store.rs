@@ -7,6 +7,7 @@
 //! and marks runs whose process died as interrupted ([`liveness`]). This module knows nothing about
 //! front-ends or the pipeline's internals: it stores the shapes defined in [`crate::metrics`].
 
+mod debug_runs;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod inserts;

@@ -145,3 +145,77 @@ fn the_python_example_plays_through_the_binary_and_a_crashing_program_is_named()
     assert!(err.contains("cannot load the map"), "{err}");
     assert!(err.contains("exit status: 4"), "{err}");
 }
+
+/// A tiny random model whose alphabet covers FrozenLake's grid (no legend) and `<answer>` actions.
+fn tiny_model(dir: &std::path::Path) -> String {
+    let out = dir.join("model");
+    let made = bin()
+        .args([
+            "model", "init", "--arch", "qwen2", "--hidden", "32", "--layers", "1",
+        ])
+        .args(["--heads", "2", "--kv-heads", "1", "--intermediate", "64"])
+        .args(["--chars", "SFHGP\n<>/answerDoRightLfUp", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    out.display().to_string()
+}
+
+#[test]
+fn a_model_plays_showing_its_prompt_log_probs_and_action_distribution() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!("model:{}", tiny_model(dir.path()));
+    let args = [
+        "frozen_lake",
+        "--set",
+        "map=SFF/FHF/FFG",
+        "--set",
+        "legend=false",
+        "--policy",
+        &policy,
+        "--samples",
+        "8",
+        "--max-tokens",
+        "4",
+        "--max-steps",
+        "3",
+        "--json",
+    ];
+    let (ok, out, err) = play(&args);
+    assert!(ok, "{err}");
+    let steps = lines(&out);
+    // A random model's turns rarely hold a valid action, and invalid ones leave the episode on,
+    // so all three turns are played.
+    assert_eq!(steps.len(), 4, "{out}");
+    // Without a chat template the first prompt is the observation and a newline (plain transcript).
+    assert_eq!(steps[1]["prompt"], "PFF\nFHF\nFFG\n");
+    for s in &steps[1..] {
+        let tokens = s["tokens"].as_array().unwrap();
+        assert!((1..=4).contains(&tokens.len()), "{s}");
+        assert!(tokens.iter().all(|k| k["logprob"].as_f64().unwrap() <= 0.0));
+        let counts: u64 = s["samples"]["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!((s["samples"]["draws"].as_u64(), counts), (Some(8), 8));
+    }
+    // Each turn's prompt extends the last one by its output and the next observation.
+    let second = steps[2]["prompt"].as_str().unwrap();
+    let expected = format!("PFF\nFHF\nFFG\n{}", steps[1]["output"].as_str().unwrap());
+    assert!(second.starts_with(&expected), "{second:?}");
+    // The same seed plays the same episode.
+    assert_eq!(play(&args).1, out);
+    // Bad settings are named.
+    let (ok, _, err) = play(&["frozen_lake", "--policy", &policy, "--temperature=-1"]);
+    assert!(!ok && err.contains("--temperature must be >= 0"), "{err}");
+    let (ok, _, err) = play(&["frozen_lake", "--policy", "model:no-such-run@3"]);
+    assert!(!ok && err.contains("no-such-run"), "{err}");
+    let (ok, _, err) = play(&["frozen_lake", "--policy", "random", "--samples", "3"]);
+    assert!(
+        !ok && err.contains("--samples draws a model's turns"),
+        "{err}"
+    );
+}

@@ -4,7 +4,7 @@
 //! its seed reproduces every turn; the first turn that does not is the divergence — a bug in the
 //! environment (or a run recorded with other parameters), and the start of a bug report.
 
-use super::{ActionParser, Env, EnvFailure, Episode};
+use super::{ActionParser, Env, EnvFailure, Episode, Step};
 
 /// One recorded turn: what the policy saw, and what it wrote.
 #[derive(Debug, Clone, Copy)]
@@ -31,8 +31,33 @@ pub fn replay(
     seed: u64,
     turns: &[RecordedTurn<'_>],
 ) -> Result<(Episode, Option<Divergence>), EnvFailure> {
+    let replayed = replay_steps(env, parser, format_penalty, seed, turns)?;
+    Ok((replayed.episode, replayed.divergence))
+}
+
+/// A replay with what each reproduced turn did.
+pub struct Replayed {
+    pub episode: Episode,
+    /// The first observation of the episode.
+    pub first: String,
+    /// One step per turn replayed before the divergence (all of them without one).
+    pub steps: Vec<Step>,
+    pub divergence: Option<Divergence>,
+}
+
+/// [`replay`], keeping every step: the turns before a divergence are played, the diverging one
+/// and those after it are not.
+pub fn replay_steps(
+    env: Box<dyn Env>,
+    parser: ActionParser,
+    format_penalty: f64,
+    seed: u64,
+    turns: &[RecordedTurn<'_>],
+) -> Result<Replayed, EnvFailure> {
     let mut episode = Episode::new(env, parser, format_penalty);
-    let mut observation = episode.reset(seed)?;
+    let first = episode.reset(seed)?;
+    let mut observation = first.clone();
+    let mut steps = vec![];
     for (turn, recorded) in turns.iter().enumerate() {
         if observation != recorded.observation {
             let divergence = Divergence {
@@ -40,11 +65,23 @@ pub fn replay(
                 recorded: recorded.observation.to_string(),
                 replayed: observation,
             };
-            return Ok((episode, Some(divergence)));
+            return Ok(Replayed {
+                episode,
+                first,
+                steps,
+                divergence: Some(divergence),
+            });
         }
-        observation = episode.step(recorded.output)?.observation;
+        let step = episode.step(recorded.output)?;
+        observation = step.observation.clone();
+        steps.push(step);
     }
-    Ok((episode, None))
+    Ok(Replayed {
+        episode,
+        first,
+        steps,
+        divergence: None,
+    })
 }
 
 #[cfg(test)]

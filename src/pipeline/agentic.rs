@@ -11,7 +11,7 @@ mod batch;
 mod env_host;
 mod episodes;
 mod trajectory;
-mod turns;
+pub(crate) mod turns;
 
 #[cfg(test)]
 mod tests;
@@ -38,7 +38,7 @@ use turns::TurnFormat;
 
 /// The sentence before the first observation when a chat template is used and the config gives
 /// no `instruction`.
-fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
+pub(crate) fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
     let mut probe = crate::env::make(&env.name, &env.param_pairs())
         .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
     // An external program may only say its action format once it has started an episode.

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::env_host::{EnvHost, Job, Outcome};
 pub(crate) use super::trajectory::{Cut, StepEpisodes, Trajectory, Turn};
-use super::turns::TurnFormat;
+use super::turns::{TurnFormat, step_content};
 use crate::config::{EnvConfig, EnvMode, RlConfig};
 use crate::env::external::External;
 use crate::env::{Env, EnvFailure, Episode, Step, make};
@@ -418,26 +418,12 @@ impl<'a> EpisodeRunner<'a> {
         Ok(Some(room))
     }
 
-    /// A step-wise prompt's content: the last `history_length` turns, one line each, then the
-    /// observation (trajectory mode, and step mode without history: the observation alone).
+    /// A step-wise prompt's content (see [`step_content`]).
     fn step_content(&self, turns: &[Turn], observation: &str) -> String {
-        if self.env.mode != EnvMode::Step || self.env.history_length == 0 {
-            return observation.to_string();
-        }
-        let from = turns.len().saturating_sub(self.env.history_length);
-        let mut text = String::new();
-        for (i, t) in turns.iter().enumerate().skip(from) {
-            let action = match (&t.parsed, t.valid) {
-                (Some(a), true) => a.as_str(),
-                _ => "(no valid action)",
-            };
-            text.push_str(&format!(
-                "Turn {}: {action} -> reward {}\n",
-                i + 1,
-                t.reward
-            ));
-        }
-        text.push_str(observation);
-        text
+        let history: Vec<(Option<&str>, f64)> = turns
+            .iter()
+            .map(|t| (t.parsed.as_deref().filter(|_| t.valid), t.reward))
+            .collect();
+        step_content(self.env, &history, observation)
     }
 }

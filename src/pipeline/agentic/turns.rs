@@ -7,6 +7,7 @@
 //! message and around a new user message (found by rendering the conversation with and without the
 //! new message). Without one, turns follow the plain transcript of `env::transcript`.
 
+use crate::config::{EnvConfig, EnvMode};
 use crate::env::transcript::{plain_first, plain_next};
 use crate::model::chat_template::{ChatMessage, render_chat};
 
@@ -106,4 +107,25 @@ impl TurnFormat<'_> {
         }
         self.tok.encode(&format!("{closing}{added}"))
     }
+}
+
+/// A step-wise prompt's content: the last `history_length` turns, one line each (the valid action
+/// taken, or none, and its reward), then the observation. In trajectory mode, and in step mode
+/// without history, the observation alone.
+pub(crate) fn step_content(
+    env: &EnvConfig,
+    history: &[(Option<&str>, f64)],
+    observation: &str,
+) -> String {
+    if env.mode != EnvMode::Step || env.history_length == 0 {
+        return observation.to_string();
+    }
+    let from = history.len().saturating_sub(env.history_length);
+    let mut text = String::new();
+    for (i, (action, reward)) in history.iter().enumerate().skip(from) {
+        let action = action.unwrap_or("(no valid action)");
+        text.push_str(&format!("Turn {}: {action} -> reward {reward}\n", i + 1));
+    }
+    text.push_str(observation);
+    text
 }

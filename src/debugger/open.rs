@@ -1,0 +1,248 @@
+//! Where sessions and model policies come from: an environment by name, a run's stored episode at
+//! a turn, a Hugging Face directory or a run's checkpoint (`RUN@STEP`) as the model.
+
+use std::path::{Path, PathBuf};
+
+use super::policy::ModelPolicy;
+use super::session::Session;
+use crate::config::{EnvConfig, RunConfig};
+use crate::env::make;
+use crate::metrics::TrajectoryRecord;
+use crate::model::load_model_dir;
+use crate::rollout::SamplingParams;
+use crate::store::Store;
+use crate::store::runs::RunInfo;
+
+/// The config of an environment debugged outside any run: its name and parameters, every other
+/// setting at its default (the default action parser and format penalty, trajectory mode).
+pub fn env_config(name: &str, params: &[(String, String)]) -> Result<EnvConfig, String> {
+    let params: serde_json::Map<String, serde_json::Value> = params
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    serde_json::from_value(serde_json::json!({"name": name, "params": params}))
+        .map_err(|e| format!("environment '{name}': {e}"))
+}
+
+/// A fresh session of `env` from `seed`.
+pub fn session(env: &EnvConfig, seed: u64) -> Result<Session, String> {
+    let params = env.param_pairs();
+    let prototype = make(&env.name, &params)?;
+    Session::start(
+        &env.name,
+        params,
+        prototype,
+        env.parser()?,
+        env.format_penalty,
+        seed,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// A run's stored episode and what is needed to rebuild it.
+pub struct StoredEpisode {
+    pub run: RunInfo,
+    pub cfg: RunConfig,
+    pub env: EnvConfig,
+    pub record: TrajectoryRecord,
+}
+
+/// The config a run recorded, and its `rl.env`.
+pub fn run_env(run: &RunInfo) -> Result<(RunConfig, EnvConfig), String> {
+    let cfg: RunConfig = serde_json::from_str(&run.config_json)
+        .map_err(|e| format!("run '{}': its stored config cannot be read: {e}", run.name))?;
+    let env = cfg
+        .rl
+        .as_ref()
+        .and_then(|rl| rl.env.clone())
+        .ok_or_else(|| {
+            format!(
+                "run '{}' has no rl.env: only agentic runs have episodes",
+                run.name
+            )
+        })?;
+    Ok((cfg, env))
+}
+
+/// Episode `episode` of group `group` at `step` of `run` (a name or id).
+pub async fn stored_episode(
+    store: &Store,
+    run: &str,
+    step: u64,
+    group: usize,
+    episode: usize,
+) -> Result<StoredEpisode, String> {
+    let run = store.find_run(run).await.map_err(|e| e.to_string())?;
+    let (cfg, env) = run_env(&run)?;
+    let all = store
+        .trajectories(run.id, Some(step))
+        .await
+        .map_err(|e| e.to_string())?;
+    if all.is_empty() {
+        return Err(format!(
+            "run '{}' stored no episodes at step {step} (see 'roll-tui trajectories {}')",
+            run.name, run.name
+        ));
+    }
+    let record = all
+        .iter()
+        .find(|t| t.group == group && t.episode == episode && !t.env.starts_with("val/"))
+        .or_else(|| {
+            all.iter()
+                .find(|t| t.group == group && t.episode == episode)
+        })
+        .cloned()
+        .ok_or_else(|| {
+            let there: Vec<String> = all
+                .iter()
+                .map(|t| format!("{}/{}", t.group, t.episode))
+                .collect();
+            format!(
+                "run '{}' step {step} has no episode {episode} in group {group} (group/episode \
+                 stored: {})",
+                run.name,
+                there.join(", ")
+            )
+        })?;
+    Ok(StoredEpisode {
+        run,
+        cfg,
+        env,
+        record,
+    })
+}
+
+/// The stored episode replayed from its seed and left before turn `at` (0-based; past the end:
+/// after the last stored turn).
+pub fn session_at(stored: &StoredEpisode, at: usize) -> Result<Session, String> {
+    let recorded: Vec<(String, String)> = stored
+        .record
+        .turns
+        .iter()
+        .map(|t| (t.observation.clone(), t.action_text.clone()))
+        .collect();
+    session(&stored.env, stored.record.env_seed)?
+        .open_recorded(&recorded, at)
+        .map_err(|e| format!("replaying the stored episode: {e}"))
+}
+
+/// A model given as `DIR` (a Hugging Face directory) or `RUN@STEP` / `RUN` (a run's checkpoint
+/// at that step, or its latest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSpec {
+    Dir(PathBuf),
+    Run { run: String, step: Option<usize> },
+}
+
+impl ModelSpec {
+    pub fn parse(text: &str) -> ModelSpec {
+        let path = Path::new(text);
+        if path.is_dir() {
+            return ModelSpec::Dir(path.to_path_buf());
+        }
+        match text.rsplit_once('@') {
+            Some((run, step)) if step.parse::<usize>().is_ok() => ModelSpec::Run {
+                run: run.to_string(),
+                step: step.parse().ok(),
+            },
+            _ => ModelSpec::Run {
+                run: text.to_string(),
+                step: None,
+            },
+        }
+    }
+}
+
+/// Load the model `spec` names as a policy for episodes of `env` (the prompt's shape when the
+/// model comes from a directory). A run's checkpoint is used as that run prompted it: its chat
+/// template setting, instruction, env mode and sampling.
+pub async fn model_policy(
+    store: Option<&Store>,
+    spec: &ModelSpec,
+    env: &EnvConfig,
+) -> Result<ModelPolicy, String> {
+    match spec {
+        ModelSpec::Dir(dir) => {
+            let model =
+                load_model_dir(dir, None, &candle_core::Device::Cpu).map_err(|e| e.to_string())?;
+            let chat_template = model.tokenizer.chat_template.is_some();
+            let instruction = instruction(env, chat_template)?;
+            Ok(ModelPolicy::new(
+                dir.display().to_string(),
+                model,
+                chat_template,
+                instruction,
+                env.clone(),
+                SamplingParams::default(),
+            ))
+        }
+        ModelSpec::Run { run, step } => {
+            let store = store.ok_or("a model from a run needs the store")?;
+            let info = store.find_run(run).await.map_err(|e| {
+                format!("'{run}' is neither a model directory nor a run in the store: {e}")
+            })?;
+            let cfg: RunConfig = serde_json::from_str(&info.config_json).map_err(|e| {
+                format!("run '{}': its stored config cannot be read: {e}", info.name)
+            })?;
+            let checkpoints = store
+                .checkpoints(info.id)
+                .await
+                .map_err(|e| e.to_string())?;
+            let chosen = match step {
+                Some(s) => checkpoints
+                    .iter()
+                    .filter(|c| c.step == *s)
+                    .max_by_key(|c| c.stage == "rl"),
+                None => checkpoints.last(),
+            };
+            let Some(checkpoint) = chosen else {
+                let steps: Vec<String> = checkpoints
+                    .iter()
+                    .map(|c| format!("{}@{}", c.stage, c.step))
+                    .collect();
+                return Err(format!(
+                    "run '{}' has no checkpoint{} (checkpoints: {})",
+                    info.name,
+                    step.map(|s| format!(" at step {s}")).unwrap_or_default(),
+                    if steps.is_empty() {
+                        "none; set checkpoint.every".to_string()
+                    } else {
+                        steps.join(", ")
+                    }
+                ));
+            };
+            let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &checkpoint.path)
+                .map_err(|e| e.to_string())?;
+            let chat_template = cfg.data.chat_template;
+            let run_env = cfg.rl.as_ref().and_then(|rl| rl.env.clone());
+            let env = run_env.unwrap_or_else(|| env.clone());
+            let mut sampling = cfg
+                .rl
+                .as_ref()
+                .map(|rl| rl.sampling.clone())
+                .unwrap_or_default();
+            if let Some(per_turn) = env.max_tokens_per_turn {
+                sampling.max_new_tokens = per_turn;
+            }
+            Ok(ModelPolicy::new(
+                format!("{}@{}", info.name, checkpoint.step),
+                model,
+                chat_template,
+                instruction(&env, chat_template)?,
+                env,
+                sampling,
+            ))
+        }
+    }
+}
+
+/// The text before the first observation, as a rollout writes it.
+fn instruction(env: &EnvConfig, chat_template: bool) -> Result<Option<String>, String> {
+    Ok(match (&env.instruction, chat_template) {
+        (Some(i), _) => Some(i.clone()),
+        (None, true) => {
+            Some(crate::pipeline::agentic::default_instruction(env).map_err(|e| e.to_string())?)
+        }
+        (None, false) => None,
+    })
+}

@@ -1,0 +1,342 @@
+//! A model as the debugged episode's policy. The prompt of a turn is built exactly as a rollout
+//! builds it (the run's chat template or plain transcript, instruction, trajectory or step mode,
+//! token budget), so what the debugger shows is what training sees. Sampling goes through the
+//! same engine as rollouts; the per-token detail (log-prob, entropy, most likely alternatives)
+//! comes from one teacher-forced forward pass over prompt and output.
+//!
+//! Building a prompt is cheap and needs the session; drawing needs only the prompt, so a front-end
+//! builds the prompt on its own thread and draws on another.
+
+use candle_core::DType;
+
+use super::session::Session;
+use crate::config::EnvConfig;
+use crate::env::ActionParser;
+use crate::model::{LoadedModel, Numerics};
+use crate::pipeline::agentic::turns::{TurnFormat, step_content};
+use crate::pipeline::setup::Tokenizing;
+use crate::rollout::{Completion, FinishReason, Request, SamplingParams, generate};
+use crate::seed::mix_seed;
+use crate::train::TrainBatch;
+use crate::train::batch::response_hidden;
+
+/// One token of a model's output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenView {
+    pub id: u32,
+    /// The token's text (special tokens by name).
+    pub text: String,
+    /// Log-probability under the sampling temperature (what training uses as the old log-prob).
+    pub logprob: f32,
+    /// Entropy (nats) of the distribution the token was drawn from.
+    pub entropy: f32,
+    /// The most likely tokens at this position, most likely first: text and probability.
+    pub alternatives: Vec<(String, f32)>,
+}
+
+/// What a model's turn was, beyond its output text.
+#[derive(Debug, Clone)]
+pub struct ModelTurn {
+    /// The exact prompt, special tokens written out.
+    pub prompt_text: String,
+    pub prompt_tokens: usize,
+    pub output_ids: Vec<u32>,
+    pub finish: FinishReason,
+    pub tokens: Vec<TokenView>,
+}
+
+/// A turn's prompt in token ids, and as text.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    pub text: String,
+    /// Tokens the output may take: the sampling limit within what is left of the budget.
+    pub max_new_tokens: usize,
+}
+
+/// How often one kind of output came out of N draws.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionCount {
+    /// The parsed action, or `None` for output in which no action was found.
+    pub action: Option<String>,
+    /// The environment lists its valid actions and this is not one of them.
+    pub unknown: bool,
+    pub count: usize,
+}
+
+/// The distribution of actions over N draws of one turn, most frequent first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resample {
+    pub draws: usize,
+    pub counts: Vec<ActionCount>,
+    /// Mean log-probability of a draw's tokens.
+    pub mean_logprob: f64,
+}
+
+/// A model acting as the policy, with its sampling settings.
+pub struct ModelPolicy {
+    /// Where the model came from (`runs/x/checkpoints/rl-step20`, `RUN@20`), for display.
+    pub source: String,
+    model: LoadedModel,
+    chat_template: bool,
+    instruction: Option<String>,
+    env: EnvConfig,
+    pub sampling: SamplingParams,
+    /// Alternatives shown per token.
+    pub alternatives: usize,
+}
+
+impl ModelPolicy {
+    /// `env` gives the prompt's shape (mode, history, budget, tokens per turn).
+    pub fn new(
+        source: String,
+        model: LoadedModel,
+        chat_template: bool,
+        instruction: Option<String>,
+        env: EnvConfig,
+        sampling: SamplingParams,
+    ) -> ModelPolicy {
+        ModelPolicy {
+            source,
+            model,
+            chat_template,
+            instruction,
+            env,
+            sampling,
+            alternatives: 5,
+        }
+    }
+
+    pub fn model(&self) -> &LoadedModel {
+        &self.model
+    }
+
+    fn tok(&self) -> Tokenizing<'_> {
+        Tokenizing {
+            model: &self.model,
+            chat_template: self.chat_template,
+        }
+    }
+
+    fn format(&self) -> TurnFormat<'_> {
+        TurnFormat {
+            tok: self.tok(),
+            instruction: self.instruction.as_deref(),
+        }
+    }
+
+    fn budget(&self) -> usize {
+        let positions = self.model.config().max_position_embeddings;
+        self.env
+            .max_trajectory_tokens
+            .map_or(positions, |b| b.min(positions))
+    }
+
+    /// The prompt of the session's next turn, as a rollout would build it: earlier model turns
+    /// keep the ids they sampled, other turns' outputs are tokenized.
+    pub fn prompt(&self, session: &Session) -> Result<Prompt, String> {
+        let format = self.format();
+        let ids = if self.env.mode == crate::config::EnvMode::Step {
+            let history: Vec<(Option<&str>, f64)> = session
+                .turns
+                .iter()
+                .map(|t| (t.parsed_action().filter(|_| t.valid()), t.step.reward))
+                .collect();
+            format
+                .first(&step_content(&self.env, &history, session.observation()))
+                .map_err(|e| format!("the observation {e}"))?
+        } else {
+            let mut ids = format
+                .first(session.first_observation())
+                .map_err(|e| format!("the first observation {e}"))?;
+            for (i, t) in session.turns.iter().enumerate() {
+                let output = match &t.model {
+                    Some(m) => m.output_ids.clone(),
+                    None => self
+                        .tok()
+                        .encode(&t.output)
+                        .map_err(|e| format!("turn {}'s output {e}", i + 1))?,
+                };
+                ids.extend(
+                    format
+                        .next(&output, &t.step.observation)
+                        .map(|between| output.iter().copied().chain(between))
+                        .map_err(|e| format!("turn {}'s observation {e}", i + 1))?,
+                );
+            }
+            ids
+        };
+        let budget = self.budget();
+        let room = budget.saturating_sub(ids.len());
+        if room == 0 {
+            return Err(format!(
+                "the conversation takes {} tokens and fills the budget of {budget} \
+                 (max_trajectory_tokens, or the model's max_position_embeddings): a rollout \
+                 would cut the episode here",
+                ids.len()
+            ));
+        }
+        let per_turn = self
+            .env
+            .max_tokens_per_turn
+            .unwrap_or(self.sampling.max_new_tokens)
+            .min(self.sampling.max_new_tokens);
+        let text = self
+            .model
+            .tokenizer
+            .tokenizer
+            .decode(&ids, false)
+            .unwrap_or_default();
+        Ok(Prompt {
+            ids,
+            text,
+            max_new_tokens: per_turn.min(room),
+        })
+    }
+
+    fn draw(&self, prompt: &Prompt, seeds: &[u64]) -> Result<Vec<Completion>, String> {
+        let mut params = self.sampling.clone();
+        params.max_new_tokens = prompt.max_new_tokens;
+        let requests = seeds
+            .iter()
+            .enumerate()
+            .map(|(i, &seed)| Request {
+                id: i as u64,
+                prompt_ids: prompt.ids.clone(),
+                params: params.clone(),
+                seed,
+            })
+            .collect();
+        let m = &self.model;
+        generate(&m.transformer, &m.eos_ids, requests, seeds.len(), None)
+            .map_err(|e| format!("generation failed: {e}"))
+    }
+
+    /// One turn's output, drawn with `seed`, and its detail.
+    pub fn generate(&self, prompt: &Prompt, seed: u64) -> Result<(String, ModelTurn), String> {
+        let c = self
+            .draw(prompt, &[seed])?
+            .pop()
+            .ok_or("generation returned nothing")?;
+        let tokens = self.token_views(&prompt.ids, &c.token_ids)?;
+        let output = self.tok().decode(&c.token_ids);
+        Ok((
+            output,
+            ModelTurn {
+                prompt_text: prompt.text.clone(),
+                prompt_tokens: prompt.ids.len(),
+                output_ids: c.token_ids,
+                finish: c.finish,
+                tokens,
+            },
+        ))
+    }
+
+    /// Draw the turn `n` times and count the actions the parser finds; `actions` are the
+    /// environment's valid actions now (empty when it does not list them).
+    pub fn resample(
+        &self,
+        prompt: &Prompt,
+        n: usize,
+        seed: u64,
+        parser: &ActionParser,
+        actions: &[String],
+    ) -> Result<Resample, String> {
+        let seeds: Vec<u64> = (0..n.max(1) as u64)
+            .map(|i| mix_seed(&[seed, 0x5a, i]))
+            .collect();
+        let drawn = self.draw(prompt, &seeds)?;
+        let mut counts: Vec<ActionCount> = vec![];
+        let mut logprob = 0.0;
+        for c in &drawn {
+            let text = self.tok().decode(&c.token_ids);
+            let action = parser.parse(&text).map(str::to_string);
+            let unknown = action
+                .as_ref()
+                .is_some_and(|a| !actions.is_empty() && !actions.contains(a));
+            match counts.iter_mut().find(|k| k.action == action) {
+                Some(k) => k.count += 1,
+                None => counts.push(ActionCount {
+                    action,
+                    unknown,
+                    count: 1,
+                }),
+            }
+            logprob += c.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
+        }
+        counts.sort_by(|a, b| b.count.cmp(&a.count).then(a.action.cmp(&b.action)));
+        Ok(Resample {
+            draws: drawn.len(),
+            counts,
+            mean_logprob: logprob / drawn.len().max(1) as f64,
+        })
+    }
+
+    /// Log-prob, entropy and the likeliest alternatives of each output token after `prompt`,
+    /// under the sampling temperature (1 for greedy, as the sampler reports it).
+    pub fn token_views(&self, prompt: &[u32], output: &[u32]) -> Result<Vec<TokenView>, String> {
+        if output.is_empty() {
+            return Ok(vec![]);
+        }
+        let err = |e: candle_core::Error| format!("scoring the output failed: {e}");
+        let m = &self.model.transformer;
+        let batch = TrainBatch::new(
+            &[(prompt, output)],
+            self.model.pad_id,
+            m.config().kv_groups(),
+            m.device(),
+        )
+        .map_err(err)?;
+        let hidden = response_hidden(m, &batch, Numerics::Fast).map_err(err)?;
+        let logits: Vec<Vec<f32>> = m
+            .logits(&hidden)
+            .and_then(|l| l.squeeze(0))
+            .and_then(|l| l.to_dtype(DType::F32))
+            .and_then(|l| l.to_vec2())
+            .map_err(err)?;
+        let temperature = match self.sampling.temperature {
+            t if t > 0.0 => t,
+            _ => 1.0,
+        };
+        let piece = |id: u32| {
+            self.model
+                .tokenizer
+                .tokenizer
+                .decode(&[id], false)
+                .unwrap_or_else(|_| format!("<{id}>"))
+        };
+        Ok(output
+            .iter()
+            .zip(&logits)
+            .map(|(&id, row)| {
+                let logp = log_softmax(row, temperature);
+                let entropy = -logp.iter().map(|&l| l.exp() * l).sum::<f64>();
+                let mut order: Vec<usize> = (0..logp.len()).collect();
+                order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]).then(a.cmp(&b)));
+                TokenView {
+                    id,
+                    text: piece(id),
+                    logprob: logp.get(id as usize).copied().unwrap_or(f64::NEG_INFINITY) as f32,
+                    entropy: entropy as f32,
+                    alternatives: order
+                        .iter()
+                        .take(self.alternatives)
+                        .map(|&i| (piece(i as u32), logp[i].exp() as f32))
+                        .collect(),
+                }
+            })
+            .collect())
+    }
+}
+
+/// log_softmax(row / temperature), in f64.
+fn log_softmax(row: &[f32], temperature: f64) -> Vec<f64> {
+    let scaled: Vec<f64> = row.iter().map(|&l| f64::from(l) / temperature).collect();
+    let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let log_z = max + scaled.iter().map(|&s| (s - max).exp()).sum::<f64>().ln();
+    scaled.iter().map(|&s| s - log_z).collect()
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;
