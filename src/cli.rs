@@ -1,6 +1,7 @@
 //! Command-line definitions and dispatch for the `roll-tui` binary; the commands live in `cli/`.
 
 mod env_cmd;
+mod env_debug;
 mod env_play;
 mod env_replay;
 mod model_cmd;
@@ -218,6 +219,10 @@ pub enum EnvCommand {
     /// Rebuild a run's stored episodes from their seeds and recorded outputs, and check every
     /// observation against the stored one (the first divergence of each episode is shown).
     Replay(EnvReplayArgs),
+    /// Step through an episode turn by turn in the debugger (the workbench's Env view): by hand,
+    /// at random or with a model; undo, fork, resample, save; or open a run's stored episode at
+    /// any turn (--run).
+    Debug(EnvDebugArgs),
 }
 
 #[derive(Args, Debug)]
@@ -405,6 +410,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => env_play::play(&store, args).map(|_| 0),
+        Command::Env(EnvCommand::Debug(args)) => env_debug::debug(&store, args).map(|_| 0),
         Command::Env(EnvCommand::Serve(args)) => env_cmd::serve(args).map(|_| 0),
         Command::Env(EnvCommand::Replay(args)) => env_replay::replay(&store, args),
         Command::Worker(args) => worker(args).map(|_| 0),

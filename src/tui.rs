@@ -14,6 +14,10 @@ pub mod commands;
 pub mod control;
 pub mod dashboard;
 pub mod dashboard_render;
+mod debug_loader;
+pub mod debugger;
+pub mod debugger_input;
+pub mod debugger_render;
 pub mod decimate;
 pub mod episodes;
 pub mod episodes_render;
@@ -53,6 +57,27 @@ const TICK: Duration = Duration::from_millis(250);
 
 /// Open the workbench on the store at `store_path` until the user quits.
 pub fn run(store_path: &Path) -> anyhow::Result<()> {
+    run_with(store_path, |_| vec![])
+}
+
+/// Open the workbench on its Env view with `view` (`roll-tui env debug`); `jobs` are the view's
+/// first work (reading a stored episode, loading a model).
+pub fn run_debugger(
+    store_path: &Path,
+    view: debugger::DebugView,
+    jobs: Vec<debugger::DebugJob>,
+) -> anyhow::Result<()> {
+    run_with(store_path, move |app| {
+        app.debugger = Some(view);
+        app.view = app::View::Debugger;
+        jobs.into_iter()
+            .map(|j| Effect::Debug(Box::new(j)))
+            .collect()
+    })
+}
+
+/// The workbench, with `setup` shaping the app before the first frame (its effects run first).
+fn run_with(store_path: &Path, setup: impl FnOnce(&mut App) -> Vec<Effect>) -> anyhow::Result<()> {
     // A broken config file is an error before the terminal is taken over.
     let config = keyconfig::config_path();
     let required = std::env::var_os("ROLL_TUI_CONFIG").is_some();
@@ -71,8 +96,9 @@ pub fn run(store_path: &Path) -> anyhow::Result<()> {
         let _ = execute!(std::io::stdout(), DisableMouseCapture);
         restore(info);
     }));
-    let app = App::with_config(keys, theme);
-    let result = rt.block_on(event_loop(&mut terminal, store_path, app));
+    let mut app = App::with_config(keys, theme);
+    let first = setup(&mut app);
+    let result = rt.block_on(event_loop(&mut terminal, store_path, app, first));
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
@@ -121,6 +147,7 @@ async fn event_loop(
     terminal: &mut DefaultTerminal,
     store_path: &Path,
     mut app: App,
+    first: Vec<Effect>,
 ) -> anyhow::Result<()> {
     let loader = Arc::new(Loader::new(store_path));
     let (tx, mut answers) = mpsc::unbounded_channel::<Msg>();
@@ -145,6 +172,7 @@ async fn event_loop(
         }
     };
     run_effects(app.start(), &mut reads);
+    run_effects(first, &mut reads);
     let mut events = EventStream::new();
     let mut ticks = tokio::time::interval(TICK);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

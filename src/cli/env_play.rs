@@ -151,12 +151,12 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
                     let actions = session.env().actions();
                     samples = Some(
                         model
-                            .resample(&prompt, k, seed, session.parser(), &actions)
+                            .resample(&prompt, k, seed, session.parser(), &actions, None)
                             .map_err(|e| anyhow!("turn {n}: {e}"))?,
                     );
                 }
                 let (output, turn) = model
-                    .generate(&prompt, seed)
+                    .generate(&prompt, seed, None)
                     .map_err(|e| anyhow!("turn {n}: {e}"))?;
                 session.act(output, Actor::Model, Some(turn))?;
             }

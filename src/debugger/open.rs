@@ -40,6 +40,7 @@ pub fn session(env: &EnvConfig, seed: u64) -> Result<Session, String> {
 }
 
 /// A run's stored episode and what is needed to rebuild it.
+#[derive(Debug)]
 pub struct StoredEpisode {
     pub run: RunInfo,
     pub cfg: RunConfig,
@@ -64,13 +65,15 @@ pub fn run_env(run: &RunInfo) -> Result<(RunConfig, EnvConfig), String> {
     Ok((cfg, env))
 }
 
-/// Episode `episode` of group `group` at `step` of `run` (a name or id).
+/// Episode `episode` of group `group` at `step` of `run` (a name or id): of the env label `env`
+/// when given (`val/tiny` for an evaluation episode), else a training episode first.
 pub async fn stored_episode(
     store: &Store,
     run: &str,
     step: u64,
     group: usize,
     episode: usize,
+    label: Option<&str>,
 ) -> Result<StoredEpisode, String> {
     let run = store.find_run(run).await.map_err(|e| e.to_string())?;
     let (cfg, env) = run_env(&run)?;
@@ -86,7 +89,11 @@ pub async fn stored_episode(
     }
     let record = all
         .iter()
-        .find(|t| t.group == group && t.episode == episode && !t.env.starts_with("val/"))
+        .find(|t| {
+            t.group == group
+                && t.episode == episode
+                && label.map_or(!t.env.starts_with("val/"), |e| t.env == e)
+        })
         .or_else(|| {
             all.iter()
                 .find(|t| t.group == group && t.episode == episode)

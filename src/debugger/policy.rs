@@ -7,6 +7,9 @@
 //! Building a prompt is cheap and needs the session; drawing needs only the prompt, so a front-end
 //! builds the prompt on its own thread and draws on another.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use candle_core::DType;
 
 use super::session::Session;
@@ -15,10 +18,13 @@ use crate::env::ActionParser;
 use crate::model::{LoadedModel, Numerics};
 use crate::pipeline::agentic::turns::{TurnFormat, step_content};
 use crate::pipeline::setup::Tokenizing;
-use crate::rollout::{Completion, FinishReason, Request, SamplingParams, generate};
+use crate::rollout::{Completion, Engine, FinishReason, Request, SamplingParams};
 use crate::seed::mix_seed;
 use crate::train::TrainBatch;
 use crate::train::batch::response_hidden;
+
+/// The error of a draw stopped by its cancel flag.
+pub const CANCELLED: &str = "cancelled";
 
 /// One token of a model's output.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,17 +79,28 @@ pub struct Resample {
     pub mean_logprob: f64,
 }
 
-/// A model acting as the policy, with its sampling settings.
+/// A model acting as the policy, with its sampling settings. Cloning shares the model (a
+/// front-end hands a copy to the thread that draws).
+#[derive(Clone)]
 pub struct ModelPolicy {
     /// Where the model came from (`runs/x/checkpoints/rl-step20`, `RUN@20`), for display.
     pub source: String,
-    model: LoadedModel,
+    model: Arc<LoadedModel>,
     chat_template: bool,
     instruction: Option<String>,
     env: EnvConfig,
     pub sampling: SamplingParams,
     /// Alternatives shown per token.
     pub alternatives: usize,
+}
+
+impl std::fmt::Debug for ModelPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelPolicy")
+            .field("source", &self.source)
+            .field("sampling", &self.sampling)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ModelPolicy {
@@ -98,7 +115,7 @@ impl ModelPolicy {
     ) -> ModelPolicy {
         ModelPolicy {
             source,
-            model,
+            model: Arc::new(model),
             chat_template,
             instruction,
             env,
@@ -194,28 +211,50 @@ impl ModelPolicy {
         })
     }
 
-    fn draw(&self, prompt: &Prompt, seeds: &[u64]) -> Result<Vec<Completion>, String> {
+    /// Completions of `prompt`, one per seed, in seed order; stops early with an error once
+    /// `cancel` is set (checked between decode steps).
+    fn draw(
+        &self,
+        prompt: &Prompt,
+        seeds: &[u64],
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Vec<Completion>, String> {
         let mut params = self.sampling.clone();
         params.max_new_tokens = prompt.max_new_tokens;
-        let requests = seeds
-            .iter()
-            .enumerate()
-            .map(|(i, &seed)| Request {
+        let m = &self.model;
+        let mut engine = Engine::new(&m.transformer, m.eos_ids.clone(), seeds.len());
+        for (i, &seed) in seeds.iter().enumerate() {
+            engine.submit(Request {
                 id: i as u64,
                 prompt_ids: prompt.ids.clone(),
                 params: params.clone(),
                 seed,
-            })
-            .collect();
-        let m = &self.model;
-        generate(&m.transformer, &m.eos_ids, requests, seeds.len(), None)
-            .map_err(|e| format!("generation failed: {e}"))
+            });
+        }
+        let mut done = vec![];
+        while !engine.is_idle() {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Err(CANCELLED.into());
+            }
+            done.extend(
+                engine
+                    .step()
+                    .map_err(|e| format!("generation failed: {e}"))?,
+            );
+        }
+        done.sort_by_key(|c| c.id);
+        Ok(done)
     }
 
     /// One turn's output, drawn with `seed`, and its detail.
-    pub fn generate(&self, prompt: &Prompt, seed: u64) -> Result<(String, ModelTurn), String> {
+    pub fn generate(
+        &self,
+        prompt: &Prompt,
+        seed: u64,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<(String, ModelTurn), String> {
         let c = self
-            .draw(prompt, &[seed])?
+            .draw(prompt, &[seed], cancel)?
             .pop()
             .ok_or("generation returned nothing")?;
         let tokens = self.token_views(&prompt.ids, &c.token_ids)?;
@@ -241,11 +280,12 @@ impl ModelPolicy {
         seed: u64,
         parser: &ActionParser,
         actions: &[String],
+        cancel: Option<&AtomicBool>,
     ) -> Result<Resample, String> {
         let seeds: Vec<u64> = (0..n.max(1) as u64)
             .map(|i| mix_seed(&[seed, 0x5a, i]))
             .collect();
-        let drawn = self.draw(prompt, &seeds)?;
+        let drawn = self.draw(prompt, &seeds, cancel)?;
         let mut counts: Vec<ActionCount> = vec![];
         let mut logprob = 0.0;
         for c in &drawn {

@@ -106,11 +106,11 @@ fn a_model_turn_reports_the_samplers_log_probs_and_the_distribution_they_come_fr
     let p = policy(lake_env(), 256, 0.7);
     let mut s = session(&lake_env(), 0).unwrap();
     let prompt = p.prompt(&s).unwrap();
-    let (output, turn) = p.generate(&prompt, 11).unwrap();
+    let (output, turn) = p.generate(&prompt, 11, None).unwrap();
     assert_eq!(turn.prompt_tokens, prompt.ids.len());
     assert!(!turn.tokens.is_empty());
     // The engine's sampler and the teacher-forced forward agree on every token's log-prob.
-    let completion = p.draw(&prompt, &[11]).unwrap().remove(0);
+    let completion = p.draw(&prompt, &[11], None).unwrap().remove(0);
     assert_eq!(completion.token_ids, turn.output_ids);
     let vocab = p.model().config().vocab_size as f32;
     for (k, lp) in turn.tokens.iter().zip(&completion.logprobs) {
@@ -152,7 +152,7 @@ fn resampling_counts_what_n_draws_of_the_turn_would_do() {
     // "P" and "F" stand for the valid actions.
     let parser = ActionParser::new(r"(?s)^\s*(\S)").unwrap();
     let actions = ["P".to_string(), "F".to_string()];
-    let r = p.resample(&prompt, 24, 3, &parser, &actions).unwrap();
+    let r = p.resample(&prompt, 24, 3, &parser, &actions, None).unwrap();
     assert_eq!(r.draws, 24);
     assert_eq!(r.counts.iter().map(|c| c.count).sum::<usize>(), 24);
     assert!(r.counts.windows(2).all(|w| w[0].count >= w[1].count));
@@ -160,7 +160,7 @@ fn resampling_counts_what_n_draws_of_the_turn_would_do() {
     // gives the same outputs.
     let mut expected: BTreeMap<Option<String>, usize> = BTreeMap::new();
     for i in 0..24 {
-        let (text, _) = p.generate(&prompt, mix_seed(&[3, 0x5a, i])).unwrap();
+        let (text, _) = p.generate(&prompt, mix_seed(&[3, 0x5a, i]), None).unwrap();
         *expected
             .entry(parser.parse(&text).map(str::to_string))
             .or_default() += 1;
@@ -177,7 +177,23 @@ fn resampling_counts_what_n_draws_of_the_turn_would_do() {
     }
     // Greedy: every draw is the same.
     let greedy = policy(lake_env(), 256, 0.0);
-    let r = greedy.resample(&prompt, 5, 3, &parser, &actions).unwrap();
+    let r = greedy
+        .resample(&prompt, 5, 3, &parser, &actions, None)
+        .unwrap();
     assert_eq!(r.counts.len(), 1);
     assert_eq!(r.counts[0].count, 5);
+}
+
+#[test]
+fn a_cancelled_draw_stops_with_an_error() {
+    let p = policy(lake_env(), 256, 1.0);
+    let s = session(&lake_env(), 0).unwrap();
+    let prompt = p.prompt(&s).unwrap();
+    let cancel = AtomicBool::new(true);
+    assert_eq!(
+        p.generate(&prompt, 1, Some(&cancel)).err().as_deref(),
+        Some(CANCELLED)
+    );
+    cancel.store(false, Ordering::Relaxed);
+    assert!(p.generate(&prompt, 1, Some(&cancel)).is_ok());
 }

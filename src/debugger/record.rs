@@ -24,6 +24,27 @@ pub enum SaveTarget {
     NewRun,
 }
 
+/// What saving a session writes: its trajectory (step, group and episode set when saved) and
+/// what a run of its own records. Owned, so that it can be saved on another thread.
+#[derive(Debug, Clone)]
+pub struct SaveRequest {
+    pub record: TrajectoryRecord,
+    pub env_name: String,
+    pub params: Vec<(String, String)>,
+    pub seed: u64,
+}
+
+impl SaveRequest {
+    pub fn of(session: &Session) -> SaveRequest {
+        SaveRequest {
+            record: to_record(session, 0, 0, 0),
+            env_name: session.env_name.clone(),
+            params: session.params.clone(),
+            seed: session.seed,
+        }
+    }
+}
+
 /// Where a session was saved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Saved {
@@ -102,48 +123,48 @@ pub fn to_jsonl(session: &Session) -> String {
 }
 
 /// The config a debug run records: enough for `env replay` and the views to rebuild its env.
-fn debug_run_config(name: &str, session: &Session) -> String {
-    let params: serde_json::Map<String, Value> = session
+fn debug_run_config(name: &str, request: &SaveRequest) -> String {
+    let params: serde_json::Map<String, Value> = request
         .params
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
     json!({
         "name": name,
-        "seed": session.seed,
+        "seed": request.seed,
         "model": {},
         "rl": {
             "steps": 1, "prompts_per_step": 1, "group_size": 1,
-            "env": {"name": session.env_name, "params": params},
+            "env": {"name": request.env_name, "params": params},
         },
     })
     .to_string()
 }
 
-/// Save `session` to `store`; `target` is updated to the run it went to, so later saves of the
+/// Save a session to `store`; `target` is updated to the run it went to, so later saves of the
 /// same session go beside the first.
 pub async fn save(
     store: &Store,
-    session: &Session,
+    request: &SaveRequest,
     target: &mut SaveTarget,
 ) -> Result<Saved, StoreError> {
     let (run, step, group) = match *target {
         SaveTarget::Run { run, step, group } => (run, step, group),
         SaveTarget::NewRun => {
-            let base = format!("debug-{}", session.env_name);
+            let base = format!("debug-{}", request.env_name);
             let mut name = base.clone();
             let mut n = 1;
             while store.find_run(&name).await.is_ok_and(|r| r.name == name) {
                 n += 1;
                 name = format!("{base}-{n}");
             }
-            let config_json = debug_run_config(&name, session);
+            let config_json = debug_run_config(&name, request);
             let new = NewRun {
                 config_hash: format!("{:016x}", crate::env::stable_hash(config_json.as_bytes())),
                 config_json,
                 name: name.clone(),
                 git_revision: None,
-                seed: session.seed,
+                seed: request.seed,
                 output_dir: String::new(),
             };
             let run = store.create_debug_run(&new).await?;
@@ -155,7 +176,7 @@ pub async fn save(
             (run, 1, 0)
         }
     };
-    let env = format!("{DEBUG_STAGE}/{}", session.env_name);
+    let env = format!("{DEBUG_STAGE}/{}", request.env_name);
     let episode = store
         .trajectories(run, Some(step as u64))
         .await?
@@ -164,9 +185,13 @@ pub async fn save(
         .map(|t| t.episode + 1)
         .max()
         .unwrap_or(0);
-    store
-        .add_trajectory(run, &to_record(session, step, group, episode))
-        .await?;
+    let record = TrajectoryRecord {
+        step,
+        group,
+        episode,
+        ..request.record.clone()
+    };
+    store.add_trajectory(run, &record).await?;
     Ok(Saved {
         run,
         run_name: store.run(run).await?.name,

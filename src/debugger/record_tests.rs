@@ -28,14 +28,20 @@ async fn a_saved_session_is_a_debug_trajectory_of_a_run_that_replays() {
         .unwrap();
     let s = played();
     let mut target = SaveTarget::NewRun;
-    let first = save(&store, &s, &mut target).await.unwrap();
+    let first = save(&store, &SaveRequest::of(&s), &mut target)
+        .await
+        .unwrap();
     assert_eq!(first.run_name, "debug-frozen_lake");
     assert_eq!((first.step, first.episode), (1, 0));
     // A second save of the session goes beside the first.
-    let second = save(&store, &s, &mut target).await.unwrap();
+    let second = save(&store, &SaveRequest::of(&s), &mut target)
+        .await
+        .unwrap();
     assert_eq!((second.run, second.episode), (first.run, 1));
     // Another session gets a run of its own, its name numbered.
-    let other = save(&store, &s, &mut SaveTarget::NewRun).await.unwrap();
+    let other = save(&store, &SaveRequest::of(&s), &mut SaveTarget::NewRun)
+        .await
+        .unwrap();
     assert_eq!(other.run_name, "debug-frozen_lake-2");
 
     let run = store.run(first.run).await.unwrap();

@@ -14,10 +14,11 @@ pub enum Scope {
     Workers,
     Events,
     Episodes,
+    Debugger,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 8] = [
         Scope::Global,
         Scope::Runs,
         Scope::Dashboard,
@@ -25,6 +26,7 @@ impl Scope {
         Scope::Workers,
         Scope::Events,
         Scope::Episodes,
+        Scope::Debugger,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +38,7 @@ impl Scope {
             Scope::Workers => "workers",
             Scope::Events => "events",
             Scope::Episodes => "episodes",
+            Scope::Debugger => "debugger",
         }
     }
 }
@@ -107,11 +110,51 @@ pub enum Action {
     Follow,
     /// Episodes: training or evaluation episodes.
     Validation,
+    /// Debugger: take the env's Left action (grid envs)
+    MoveLeft,
+    MoveDown,
+    MoveRight,
+    MoveUp,
+    /// Debugger: pick one of the env's actions from a list
+    PickAction,
+    /// Debugger: type the policy's whole output (a malformed one on purpose)
+    TypeOutput,
+    /// Debugger: the policy of `s` and `e`: human, random, model
+    CyclePolicy,
+    /// Debugger: one turn by the policy
+    StepTurn,
+    /// Debugger: turns by the policy until the episode ends
+    RunToEnd,
+    /// Debugger: back one turn
+    Undo,
+    /// Debugger: go back to the selected turn to play it differently
+    Fork,
+    /// Debugger: a new episode from the next seed
+    NewEpisode,
+    /// Debugger: the same episode again from its seed
+    RestartEpisode,
+    /// Debugger: draw the current turn N times and show the actions' distribution
+    Resample,
+    /// Debugger: save the episode to the store as a trajectory tagged debug
+    SaveSession,
+    /// Debugger: write the episode as JSON lines under exports/
+    ExportSession,
+    /// Debugger: the model (a directory or RUN@STEP)
+    ChooseModel,
+    /// Debugger: temperature, top-k, top-p and tokens per turn
+    EditSampling,
+    /// Debugger: the environment, its parameters and seed
+    ChooseEnv,
+    /// Debugger: the previous / next token of the output
+    PrevToken,
+    NextToken,
+    /// Episodes: open the selected episode at the selected turn in the debugger
+    DebugEpisode,
 }
 
 impl Action {
-    /// Every action, for the keys config file (`View(n)` is `view_1` … `view_6`).
-    pub const ALL: [Action; 48] = [
+    /// Every action, for the keys config file (`View(n)` is `view_1` … `view_7`).
+    pub const ALL: [Action; 71] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -133,6 +176,7 @@ impl Action {
         Action::View(4),
         Action::View(5),
         Action::View(6),
+        Action::View(7),
         Action::Refresh,
         Action::Mark,
         Action::Sort,
@@ -160,6 +204,28 @@ impl Action {
         Action::Speed,
         Action::Follow,
         Action::Validation,
+        Action::MoveLeft,
+        Action::MoveDown,
+        Action::MoveRight,
+        Action::MoveUp,
+        Action::PickAction,
+        Action::TypeOutput,
+        Action::CyclePolicy,
+        Action::StepTurn,
+        Action::RunToEnd,
+        Action::Undo,
+        Action::Fork,
+        Action::NewEpisode,
+        Action::RestartEpisode,
+        Action::Resample,
+        Action::SaveSession,
+        Action::ExportSession,
+        Action::ChooseModel,
+        Action::EditSampling,
+        Action::ChooseEnv,
+        Action::PrevToken,
+        Action::NextToken,
+        Action::DebugEpisode,
     ];
 
     /// The action's name in the keys config file: its variant in snake case.
@@ -197,7 +263,7 @@ impl Action {
                 | Action::Play
                 | Action::Speed
         );
-        !(replay && scope == Scope::Runs)
+        !(replay && matches!(scope, Scope::Runs | Scope::Debugger))
     }
 
     /// What the action does in a view of `scope`, where that differs from [`Action::describe`].
@@ -215,6 +281,12 @@ impl Action {
                 "episodes / turns"
             }
             (Scope::Dashboard, Action::Open) => "samples of the step",
+            (Scope::Debugger, Action::NextPane | Action::PrevPane) => {
+                "prompt / output / info / samples"
+            }
+            (Scope::Debugger, Action::Up) => "previous turn",
+            (Scope::Debugger, Action::Down) => "next turn",
+            (Scope::Debugger, Action::PageUp | Action::PageDown) => "scroll the detail",
             _ => self.describe(),
         }
     }
@@ -265,6 +337,28 @@ impl Action {
             Action::Speed => "replay: play speed",
             Action::Follow => "follow this prompt across steps",
             Action::Validation => "training / evaluation episodes",
+            Action::MoveLeft => "env action Left",
+            Action::MoveDown => "env action Down",
+            Action::MoveRight => "env action Right",
+            Action::MoveUp => "env action Up",
+            Action::PickAction => "pick an env action",
+            Action::TypeOutput => "type an output",
+            Action::CyclePolicy => "policy: human / random / model",
+            Action::StepTurn => "step one turn",
+            Action::RunToEnd => "run to the end",
+            Action::Undo => "undo the last turn",
+            Action::Fork => "fork at the selected turn",
+            Action::NewEpisode => "new episode (next seed)",
+            Action::RestartEpisode => "restart (same seed)",
+            Action::Resample => "resample the turn",
+            Action::SaveSession => "save to the store",
+            Action::ExportSession => "export as JSONL",
+            Action::ChooseModel => "choose the model",
+            Action::EditSampling => "sampling settings",
+            Action::ChooseEnv => "choose the environment",
+            Action::PrevToken => "previous token",
+            Action::NextToken => "next token",
+            Action::DebugEpisode => "debug this episode",
         }
     }
 }
@@ -328,6 +422,7 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('4'), S::Global, A::View(4)),
     key(K::Char('5'), S::Global, A::View(5)),
     key(K::Char('6'), S::Global, A::View(6)),
+    key(K::Char('7'), S::Global, A::View(7)),
     ctrl('r', S::Global, A::Refresh),
     key(K::Char(':'), S::Global, A::Palette),
     key(K::Char('E'), S::Global, A::Export),
@@ -361,6 +456,30 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('v'), S::Episodes, A::Validation),
     key(K::Tab, S::Episodes, A::NextPane),
     key(K::BackTab, S::Episodes, A::PrevPane),
+    key(K::Char('D'), S::Episodes, A::DebugEpisode),
+    key(K::Left, S::Debugger, A::MoveLeft),
+    key(K::Down, S::Debugger, A::MoveDown),
+    key(K::Right, S::Debugger, A::MoveRight),
+    key(K::Up, S::Debugger, A::MoveUp),
+    key(K::Char('a'), S::Debugger, A::PickAction),
+    key(K::Char('i'), S::Debugger, A::TypeOutput),
+    key(K::Char('p'), S::Debugger, A::CyclePolicy),
+    key(K::Char('s'), S::Debugger, A::StepTurn),
+    key(K::Char('e'), S::Debugger, A::RunToEnd),
+    key(K::Char('u'), S::Debugger, A::Undo),
+    key(K::Char('f'), S::Debugger, A::Fork),
+    key(K::Char('n'), S::Debugger, A::NewEpisode),
+    key(K::Char('N'), S::Debugger, A::RestartEpisode),
+    key(K::Char('d'), S::Debugger, A::Resample),
+    key(K::Char('w'), S::Debugger, A::SaveSession),
+    key(K::Char('x'), S::Debugger, A::ExportSession),
+    key(K::Char('m'), S::Debugger, A::ChooseModel),
+    key(K::Char('t'), S::Debugger, A::EditSampling),
+    key(K::Char('c'), S::Debugger, A::ChooseEnv),
+    key(K::Char('['), S::Debugger, A::PrevToken),
+    key(K::Char(']'), S::Debugger, A::NextToken),
+    key(K::Tab, S::Debugger, A::NextPane),
+    key(K::BackTab, S::Debugger, A::PrevPane),
     key(K::Tab, S::Events, A::NextPane),
     key(K::BackTab, S::Events, A::PrevPane),
     key(K::Char('h'), S::Dashboard, A::Left),
@@ -449,6 +568,7 @@ pub fn entries(keys: &[Binding], scope: Scope) -> Vec<Entry> {
                         Action::View(4) => "view: workers and devices",
                         Action::View(5) => "view: events and logs",
                         Action::View(6) => "view: agentic episodes",
+                        Action::View(7) => "view: env debugger",
                         other => other.describe_in(scope),
                     },
                     keys: key_name(b),

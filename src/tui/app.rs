@@ -12,6 +12,7 @@ use super::action::{Action, Binding, DEFAULT_KEYS, Scope, action_for};
 use super::commands::{RunSignal, Started};
 use super::control::Confirm;
 use super::dashboard::Dashboard;
+use super::debugger::{DebugJob, DebugMsg, DebugView};
 use super::episodes::EpisodesView;
 use super::events::EventsView;
 use super::launch::LaunchForm;
@@ -39,16 +40,18 @@ pub enum View {
     Workers,
     Events,
     Episodes,
+    Debugger,
 }
 
 impl View {
-    pub const ALL: [View; 6] = [
+    pub const ALL: [View; 7] = [
         View::Runs,
         View::Dashboard,
         View::Samples,
         View::Workers,
         View::Events,
         View::Episodes,
+        View::Debugger,
     ];
 
     pub fn scope(self) -> Scope {
@@ -59,6 +62,7 @@ impl View {
             View::Workers => Scope::Workers,
             View::Events => Scope::Events,
             View::Episodes => Scope::Episodes,
+            View::Debugger => Scope::Debugger,
         }
     }
 
@@ -70,6 +74,7 @@ impl View {
             View::Workers => "Workers",
             View::Events => "Events",
             View::Episodes => "Episodes",
+            View::Debugger => "Env debugger",
         }
     }
 }
@@ -143,6 +148,8 @@ pub enum Msg {
     },
     /// The outcome of a signal, export or other command, for the status line.
     Done(Result<String, String>),
+    /// The outcome of the debugger's work.
+    Debug(Box<DebugMsg>),
 }
 
 /// What the runtime must do for the state.
@@ -197,6 +204,8 @@ pub enum Effect {
         keys: Option<Vec<(String, String)>>,
         out: PathBuf,
     },
+    /// The debugger's work: loading a model, drawing, saving, reading a stored episode.
+    Debug(Box<DebugJob>),
 }
 
 impl Effect {
@@ -257,6 +266,8 @@ pub struct App {
     pub episodes: Option<EpisodesView>,
     pub workers: Option<WorkersView>,
     pub events: Option<EventsView>,
+    /// The env debugger: it needs no open run, and stays when another run is opened.
+    pub debugger: Option<DebugView>,
     /// The open run's steps in time order, from its series.
     pub timeline: Timeline,
     /// The open run's events as read so far (shared with the workers and events views), and the
@@ -315,6 +326,7 @@ impl App {
             episodes: None,
             workers: None,
             events: None,
+            debugger: None,
             timeline: Timeline::default(),
             run_events: Arc::default(),
             events_mark: None,
@@ -451,6 +463,11 @@ impl App {
         if self.form.is_some() {
             return self.form_key(key);
         }
+        if self.view == View::Debugger
+            && let Some(d) = self.debugger.as_mut().filter(|d| d.input.is_some())
+        {
+            return debug_effects(d.input_key(key));
+        }
         if let Some(text) = self.input.as_mut() {
             match key.code {
                 KeyCode::Enter => self.input = None,
@@ -486,7 +503,7 @@ impl App {
             View::Runs => Some(self.runs.filter.clone()),
             View::Dashboard => self.dashboard.as_ref().map(|d| d.filter.clone()),
             View::Samples => self.samples.as_ref().map(|s| s.filter().to_string()),
-            View::Workers | View::Episodes => None,
+            View::Workers | View::Episodes | View::Debugger => None,
             View::Events => self.events.as_ref().map(|e| e.filter().to_string()),
         }
         .unwrap_or_default()
@@ -505,7 +522,7 @@ impl App {
                     s.set_filter(filter);
                 }
             }
-            View::Workers | View::Episodes => {}
+            View::Workers | View::Episodes | View::Debugger => {}
             View::Events => {
                 if let Some(e) = self.events.as_mut() {
                     e.set_filter(filter);
@@ -520,12 +537,18 @@ impl App {
             Action::Quit => return self.ask_quit(),
             Action::ToggleHelp => self.help = true,
             Action::Palette => self.palette = Some(Palette::new(&self.keys, self.view.scope())),
-            Action::Filter if !matches!(self.view, View::Workers | View::Episodes) => {
+            Action::Filter
+                if !matches!(self.view, View::Workers | View::Episodes | View::Debugger) =>
+            {
                 self.input = Some(self.filter())
             }
             Action::Refresh => return self.refresh(),
             Action::View(n) => return self.go_to_view(n),
+            Action::Back
+                if self.view == View::Debugger
+                    && self.debugger.as_mut().is_some_and(|d| d.back()) => {}
             Action::Back => self.back(),
+            Action::DebugEpisode if self.view == View::Episodes => return self.debug_episode(),
             Action::NewRun => return vec![Effect::FindConfigs],
             Action::StopRun => self.ask_stop(),
             Action::PauseRun => return self.pause(),
@@ -590,9 +613,40 @@ impl App {
                     e.act(action);
                 }
             }
+            (View::Debugger, _) => {
+                if let Some(d) = self.debugger.as_mut() {
+                    return debug_effects(d.act(action));
+                }
+            }
             _ => {}
         }
         vec![]
+    }
+
+    /// `D` on the Episodes view: the selected episode, at the selected turn, in the debugger.
+    fn debug_episode(&mut self) -> Vec<Effect> {
+        let (Some(open), Some(view)) = (self.open.as_ref(), self.episodes.as_ref()) else {
+            return vec![];
+        };
+        let Some(e) = view.selected_episode() else {
+            self.notice = Some("no episode selected".into());
+            return vec![];
+        };
+        let turn = match view.pane {
+            super::episodes::Pane::Turns => view.turn,
+            super::episodes::Pane::Episodes => e.turns.len(),
+        };
+        let (d, job) = DebugView::opening(
+            &open.name,
+            e.step as u64,
+            e.group,
+            e.episode,
+            Some(e.env.clone()),
+            turn,
+        );
+        self.debugger = Some(d);
+        self.view = View::Debugger;
+        vec![Effect::Debug(Box::new(job))]
     }
 
     fn back(&mut self) {
@@ -612,6 +666,7 @@ impl App {
                 }
             }
             View::Dashboard => self.view = View::Runs,
+            _ if self.open.is_none() => self.view = View::Runs,
             _ => self.view = View::Dashboard,
         }
     }
@@ -638,6 +693,7 @@ impl App {
                 }
                 effects
             }
+            View::Debugger => vec![],
         }
     }
 
@@ -653,6 +709,13 @@ impl App {
         let Some(view) = View::ALL.get(usize::from(n).wrapping_sub(1)).copied() else {
             return vec![];
         };
+        if view == View::Debugger {
+            self.view = view;
+            if self.debugger.is_none() {
+                self.debugger = Some(DebugView::default_env());
+            }
+            return vec![];
+        }
         let Some(run) = self.open.as_ref().map(|o| o.id) else {
             if view != View::Runs {
                 self.notice = Some("open a run first (Enter on the runs list)".into());
@@ -743,6 +806,12 @@ impl App {
         self.view = View::Dashboard;
         effects
     }
+}
+
+fn debug_effects(jobs: Vec<DebugJob>) -> Vec<Effect> {
+    jobs.into_iter()
+        .map(|j| Effect::Debug(Box::new(j)))
+        .collect()
 }
 
 pub(super) fn samples_effect(run: RunId, request: super::samples::SamplesRequest) -> Effect {

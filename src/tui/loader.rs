@@ -25,7 +25,7 @@ pub fn signalled(process: &ProcessIdentity, signal: commands::RunSignal) -> Msg 
 
 /// The store, opened on first use: a workbench started before any run has no file to open yet.
 pub struct Loader {
-    path: PathBuf,
+    pub(super) path: PathBuf,
     store: tokio::sync::OnceCell<Store>,
 }
 
@@ -37,7 +37,7 @@ impl Loader {
         }
     }
 
-    async fn store(&self) -> Result<&Store, String> {
+    pub(super) async fn store(&self) -> Result<&Store, String> {
         if !self.path.exists() {
             return Err(format!(
                 "no store at '{}' yet: start a run (n) to create it",
@@ -195,6 +195,7 @@ impl Loader {
                 keys,
                 out,
             } => Msg::Done(self.export(run, name, keys, out).await),
+            Effect::Debug(job) => Msg::Debug(Box::new(self.debug(*job).await)),
             Effect::Launch { .. } | Effect::Resume { .. } => {
                 Msg::Done(Err("internal: a start is not a read".into()))
             }

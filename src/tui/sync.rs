@@ -83,6 +83,15 @@ impl App {
             Msg::ConfigsFound(configs) => self.configs_found(configs),
             Msg::Started { run, result } => return self.started(&run, result),
             Msg::Exited { pid, code, tail } => return self.exited(pid, code, tail),
+            Msg::Debug(m) => {
+                if let Some(d) = self.debugger.as_mut() {
+                    return d
+                        .answer(*m)
+                        .into_iter()
+                        .map(|j| Effect::Debug(Box::new(j)))
+                        .collect();
+                }
+            }
             Msg::Done(Ok(text)) => self.notice = Some(text),
             Msg::Done(Err(e)) => self.status = Some(e),
             _ => {} // an answer about a run that is no longer open

@@ -13,7 +13,9 @@ use super::app::{App, MIN_HEIGHT, MIN_WIDTH, View};
 use super::control::Confirm;
 use super::replay::SPEEDS;
 use super::theme::Theme;
-use super::{dashboard, episodes_render, events, launch, palette, runs, samples, workers};
+use super::{
+    dashboard, debugger_render, episodes_render, events, launch, palette, runs, samples, workers,
+};
 
 const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -101,6 +103,10 @@ pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
             Some(e) => episodes_render::render(frame, body, e, spinner, theme),
             None => no_run(frame, body, theme),
         },
+        View::Debugger => match &app.debugger {
+            Some(d) => debugger_render::render(frame, body, d, spinner, theme),
+            None => no_run(frame, body, theme),
+        },
     }
     frame.render_widget(Paragraph::new(status_line(app, theme)), status);
     if let Some(form) = &app.form {
@@ -178,8 +184,9 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
             "Tab kind · / filter · j k scroll · G newest · r replay · Esc back · ? help"
         }
         View::Episodes => {
-            "h l step · j k select · Tab episodes/turns · v training/eval · r replay · ? help"
+            "h l step · j k select · Tab episodes/turns · v training/eval · D debug · ? help"
         }
+        View::Debugger => "s step · e to the end · u undo · f fork · d resample · w save · ? help",
     };
     spans.push(Span::styled(hint, theme.muted));
     Line::from(spans)

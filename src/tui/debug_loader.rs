@@ -1,0 +1,127 @@
+//! The runtime side of the debugger's work ([`DebugJob`]): model loading and drawing on blocking
+//! threads (never on the runtime's workers, which serve the screen's reads), saving and reading
+//! the store, writing exports.
+
+use super::debugger::{DebugJob, DebugMsg};
+use super::loader::Loader;
+use crate::debugger::open::{ModelSpec, model_policy, stored_episode};
+use crate::debugger::record::save;
+use crate::store::{OpenMode, Store};
+
+/// Run `f` on a blocking thread; a panic in it is an error, not a lost answer.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(format!("the work failed: {e}")))
+}
+
+impl Loader {
+    pub(super) async fn debug(&self, job: DebugJob) -> DebugMsg {
+        match job {
+            DebugJob::LoadModel { job, spec, env } => {
+                let parsed = ModelSpec::parse(&spec);
+                let store = match &parsed {
+                    ModelSpec::Dir(_) => None,
+                    ModelSpec::Run { .. } => match self.store().await {
+                        Ok(s) => Some(s.clone()),
+                        Err(e) => {
+                            return DebugMsg::ModelLoaded {
+                                job,
+                                result: Err(format!(
+                                    "'{spec}' is not a model directory, and runs cannot be read: {e}"
+                                )),
+                            };
+                        }
+                    },
+                };
+                let handle = tokio::runtime::Handle::current();
+                let result = blocking(move || {
+                    handle
+                        .block_on(model_policy(store.as_ref(), &parsed, &env))
+                        .map(Box::new)
+                })
+                .await;
+                DebugMsg::ModelLoaded { job, result }
+            }
+            DebugJob::Generate {
+                job,
+                policy,
+                prompt,
+                seed,
+                cancel,
+            } => DebugMsg::Generated {
+                job,
+                result: blocking(move || policy.generate(&prompt, seed, Some(&cancel))).await,
+            },
+            DebugJob::Resample {
+                job,
+                policy,
+                prompt,
+                draws,
+                seed,
+                parser,
+                actions,
+                cancel,
+            } => DebugMsg::Resampled {
+                job,
+                result: blocking(move || {
+                    policy.resample(&prompt, draws, seed, &parser, &actions, Some(&cancel))
+                })
+                .await,
+            },
+            DebugJob::Save {
+                job,
+                request,
+                mut target,
+            } => {
+                // Saving is the one debugger write; a workbench opened before any run has no
+                // store file yet, and saving creates it.
+                let store = match self.path.exists() {
+                    true => self.store().await.cloned(),
+                    false => Store::open(&self.path, OpenMode::Create)
+                        .await
+                        .map_err(|e| e.to_string()),
+                };
+                let result = match store {
+                    Ok(store) => save(&store, &request, &mut target)
+                        .await
+                        .map(|saved| (saved, target))
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                DebugMsg::Saved { job, result }
+            }
+            DebugJob::Export { job, path, text } => {
+                let result = blocking(move || {
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir)
+                            .map_err(|e| format!("creating '{}': {e}", dir.display()))?;
+                    }
+                    std::fs::write(&path, text)
+                        .map_err(|e| format!("writing '{}': {e}", path.display()))?;
+                    Ok(format!("wrote {}", path.display()))
+                })
+                .await;
+                DebugMsg::Exported { job, result }
+            }
+            DebugJob::Open {
+                job,
+                run,
+                step,
+                group,
+                episode,
+                env,
+            } => {
+                let result = match self.store().await {
+                    Ok(store) => stored_episode(store, &run, step, group, episode, env.as_deref())
+                        .await
+                        .map(Box::new),
+                    Err(e) => Err(e),
+                };
+                DebugMsg::Opened { job, result }
+            }
+        }
+    }
+}

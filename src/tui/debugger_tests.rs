@@ -1,0 +1,411 @@
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+use super::*;
+use crate::debugger::open::{StoredEpisode, env_config};
+use crate::metrics::{TrajectoryRecord, TurnRecord};
+use crate::model::{Arch, InitOptions, init_model};
+use crate::tui::debugger_render::render;
+use crate::tui::theme::Theme;
+
+fn lake() -> DebugView {
+    let env = env_config(
+        "frozen_lake",
+        &[
+            ("map".into(), "SFF/FHF/FFG".into()),
+            ("legend".into(), "false".into()),
+        ],
+    )
+    .unwrap();
+    DebugView::new(env, 0)
+}
+
+fn screen(view: &DebugView, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    let theme = Theme::default();
+    terminal
+        .draw(|f| render(f, f.area(), view, "⠋", &theme))
+        .unwrap();
+    terminal.backend().to_string()
+}
+
+fn type_line(view: &mut DebugView, text: &str) -> Vec<DebugJob> {
+    for c in text.chars() {
+        view.input_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+    view.input_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))
+}
+
+/// A tiny random model whose alphabet covers the lake and `<answer>` actions.
+fn model(env: &EnvConfig, temperature: f64) -> ModelPolicy {
+    let m = init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 32,
+        layers: 1,
+        heads: 2,
+        kv_heads: 1,
+        intermediate: 64,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 256,
+        rope_theta: 10_000.0,
+        chars: "SFHGP\n<>/answerDoRightLfUp".into(),
+        dtype: "float32".into(),
+        seed: 3,
+    })
+    .unwrap();
+    let sampling = SamplingParams {
+        temperature,
+        max_new_tokens: 5,
+        ..SamplingParams::default()
+    };
+    ModelPolicy::new("tiny".into(), m, false, None, env.clone(), sampling)
+}
+
+/// Carry out a job as the runtime would (without the store), and hand its answer back.
+fn run_job(view: &mut DebugView, job: DebugJob) -> Vec<DebugJob> {
+    let msg = match job {
+        DebugJob::Generate {
+            job,
+            policy,
+            prompt,
+            seed,
+            cancel,
+        } => DebugMsg::Generated {
+            job,
+            result: policy.generate(&prompt, seed, Some(&cancel)),
+        },
+        DebugJob::Resample {
+            job,
+            policy,
+            prompt,
+            draws,
+            seed,
+            parser,
+            actions,
+            cancel,
+        } => DebugMsg::Resampled {
+            job,
+            result: policy.resample(&prompt, draws, seed, &parser, &actions, Some(&cancel)),
+        },
+        other => panic!("not run here: {other:?}"),
+    };
+    view.answer(msg)
+}
+
+#[test]
+fn a_person_walks_to_the_goal_undoes_forks_and_the_screen_shows_it() {
+    let mut v = lake();
+    for a in [Action::MoveDown, Action::MoveDown, Action::MoveRight] {
+        assert!(v.act(a).is_empty());
+    }
+    insta::assert_snapshot!("debugger_human_three_turns_100x30", screen(&v, 100, 30));
+    v.act(Action::MoveRight);
+    let s = v.session.as_ref().unwrap();
+    assert!(s.done() && s.success());
+    assert_eq!(s.total_reward(), 1.0);
+    assert_eq!(v.selected, 4);
+    // Acting after the end says what to do.
+    v.act(Action::MoveLeft);
+    assert!(v.error.as_deref().unwrap().contains("the episode is over"));
+    // Undo twice, then fork at the second turn: select it with k and press f.
+    v.act(Action::Undo);
+    v.act(Action::Undo);
+    assert_eq!(v.turns(), 2);
+    v.act(Action::Up);
+    assert_eq!(v.selected, 1);
+    v.act(Action::Fork);
+    assert_eq!(v.turns(), 1);
+    assert!(v.notice.as_deref().unwrap().contains("forked at turn 2"));
+    // Right from (1,0) falls in the hole.
+    v.act(Action::MoveRight);
+    let s = v.session.as_ref().unwrap();
+    assert!(s.done() && !s.success());
+    // Keys that are not an action of the env say so.
+    let mut sokoban_like = lake();
+    sokoban_like.act(Action::TypeOutput);
+    type_line(&mut sokoban_like, "jump");
+    let t = &sokoban_like.session.as_ref().unwrap().turns[0];
+    assert_eq!((t.output.as_str(), t.valid()), ("jump", false));
+    // The picker takes the env's listed actions.
+    v.act(Action::RestartEpisode);
+    v.act(Action::PickAction);
+    assert_eq!(v.picker, Some(0));
+    v.act(Action::Down);
+    v.act(Action::Open);
+    let t = &v.session.as_ref().unwrap().turns[0];
+    assert_eq!(
+        t.parsed_action(),
+        Some("Down"),
+        "the second of Left, Down, Right, Up"
+    );
+}
+
+#[test]
+fn a_model_turn_shows_its_prompt_output_and_token_log_probs() {
+    let mut v = lake();
+    v.model = Some(model(&v.env, 1.0));
+    v.policy = PolicyKind::Model;
+    v.changed();
+    let prompt = v.next_prompt.clone().unwrap().unwrap();
+    assert_eq!(prompt.text, "PFF\nFHF\nFFG\n");
+    let jobs = v.act(Action::StepTurn);
+    assert_eq!(jobs.len(), 1);
+    assert!(matches!(v.busy, Some((Work::Drawing { to_end: false }, _))));
+    // While it draws, another step is refused, and the screen says what is under way.
+    assert!(v.act(Action::StepTurn).is_empty());
+    assert!(screen(&v, 100, 30).contains("the model is writing its turn"));
+    run_job(&mut v, jobs.into_iter().next().unwrap());
+    assert_eq!(v.busy, None);
+    let t = &v.session.as_ref().unwrap().turns[0];
+    assert_eq!(t.actor, Actor::Model);
+    let m = t.model.as_ref().unwrap();
+    assert_eq!(m.prompt_text, prompt.text);
+    assert!(!m.tokens.is_empty());
+    v.act(Action::NextToken);
+    insta::assert_snapshot!("debugger_model_turn_100x30", screen(&v, 100, 30));
+    v.act(Action::PrevPane);
+    assert_eq!(v.pane, Pane::Prompt);
+    assert!(screen(&v, 100, 30).contains("the prompt of turn 1"));
+}
+
+#[test]
+fn running_to_the_end_chains_turns_and_esc_cancels_a_draw() {
+    let mut v = lake();
+    v.env.max_turns = 3;
+    v.model = Some(model(&v.env, 1.0));
+    v.policy = PolicyKind::Model;
+    let mut jobs = v.act(Action::RunToEnd);
+    while let Some(job) = jobs.pop() {
+        jobs = run_job(&mut v, job);
+    }
+    let s = v.session.as_ref().unwrap();
+    assert!(s.done() || s.turns.len() == 3, "{}", s.turns.len());
+    // A draw cancelled with Esc ends without a turn.
+    v.act(Action::RestartEpisode);
+    let job = v.act(Action::StepTurn).pop().unwrap();
+    assert!(v.back(), "Esc cancels the draw first");
+    run_job(&mut v, job);
+    assert_eq!(v.turns(), 0);
+    assert_eq!(v.notice.as_deref(), Some("cancelled"));
+    assert!(!v.back(), "then Esc leaves the view");
+}
+
+#[test]
+fn resampling_shows_the_action_distribution() {
+    // A parser that takes the first character, so a random model's draws hold actions (none of
+    // them one of the lake's) and the histogram has several bars.
+    let mut env = lake().env;
+    env.action_pattern = Some(r"(?s)^\s*(\S)".into());
+    let mut v = DebugView::new(env, 0);
+    let mut m = model(&v.env, 1.0);
+    m.sampling.max_new_tokens = 4;
+    v.model = Some(m);
+    v.act(Action::EditSampling);
+    v.input.as_mut().unwrap().text.clear();
+    type_line(&mut v, "temperature=1.5 samples=16");
+    assert_eq!(v.draws, 16);
+    assert_eq!(v.model.as_ref().unwrap().sampling.temperature, 1.5);
+    let job = v.act(Action::Resample).pop().unwrap();
+    run_job(&mut v, job);
+    let (turn, r) = v.resample.clone().unwrap();
+    assert_eq!((turn, r.draws), (0, 16));
+    assert_eq!(r.counts.iter().map(|c| c.count).sum::<usize>(), 16);
+    assert_eq!(v.pane, Pane::Samples);
+    insta::assert_snapshot!("debugger_resample_100x24", screen(&v, 100, 24));
+}
+
+fn stored(observations: &[&str], outputs: &[&str]) -> StoredEpisode {
+    let env = env_config(
+        "frozen_lake",
+        &[
+            ("map".into(), "SFF/FHF/FFG".into()),
+            ("legend".into(), "false".into()),
+        ],
+    )
+    .unwrap();
+    let run = crate::store::RunInfo {
+        id: crate::store::RunId(7),
+        name: "lake".into(),
+        status: crate::store::RunStatus::Finished,
+        created_at: 0,
+        updated_at: 0,
+        heartbeat_at: 0,
+        config_json: String::new(),
+        config_hash: String::new(),
+        git_revision: None,
+        seed: 1,
+        output_dir: String::new(),
+        notes: String::new(),
+        tags: vec![],
+        last_stage: None,
+        last_step: 3,
+        error: None,
+        host: None,
+        pid: None,
+        process_token: None,
+    };
+    let cfg: crate::config::RunConfig =
+        serde_json::from_value(serde_json::json!({"name": "lake", "model": {}})).unwrap();
+    StoredEpisode {
+        run,
+        cfg,
+        env,
+        record: TrajectoryRecord {
+            stage: "rl".into(),
+            step: 3,
+            env: "frozen_lake".into(),
+            env_seed: 0,
+            policy_version: 2,
+            success: false,
+            group: 1,
+            episode: 0,
+            end_reason: "max_turns".into(),
+            turns: observations
+                .iter()
+                .zip(outputs)
+                .map(|(o, a)| TurnRecord {
+                    observation: o.to_string(),
+                    action_text: a.to_string(),
+                    parsed_action: None,
+                    reward: 0.0,
+                    done: false,
+                    prompt_tokens: 0,
+                    response_tokens: 0,
+                    info: Default::default(),
+                })
+                .collect(),
+        },
+    }
+}
+
+#[test]
+fn a_stored_episode_opens_at_its_turn_and_a_divergence_is_reported() {
+    let obs = ["PFF\nFHF\nFFG", "SFF\nPHF\nFFG", "SFF\nFHF\nPFG"];
+    let out = [
+        "<answer>Down</answer>",
+        "<answer>Down</answer>",
+        "<answer>Right</answer>",
+    ];
+    let (mut v, job) = DebugView::opening("lake", 3, 1, 0, None, 1);
+    assert!(matches!(
+        job,
+        DebugJob::Open {
+            step: 3,
+            group: 1,
+            ..
+        }
+    ));
+    let id = job.id();
+    v.answer(DebugMsg::Opened {
+        job: id,
+        result: Ok(Box::new(stored(&obs, &out))),
+    });
+    let s = v.session.as_ref().unwrap();
+    assert_eq!((s.turns.len(), s.divergence.clone()), (1, None));
+    assert_eq!(s.observation(), obs[1]);
+    assert_eq!(v.model_spec, "lake@3");
+    assert!(matches!(
+        v.save_target,
+        SaveTarget::Run {
+            step: 3,
+            group: 1,
+            ..
+        }
+    ));
+    // A stored observation the env does not produce: reported with the turn it happened at.
+    let edited = ["PFF\nFHF\nFFG", "SFF\nPHF\nFFG", "SFF\nFHF\nFFP"];
+    let (mut v, job) = DebugView::opening("lake", 3, 1, 0, None, usize::MAX);
+    v.answer(DebugMsg::Opened {
+        job: job.id(),
+        result: Ok(Box::new(stored(&edited, &out))),
+    });
+    assert_eq!(v.turns(), 2, "the turns before the divergence");
+    assert!(v.error.as_deref().unwrap().contains("diverges at turn 3"));
+    insta::assert_snapshot!("debugger_divergence_100x30", screen(&v, 100, 30));
+}
+
+#[test]
+fn bad_settings_and_environments_are_named_and_change_nothing() {
+    let mut v = lake();
+    v.act(Action::EditSampling);
+    v.input.as_mut().unwrap().text = "top_p=3".into();
+    type_line(&mut v, "");
+    assert!(
+        v.error
+            .as_deref()
+            .unwrap()
+            .contains("top_p must be in (0, 1]")
+    );
+    assert_eq!(v.sampling, None);
+    v.act(Action::ChooseEnv);
+    v.input.as_mut().unwrap().text = "sokobon".into();
+    type_line(&mut v, "");
+    assert!(
+        v.error
+            .as_deref()
+            .unwrap()
+            .contains("did you mean 'sokoban'")
+    );
+    assert_eq!(v.session.as_ref().unwrap().env_name, "frozen_lake");
+    v.act(Action::ChooseEnv);
+    v.input.as_mut().unwrap().text = "sokoban seed=4".into();
+    type_line(&mut v, "");
+    assert_eq!(v.session.as_ref().unwrap().env_name, "sokoban");
+    assert_eq!(v.session.as_ref().unwrap().seed, 4);
+    // Model turns without a model say how to get one.
+    v.policy = PolicyKind::Model;
+    assert!(v.act(Action::StepTurn).is_empty());
+    assert!(v.error.as_deref().unwrap().contains("m chooses"));
+    assert!(v.act(Action::Resample).is_empty());
+    // Esc closes an open input before anything else.
+    v.act(Action::ChooseModel);
+    assert!(v.back() && v.input.is_none());
+}
+
+#[test]
+fn the_workbench_opens_the_debugger_as_view_7_without_a_run() {
+    use crate::tui::app::{App, Msg, View};
+    let key = |c: KeyCode| Msg::Key(KeyEvent::new(c, KeyModifiers::NONE));
+    let mut app = App::new();
+    app.update(key(KeyCode::Char('7')));
+    assert_eq!(app.view, View::Debugger);
+    app.update(key(KeyCode::Down));
+    assert_eq!(app.debugger.as_ref().unwrap().turns(), 1);
+    // j and k walk the turns; the arrows act.
+    app.update(key(KeyCode::Char('k')));
+    assert_eq!(app.debugger.as_ref().unwrap().selected, 0);
+    // Typing goes to the input line, not to the keymap ('q' does not quit).
+    app.update(key(KeyCode::Char('i')));
+    for c in "q?7".chars() {
+        app.update(key(KeyCode::Char(c)));
+    }
+    assert!(!app.quit && !app.help && app.view == View::Debugger);
+    app.update(key(KeyCode::Enter));
+    let t = &app
+        .debugger
+        .as_ref()
+        .unwrap()
+        .session
+        .as_ref()
+        .unwrap()
+        .turns[1];
+    assert_eq!(t.output, "q?7");
+    // The help lists the debugger's keys.
+    let help = crate::tui::action::help_lines(app.keys(), crate::tui::action::Scope::Debugger);
+    for what in [
+        "resample the turn",
+        "fork at the selected turn",
+        "undo the last turn",
+    ] {
+        assert!(help.iter().any(|(_, w)| *w == what), "{what}");
+    }
+    // Esc leaves for the runs list (no run is open); the debugger keeps its episode.
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Runs);
+    app.update(key(KeyCode::Char('7')));
+    assert_eq!(app.debugger.as_ref().unwrap().turns(), 2);
+}
