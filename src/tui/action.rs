@@ -263,7 +263,10 @@ impl Action {
                 | Action::Play
                 | Action::Speed
         );
-        !(replay && matches!(scope, Scope::Runs | Scope::Debugger))
+        // The debugger has no run to replay, filter, export or reload.
+        let run_only = matches!(self, Action::Filter | Action::Export | Action::Refresh);
+        !(replay && matches!(scope, Scope::Runs | Scope::Debugger)
+            || run_only && scope == Scope::Debugger)
     }
 
     /// What the action does in a view of `scope`, where that differs from [`Action::describe`].

@@ -161,7 +161,12 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
         ));
         spans.push(Span::raw(" "));
     }
-    if let Some(status) = app.status.as_ref().or(app.load_error.as_ref()) {
+    // The runs list's read error is about the runs, not the debugger, which needs no store.
+    let load_error = app
+        .load_error
+        .as_ref()
+        .filter(|_| app.view != View::Debugger);
+    if let Some(status) = app.status.as_ref().or(load_error) {
         spans.push(Span::styled(status.as_str(), theme.bad));
         return Line::from(spans);
     }
@@ -186,7 +191,7 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
         View::Episodes => {
             "h l step · j k select · Tab episodes/turns · v training/eval · D debug · ? help"
         }
-        View::Debugger => "s step · e to the end · u undo · f fork · d resample · w save · ? help",
+        View::Debugger => "? every key · : palette · Esc back",
     };
     spans.push(Span::styled(hint, theme.muted));
     Line::from(spans)
@@ -289,7 +294,7 @@ fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 Row::new([Span::styled(keys.clone(), theme.title), Span::raw(*what)])
             })
             .collect();
-        let key_width = if columns == 2 { 11 } else { 16 };
+        let key_width = if columns == 2 { 13 } else { 16 };
         frame.render_widget(
             Table::new(rows, [Constraint::Length(key_width), Constraint::Min(10)]),
             *column,

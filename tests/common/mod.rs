@@ -10,6 +10,8 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use serde_json::Value;
 
+pub mod pty;
+
 /// The tiny model, the two synthetic domains and the short SFT stage of the end-to-end tests; a test
 /// adds `name`, `seed`, its `rl:` section and `output_dir`.
 pub const TINY_MODEL_AND_DATA: &str = r#"
