@@ -106,6 +106,26 @@ impl Loader {
                 .await;
                 DebugMsg::Exported { job, result }
             }
+            DebugJob::ListCheckpoints { job } => {
+                let mut specs = vec![];
+                if self.path.exists()
+                    && let Ok(store) = self.store().await
+                    && let Ok(runs) = store.list_runs().await
+                {
+                    for run in runs {
+                        let Ok(checkpoints) = store.checkpoints(run.id).await else {
+                            continue;
+                        };
+                        for c in checkpoints.iter().rev() {
+                            let spec = format!("{}@{}", run.name, c.step);
+                            if !specs.contains(&spec) {
+                                specs.push(spec);
+                            }
+                        }
+                    }
+                }
+                DebugMsg::Checkpoints { job, specs }
+            }
             DebugJob::Open {
                 job,
                 run,

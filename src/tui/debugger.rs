@@ -92,6 +92,8 @@ pub enum DebugJob {
         episode: usize,
         env: Option<String>,
     },
+    /// Every checkpoint in the store, as `RUN@STEP`, newest run first.
+    ListCheckpoints { job: u64 },
 }
 
 impl DebugJob {
@@ -102,7 +104,8 @@ impl DebugJob {
             | DebugJob::Resample { job, .. }
             | DebugJob::Save { job, .. }
             | DebugJob::Export { job, .. }
-            | DebugJob::Open { job, .. } => *job,
+            | DebugJob::Open { job, .. }
+            | DebugJob::ListCheckpoints { job } => *job,
         }
     }
 }
@@ -125,6 +128,7 @@ impl std::fmt::Debug for DebugJob {
             DebugJob::Save { .. } => "save".into(),
             DebugJob::Export { path, .. } => format!("export {}", path.display()),
             DebugJob::Open { run, step, .. } => format!("open {run} step {step}"),
+            DebugJob::ListCheckpoints { .. } => "list checkpoints".into(),
         };
         write!(f, "DebugJob #{} {kind}", self.id())
     }
@@ -157,6 +161,8 @@ pub enum DebugMsg {
         job: u64,
         result: Result<Box<StoredEpisode>, String>,
     },
+    /// Checkpoints to offer in the model input (none when the store cannot be read).
+    Checkpoints { job: u64, specs: Vec<String> },
 }
 
 pub struct DebugView {
@@ -370,6 +376,7 @@ impl DebugView {
             Action::ExportSession => return self.export(),
             Action::ChooseModel => {
                 self.input = Some(Input::new(InputKind::Model, &self.model_spec));
+                return vec![DebugJob::ListCheckpoints { job: self.job() }];
             }
             Action::EditSampling => {
                 let now = self.effective_sampling();
@@ -802,6 +809,12 @@ impl DebugView {
                         ));
                     }
                     Err(e) => self.fail(format!("saving: {e}")),
+                }
+            }
+            DebugMsg::Checkpoints { job: _, specs } => {
+                if let Some(input) = self.input.as_mut().filter(|i| i.kind == InputKind::Model) {
+                    input.choice = specs.iter().position(|s| *s == input.text);
+                    input.choices = specs;
                 }
             }
             DebugMsg::Exported { job: _, result } => match result {

@@ -33,6 +33,9 @@ impl InputKind {
 pub struct Input {
     pub kind: InputKind,
     pub text: String,
+    /// What ↑ and ↓ offer (the model input: every checkpoint in the store, `RUN@STEP`).
+    pub choices: Vec<String>,
+    pub choice: Option<usize>,
 }
 
 pub enum InputOutcome {
@@ -46,10 +49,13 @@ impl Input {
         Input {
             kind,
             text: text.to_string(),
+            choices: vec![],
+            choice: None,
         }
     }
 
-    /// Edit with a key: characters, Backspace, Ctrl-u (clear); Enter submits, Esc cancels.
+    /// Edit with a key: characters, Backspace, Ctrl-u (clear), ↑ ↓ through the choices; Enter
+    /// submits, Esc cancels.
     pub fn key(&mut self, key: KeyEvent) -> InputOutcome {
         match key.code {
             KeyCode::Enter => return InputOutcome::Submit(self.text.clone()),
@@ -62,6 +68,17 @@ impl Input {
             }
             KeyCode::Backspace => {
                 self.text.pop();
+            }
+            KeyCode::Up | KeyCode::Down if !self.choices.is_empty() => {
+                let last = self.choices.len() - 1;
+                let next = match (self.choice, key.code) {
+                    (None, KeyCode::Down) => 0,
+                    (None, _) => last,
+                    (Some(i), KeyCode::Down) => (i + 1).min(last),
+                    (Some(i), _) => i.saturating_sub(1),
+                };
+                self.choice = Some(next);
+                self.text = self.choices[next].clone();
             }
             KeyCode::Char(c) => self.text.push(c),
             _ => {}

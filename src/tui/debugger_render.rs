@@ -119,7 +119,12 @@ pub fn render(frame: &mut Frame, area: Rect, view: &DebugView, spinner: &str, th
     turn_table(frame, turns, view, s, theme);
     detail_panel(frame, detail, view, s, theme);
     if let Some(i) = view.picker {
-        picker(frame, body, i, &s.env().actions(), theme);
+        let title = "action (Enter takes it, Esc closes)";
+        list(frame, body, Some(i), &s.env().actions(), title, theme);
+    }
+    if let Some(input) = view.input.as_ref().filter(|i| !i.choices.is_empty()) {
+        let title = "checkpoints in the store (↑ ↓ pick, Enter loads)";
+        list(frame, body, input.choice, &input.choices, title, theme);
     }
 }
 
@@ -426,11 +431,20 @@ fn sample_lines<'a>(view: &DebugView, theme: &Theme) -> Vec<Line<'a>> {
     lines
 }
 
-fn picker(frame: &mut Frame, area: Rect, selected: usize, actions: &[String], theme: &Theme) {
-    let height = (actions.len() as u16 + 2).min(area.height);
-    let width = actions
+/// A list over the view: `items`, `selected` highlighted.
+fn list(
+    frame: &mut Frame,
+    area: Rect,
+    selected: Option<usize>,
+    items: &[String],
+    title: &str,
+    theme: &Theme,
+) {
+    let height = (items.len() as u16 + 2).min(area.height);
+    let width = items
         .iter()
         .map(|a| a.chars().count())
+        .chain([title.chars().count()])
         .max()
         .unwrap_or(0)
         .clamp(20, 60) as u16
@@ -441,16 +455,16 @@ fn picker(frame: &mut Frame, area: Rect, selected: usize, actions: &[String], th
     let [popup] = Layout::horizontal([Constraint::Length(width)])
         .flex(Flex::Center)
         .areas(row);
-    let rows = actions.iter().map(|a| Row::new(vec![one_line(a, 60)]));
+    let rows = items.iter().map(|a| Row::new(vec![one_line(a, 60)]));
     let table = Table::new(rows, [Constraint::Fill(1)])
         .row_highlight_style(theme.selected)
         .block(
             Block::default()
                 .borders(Borders::ALL)
                 .border_style(theme.focus_border)
-                .title("action (Enter takes it, Esc closes)"),
+                .title(title.to_string()),
         );
     frame.render_widget(Clear, popup);
-    let mut state = TableState::default().with_selected(Some(selected));
+    let mut state = TableState::default().with_selected(selected);
     frame.render_stateful_widget(table, popup, &mut state);
 }

@@ -409,3 +409,76 @@ fn the_workbench_opens_the_debugger_as_view_7_without_a_run() {
     app.update(key(KeyCode::Char('7')));
     assert_eq!(app.debugger.as_ref().unwrap().turns(), 2);
 }
+
+#[test]
+fn d_on_the_episodes_view_opens_the_selected_turn_in_the_debugger() {
+    use crate::tui::app::{App, Effect, Msg, OpenRun, View};
+    use crate::tui::episodes::EpisodesView;
+    let key = |c: KeyCode| Msg::Key(KeyEvent::new(c, KeyModifiers::NONE));
+    let mut app = App::new();
+    let run = crate::store::RunId(7);
+    app.open = Some(OpenRun {
+        id: run,
+        name: "lake".into(),
+        live: false,
+        start_ms: 0,
+    });
+    let mut episodes = EpisodesView::new(run);
+    episodes.set_steps(vec![(3, false)]);
+    let mut second = stored(&["PFF\nFHF\nFFG", "SFF\nPHF\nFFG"], &["a", "b"]).record;
+    second.episode = 1;
+    let first = TrajectoryRecord {
+        episode: 0,
+        ..second.clone()
+    };
+    episodes.set_episodes(3, vec![first, second]);
+    app.episodes = Some(episodes);
+    app.view = View::Episodes;
+    // The second episode, its second turn.
+    for k in [KeyCode::Char('j'), KeyCode::Tab, KeyCode::Char('j')] {
+        app.update(key(k));
+    }
+    let effects = app.update(key(KeyCode::Char('D')));
+    assert_eq!(app.view, View::Debugger);
+    let [Effect::Debug(job)] = effects.as_slice() else {
+        panic!("{effects:?}");
+    };
+    match job.as_ref() {
+        DebugJob::Open {
+            run,
+            step,
+            group,
+            episode,
+            env,
+            ..
+        } => assert_eq!(
+            (run.as_str(), *step, *group, *episode, env.as_deref()),
+            ("lake", 3, 1, 1, Some("frozen_lake"))
+        ),
+        other => panic!("{other:?}"),
+    }
+    let d = app.debugger.as_mut().unwrap();
+    assert_eq!(d.opening_at, 1, "before the selected (second) turn");
+    assert!(screen(d, 80, 24).contains("opening the stored episode"));
+}
+
+#[test]
+fn the_model_input_offers_the_stores_checkpoints() {
+    let mut v = lake();
+    let jobs = v.act(Action::ChooseModel);
+    let [DebugJob::ListCheckpoints { job }] = jobs.as_slice() else {
+        panic!("{jobs:?}");
+    };
+    v.answer(DebugMsg::Checkpoints {
+        job: *job,
+        specs: vec!["lake@2".into(), "lake@1".into()],
+    });
+    let down = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
+    v.input_key(down);
+    v.input_key(down);
+    assert_eq!(v.input.as_ref().unwrap().text, "lake@1");
+    assert!(screen(&v, 100, 30).contains("checkpoints in the store"));
+    let jobs = v.input_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    assert!(matches!(jobs.as_slice(), [DebugJob::LoadModel { spec, .. }] if spec == "lake@1"));
+    assert!(matches!(v.busy, Some((Work::LoadingModel, _))));
+}
