@@ -17,6 +17,8 @@ pub mod dashboard_render;
 mod debug_loader;
 pub mod debugger;
 pub mod debugger_input;
+pub mod debugger_jobs;
+pub mod debugger_ops;
 pub mod debugger_render;
 pub mod decimate;
 pub mod episodes;

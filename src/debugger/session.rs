@@ -104,6 +104,16 @@ pub struct Session {
     pub divergence: Option<Divergence>,
 }
 
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("env", &self.env_name)
+            .field("seed", &self.seed)
+            .field("turns", &self.turns.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Session {
     /// A new episode of `prototype` (a fresh, never reset environment) from `seed`.
     pub fn start(

@@ -106,6 +106,10 @@ impl Loader {
                 .await;
                 DebugMsg::Exported { job, result }
             }
+            DebugJob::Step { job, cell, op } => DebugMsg::Stepped {
+                job,
+                result: blocking(move || Ok(cell.apply(op))).await.and_then(|r| r),
+            },
             DebugJob::ListCheckpoints { job } => {
                 let mut specs = vec![];
                 if self.path.exists()

@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::action::Action;
 use super::debugger_input::{Input, InputKind, InputOutcome};
+pub use super::debugger_jobs::{DebugJob, DebugMsg, Work};
+use super::debugger_ops::{SessionCell, SessionOp};
 use crate::config::EnvConfig;
-use crate::debugger::open::{StoredEpisode, env_config, session, session_at};
-use crate::debugger::policy::{CANCELLED, ModelTurn, Prompt};
-use crate::debugger::record::{SaveRequest, SaveTarget, Saved, to_jsonl};
+use crate::debugger::open::{env_config, session};
+use crate::debugger::policy::Prompt;
+use crate::debugger::record::{SaveRequest, SaveTarget, to_jsonl};
 use crate::debugger::{Actor, ModelPolicy, Resample, Session};
-use crate::env::ActionParser;
 use crate::rollout::SamplingParams;
 use crate::seed::mix_seed;
 
@@ -34,135 +35,6 @@ pub enum Pane {
     Output,
     Info,
     Samples,
-}
-
-/// What is under way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Work {
-    LoadingModel,
-    /// A model's turn; `to_end` goes on until the episode ends.
-    Drawing {
-        to_end: bool,
-    },
-    Resampling,
-    Saving,
-    Opening,
-}
-
-/// Work for the runtime; answered by a [`DebugMsg`] with the same `job`.
-#[derive(Clone)]
-pub enum DebugJob {
-    LoadModel {
-        job: u64,
-        spec: String,
-        env: EnvConfig,
-    },
-    Generate {
-        job: u64,
-        policy: ModelPolicy,
-        prompt: Prompt,
-        seed: u64,
-        cancel: Arc<AtomicBool>,
-    },
-    Resample {
-        job: u64,
-        policy: ModelPolicy,
-        prompt: Prompt,
-        draws: usize,
-        seed: u64,
-        parser: ActionParser,
-        actions: Vec<String>,
-        cancel: Arc<AtomicBool>,
-    },
-    Save {
-        job: u64,
-        request: Box<SaveRequest>,
-        target: SaveTarget,
-    },
-    Export {
-        job: u64,
-        path: PathBuf,
-        text: String,
-    },
-    Open {
-        job: u64,
-        run: String,
-        step: u64,
-        group: usize,
-        episode: usize,
-        env: Option<String>,
-    },
-    /// Every checkpoint in the store, as `RUN@STEP`, newest run first.
-    ListCheckpoints { job: u64 },
-}
-
-impl DebugJob {
-    pub fn id(&self) -> u64 {
-        match self {
-            DebugJob::LoadModel { job, .. }
-            | DebugJob::Generate { job, .. }
-            | DebugJob::Resample { job, .. }
-            | DebugJob::Save { job, .. }
-            | DebugJob::Export { job, .. }
-            | DebugJob::Open { job, .. }
-            | DebugJob::ListCheckpoints { job } => *job,
-        }
-    }
-}
-
-// Jobs are told apart by their number: an effect list compares them without comparing models.
-impl PartialEq for DebugJob {
-    fn eq(&self, other: &Self) -> bool {
-        self.id() == other.id()
-    }
-}
-
-impl Eq for DebugJob {}
-
-impl std::fmt::Debug for DebugJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self {
-            DebugJob::LoadModel { spec, .. } => format!("load model {spec}"),
-            DebugJob::Generate { seed, .. } => format!("generate (seed {seed})"),
-            DebugJob::Resample { draws, .. } => format!("resample ×{draws}"),
-            DebugJob::Save { .. } => "save".into(),
-            DebugJob::Export { path, .. } => format!("export {}", path.display()),
-            DebugJob::Open { run, step, .. } => format!("open {run} step {step}"),
-            DebugJob::ListCheckpoints { .. } => "list checkpoints".into(),
-        };
-        write!(f, "DebugJob #{} {kind}", self.id())
-    }
-}
-
-/// A job's outcome.
-#[derive(Debug)]
-pub enum DebugMsg {
-    ModelLoaded {
-        job: u64,
-        result: Result<Box<ModelPolicy>, String>,
-    },
-    Generated {
-        job: u64,
-        result: Result<(String, ModelTurn), String>,
-    },
-    Resampled {
-        job: u64,
-        result: Result<Resample, String>,
-    },
-    Saved {
-        job: u64,
-        result: Result<(Saved, SaveTarget), String>,
-    },
-    Exported {
-        job: u64,
-        result: Result<String, String>,
-    },
-    Opened {
-        job: u64,
-        result: Result<Box<StoredEpisode>, String>,
-    },
-    /// Checkpoints to offer in the model input (none when the store cannot be read).
-    Checkpoints { job: u64, specs: Vec<String> },
 }
 
 pub struct DebugView {
@@ -186,7 +58,7 @@ pub struct DebugView {
     /// The action picker's selection, while it is open.
     pub picker: Option<usize>,
     pub busy: Option<(Work, u64)>,
-    cancel: Arc<AtomicBool>,
+    pub(super) cancel: Arc<AtomicBool>,
     /// The last resample and the turn it drew.
     pub resample: Option<(usize, Resample)>,
     /// The next model turn's prompt (or why there is none), while a model is loaded.
@@ -197,11 +69,15 @@ pub struct DebugView {
     /// Where the episode came from (`run q · step 3 · group 0 episode 1`).
     pub origin: Option<String>,
     /// The turn to open a stored episode at.
-    opening_at: usize,
-    draws_made: u64,
-    next_job: u64,
+    pub(super) opening_at: usize,
+    pub(super) draws_made: u64,
+    pub(super) next_job: u64,
     /// The model load under way (it may run beside the reading of a stored episode).
-    pending_model: Option<u64>,
+    pub(super) pending_model: Option<u64>,
+    /// The episode while a program steps it.
+    pub(super) away: Option<SessionCell>,
+    /// A model plays to the end: draw again once its turn is applied.
+    pub(super) to_end: bool,
 }
 
 /// The environment a debugger opens on when none was named.
@@ -241,6 +117,8 @@ impl DebugView {
             draws_made: 0,
             next_job: 0,
             pending_model: None,
+            away: None,
+            to_end: false,
         }
     }
 
@@ -276,7 +154,7 @@ impl DebugView {
         (view, open)
     }
 
-    fn job(&mut self) -> u64 {
+    pub(super) fn job(&mut self) -> u64 {
         self.next_job += 1;
         self.next_job
     }
@@ -286,7 +164,7 @@ impl DebugView {
     }
 
     /// The state changed: select the newest state and work out the next prompt again.
-    fn changed(&mut self) {
+    pub(super) fn changed(&mut self) {
         self.selected = self.turns();
         self.token = 0;
         self.scroll = 0;
@@ -296,7 +174,7 @@ impl DebugView {
         };
     }
 
-    fn fail(&mut self, e: impl ToString) {
+    pub(super) fn fail(&mut self, e: impl ToString) {
         self.error = Some(e.to_string());
     }
 
@@ -324,10 +202,10 @@ impl DebugView {
             return vec![];
         }
         match action {
-            Action::MoveLeft => self.human("Left"),
-            Action::MoveDown => self.human("Down"),
-            Action::MoveRight => self.human("Right"),
-            Action::MoveUp => self.human("Up"),
+            Action::MoveLeft => return self.session_op(SessionOp::Take("Left".into())),
+            Action::MoveDown => return self.session_op(SessionOp::Take("Down".into())),
+            Action::MoveRight => return self.session_op(SessionOp::Take("Right".into())),
+            Action::MoveUp => return self.session_op(SessionOp::Take("Up".into())),
             Action::PickAction => self.open_picker(),
             Action::TypeOutput => self.input = Some(Input::new(InputKind::Output, "")),
             Action::CyclePolicy => {
@@ -342,34 +220,14 @@ impl DebugView {
             }
             Action::StepTurn => return self.step(false),
             Action::RunToEnd => return self.step(true),
-            Action::Undo => self.with_session(|s| match s.undo() {
-                Ok(true) => Ok(None),
-                Ok(false) => Ok(Some("nothing to undo".into())),
-                Err(e) => Err(e.to_string()),
-            }),
-            Action::Fork => {
-                let at = self.selected;
-                self.with_session(|s| {
-                    if at >= s.turns.len() {
-                        return Ok(Some("select an earlier turn (j k) to fork at".into()));
-                    }
-                    s.fork(at).map_err(|e| e.to_string())?;
-                    Ok(Some(format!(
-                        "forked at turn {}: play it differently",
-                        at + 1
-                    )))
-                })
-            }
+            Action::Undo => return self.session_op(SessionOp::Undo),
+            Action::Fork => return self.session_op(SessionOp::Fork(self.selected)),
             Action::NewEpisode | Action::RestartEpisode => {
-                let next = matches!(action, Action::NewEpisode);
-                self.with_session(|s| {
-                    let seed = if next { s.seed.wrapping_add(1) } else { s.seed };
-                    s.reset(seed).map_err(|e| e.to_string())?;
-                    Ok(Some(format!("episode from seed {seed}")))
-                });
                 self.resample = None;
                 self.save_target = SaveTarget::NewRun;
                 self.origin = None;
+                let next = matches!(action, Action::NewEpisode);
+                return self.session_op(SessionOp::Reset { next });
             }
             Action::Resample => return self.resample(),
             Action::SaveSession => return self.save(),
@@ -425,6 +283,14 @@ impl DebugView {
         if self.input.take().is_some() || self.picker.take().is_some() {
             return true;
         }
+        if matches!(self.busy, Some((Work::Stepping, _))) {
+            self.notice = Some(
+                "the environment is stepping: it cannot be interrupted, and its step_timeout \
+                 stops a program that hangs"
+                    .into(),
+            );
+            return true;
+        }
         if self.busy.is_some() {
             self.cancel.store(true, Ordering::Relaxed);
             if matches!(
@@ -446,29 +312,51 @@ impl DebugView {
         false
     }
 
-    /// Apply `f` to the session, then show its notice or error.
-    fn with_session(&mut self, f: impl FnOnce(&mut Session) -> Result<Option<String>, String>) {
+    /// Change the episode: at once for an env in this process, else on a blocking thread (the
+    /// episode waits in a cell until [`DebugMsg::Stepped`]).
+    pub(super) fn session_op(&mut self, op: SessionOp) -> Vec<DebugJob> {
         let Some(s) = self.session.as_mut() else {
-            return self.fail("no episode: c chooses an environment");
+            self.fail("no episode: c chooses an environment");
+            return vec![];
         };
-        match f(s) {
-            Ok(notice) => self.notice = notice,
+        if !s.env().blocks() {
+            let result = op.apply(s);
+            return self.applied(result);
+        }
+        let Some(s) = self.session.take() else {
+            return vec![];
+        };
+        let cell = SessionCell::new(s);
+        self.away = Some(cell.clone());
+        let job = self.job();
+        self.busy = Some((Work::Stepping, job));
+        vec![DebugJob::Step { job, cell, op }]
+    }
+
+    /// Show what a change of the episode did; the next turn of a model playing to the end.
+    pub(super) fn applied(&mut self, result: Result<Option<String>, String>) -> Vec<DebugJob> {
+        let ok = result.is_ok();
+        match result {
+            Ok(notice) => self.notice = notice.or(self.notice.take()),
             Err(e) => self.error = Some(e),
         }
         self.changed();
-    }
-
-    fn human(&mut self, action: &str) {
-        self.with_session(|s| {
-            if !s.env().actions().iter().any(|a| a == action) && !s.env().actions().is_empty() {
-                return Err(format!(
-                    "'{action}' is not an action here (a picks from the env's actions; i types \
-                     any output)"
-                ));
+        // A model's turn stays selected, so its output and log-probs show.
+        if let Some(s) = &self.session
+            && s.turns.last().is_some_and(|t| t.actor == Actor::Model)
+        {
+            self.selected = s.turns.len() - 1;
+        }
+        if std::mem::take(&mut self.to_end) && ok {
+            let go_on = self
+                .session
+                .as_ref()
+                .is_some_and(|s| !s.done() && s.turns.len() < self.env.max_turns);
+            if go_on {
+                return self.draw(true);
             }
-            s.take(action, Actor::Human).map_err(|e| e.to_string())?;
-            Ok(None)
-        });
+        }
+        vec![]
     }
 
     fn open_picker(&mut self) {
@@ -491,11 +379,7 @@ impl DebugView {
             Action::Open => {
                 self.picker = None;
                 if let Some(a) = actions.get(i) {
-                    let a = a.clone();
-                    self.with_session(|s| {
-                        s.take(&a, Actor::Human).map_err(|e| e.to_string())?;
-                        Ok(None)
-                    });
+                    return self.session_op(SessionOp::Take(a.clone()));
                 }
             }
             Action::Back => self.picker = None,
@@ -544,32 +428,15 @@ impl DebugView {
                 self.open_picker();
                 vec![]
             }
-            PolicyKind::Random => {
-                let limit = self.env.max_turns;
-                self.with_session(|s| {
-                    loop {
-                        if s.done() {
-                            return Ok(None);
-                        }
-                        if to_end && s.turns.len() >= limit {
-                            return Ok(Some(format!("stopped at max_turns ({limit})")));
-                        }
-                        let a = s.random_action().ok_or(
-                            "this environment lists no actions to draw from: i types an output",
-                        )?;
-                        s.take(&a, Actor::Random).map_err(|e| e.to_string())?;
-                        if !to_end {
-                            return Ok(None);
-                        }
-                    }
-                });
-                vec![]
-            }
+            PolicyKind::Random => self.session_op(SessionOp::Random {
+                to_end,
+                limit: self.env.max_turns,
+            }),
             PolicyKind::Model => self.draw(to_end),
         }
     }
 
-    fn draw(&mut self, to_end: bool) -> Vec<DebugJob> {
+    pub(super) fn draw(&mut self, to_end: bool) -> Vec<DebugJob> {
         let Some((policy, prompt)) = self.model_ready() else {
             return vec![];
         };
@@ -671,10 +538,7 @@ impl DebugView {
         self.input = None;
         self.error = None;
         match kind {
-            InputKind::Output => self.with_session(|s| {
-                s.act(text, Actor::Human, None).map_err(|e| e.to_string())?;
-                Ok(None)
-            }),
+            InputKind::Output => return self.session_op(SessionOp::Output(text)),
             InputKind::Model => {
                 let spec = text.trim().to_string();
                 if spec.is_empty() {
@@ -729,135 +593,6 @@ impl DebugView {
             spec: spec.to_string(),
             env: self.env.clone(),
         }
-    }
-
-    fn answered(&mut self, job: u64) -> Option<Work> {
-        match self.busy {
-            Some((work, j)) if j == job => {
-                self.busy = None;
-                Some(work)
-            }
-            _ => None,
-        }
-    }
-
-    /// A job's outcome; what to do next (the next turn of a run to the end).
-    pub fn answer(&mut self, msg: DebugMsg) -> Vec<DebugJob> {
-        match msg {
-            DebugMsg::ModelLoaded { job, result } => {
-                if self.pending_model != Some(job) {
-                    return vec![];
-                }
-                self.pending_model = None;
-                self.answered(job);
-                match result {
-                    Ok(mut m) => {
-                        if let Some(s) = &self.sampling {
-                            m.sampling = s.clone();
-                        }
-                        self.notice = Some(format!("model {} loaded", m.source));
-                        self.model = Some(*m);
-                        self.policy = PolicyKind::Model;
-                        self.changed();
-                    }
-                    Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
-                }
-            }
-            DebugMsg::Generated { job, result } => {
-                let Some(Work::Drawing { to_end }) = self.answered(job) else {
-                    return vec![];
-                };
-                match result {
-                    Ok((output, turn)) => {
-                        self.with_session(|s| {
-                            s.act(output, Actor::Model, Some(turn))
-                                .map_err(|e| e.to_string())?;
-                            Ok(None)
-                        });
-                        self.pane = Pane::Output;
-                        self.selected = self.turns().saturating_sub(1);
-                        let go_on = self
-                            .session
-                            .as_ref()
-                            .is_some_and(|s| !s.done() && s.turns.len() < self.env.max_turns);
-                        if to_end && go_on && self.error.is_none() {
-                            return self.draw(true);
-                        }
-                    }
-                    Err(e) if e == CANCELLED => self.notice = Some("cancelled".into()),
-                    Err(e) => self.fail(e),
-                }
-            }
-            DebugMsg::Resampled { job, result } => {
-                if self.answered(job).is_none() {
-                    return vec![];
-                }
-                match result {
-                    Ok(r) => self.resample = Some((self.turns(), r)),
-                    Err(e) if e == CANCELLED => self.notice = Some("cancelled".into()),
-                    Err(e) => self.fail(e),
-                }
-            }
-            DebugMsg::Saved { job, result } => {
-                self.answered(job);
-                match result {
-                    Ok((saved, target)) => {
-                        self.save_target = target;
-                        self.notice = Some(format!(
-                            "saved as episode {} of run '{}' step {} (debug)",
-                            saved.episode, saved.run_name, saved.step
-                        ));
-                    }
-                    Err(e) => self.fail(format!("saving: {e}")),
-                }
-            }
-            DebugMsg::Checkpoints { job: _, specs } => {
-                if let Some(input) = self.input.as_mut().filter(|i| i.kind == InputKind::Model) {
-                    input.choice = specs.iter().position(|s| *s == input.text);
-                    input.choices = specs;
-                }
-            }
-            DebugMsg::Exported { job: _, result } => match result {
-                Ok(done) => self.notice = Some(done),
-                Err(e) => self.fail(e),
-            },
-            DebugMsg::Opened { job, result } => {
-                if self.answered(job).is_none() {
-                    return vec![];
-                }
-                match result
-                    .and_then(|stored| session_at(&stored, self.opening_at).map(|s| (stored, s)))
-                {
-                    Ok((stored, s)) => {
-                        let r = &stored.record;
-                        self.origin = Some(format!(
-                            "run {} · step {} · group {} episode {}",
-                            stored.run.name, r.step, r.group, r.episode
-                        ));
-                        self.save_target = SaveTarget::Run {
-                            run: stored.run.id,
-                            step: r.step,
-                            group: r.group,
-                        };
-                        if let Some(d) = &s.divergence {
-                            self.error = Some(format!(
-                                "the stored episode diverges at turn {}: replaying it from its \
-                                 seed shows another observation (see Info)",
-                                d.turn + 1
-                            ));
-                        }
-                        self.env = stored.env.clone();
-                        self.session = Some(s);
-                        self.pane = Pane::Info;
-                        let error = self.error.take();
-                        self.changed();
-                        self.error = error;
-                    }
-                    Err(e) => self.fail(e),
-                }
-            }
-        }
-        vec![]
     }
 }
 

@@ -81,6 +81,9 @@ pub fn render(frame: &mut Frame, area: Rect, view: &DebugView, spinner: &str, th
     let Some(s) = session else {
         let text = match view.busy {
             Some((Work::Opening, _)) => format!("{spinner} opening the stored episode…"),
+            Some((Work::Stepping, _)) => {
+                format!("{spinner} the environment's program is stepping…")
+            }
             _ => "No episode: c chooses an environment (NAME key=value … seed=N).".into(),
         };
         frame.render_widget(Paragraph::new(text).style(theme.muted), body);
@@ -145,6 +148,7 @@ fn message_line<'a>(view: &DebugView, spinner: &str, theme: &Theme) -> Line<'a> 
             Work::Resampling => "drawing the turn again and again",
             Work::Saving => "saving",
             Work::Opening => "opening the stored episode",
+            Work::Stepping => "the environment's program is stepping",
         };
         return Line::styled(format!("{spinner} {what}… (Esc cancels)"), theme.muted);
     }

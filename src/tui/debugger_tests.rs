@@ -91,6 +91,10 @@ fn run_job(view: &mut DebugView, job: DebugJob) -> Vec<DebugJob> {
             job,
             result: policy.resample(&prompt, draws, seed, &parser, &actions, Some(&cancel)),
         },
+        DebugJob::Step { job, cell, op } => DebugMsg::Stepped {
+            job,
+            result: cell.apply(op),
+        },
         other => panic!("not run here: {other:?}"),
     };
     view.answer(msg)
@@ -481,4 +485,52 @@ fn the_model_input_offers_the_stores_checkpoints() {
     let jobs = v.input_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
     assert!(matches!(jobs.as_slice(), [DebugJob::LoadModel { spec, .. }] if spec == "lake@1"));
     assert!(matches!(v.busy, Some((Work::LoadingModel, _))));
+}
+
+#[test]
+fn a_program_backed_env_steps_off_the_screens_thread() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/envs/external/guess_number.py");
+    let env = env_config(
+        "external",
+        &[
+            ("command".into(), format!("python3 {script}")),
+            ("high".into(), "10".into()),
+        ],
+    )
+    .unwrap();
+    // Seed 1 hides 3 (Python: random.Random(1).randint(1, 10) == 3).
+    let mut v = DebugView::new(env, 1);
+    v.act(Action::TypeOutput);
+    let jobs = type_line(&mut v, "<answer>5</answer>");
+    assert!(
+        matches!(jobs.as_slice(), [DebugJob::Step { .. }]),
+        "{jobs:?}"
+    );
+    assert!(v.session.is_none(), "the episode is with the step");
+    assert!(matches!(v.busy, Some((Work::Stepping, _))));
+    assert!(screen(&v, 100, 24).contains("the environment's program is stepping"));
+    // Esc cannot interrupt a program's step, and says so.
+    assert!(v.back());
+    assert!(
+        v.notice
+            .as_deref()
+            .unwrap()
+            .contains("cannot be interrupted")
+    );
+    for job in jobs {
+        assert!(run_job(&mut v, job).is_empty());
+    }
+    let s = v.session.as_ref().unwrap();
+    assert_eq!(s.turns.len(), 1);
+    assert_eq!(
+        s.observation(),
+        "5 is too high. It is between 1 and 4; 6 guesses left."
+    );
+    // Undo goes through the program as well, and comes back with the first observation.
+    let jobs = v.act(Action::Undo);
+    for job in jobs {
+        run_job(&mut v, job);
+    }
+    assert_eq!(v.turns(), 0);
+    assert_eq!(v.busy, None);
 }

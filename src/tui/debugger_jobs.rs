@@ -1,0 +1,294 @@
+//! The debugger's work for the runtime ([`DebugJob`]) and its answers ([`DebugMsg`]), and how the
+//! view takes an answer in: a model loaded, a turn drawn (the next one of a run to the end), a
+//! resample, a save, a stored episode opened, a program-backed step done.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use super::debugger::{DebugView, Pane, PolicyKind};
+use super::debugger_input::InputKind;
+use super::debugger_ops::{SessionCell, SessionOp};
+use crate::config::EnvConfig;
+use crate::debugger::open::{StoredEpisode, session_at};
+use crate::debugger::policy::{CANCELLED, ModelTurn, Prompt};
+use crate::debugger::record::{SaveRequest, SaveTarget, Saved};
+use crate::debugger::{ModelPolicy, Resample};
+use crate::env::ActionParser;
+
+/// What is under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    LoadingModel,
+    /// A model's turn; `to_end` goes on until the episode ends.
+    Drawing {
+        to_end: bool,
+    },
+    Resampling,
+    Saving,
+    Opening,
+    /// A program-backed environment is stepping (it cannot be interrupted; its `step_timeout`
+    /// bounds the wait).
+    Stepping,
+}
+
+/// Work for the runtime; answered by a [`DebugMsg`] with the same `job`.
+#[derive(Clone)]
+pub enum DebugJob {
+    LoadModel {
+        job: u64,
+        spec: String,
+        env: EnvConfig,
+    },
+    Generate {
+        job: u64,
+        policy: ModelPolicy,
+        prompt: Prompt,
+        seed: u64,
+        cancel: Arc<AtomicBool>,
+    },
+    Resample {
+        job: u64,
+        policy: ModelPolicy,
+        prompt: Prompt,
+        draws: usize,
+        seed: u64,
+        parser: ActionParser,
+        actions: Vec<String>,
+        cancel: Arc<AtomicBool>,
+    },
+    Save {
+        job: u64,
+        request: Box<SaveRequest>,
+        target: SaveTarget,
+    },
+    Export {
+        job: u64,
+        path: PathBuf,
+        text: String,
+    },
+    Open {
+        job: u64,
+        run: String,
+        step: u64,
+        group: usize,
+        episode: usize,
+        env: Option<String>,
+    },
+    /// Every checkpoint in the store, as `RUN@STEP`, newest run first.
+    ListCheckpoints { job: u64 },
+    /// Change the episode of a program-backed env, which waits in `cell` meanwhile.
+    Step {
+        job: u64,
+        cell: SessionCell,
+        op: SessionOp,
+    },
+}
+
+impl DebugJob {
+    pub fn id(&self) -> u64 {
+        match self {
+            DebugJob::LoadModel { job, .. }
+            | DebugJob::Generate { job, .. }
+            | DebugJob::Resample { job, .. }
+            | DebugJob::Save { job, .. }
+            | DebugJob::Export { job, .. }
+            | DebugJob::Open { job, .. }
+            | DebugJob::ListCheckpoints { job }
+            | DebugJob::Step { job, .. } => *job,
+        }
+    }
+}
+
+// Jobs are told apart by their number: an effect list compares them without comparing models.
+impl PartialEq for DebugJob {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl Eq for DebugJob {}
+
+impl std::fmt::Debug for DebugJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            DebugJob::LoadModel { spec, .. } => format!("load model {spec}"),
+            DebugJob::Generate { seed, .. } => format!("generate (seed {seed})"),
+            DebugJob::Resample { draws, .. } => format!("resample ×{draws}"),
+            DebugJob::Save { .. } => "save".into(),
+            DebugJob::Export { path, .. } => format!("export {}", path.display()),
+            DebugJob::Open { run, step, .. } => format!("open {run} step {step}"),
+            DebugJob::ListCheckpoints { .. } => "list checkpoints".into(),
+            DebugJob::Step { op, .. } => format!("step {op:?}"),
+        };
+        write!(f, "DebugJob #{} {kind}", self.id())
+    }
+}
+
+/// A job's outcome.
+#[derive(Debug)]
+pub enum DebugMsg {
+    ModelLoaded {
+        job: u64,
+        result: Result<Box<ModelPolicy>, String>,
+    },
+    Generated {
+        job: u64,
+        result: Result<(String, ModelTurn), String>,
+    },
+    Resampled {
+        job: u64,
+        result: Result<Resample, String>,
+    },
+    Saved {
+        job: u64,
+        result: Result<(Saved, SaveTarget), String>,
+    },
+    Exported {
+        job: u64,
+        result: Result<String, String>,
+    },
+    Opened {
+        job: u64,
+        result: Result<Box<StoredEpisode>, String>,
+    },
+    /// Checkpoints to offer in the model input (none when the store cannot be read).
+    Checkpoints { job: u64, specs: Vec<String> },
+    /// The episode was changed in its cell (see [`DebugJob::Step`]).
+    Stepped {
+        job: u64,
+        result: Result<Option<String>, String>,
+    },
+}
+
+impl DebugView {
+    fn answered(&mut self, job: u64) -> Option<Work> {
+        match self.busy {
+            Some((work, j)) if j == job => {
+                self.busy = None;
+                Some(work)
+            }
+            _ => None,
+        }
+    }
+
+    /// A job's outcome; what to do next (the next turn of a run to the end).
+    pub fn answer(&mut self, msg: DebugMsg) -> Vec<DebugJob> {
+        match msg {
+            DebugMsg::ModelLoaded { job, result } => {
+                if self.pending_model != Some(job) {
+                    return vec![];
+                }
+                self.pending_model = None;
+                self.answered(job);
+                match result {
+                    Ok(mut m) => {
+                        if let Some(s) = &self.sampling {
+                            m.sampling = s.clone();
+                        }
+                        self.notice = Some(format!("model {} loaded", m.source));
+                        self.model = Some(*m);
+                        self.policy = PolicyKind::Model;
+                        self.changed();
+                    }
+                    Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
+                }
+            }
+            DebugMsg::Generated { job, result } => {
+                let Some(Work::Drawing { to_end }) = self.answered(job) else {
+                    return vec![];
+                };
+                match result {
+                    Ok((output, turn)) => {
+                        self.pane = Pane::Output;
+                        self.to_end = to_end;
+                        return self.session_op(SessionOp::Model(output, Box::new(turn)));
+                    }
+                    Err(e) if e == CANCELLED => self.notice = Some("cancelled".into()),
+                    Err(e) => self.fail(e),
+                }
+            }
+            DebugMsg::Resampled { job, result } => {
+                if self.answered(job).is_none() {
+                    return vec![];
+                }
+                match result {
+                    Ok(r) => self.resample = Some((self.turns(), r)),
+                    Err(e) if e == CANCELLED => self.notice = Some("cancelled".into()),
+                    Err(e) => self.fail(e),
+                }
+            }
+            DebugMsg::Saved { job, result } => {
+                self.answered(job);
+                match result {
+                    Ok((saved, target)) => {
+                        self.save_target = target;
+                        self.notice = Some(format!(
+                            "saved as episode {} of run '{}' step {} (debug)",
+                            saved.episode, saved.run_name, saved.step
+                        ));
+                    }
+                    Err(e) => self.fail(format!("saving: {e}")),
+                }
+            }
+            DebugMsg::Stepped { job, result } => {
+                let Some(cell) = self.away.take() else {
+                    return vec![];
+                };
+                self.session = cell.take();
+                self.answered(job);
+                if self.session.is_none() {
+                    self.fail("internal: the episode did not come back from its step");
+                    return vec![];
+                }
+                return self.applied(result);
+            }
+            DebugMsg::Checkpoints { job: _, specs } => {
+                if let Some(input) = self.input.as_mut().filter(|i| i.kind == InputKind::Model) {
+                    input.choice = specs.iter().position(|s| *s == input.text);
+                    input.choices = specs;
+                }
+            }
+            DebugMsg::Exported { job: _, result } => match result {
+                Ok(done) => self.notice = Some(done),
+                Err(e) => self.fail(e),
+            },
+            DebugMsg::Opened { job, result } => {
+                if self.answered(job).is_none() {
+                    return vec![];
+                }
+                match result
+                    .and_then(|stored| session_at(&stored, self.opening_at).map(|s| (stored, s)))
+                {
+                    Ok((stored, s)) => {
+                        let r = &stored.record;
+                        self.origin = Some(format!(
+                            "run {} · step {} · group {} episode {}",
+                            stored.run.name, r.step, r.group, r.episode
+                        ));
+                        self.save_target = SaveTarget::Run {
+                            run: stored.run.id,
+                            step: r.step,
+                            group: r.group,
+                        };
+                        if let Some(d) = &s.divergence {
+                            self.error = Some(format!(
+                                "the stored episode diverges at turn {}: replaying it from its \
+                                 seed shows another observation (see Info)",
+                                d.turn + 1
+                            ));
+                        }
+                        self.env = stored.env.clone();
+                        self.session = Some(s);
+                        self.pane = Pane::Info;
+                        let error = self.error.take();
+                        self.changed();
+                        self.error = error;
+                    }
+                    Err(e) => self.fail(e),
+                }
+            }
+        }
+        vec![]
+    }
+}
