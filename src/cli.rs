@@ -308,8 +308,9 @@ pub struct EnvDebugArgs {
     /// An environment parameter, `key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// The model for model turns and resampling: `DIR` or `RUN@STEP` (`RUN` for its latest
-    /// checkpoint). With --run, that run's checkpoint of --step is the default.
+    /// The model for model turns and resampling, loaded at once: `DIR` or `RUN@STEP` (`RUN` for
+    /// its latest checkpoint). Without it, `m` in the view loads one (with --run it offers that
+    /// run's checkpoint of --step).
     #[arg(long)]
     pub model: Option<String>,
     #[command(flatten)]
