@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::pty::{Term, dump};
 
 const DOWN: &str = "\x1b[B";
@@ -60,14 +58,7 @@ fn walk_to_the_goal_undo_fork_save_and_find_it_in_the_store() {
     t.keys("w");
     t.wait_for("saved as episode 0 of run 'debug-frozen_lake' step 1", 30);
     t.keys("q");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = t.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "q did not quit:\n{}", t.text());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = t.wait_exit(30);
     assert!(status.success(), "{status}");
 
     // The store holds the forked episode: Down, then Right into the hole.
@@ -188,9 +179,5 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
     t.wait_for("turn 1 ·", 60);
     dump("debugger_model_turn", &t.wait_for("tokens · log-prob", 10));
     t.keys("q");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while t.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "q did not quit:\n{}", t.text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(t.wait_exit(30).success());
 }

@@ -9,7 +9,6 @@ mod common;
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use common::pty::{Term, dump};
 
@@ -85,14 +84,7 @@ fn start_the_quickstart_watch_it_open_samples_stop_it_and_quit() {
 
     // Nothing started here is running any more: q quits at once.
     t.keys("q");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = t.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "q did not quit:\n{}", t.text());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = t.wait_exit(30);
     assert!(status.success(), "{status}");
 
     // The run is in the store: stopped by the user, with its steps and samples recorded.

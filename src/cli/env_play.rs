@@ -13,6 +13,7 @@ use super::store_cmd::with_store;
 use super::{EnvPlayArgs, SamplingArgs};
 use crate::config::EnvConfig;
 use crate::debugger::open::{ModelSpec, env_config, model_policy, session};
+use crate::debugger::record::add_model_turn;
 use crate::debugger::{Actor, ModelPolicy, Resample, Session};
 use crate::seed::mix_seed;
 
@@ -228,13 +229,7 @@ fn print_turn(session: &Session, json: bool, samples: Option<&Resample>) -> Resu
         });
         if let Some(m) = &t.model {
             line["output"] = t.output.clone().into();
-            line["prompt"] = m.prompt_text.clone().into();
-            line["prompt_tokens"] = m.prompt_tokens.into();
-            line["tokens"] = m
-                .tokens
-                .iter()
-                .map(|k| json!({"token": k.text, "logprob": k.logprob, "entropy": k.entropy}))
-                .collect();
+            add_model_turn(&mut line, m);
         }
         if let Some(r) = samples {
             line["samples"] = samples_json(r);

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::policy::ModelTurn;
 use super::session::Session;
 use crate::metrics::{TrajectoryRecord, TurnRecord};
 use crate::store::runs::NewRun;
@@ -108,18 +109,23 @@ pub fn to_jsonl(session: &Session) -> String {
             "next_observation": t.step.observation,
         });
         if let Some(m) = &t.model {
-            line["prompt"] = m.prompt_text.clone().into();
-            line["prompt_tokens"] = m.prompt_tokens.into();
-            line["tokens"] = m
-                .tokens
-                .iter()
-                .map(|k| json!({"token": k.text, "logprob": k.logprob, "entropy": k.entropy}))
-                .collect();
+            add_model_turn(&mut line, m);
         }
         out.push_str(&line.to_string());
         out.push('\n');
     }
     out
+}
+
+/// A model's turn in a JSON line: its prompt, token count and per-token log-probs and entropy.
+pub fn add_model_turn(line: &mut Value, m: &ModelTurn) {
+    line["prompt"] = m.prompt_text.clone().into();
+    line["prompt_tokens"] = m.prompt_tokens.into();
+    line["tokens"] = m
+        .tokens
+        .iter()
+        .map(|k| json!({"token": k.text, "logprob": k.logprob, "entropy": k.entropy}))
+        .collect();
 }
 
 /// The config a debug run records: enough for `env replay` and the views to rebuild its env.

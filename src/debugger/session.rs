@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use super::policy::ModelTurn;
-use crate::env::replay::{Divergence, RecordedTurn, replay_steps};
+use crate::env::replay::{Divergence, RecordedTurn, Replayed, replay_steps};
 use crate::env::{ActionParser, Env, EnvFailure, Episode, Step};
 use crate::seed::mix_seed;
 
@@ -156,13 +156,7 @@ impl Session {
                 output,
             })
             .collect();
-        let replayed = replay_steps(
-            self.prototype.clone_box(),
-            self.parser.clone(),
-            self.format_penalty,
-            self.seed,
-            &turns,
-        )?;
+        let replayed = self.replay(&turns)?;
         let at = at.min(replayed.steps.len());
         self.divergence = replayed.divergence;
         self.turns = recorded
@@ -298,19 +292,24 @@ impl Session {
                 output: &t.output,
             })
             .collect();
-        let replayed = replay_steps(
-            self.prototype.clone_box(),
-            self.parser.clone(),
-            self.format_penalty,
-            self.seed,
-            &recorded,
-        )?;
+        let replayed = self.replay(&recorded)?;
         if let Some(d) = replayed.divergence {
             return Err(SessionError::Diverged(d));
         }
         self.episode = replayed.episode;
         self.turns.truncate(keep);
         Ok(())
+    }
+
+    /// `turns` replayed in a fresh copy of the environment from the session's seed.
+    fn replay(&self, turns: &[RecordedTurn<'_>]) -> Result<Replayed, EnvFailure> {
+        replay_steps(
+            self.prototype.clone_box(),
+            self.parser.clone(),
+            self.format_penalty,
+            self.seed,
+            turns,
+        )
     }
 
     /// Start again from `seed` (the same seed replays the same start).

@@ -106,6 +106,24 @@ impl Term {
     }
 }
 
+impl Term {
+    /// Wait for the program to exit; panics with the screen after `secs`.
+    pub fn wait_exit(&mut self, secs: u64) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit after {secs} s:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Term {
     fn drop(&mut self) {
         let _ = self.child.kill();
