@@ -263,8 +263,10 @@ pub struct EnvPlayArgs {
     #[arg(long, value_delimiter = ',', conflicts_with = "policy")]
     pub actions: Vec<String>,
     /// `random` (a uniformly random valid action each step, drawn from the seed), or
-    /// `model:DIR` (a Hugging Face directory) or `model:RUN@STEP` (a run's checkpoint; `model:RUN`
-    /// for its latest) prompted as a rollout prompts it.
+    /// `model:DIR` (a Hugging Face directory) or `model:RUN@STEP` (a run's checkpoint, `@rl-N` or
+    /// `@sft-N` to name the stage; `model:RUN` for its latest; `@0` the policy before RL, rebuilt
+    /// from the run's config) prompted as a rollout prompts it; a run's own env settings are used
+    /// when it trained on this env.
     #[arg(long)]
     pub policy: Option<String>,
     /// With a model: before each turn, draw it this many times and print how often each action
@@ -273,9 +275,10 @@ pub struct EnvPlayArgs {
     pub samples: Option<usize>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Stop after this many steps even if the episode goes on.
-    #[arg(long, default_value_t = 100)]
-    pub max_steps: usize,
+    /// Stop after this many steps even if the episode goes on (default: 100, or with a model
+    /// from a run of this env, that run's `max_turns`).
+    #[arg(long)]
+    pub max_steps: Option<usize>,
     /// One JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -309,7 +312,7 @@ pub struct EnvDebugArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// The model for model turns and resampling, loaded at once: `DIR` or `RUN@STEP` (`RUN` for
-    /// its latest checkpoint). Without it, `m` in the view loads one (with --run it offers that
+    /// its latest checkpoint; `RUN@0` the policy before RL, rebuilt from the run's config). Without it, `m` in the view loads one (with --run it offers that
     /// run's checkpoint of --step).
     #[arg(long)]
     pub model: Option<String>,

@@ -146,6 +146,35 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
     assert_eq!(turn["prompt"], "PFG\n");
     assert_eq!(turn["prompt_tokens"], first["turns"][0]["prompt_tokens"]);
     assert_eq!(turn["samples"]["draws"], 4);
+    // The run's own env settings: its action pattern `(\w+)` reads a word as the action (the
+    // default `<answer>` pattern would find none), and its `max_turns` (3) bounds the episode.
+    let out = common::ok(common::roll(
+        &store,
+        &[
+            "env",
+            "play",
+            "frozen_lake",
+            "--set",
+            "map=SFG",
+            "--set",
+            "legend=false",
+            "--policy",
+            "model:lake@0",
+            "--seed",
+            "5",
+            "--json",
+        ],
+    ));
+    let turns: Vec<serde_json::Value> = out
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!((1..=3).contains(&turns.len()), "{out}");
+    assert!(
+        turns.iter().all(|t| !t["info"]["parsed_action"].is_null()),
+        "{out}"
+    );
 
     let mut t = Term::start(
         &store,
@@ -167,11 +196,12 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
     );
     t.wait_for("from run lake · step 1 · group 1 episode 0", 60);
     t.wait_for("turn 0 ·", 10);
-    // The model input offers the run's checkpoint of that step.
+    // The model input offers the policy that played the episode: step 1's episodes were played
+    // before the first update, by the run's initial model.
     t.keys("m");
-    t.wait_for("model (DIR or RUN@STEP): lake@1", 10);
+    t.wait_for("model (DIR or RUN@STEP): lake@rl-0", 10);
     t.keys("\r");
-    t.wait_for("model lake@1 loaded", 60);
+    t.wait_for("model lake@rl-0 loaded", 60);
     t.keys("d");
     dump("debugger_samples", &t.wait_for("32 draws of turn 1", 60));
     // A model turn: its output, parsed action and per-token log-probs.

@@ -8,36 +8,52 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 use super::env_cmd::params;
+use super::env_play::flag_names;
 use super::store_cmd::with_store;
 use super::{EnvDebugArgs, SamplingArgs};
-use crate::debugger::open::env_config;
+use crate::config::EnvConfig;
+use crate::debugger::open::{ModelSpec, env_for_model, run_env};
+use crate::debugger::policy::SamplingOverrides;
 use crate::rollout::SamplingParams;
 use crate::tui::debugger::{DEFAULT_ENV, DebugView};
-use crate::tui::debugger_input::{parse_sampling, sampling_text};
 
-/// The sampling flags over the defaults, checked; `None` when none was given.
-fn sampling(over: &SamplingArgs) -> Result<Option<SamplingParams>> {
-    if over.temperature.is_none()
-        && over.top_k.is_none()
-        && over.top_p.is_none()
-        && over.max_tokens.is_none()
-    {
-        return Ok(None);
+impl SamplingArgs {
+    /// The flags as overrides of a model's own sampling, checked over the defaults.
+    pub fn overrides(&self) -> Result<SamplingOverrides> {
+        let over = SamplingOverrides {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            max_new_tokens: self.max_tokens,
+        };
+        let mut s = SamplingParams::default();
+        over.apply(&mut s);
+        let mut problems = vec![];
+        s.validate("sampling", &mut problems);
+        if !problems.is_empty() {
+            bail!("{}", flag_names(&problems.join("; ")));
+        }
+        Ok(over)
     }
-    let mut s = SamplingParams::default();
-    s.temperature = over.temperature.unwrap_or(s.temperature);
-    s.top_k = over.top_k.unwrap_or(s.top_k);
-    s.top_p = over.top_p.unwrap_or(s.top_p);
-    s.max_new_tokens = over.max_tokens.unwrap_or(s.max_new_tokens);
-    // The same check as the view's settings line.
-    let (s, _) = parse_sampling(&sampling_text(&s, 32), s).map_err(|e| {
-        anyhow::anyhow!(
-            "{}",
-            e.replace("temperature", "--temperature")
-                .replace("top_p", "--top-p")
-        )
-    })?;
-    Ok(Some(s))
+}
+
+/// The env to debug `name` in: with a model from a run of that env, the run's own settings.
+fn env_to_debug(store: &Path, name: &str, args: &EnvDebugArgs) -> Result<EnvConfig> {
+    let set = params(&args.set)?;
+    let trained_on = match args.model.as_deref().map(ModelSpec::parse) {
+        Some(ModelSpec::Run { run, .. }) if store.exists() => with_store(store, |s| async move {
+            let info = s.find_run(&run).await?;
+            Ok(run_env(&info).ok().map(|(_, env)| env))
+        })
+        .unwrap_or(None),
+        _ => None,
+    };
+    let (env, warning) =
+        env_for_model(name, &set, trained_on.as_ref()).map_err(anyhow::Error::msg)?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    Ok(env)
 }
 
 pub fn debug(store: &Path, args: EnvDebugArgs) -> Result<()> {
@@ -47,7 +63,7 @@ pub fn debug(store: &Path, args: EnvDebugArgs) -> Result<()> {
              headless (--policy random|model:DIR|model:RUN@STEP, --json)"
         );
     }
-    let sampling = sampling(&args.sampling)?;
+    let overrides = args.sampling.overrides()?;
     let (mut view, mut jobs) = match &args.run {
         Some(run) => {
             let step = match args.step {
@@ -69,8 +85,7 @@ pub fn debug(store: &Path, args: EnvDebugArgs) -> Result<()> {
             (view, vec![job])
         }
         None => {
-            let name = args.env.as_deref().unwrap_or(DEFAULT_ENV);
-            let env = env_config(name, &params(&args.set)?).map_err(anyhow::Error::msg)?;
+            let env = env_to_debug(store, args.env.as_deref().unwrap_or(DEFAULT_ENV), &args)?;
             crate::env::make(&env.name, &env.param_pairs()).map_err(anyhow::Error::msg)?;
             let view = DebugView::new(env, args.seed);
             if let Some(e) = &view.error {
@@ -79,7 +94,7 @@ pub fn debug(store: &Path, args: EnvDebugArgs) -> Result<()> {
             (view, vec![])
         }
     };
-    view.sampling = sampling;
+    view.overrides = overrides;
     if let Some(spec) = &args.model {
         view.model_spec = spec.clone();
         jobs.push(view.load_model(spec));

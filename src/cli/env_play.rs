@@ -12,7 +12,7 @@ use super::env_cmd::params;
 use super::store_cmd::with_store;
 use super::{EnvPlayArgs, SamplingArgs};
 use crate::config::EnvConfig;
-use crate::debugger::open::{ModelSpec, env_config, model_policy, session};
+use crate::debugger::open::{ModelSpec, env_config, env_for_model, model_policy, session};
 use crate::debugger::record::add_model_turn;
 use crate::debugger::{Actor, ModelPolicy, Resample, Session};
 use crate::seed::mix_seed;
@@ -26,16 +26,10 @@ enum Policy {
     Model(Box<ModelPolicy>),
 }
 
-/// Load the model `spec` names (`DIR`, `RUN@STEP`, `RUN`) as the policy of episodes of `env`, with
-/// the sampling overrides.
-pub(super) fn load_model(
-    store: &Path,
-    spec: &str,
-    env: &EnvConfig,
-    over: &SamplingArgs,
-) -> Result<ModelPolicy> {
+/// Load the model `spec` names (`DIR`, `RUN@STEP`, `RUN`) as the policy of episodes of `env`.
+pub(super) fn load_model(store: &Path, spec: &str, env: &EnvConfig) -> Result<ModelPolicy> {
     let parsed = ModelSpec::parse(spec);
-    let mut policy = match &parsed {
+    let policy = match &parsed {
         ModelSpec::Dir(_) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .build()
@@ -58,29 +52,27 @@ pub(super) fn load_model(
             })?
         }
     };
-    apply_sampling(&mut policy, over)?;
     Ok(policy)
 }
 
 /// Put `over`'s settings on `policy`'s sampling and check the result.
-pub(super) fn apply_sampling(policy: &mut ModelPolicy, over: &SamplingArgs) -> Result<()> {
-    let s = &mut policy.sampling;
-    s.temperature = over.temperature.unwrap_or(s.temperature);
-    s.top_k = over.top_k.unwrap_or(s.top_k);
-    s.top_p = over.top_p.unwrap_or(s.top_p);
-    s.max_new_tokens = over.max_tokens.unwrap_or(s.max_new_tokens);
+fn apply_sampling(policy: &mut ModelPolicy, over: &SamplingArgs) -> Result<()> {
+    over.overrides()?.apply(&mut policy.sampling);
+    let s = &policy.sampling;
     let mut problems = vec![];
     s.validate("sampling", &mut problems);
     match problems.is_empty() {
         true => Ok(()),
-        false => bail!(
-            "{}",
-            problems
-                .join("; ")
-                .replace("sampling.", "--")
-                .replace('_', "-")
-        ),
+        false => bail!("{}", flag_names(&problems.join("; "))),
     }
+}
+
+/// Sampling problems in the flags' words (`sampling.max_new_tokens` is `--max-tokens`).
+pub(super) fn flag_names(text: &str) -> String {
+    text.replace("sampling.max_new_tokens", "--max-tokens")
+        .replace("sampling.temperature", "--temperature")
+        .replace("sampling.top_p", "--top-p")
+        .replace("sampling.top_k", "--top-k")
 }
 
 /// The seed a model's turn `turn` of an episode from `seed` is drawn with.
@@ -97,8 +89,15 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
         None => (Policy::Given(args.actions.clone()), bare(&args.env, &set)?),
         Some("random") => (Policy::Random, bare(&args.env, &set)?),
         Some(p) if p.starts_with("model:") => {
-            let env = env_config(&args.env, &set).map_err(anyhow::Error::msg)?;
-            let model = load_model(store, &p["model:".len()..], &env, &args.sampling)?;
+            let defaults = env_config(&args.env, &set).map_err(anyhow::Error::msg)?;
+            let mut model = load_model(store, &p["model:".len()..], &defaults)?;
+            let (env, warning) = env_for_model(&args.env, &set, model.run_env.as_ref())
+                .map_err(anyhow::Error::msg)?;
+            if let Some(w) = warning {
+                eprintln!("warning: {w}");
+            }
+            model.for_env(&env).map_err(anyhow::Error::msg)?;
+            apply_sampling(&mut model, &args.sampling)?;
             (Policy::Model(Box::new(model)), env)
         }
         Some(other) => {
@@ -108,6 +107,14 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
     if args.samples.is_some() && !matches!(policy, Policy::Model(_)) {
         bail!("--samples draws a model's turns: give --policy model:…");
     }
+    if args.samples == Some(0) {
+        bail!("--samples must be at least 1");
+    }
+    // A run's env brings its turn limit; otherwise play until the env ends it (or 100 steps).
+    let from_run = matches!(&policy, Policy::Model(m) if m.run_env.as_ref().is_some_and(|r| r.name == env.name));
+    let max_steps = args
+        .max_steps
+        .unwrap_or(if from_run { env.max_turns } else { 100 });
     let mut session = session(&env, args.seed).map_err(anyhow::Error::msg)?;
     let hash = session.env().state_hash();
     let observation = session.observation().to_string();
@@ -123,7 +130,7 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
         Policy::Given(actions) => actions.clone().into_iter(),
         _ => Vec::new().into_iter(),
     };
-    for n in 1..=args.max_steps {
+    for n in 1..=max_steps {
         if session.done() {
             break;
         }

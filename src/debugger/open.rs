@@ -133,12 +133,17 @@ pub fn session_at(stored: &StoredEpisode, at: usize) -> Result<Session, String> 
         .map_err(|e| format!("replaying the stored episode: {e}"))
 }
 
-/// A model given as `DIR` (a Hugging Face directory) or `RUN@STEP` / `RUN` (a run's checkpoint
-/// at that step, or its latest).
+/// A model given as `DIR` (a Hugging Face directory) or `RUN@STEP` / `RUN@rl-STEP` /
+/// `RUN@sft-STEP` / `RUN` (a run's checkpoint at that step, of that stage when named, or its
+/// latest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSpec {
     Dir(PathBuf),
-    Run { run: String, step: Option<usize> },
+    Run {
+        run: String,
+        stage: Option<String>,
+        step: Option<usize>,
+    },
 }
 
 impl ModelSpec {
@@ -147,22 +152,32 @@ impl ModelSpec {
         if path.is_dir() {
             return ModelSpec::Dir(path.to_path_buf());
         }
-        match text.rsplit_once('@') {
-            Some((run, step)) if step.parse::<usize>().is_ok() => ModelSpec::Run {
+        let whole = || ModelSpec::Run {
+            run: text.to_string(),
+            stage: None,
+            step: None,
+        };
+        let Some((run, at)) = text.rsplit_once('@') else {
+            return whole();
+        };
+        let (stage, step) = match at.split_once('-') {
+            Some((stage, step)) if matches!(stage, "rl" | "sft") => (Some(stage), step),
+            _ => (None, at),
+        };
+        match step.parse::<usize>() {
+            Ok(step) => ModelSpec::Run {
                 run: run.to_string(),
-                step: step.parse().ok(),
+                stage: stage.map(str::to_string),
+                step: Some(step),
             },
-            _ => ModelSpec::Run {
-                run: text.to_string(),
-                step: None,
-            },
+            Err(_) => whole(),
         }
     }
 }
 
-/// Load the model `spec` names as a policy for episodes of `env` (the prompt's shape when the
-/// model comes from a directory). A run's checkpoint is used as that run prompted it: its chat
-/// template setting, instruction, env mode and sampling.
+/// Load the model `spec` names as a policy prompting for episodes of `env`. A run's checkpoint
+/// keeps what its run set: the chat template setting, sampling (with the env's tokens per turn),
+/// and its `rl.env` in [`ModelPolicy::run_env`].
 pub async fn model_policy(
     store: Option<&Store>,
     spec: &ModelSpec,
@@ -173,17 +188,15 @@ pub async fn model_policy(
             let model =
                 load_model_dir(dir, None, &candle_core::Device::Cpu).map_err(|e| e.to_string())?;
             let chat_template = model.tokenizer.chat_template.is_some();
-            let instruction = instruction(env, chat_template)?;
-            Ok(ModelPolicy::new(
+            ModelPolicy::new(
                 dir.display().to_string(),
                 model,
                 chat_template,
-                instruction,
-                env.clone(),
+                env,
                 SamplingParams::default(),
-            ))
+            )
         }
-        ModelSpec::Run { run, step } => {
+        ModelSpec::Run { run, stage, step } => {
             let store = store.ok_or("a model from a run needs the store")?;
             let info = store.find_run(run).await.map_err(|e| {
                 format!("'{run}' is neither a model directory nor a run in the store: {e}")
@@ -195,22 +208,36 @@ pub async fn model_policy(
                 .checkpoints(info.id)
                 .await
                 .map_err(|e| e.to_string())?;
+            // Step 0 of RL: the policy before any update (SFT's last checkpoint, or the
+            // configured model, rebuilt from its seed when it is a random init).
+            if *step == Some(0) && stage.as_deref().is_none_or(|s| s == "rl") {
+                let model =
+                    crate::pipeline::setup::rl_start_policy(&cfg).map_err(|e| e.to_string())?;
+                return from_run(format!("{}@rl-0", info.name), model, &cfg, env);
+            }
             let chosen = match step {
                 Some(s) => checkpoints
                     .iter()
-                    .filter(|c| c.step == *s)
+                    .filter(|c| c.step == *s && stage.as_ref().is_none_or(|st| c.stage == *st))
                     .max_by_key(|c| c.stage == "rl"),
                 None => checkpoints.last(),
             };
             let Some(checkpoint) = chosen else {
                 let steps: Vec<String> = checkpoints
                     .iter()
-                    .map(|c| format!("{}@{}", c.stage, c.step))
+                    .map(|c| format!("{}@{}-{}", info.name, c.stage, c.step))
                     .collect();
                 return Err(format!(
                     "run '{}' has no checkpoint{} (checkpoints: {})",
                     info.name,
-                    step.map(|s| format!(" at step {s}")).unwrap_or_default(),
+                    step.map(|s| format!(
+                        " at {}step {s}",
+                        stage
+                            .as_deref()
+                            .map(|st| format!("{st} "))
+                            .unwrap_or_default()
+                    ))
+                    .unwrap_or_default(),
                     if steps.is_empty() {
                         "none; set checkpoint.every".to_string()
                     } else {
@@ -220,36 +247,58 @@ pub async fn model_policy(
             };
             let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &checkpoint.path)
                 .map_err(|e| e.to_string())?;
-            let chat_template = cfg.data.chat_template;
-            let run_env = cfg.rl.as_ref().and_then(|rl| rl.env.clone());
-            let env = run_env.unwrap_or_else(|| env.clone());
-            let mut sampling = cfg
-                .rl
-                .as_ref()
-                .map(|rl| rl.sampling.clone())
-                .unwrap_or_default();
-            if let Some(per_turn) = env.max_tokens_per_turn {
-                sampling.max_new_tokens = per_turn;
-            }
-            Ok(ModelPolicy::new(
-                format!("{}@{}", info.name, checkpoint.step),
-                model,
-                chat_template,
-                instruction(&env, chat_template)?,
-                env,
-                sampling,
-            ))
+            let source = format!("{}@{}-{}", info.name, checkpoint.stage, checkpoint.step);
+            from_run(source, model, &cfg, env)
         }
     }
 }
 
-/// The text before the first observation, as a rollout writes it.
-fn instruction(env: &EnvConfig, chat_template: bool) -> Result<Option<String>, String> {
-    Ok(match (&env.instruction, chat_template) {
-        (Some(i), _) => Some(i.clone()),
-        (None, true) => {
-            Some(crate::pipeline::agentic::default_instruction(env).map_err(|e| e.to_string())?)
+/// A model of run `cfg` as the policy, with what the run set.
+fn from_run(
+    source: String,
+    model: crate::model::LoadedModel,
+    cfg: &RunConfig,
+    env: &EnvConfig,
+) -> Result<ModelPolicy, String> {
+    let run_env = cfg.rl.as_ref().and_then(|rl| rl.env.clone());
+    let mut sampling = cfg
+        .rl
+        .as_ref()
+        .map(|rl| rl.sampling.clone())
+        .unwrap_or_default();
+    if let Some(per_turn) = run_env.as_ref().and_then(|e| e.max_tokens_per_turn) {
+        sampling.max_new_tokens = per_turn;
+    }
+    let mut policy = ModelPolicy::new(source, model, cfg.data.chat_template, env, sampling)?;
+    policy.run_env = run_env;
+    Ok(policy)
+}
+
+/// The env config to debug `name` with (its parameters `set`, when any are given): the run's own
+/// `rl.env` when the model comes from a run of that env (its action pattern, penalty, turns,
+/// mode and instruction are what the model learned with), else the defaults — then with a
+/// warning when the model was trained on another env.
+pub fn env_for_model(
+    name: &str,
+    set: &[(String, String)],
+    run_env: Option<&EnvConfig>,
+) -> Result<(EnvConfig, Option<String>), String> {
+    match run_env {
+        Some(run) if run.name == name => {
+            let mut env = run.clone();
+            if !set.is_empty() {
+                env.params = env_config(name, set)?.params;
+            }
+            Ok((env, None))
         }
-        (None, false) => None,
-    })
+        Some(run) => Ok((
+            env_config(name, set)?,
+            Some(format!(
+                "the model was trained on '{}', not '{name}': '{name}' is played with its \
+                 default settings (action pattern, penalty, turns)",
+                run.name
+            )),
+        )),
+        None => Ok((env_config(name, set)?, None)),
+    }
 }

@@ -23,6 +23,34 @@ use crate::seed::mix_seed;
 use crate::train::TrainBatch;
 use crate::train::batch::response_hidden;
 
+/// Sampling settings given by hand, over a model's own (a run's `rl.sampling`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SamplingOverrides {
+    pub temperature: Option<f64>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    pub max_new_tokens: Option<usize>,
+}
+
+impl SamplingOverrides {
+    /// Every setting of `s`.
+    pub fn all(s: &SamplingParams) -> SamplingOverrides {
+        SamplingOverrides {
+            temperature: Some(s.temperature),
+            top_k: Some(s.top_k),
+            top_p: Some(s.top_p),
+            max_new_tokens: Some(s.max_new_tokens),
+        }
+    }
+
+    pub fn apply(&self, s: &mut SamplingParams) {
+        s.temperature = self.temperature.unwrap_or(s.temperature);
+        s.top_k = self.top_k.unwrap_or(s.top_k);
+        s.top_p = self.top_p.unwrap_or(s.top_p);
+        s.max_new_tokens = self.max_new_tokens.unwrap_or(s.max_new_tokens);
+    }
+}
+
 /// The error of a draw stopped by its cancel flag.
 pub const CANCELLED: &str = "cancelled";
 
@@ -87,8 +115,12 @@ pub struct ModelPolicy {
     pub source: String,
     model: Arc<LoadedModel>,
     chat_template: bool,
-    instruction: Option<String>,
+    /// The prompt's shape: the debugged env's config ([`ModelPolicy::for_env`]), and the text
+    /// before its first observation.
     env: EnvConfig,
+    instruction: Option<String>,
+    /// The `rl.env` of the run the checkpoint came from (what the model was trained on).
+    pub run_env: Option<EnvConfig>,
     pub sampling: SamplingParams,
     /// Alternatives shown per token.
     pub alternatives: usize,
@@ -104,24 +136,41 @@ impl std::fmt::Debug for ModelPolicy {
 }
 
 impl ModelPolicy {
-    /// `env` gives the prompt's shape (mode, history, budget, tokens per turn).
+    /// A policy prompting for episodes of `env` (see [`ModelPolicy::for_env`]).
     pub fn new(
         source: String,
         model: LoadedModel,
         chat_template: bool,
-        instruction: Option<String>,
-        env: EnvConfig,
+        env: &EnvConfig,
         sampling: SamplingParams,
-    ) -> ModelPolicy {
-        ModelPolicy {
+    ) -> Result<ModelPolicy, String> {
+        let mut policy = ModelPolicy {
             source,
             model: Arc::new(model),
             chat_template,
-            instruction,
-            env,
+            env: env.clone(),
+            instruction: None,
+            run_env: None,
             sampling,
             alternatives: 5,
-        }
+        };
+        policy.for_env(env)?;
+        Ok(policy)
+    }
+
+    /// Prompt for episodes of `env` as a rollout of it would: its mode and history, token budget,
+    /// and instruction (its own, or with a chat template the sentence naming the env and its
+    /// action format).
+    pub fn for_env(&mut self, env: &EnvConfig) -> Result<(), String> {
+        self.instruction = match (&env.instruction, self.chat_template) {
+            (Some(i), _) => Some(i.clone()),
+            (None, true) => Some(
+                crate::pipeline::agentic::default_instruction(env).map_err(|e| e.to_string())?,
+            ),
+            (None, false) => None,
+        };
+        self.env = env.clone();
+        Ok(())
     }
 
     pub fn model(&self) -> &LoadedModel {
@@ -193,11 +242,8 @@ impl ModelPolicy {
                 ids.len()
             ));
         }
-        let per_turn = self
-            .env
-            .max_tokens_per_turn
-            .unwrap_or(self.sampling.max_new_tokens)
-            .min(self.sampling.max_new_tokens);
+        // A run's tokens per turn are in its checkpoint's sampling already (open::model_policy).
+        let per_turn = self.sampling.max_new_tokens;
         let text = self
             .model
             .tokenizer

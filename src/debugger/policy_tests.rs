@@ -41,14 +41,7 @@ fn policy(env: EnvConfig, max_positions: usize, temperature: f64) -> ModelPolicy
         max_new_tokens: 6,
         ..SamplingParams::default()
     };
-    ModelPolicy::new(
-        "tiny".into(),
-        model(max_positions),
-        false,
-        None,
-        env,
-        sampling,
-    )
+    ModelPolicy::new("tiny".into(), model(max_positions), false, &env, sampling).unwrap()
 }
 
 fn ids(p: &ModelPolicy, text: &str) -> Vec<u32> {

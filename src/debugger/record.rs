@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::policy::ModelTurn;
 use super::session::Session;
+use crate::config::EnvConfig;
 use crate::metrics::{TrajectoryRecord, TurnRecord};
 use crate::store::runs::NewRun;
 use crate::store::{RunId, Store, StoreError};
@@ -30,17 +31,17 @@ pub enum SaveTarget {
 #[derive(Debug, Clone)]
 pub struct SaveRequest {
     pub record: TrajectoryRecord,
-    pub env_name: String,
-    pub params: Vec<(String, String)>,
+    /// The env's whole config (parser, penalty, turns), so the saved episode replays as played.
+    pub env: EnvConfig,
     pub seed: u64,
 }
 
 impl SaveRequest {
-    pub fn of(session: &Session) -> SaveRequest {
+    /// `session`, an episode of `env`.
+    pub fn of(session: &Session, env: &EnvConfig) -> SaveRequest {
         SaveRequest {
             record: to_record(session, 0, 0, 0),
-            env_name: session.env_name.clone(),
-            params: session.params.clone(),
+            env: env.clone(),
             seed: session.seed,
         }
     }
@@ -130,18 +131,13 @@ pub fn add_model_turn(line: &mut Value, m: &ModelTurn) {
 
 /// The config a debug run records: enough for `env replay` and the views to rebuild its env.
 fn debug_run_config(name: &str, request: &SaveRequest) -> String {
-    let params: serde_json::Map<String, Value> = request
-        .params
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
     json!({
         "name": name,
         "seed": request.seed,
         "model": {},
         "rl": {
             "steps": 1, "prompts_per_step": 1, "group_size": 1,
-            "env": {"name": request.env_name, "params": params},
+            "env": request.env,
         },
     })
     .to_string()
@@ -157,7 +153,7 @@ pub async fn save(
     let (run, step, group) = match *target {
         SaveTarget::Run { run, step, group } => (run, step, group),
         SaveTarget::NewRun => {
-            let base = format!("debug-{}", request.env_name);
+            let base = format!("debug-{}", request.env.name);
             let mut name = base.clone();
             let mut n = 1;
             while store.find_run(&name).await.is_ok_and(|r| r.name == name) {
@@ -182,7 +178,7 @@ pub async fn save(
             (run, 1, 0)
         }
     };
-    let env = format!("{DEBUG_STAGE}/{}", request.env_name);
+    let env = format!("{DEBUG_STAGE}/{}", request.env.name);
     let episode = store
         .trajectories(run, Some(step as u64))
         .await?

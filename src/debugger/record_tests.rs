@@ -1,19 +1,22 @@
 use super::*;
-use crate::config::RunConfig;
+use crate::config::{EnvConfig, RunConfig};
 use crate::debugger::open::{env_config, run_env, session};
 use crate::debugger::session::Actor;
 use crate::store::OpenMode;
 
-fn played() -> Session {
-    let env = env_config(
+fn lake() -> EnvConfig {
+    env_config(
         "frozen_lake",
         &[
             ("map".into(), "SFF/FHF/FFG".into()),
             ("legend".into(), "false".into()),
         ],
     )
-    .unwrap();
-    let mut s = session(&env, 4).unwrap();
+    .unwrap()
+}
+
+fn played() -> Session {
+    let mut s = session(&lake(), 4).unwrap();
     s.take("Down", Actor::Human).unwrap();
     s.act("oops".into(), Actor::Human, None).unwrap();
     s.take("Down", Actor::Random).unwrap();
@@ -28,20 +31,24 @@ async fn a_saved_session_is_a_debug_trajectory_of_a_run_that_replays() {
         .unwrap();
     let s = played();
     let mut target = SaveTarget::NewRun;
-    let first = save(&store, &SaveRequest::of(&s), &mut target)
+    let first = save(&store, &SaveRequest::of(&s, &lake()), &mut target)
         .await
         .unwrap();
     assert_eq!(first.run_name, "debug-frozen_lake");
     assert_eq!((first.step, first.episode), (1, 0));
     // A second save of the session goes beside the first.
-    let second = save(&store, &SaveRequest::of(&s), &mut target)
+    let second = save(&store, &SaveRequest::of(&s, &lake()), &mut target)
         .await
         .unwrap();
     assert_eq!((second.run, second.episode), (first.run, 1));
     // Another session gets a run of its own, its name numbered.
-    let other = save(&store, &SaveRequest::of(&s), &mut SaveTarget::NewRun)
-        .await
-        .unwrap();
+    let other = save(
+        &store,
+        &SaveRequest::of(&s, &lake()),
+        &mut SaveTarget::NewRun,
+    )
+    .await
+    .unwrap();
     assert_eq!(other.run_name, "debug-frozen_lake-2");
 
     let run = store.run(first.run).await.unwrap();
@@ -50,7 +57,11 @@ async fn a_saved_session_is_a_debug_trajectory_of_a_run_that_replays() {
     let cfg: RunConfig = serde_json::from_str(&run.config_json).unwrap();
     assert_eq!(cfg.name, "debug-frozen_lake");
     let (_, env) = run_env(&run).unwrap();
-    assert_eq!(env.param_pairs(), s.params);
+    assert_eq!(
+        env,
+        lake(),
+        "the whole env config, so the episode replays as played"
+    );
 
     let stored = store.trajectories(first.run, None).await.unwrap();
     assert_eq!(stored.len(), 2);

@@ -268,6 +268,8 @@ pub struct App {
     pub events: Option<EventsView>,
     /// The env debugger: it needs no open run, and stays when another run is opened.
     pub debugger: Option<DebugView>,
+    /// `D` was pressed once on this episode and turn while the debugger held unsaved work.
+    replace_debugged: Option<(RunId, usize, usize, usize, usize)>,
     /// The open run's steps in time order, from its series.
     pub timeline: Timeline,
     /// The open run's events as read so far (shared with the workers and events views), and the
@@ -327,6 +329,7 @@ impl App {
             workers: None,
             events: None,
             debugger: None,
+            replace_debugged: None,
             timeline: Timeline::default(),
             run_events: Arc::default(),
             events_mark: None,
@@ -636,7 +639,20 @@ impl App {
             super::episodes::Pane::Turns => view.turn,
             super::episodes::Pane::Episodes => e.turns.len(),
         };
-        let (d, job) = DebugView::opening(
+        let asked = (open.id, e.step, e.group, e.episode, turn);
+        // An episode played in the debugger and not saved is not thrown away on one key.
+        if self.debugger.as_ref().is_some_and(|d| d.unsaved) && self.replace_debugged != Some(asked)
+        {
+            self.replace_debugged = Some(asked);
+            self.notice = Some(
+                "the debugger holds an episode that is not saved (7, then w saves it); D again \
+                 replaces it"
+                    .into(),
+            );
+            return vec![];
+        }
+        self.replace_debugged = None;
+        let (mut d, job) = DebugView::opening(
             &open.name,
             e.step as u64,
             e.group,
@@ -644,6 +660,10 @@ impl App {
             Some(e.env.clone()),
             turn,
         );
+        // The loaded model and sampling settings stay.
+        if let Some(old) = self.debugger.take() {
+            d.adopt_model(old);
+        }
         self.debugger = Some(d);
         self.view = View::Debugger;
         vec![Effect::Debug(Box::new(job))]

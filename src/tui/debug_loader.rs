@@ -3,8 +3,9 @@
 //! the store, writing exports.
 
 use super::debugger::{DebugJob, DebugMsg};
+use super::debugger_jobs::OpenedEpisode;
 use super::loader::Loader;
-use crate::debugger::open::{ModelSpec, model_policy, stored_episode};
+use crate::debugger::open::{ModelSpec, model_policy, session, session_at, stored_episode};
 use crate::debugger::record::save;
 use crate::store::{OpenMode, Store};
 
@@ -15,6 +16,26 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(format!("the work failed: {e}")))
+}
+
+/// `path`, or `path` numbered (`x-2.jsonl`, `x-3.jsonl`, …) when it exists: an export never
+/// overwrites an earlier one.
+fn free_name(path: &std::path::Path) -> std::path::PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    let mut candidate = path.to_path_buf();
+    let mut n = 1;
+    while candidate.exists() {
+        n += 1;
+        candidate = path.with_file_name(format!("{stem}-{n}{ext}"));
+    }
+    candidate
 }
 
 impl Loader {
@@ -99,6 +120,7 @@ impl Loader {
                         std::fs::create_dir_all(dir)
                             .map_err(|e| format!("creating '{}': {e}", dir.display()))?;
                     }
+                    let path = free_name(&path);
                     std::fs::write(&path, text)
                         .map_err(|e| format!("writing '{}': {e}", path.display()))?;
                     Ok(format!("wrote {}", path.display()))
@@ -137,14 +159,31 @@ impl Loader {
                 group,
                 episode,
                 env,
+                at,
             } => {
-                let result = match self.store().await {
-                    Ok(store) => stored_episode(store, &run, step, group, episode, env.as_deref())
+                let stored = match self.store().await {
+                    Ok(store) => {
+                        stored_episode(store, &run, step, group, episode, env.as_deref()).await
+                    }
+                    Err(e) => Err(e),
+                };
+                // Rebuilding replays the episode through its env: off the runtime's workers.
+                let result = match stored {
+                    Ok(stored) => {
+                        blocking(move || {
+                            let session = session_at(&stored, at)?;
+                            Ok(Box::new(OpenedEpisode { stored, session }))
+                        })
                         .await
-                        .map(Box::new),
+                    }
                     Err(e) => Err(e),
                 };
                 DebugMsg::Opened { job, result }
+            }
+            DebugJob::StartEnv { job, env, seed } => {
+                let started = env.clone();
+                let result = blocking(move || session(&started, seed).map(Box::new)).await;
+                DebugMsg::EnvStarted { job, env, result }
             }
         }
     }

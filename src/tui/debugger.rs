@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::action::Action;
 use super::debugger_input::{Input, InputKind, InputOutcome};
@@ -14,7 +14,7 @@ pub use super::debugger_jobs::{DebugJob, DebugMsg, Work};
 use super::debugger_ops::{SessionCell, SessionOp};
 use crate::config::EnvConfig;
 use crate::debugger::open::{env_config, session};
-use crate::debugger::policy::Prompt;
+use crate::debugger::policy::{Prompt, SamplingOverrides};
 use crate::debugger::record::{SaveRequest, SaveTarget, to_jsonl};
 use crate::debugger::{Actor, ModelPolicy, Resample, Session};
 use crate::rollout::SamplingParams;
@@ -45,7 +45,7 @@ pub struct DebugView {
     /// The model asked for last (shown in the model input).
     pub model_spec: String,
     /// Sampling set by hand (`t`), kept over model loads; `None`: the model's own.
-    pub sampling: Option<SamplingParams>,
+    pub overrides: SamplingOverrides,
     /// Draws per resample.
     pub draws: usize,
     /// The selected turn (0-based); `turns.len()` is the state now.
@@ -68,16 +68,15 @@ pub struct DebugView {
     pub save_target: SaveTarget,
     /// Where the episode came from (`run q · step 3 · group 0 episode 1`).
     pub origin: Option<String>,
-    /// The turn to open a stored episode at.
-    pub(super) opening_at: usize,
     pub(super) draws_made: u64,
-    pub(super) next_job: u64,
     /// The model load under way (it may run beside the reading of a stored episode).
     pub(super) pending_model: Option<u64>,
     /// The episode while a program steps it.
     pub(super) away: Option<SessionCell>,
     /// A model plays to the end: draw again once its turn is applied.
     pub(super) to_end: bool,
+    /// The episode changed since it was opened or last saved.
+    pub unsaved: bool,
 }
 
 /// The environment a debugger opens on when none was named.
@@ -97,7 +96,7 @@ impl DebugView {
             policy: PolicyKind::Human,
             model: None,
             model_spec: String::new(),
-            sampling: None,
+            overrides: SamplingOverrides::default(),
             draws: 32,
             selected: 0,
             pane: Pane::Output,
@@ -113,12 +112,11 @@ impl DebugView {
             notice: None,
             save_target: SaveTarget::NewRun,
             origin: None,
-            opening_at: 0,
             draws_made: 0,
-            next_job: 0,
             pending_model: None,
             away: None,
             to_end: false,
+            unsaved: false,
         }
     }
 
@@ -139,7 +137,6 @@ impl DebugView {
     ) -> (DebugView, DebugJob) {
         let mut view = DebugView::default_env();
         view.session = None;
-        view.opening_at = turn;
         view.model_spec = format!("{run}@{step}");
         let job = view.job();
         view.busy = Some((Work::Opening, job));
@@ -150,13 +147,16 @@ impl DebugView {
             group,
             episode,
             env,
+            at: turn,
         };
         (view, open)
     }
 
+    /// A job number no other view of this process has used: an answer to a view that was
+    /// replaced can never be taken for one of the new view's.
     pub(super) fn job(&mut self) -> u64 {
-        self.next_job += 1;
-        self.next_job
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn turns(&self) -> usize {
@@ -336,6 +336,7 @@ impl DebugView {
     /// Show what a change of the episode did; the next turn of a model playing to the end.
     pub(super) fn applied(&mut self, result: Result<Option<String>, String>) -> Vec<DebugJob> {
         let ok = result.is_ok();
+        self.unsaved |= ok;
         match result {
             Ok(notice) => self.notice = notice.or(self.notice.take()),
             Err(e) => self.error = Some(e),
@@ -374,8 +375,10 @@ impl DebugView {
             .map(|s| s.env().actions())
             .unwrap_or_default();
         match action {
-            Action::Up => self.picker = Some(i.saturating_sub(1)),
-            Action::Down => self.picker = Some((i + 1).min(actions.len().saturating_sub(1))),
+            Action::Up | Action::MoveUp => self.picker = Some(i.saturating_sub(1)),
+            Action::Down | Action::MoveDown => {
+                self.picker = Some((i + 1).min(actions.len().saturating_sub(1)))
+            }
             Action::Open => {
                 self.picker = None;
                 if let Some(a) = actions.get(i) {
@@ -388,11 +391,17 @@ impl DebugView {
         vec![]
     }
 
+    /// The sampling a model turn uses: the loaded model's (overrides applied at its load), or
+    /// the overrides over the defaults before one is loaded.
     fn effective_sampling(&self) -> SamplingParams {
-        self.sampling
-            .clone()
-            .or_else(|| self.model.as_ref().map(|m| m.sampling.clone()))
-            .unwrap_or_default()
+        match &self.model {
+            Some(m) => m.sampling.clone(),
+            None => {
+                let mut s = SamplingParams::default();
+                self.overrides.apply(&mut s);
+                s
+            }
+        }
     }
 
     /// The model and the prompt of the next turn, or why a model cannot act now.
@@ -492,7 +501,7 @@ impl DebugView {
             self.fail("nothing to save yet: play a turn first");
             return vec![];
         }
-        let request = Box::new(SaveRequest::of(s));
+        let request = Box::new(SaveRequest::of(s, &self.env));
         let job = self.job();
         self.busy = Some((Work::Saving, job));
         vec![DebugJob::Save {
@@ -550,35 +559,41 @@ impl DebugView {
             InputKind::Sampling => {
                 match super::debugger_input::parse_sampling(&text, self.effective_sampling()) {
                     Ok((sampling, draws)) => {
+                        self.overrides = SamplingOverrides::all(&sampling);
                         if let Some(m) = self.model.as_mut() {
-                            m.sampling = sampling.clone();
+                            m.sampling = sampling;
                         }
-                        self.sampling = Some(sampling);
                         self.draws = draws;
                         self.changed();
                     }
                     Err(e) => self.fail(e),
                 }
             }
-            InputKind::Env => match super::debugger_input::parse_env(&text) {
+            InputKind::Env => match super::debugger_input::parse_env(&text, &self.env) {
+                // Started off the screen's thread: an external env's program may be slow.
                 Ok((env, seed)) => {
-                    let view = DebugView::new(env, seed);
-                    match view.session {
-                        Some(s) => {
-                            self.session = Some(s);
-                            self.env = view.env;
-                            self.save_target = SaveTarget::NewRun;
-                            self.origin = None;
-                            self.resample = None;
-                            self.changed();
-                        }
-                        None => self.error = view.error,
-                    }
+                    let job = self.job();
+                    self.busy = Some((Work::Starting, job));
+                    return vec![DebugJob::StartEnv {
+                        job,
+                        env: Box::new(env),
+                        seed,
+                    }];
                 }
                 Err(e) => self.fail(e),
             },
         }
         vec![]
+    }
+
+    /// Keep `old`'s model, sampling settings and draws (a new view replaces it).
+    pub fn adopt_model(&mut self, old: DebugView) {
+        self.model = old.model;
+        self.overrides = old.overrides;
+        self.draws = old.draws;
+        if self.model.is_some() {
+            self.policy = PolicyKind::Model;
+        }
     }
 
     /// Start loading the model `spec` names (a directory or `RUN@STEP`).

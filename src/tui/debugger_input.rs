@@ -143,7 +143,9 @@ pub fn env_text(env: &EnvConfig, seed: u64) -> String {
 }
 
 /// `NAME key=value … seed=N` (values without spaces; `seed` is the episode's, not a parameter).
-pub fn parse_env(text: &str) -> Result<(EnvConfig, u64), String> {
+/// The same env as `base` keeps `base`'s other settings (action pattern, penalty, turns, mode,
+/// instruction), with the parameters given.
+pub fn parse_env(text: &str, base: &EnvConfig) -> Result<(EnvConfig, u64), String> {
     let mut parts = text.split_whitespace();
     let name = parts.next().ok_or("name an environment (see env list)")?;
     let mut params = vec![];
@@ -160,7 +162,13 @@ pub fn parse_env(text: &str) -> Result<(EnvConfig, u64), String> {
             params.push((k.to_string(), v.to_string()));
         }
     }
-    let env = env_config(name, &params)?;
+    let mut env = env_config(name, &params)?;
+    if base.name == env.name {
+        env = EnvConfig {
+            params: env.params,
+            ..base.clone()
+        };
+    }
     crate::env::make(&env.name, &env.param_pairs())?;
     Ok((env, seed))
 }
@@ -185,19 +193,19 @@ mod tests {
         assert!(err("top_k=x").contains("top_k=x: expected a whole number"));
         assert!(err("samples=0").contains("1 to 1024"));
 
-        let (env, seed) = parse_env("frozen_lake size=5 seed=3").unwrap_or_else(|e| panic!("{e}"));
+        let mut base = env_config("frozen_lake", &[]).unwrap_or_else(|e| panic!("{e}"));
+        base.action_pattern = Some("(\\w+)".into());
+        let (env, seed) =
+            parse_env("frozen_lake size=5 seed=3", &base).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((env.name.as_str(), seed), ("frozen_lake", 3));
         assert_eq!(env_text(&env, seed), "frozen_lake size=5 seed=3");
-        assert!(
-            parse_env("frozen_lak")
-                .unwrap_err()
-                .contains("did you mean")
-        );
-        assert!(
-            parse_env("frozen_lake size=x")
-                .unwrap_err()
-                .contains("size=x")
-        );
-        assert!(parse_env("").is_err());
+        // The same env keeps its other settings; another env starts from its defaults.
+        assert_eq!(env.action_pattern.as_deref(), Some("(\\w+)"));
+        let (other, _) = parse_env("sokoban", &base).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(other.action_pattern, None);
+        let err = |t: &str| parse_env(t, &base).unwrap_err();
+        assert!(err("frozen_lak").contains("did you mean"));
+        assert!(err("frozen_lake size=x").contains("size=x"));
+        assert!(parse_env("", &base).is_err());
     }
 }

@@ -4,13 +4,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::debugger::{DebugView, Pane, PolicyKind};
 use super::debugger_input::InputKind;
 use super::debugger_ops::{SessionCell, SessionOp};
 use crate::config::EnvConfig;
-use crate::debugger::open::{StoredEpisode, session_at};
+use crate::debugger::Session;
+use crate::debugger::open::StoredEpisode;
 use crate::debugger::policy::{CANCELLED, ModelTurn, Prompt};
 use crate::debugger::record::{SaveRequest, SaveTarget, Saved};
 use crate::debugger::{ModelPolicy, Resample};
@@ -30,6 +31,8 @@ pub enum Work {
     /// A program-backed environment is stepping (it cannot be interrupted; its `step_timeout`
     /// bounds the wait).
     Stepping,
+    /// A newly chosen environment is starting.
+    Starting,
 }
 
 /// Work for the runtime; answered by a [`DebugMsg`] with the same `job`.
@@ -74,6 +77,14 @@ pub enum DebugJob {
         group: usize,
         episode: usize,
         env: Option<String>,
+        /// The turn to open it at (0-based: before that turn).
+        at: usize,
+    },
+    /// A fresh episode of `env` from `seed`.
+    StartEnv {
+        job: u64,
+        env: Box<EnvConfig>,
+        seed: u64,
     },
     /// Every checkpoint in the store, as `RUN@STEP`, newest run first.
     ListCheckpoints { job: u64 },
@@ -95,7 +106,8 @@ impl DebugJob {
             | DebugJob::Export { job, .. }
             | DebugJob::Open { job, .. }
             | DebugJob::ListCheckpoints { job }
-            | DebugJob::Step { job, .. } => *job,
+            | DebugJob::Step { job, .. }
+            | DebugJob::StartEnv { job, .. } => *job,
         }
     }
 }
@@ -120,9 +132,18 @@ impl std::fmt::Debug for DebugJob {
             DebugJob::Open { run, step, .. } => format!("open {run} step {step}"),
             DebugJob::ListCheckpoints { .. } => "list checkpoints".into(),
             DebugJob::Step { op, .. } => format!("step {op:?}"),
+            DebugJob::StartEnv { env, seed, .. } => format!("start {} seed {seed}", env.name),
         };
         write!(f, "DebugJob #{} {kind}", self.id())
     }
+}
+
+/// A stored episode and the session rebuilt from it (off the screen's thread: an external env
+/// replays through its program).
+#[derive(Debug)]
+pub struct OpenedEpisode {
+    pub stored: StoredEpisode,
+    pub session: Session,
 }
 
 /// A job's outcome.
@@ -150,7 +171,12 @@ pub enum DebugMsg {
     },
     Opened {
         job: u64,
-        result: Result<Box<StoredEpisode>, String>,
+        result: Result<Box<OpenedEpisode>, String>,
+    },
+    EnvStarted {
+        job: u64,
+        env: Box<EnvConfig>,
+        result: Result<Box<Session>, String>,
     },
     /// Checkpoints to offer in the model input (none when the store cannot be read).
     Checkpoints { job: u64, specs: Vec<String> },
@@ -183,12 +209,16 @@ impl DebugView {
                 self.answered(job);
                 match result {
                     Ok(mut m) => {
-                        if let Some(s) = &self.sampling {
-                            m.sampling = s.clone();
+                        self.overrides.apply(&mut m.sampling);
+                        // The env may have changed while the model loaded.
+                        match m.for_env(&self.env) {
+                            Ok(()) => {
+                                self.notice = Some(model_notice(&m, &self.env));
+                                self.model = Some(*m);
+                                self.policy = PolicyKind::Model;
+                            }
+                            Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
                         }
-                        self.notice = Some(format!("model {} loaded", m.source));
-                        self.model = Some(*m);
-                        self.policy = PolicyKind::Model;
                         self.changed();
                     }
                     Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
@@ -198,6 +228,11 @@ impl DebugView {
                 let Some(Work::Drawing { to_end }) = self.answered(job) else {
                     return vec![];
                 };
+                // Esc after the last decode step: the turn is dropped, not played.
+                if self.cancel.load(Ordering::Relaxed) {
+                    self.notice = Some("cancelled".into());
+                    return vec![];
+                }
                 match result {
                     Ok((output, turn)) => {
                         self.pane = Pane::Output;
@@ -257,38 +292,85 @@ impl DebugView {
                 if self.answered(job).is_none() {
                     return vec![];
                 }
-                match result
-                    .and_then(|stored| session_at(&stored, self.opening_at).map(|s| (stored, s)))
-                {
-                    Ok((stored, s)) => {
-                        let r = &stored.record;
-                        self.origin = Some(format!(
-                            "run {} · step {} · group {} episode {}",
-                            stored.run.name, r.step, r.group, r.episode
-                        ));
-                        self.save_target = SaveTarget::Run {
-                            run: stored.run.id,
-                            step: r.step,
-                            group: r.group,
-                        };
-                        if let Some(d) = &s.divergence {
-                            self.error = Some(format!(
-                                "the stored episode diverges at turn {}: replaying it from its \
-                                 seed shows another observation (see Info)",
-                                d.turn + 1
-                            ));
-                        }
-                        self.env = stored.env.clone();
-                        self.session = Some(s);
-                        self.pane = Pane::Info;
-                        let error = self.error.take();
+                match result {
+                    Ok(opened) => self.opened(*opened),
+                    Err(e) => self.fail(e),
+                }
+            }
+            DebugMsg::EnvStarted { job, env, result } => {
+                if self.answered(job).is_none() {
+                    return vec![];
+                }
+                match result {
+                    Ok(s) => {
+                        self.session = Some(*s);
+                        self.env = *env;
+                        self.save_target = SaveTarget::NewRun;
+                        self.origin = None;
+                        self.resample = None;
+                        self.unsaved = false;
+                        self.reprompt();
                         self.changed();
-                        self.error = error;
                     }
                     Err(e) => self.fail(e),
                 }
             }
         }
         vec![]
+    }
+
+    /// A stored episode rebuilt: it becomes the session, saved beside its run's episodes; the
+    /// model input offers the checkpoint of the policy that played it.
+    fn opened(&mut self, opened: OpenedEpisode) {
+        let OpenedEpisode { stored, session } = opened;
+        let r = &stored.record;
+        self.origin = Some(format!(
+            "run {} · step {} · group {} episode {}",
+            stored.run.name, r.step, r.group, r.episode
+        ));
+        self.save_target = SaveTarget::Run {
+            run: stored.run.id,
+            step: r.step,
+            group: r.group,
+        };
+        self.model_spec = played_by(&stored);
+        self.env = stored.env.clone();
+        let divergence = session.divergence.as_ref().map(|d| d.turn + 1);
+        self.session = Some(session);
+        self.pane = Pane::Info;
+        self.unsaved = false;
+        self.reprompt();
+        self.changed();
+        if let Some(turn) = divergence {
+            self.error = Some(format!(
+                "the stored episode diverges at turn {turn}: replaying it from its seed shows \
+                 another observation (see Info)"
+            ));
+        }
+    }
+
+    /// The loaded model prompts for the env now debugged.
+    fn reprompt(&mut self) {
+        let env = self.env.clone();
+        if let Some(Err(e)) = self.model.as_mut().map(|m| m.for_env(&env)) {
+            self.fail(format!("the model cannot prompt for '{}': {e}", env.name));
+        }
+    }
+}
+
+/// The model that played a stored episode: its policy version v is the policy after RL step
+/// v, `RUN@rl-v` (`RUN@rl-0`: before any update, rebuilt from the run's config).
+fn played_by(stored: &StoredEpisode) -> String {
+    format!("{}@rl-{}", stored.run.name, stored.record.policy_version)
+}
+
+/// What a loaded model is, and a warning when it was trained on another env.
+fn model_notice(m: &ModelPolicy, env: &EnvConfig) -> String {
+    match &m.run_env {
+        Some(run) if run.name != env.name => format!(
+            "model {} loaded; it was trained on '{}', not '{}'",
+            m.source, run.name, env.name
+        ),
+        _ => format!("model {} loaded", m.source),
     }
 }

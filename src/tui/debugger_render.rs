@@ -95,13 +95,16 @@ pub fn render(frame: &mut Frame, area: Rect, view: &DebugView, spinner: &str, th
         Some(t) => t.observation.as_str(),
         None => s.observation(),
     };
+    // The state's panel fits its widest line (and a border), within half the width.
     let widest = observation
         .lines()
         .map(|l| l.chars().count())
         .max()
-        .unwrap_or(0) as u16;
+        .unwrap_or(0)
+        .saturating_add(2)
+        .clamp(24, usize::from(area.width / 2).max(24));
     let [state, turns] = Layout::horizontal([
-        Constraint::Length((widest + 2).clamp(24, area.width / 2)),
+        Constraint::Length(u16::try_from(widest).unwrap_or(u16::MAX)),
         Constraint::Min(30),
     ])
     .areas(top);
@@ -149,8 +152,14 @@ fn message_line<'a>(view: &DebugView, spinner: &str, theme: &Theme) -> Line<'a> 
             Work::Saving => "saving",
             Work::Opening => "opening the stored episode",
             Work::Stepping => "the environment's program is stepping",
+            Work::Starting => "starting the environment",
         };
-        return Line::styled(format!("{spinner} {what}… (Esc cancels)"), theme.muted);
+        let esc = match work {
+            Work::Drawing { .. } | Work::Resampling => "Esc cancels",
+            Work::Stepping | Work::Saving => "this cannot be stopped half way",
+            Work::LoadingModel | Work::Opening | Work::Starting => "Esc drops it",
+        };
+        return Line::styled(format!("{spinner} {what}… ({esc})"), theme.muted);
     }
     if let Some(e) = &view.error {
         return Line::styled(one_line(e, 2 * LINE_CHARS), theme.bad);

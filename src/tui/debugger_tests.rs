@@ -6,6 +6,7 @@ use ratatui::backend::TestBackend;
 
 use super::*;
 use crate::debugger::open::{StoredEpisode, env_config};
+use crate::debugger::policy::SamplingOverrides;
 use crate::metrics::{TrajectoryRecord, TurnRecord};
 use crate::model::{Arch, InitOptions, init_model};
 use crate::tui::debugger_render::render;
@@ -62,7 +63,7 @@ fn model(env: &EnvConfig, temperature: f64) -> ModelPolicy {
         max_new_tokens: 5,
         ..SamplingParams::default()
     };
-    ModelPolicy::new("tiny".into(), m, false, None, env.clone(), sampling)
+    ModelPolicy::new("tiny".into(), m, false, env, sampling).unwrap()
 }
 
 /// Carry out a job as the runtime would (without the store), and hand its answer back.
@@ -94,6 +95,11 @@ fn run_job(view: &mut DebugView, job: DebugJob) -> Vec<DebugJob> {
         DebugJob::Step { job, cell, op } => DebugMsg::Stepped {
             job,
             result: cell.apply(op),
+        },
+        DebugJob::StartEnv { job, env, seed } => DebugMsg::EnvStarted {
+            job,
+            result: crate::debugger::open::session(&env, seed).map(Box::new),
+            env,
         },
         other => panic!("not run here: {other:?}"),
     };
@@ -138,7 +144,11 @@ fn a_person_walks_to_the_goal_undoes_forks_and_the_screen_shows_it() {
     v.act(Action::RestartEpisode);
     v.act(Action::PickAction);
     assert_eq!(v.picker, Some(0));
+    // ↓ moves in the list (the arrows are env actions elsewhere); k and ↑ back.
+    v.act(Action::MoveDown);
     v.act(Action::Down);
+    v.act(Action::MoveUp);
+    assert_eq!(v.picker, Some(1));
     v.act(Action::Open);
     let t = &v.session.as_ref().unwrap().turns[0];
     assert_eq!(
@@ -196,6 +206,21 @@ fn running_to_the_end_chains_turns_and_esc_cancels_a_draw() {
     assert_eq!(v.turns(), 0);
     assert_eq!(v.notice.as_deref(), Some("cancelled"));
     assert!(!v.back(), "then Esc leaves the view");
+    // Esc after the last decode step: the finished draw is dropped, and a run to the end stops.
+    let DebugJob::Generate {
+        job,
+        policy,
+        prompt,
+        seed,
+        ..
+    } = v.act(Action::RunToEnd).pop().unwrap()
+    else {
+        panic!("a draw");
+    };
+    let result = policy.generate(&prompt, seed, None);
+    assert!(v.back());
+    assert!(v.answer(DebugMsg::Generated { job, result }).is_empty());
+    assert_eq!((v.turns(), v.busy), (0, None));
 }
 
 #[test]
@@ -286,6 +311,21 @@ fn stored(observations: &[&str], outputs: &[&str]) -> StoredEpisode {
     }
 }
 
+/// The runtime's answer to an `Open` job: the stored episode rebuilt at the job's turn.
+fn opened(job: &DebugJob, stored: StoredEpisode) -> DebugMsg {
+    let DebugJob::Open { job, at, .. } = job else {
+        panic!("{job:?}");
+    };
+    let session = crate::debugger::open::session_at(&stored, *at).unwrap();
+    DebugMsg::Opened {
+        job: *job,
+        result: Ok(Box::new(crate::tui::debugger_jobs::OpenedEpisode {
+            stored,
+            session,
+        })),
+    }
+}
+
 #[test]
 fn a_stored_episode_opens_at_its_turn_and_a_divergence_is_reported() {
     let obs = ["PFF\nFHF\nFFG", "SFF\nPHF\nFFG", "SFF\nFHF\nPFG"];
@@ -303,15 +343,12 @@ fn a_stored_episode_opens_at_its_turn_and_a_divergence_is_reported() {
             ..
         }
     ));
-    let id = job.id();
-    v.answer(DebugMsg::Opened {
-        job: id,
-        result: Ok(Box::new(stored(&obs, &out))),
-    });
+    v.answer(opened(&job, stored(&obs, &out)));
     let s = v.session.as_ref().unwrap();
     assert_eq!((s.turns.len(), s.divergence.clone()), (1, None));
     assert_eq!(s.observation(), obs[1]);
-    assert_eq!(v.model_spec, "lake@3");
+    // Step 3's episodes were played by policy version 2: the checkpoint after RL step 2.
+    assert_eq!(v.model_spec, "lake@rl-2");
     assert!(matches!(
         v.save_target,
         SaveTarget::Run {
@@ -323,10 +360,7 @@ fn a_stored_episode_opens_at_its_turn_and_a_divergence_is_reported() {
     // A stored observation the env does not produce: reported with the turn it happened at.
     let edited = ["PFF\nFHF\nFFG", "SFF\nPHF\nFFG", "SFF\nFHF\nFFP"];
     let (mut v, job) = DebugView::opening("lake", 3, 1, 0, None, usize::MAX);
-    v.answer(DebugMsg::Opened {
-        job: job.id(),
-        result: Ok(Box::new(stored(&edited, &out))),
-    });
+    v.answer(opened(&job, stored(&edited, &out)));
     assert_eq!(v.turns(), 2, "the turns before the divergence");
     assert!(v.error.as_deref().unwrap().contains("diverges at turn 3"));
     insta::assert_snapshot!("debugger_divergence_100x30", screen(&v, 100, 30));
@@ -344,10 +378,10 @@ fn bad_settings_and_environments_are_named_and_change_nothing() {
             .unwrap()
             .contains("top_p must be in (0, 1]")
     );
-    assert_eq!(v.sampling, None);
+    assert_eq!(v.overrides, SamplingOverrides::default());
     v.act(Action::ChooseEnv);
     v.input.as_mut().unwrap().text = "sokobon".into();
-    type_line(&mut v, "");
+    assert!(type_line(&mut v, "").is_empty());
     assert!(
         v.error
             .as_deref()
@@ -357,7 +391,9 @@ fn bad_settings_and_environments_are_named_and_change_nothing() {
     assert_eq!(v.session.as_ref().unwrap().env_name, "frozen_lake");
     v.act(Action::ChooseEnv);
     v.input.as_mut().unwrap().text = "sokoban seed=4".into();
-    type_line(&mut v, "");
+    for job in type_line(&mut v, "") {
+        run_job(&mut v, job);
+    }
     assert_eq!(v.session.as_ref().unwrap().env_name, "sokoban");
     assert_eq!(v.session.as_ref().unwrap().seed, 4);
     // Model turns without a model say how to get one.
@@ -442,8 +478,23 @@ fn d_on_the_episodes_view_opens_the_selected_turn_in_the_debugger() {
     for k in [KeyCode::Char('j'), KeyCode::Tab, KeyCode::Char('j')] {
         app.update(key(k));
     }
+    // The debugger holds an episode not saved, and a model: one D asks, a second replaces the
+    // episode and keeps the model.
+    let mut held = lake();
+    held.act(Action::MoveDown);
+    held.model = Some(model(&held.env, 1.0));
+    app.debugger = Some(held);
+    assert!(app.update(key(KeyCode::Char('D'))).is_empty());
+    assert_eq!(app.view, View::Episodes);
+    assert!(
+        app.notice
+            .as_deref()
+            .unwrap()
+            .contains("D again replaces it")
+    );
     let effects = app.update(key(KeyCode::Char('D')));
     assert_eq!(app.view, View::Debugger);
+    assert!(app.debugger.as_ref().unwrap().model.is_some());
     let [Effect::Debug(job)] = effects.as_slice() else {
         panic!("{effects:?}");
     };
@@ -461,8 +512,11 @@ fn d_on_the_episodes_view_opens_the_selected_turn_in_the_debugger() {
         ),
         other => panic!("{other:?}"),
     }
+    assert!(
+        matches!(job.as_ref(), DebugJob::Open { at: 1, .. }),
+        "before the selected (second) turn"
+    );
     let d = app.debugger.as_mut().unwrap();
-    assert_eq!(d.opening_at, 1, "before the selected (second) turn");
     assert!(screen(d, 80, 24).contains("opening the stored episode"));
 }
 
