@@ -453,7 +453,9 @@ fn list(
     title: &str,
     theme: &Theme,
 ) {
-    let height = (items.len() as u16 + 2).min(area.height);
+    let height = u16::try_from(items.len().saturating_add(2))
+        .unwrap_or(u16::MAX)
+        .min(area.height);
     let width = items
         .iter()
         .map(|a| a.chars().count())
