@@ -2,7 +2,10 @@
 //! heads, head_dim 32, 24-token character vocab, tied embeddings, f32), random weights:
 //!   1. one GRPO step: 8 prompts x 8 samples of up to 8 tokens, score, advantages, fwd+bwd+AdamW;
 //!   2. batched generation: batch 64, 6-token prompts, exactly 32 new tokens, sampling;
-//!   3. forward+backward tokens/s at 64 x 16.
+//!   3. forward+backward tokens/s at 64 x 16;
+//!   4. co-scheduling: two processes running (3) at once, as colocated worker processes do, with
+//!      every core each (oversubscribed) and with the cores shared as `workers.<role>.threads`
+//!      shares them by default; their summed tokens/s against one process alone.
 //!
 //! Run: `cargo bench --bench engine` (prints medians; record them in benches/RESULTS.md).
 
@@ -190,4 +193,53 @@ rl:
             median(times)
         );
     }
+
+    if wants("cosched") {
+        cosched();
+    }
+}
+
+/// Run this bench's forward+backward in `n` processes at once (`RAYON_NUM_THREADS=threads` when
+/// given) and return their summed tokens/s.
+fn fwd_bwd_processes(n: usize, threads: Option<usize>) -> f64 {
+    let exe = std::env::current_exe().expect("the bench's own executable");
+    let children: Vec<_> = (0..n)
+        .map(|_| {
+            let mut c = std::process::Command::new(&exe);
+            c.arg("fwd_bwd").stdout(std::process::Stdio::piped());
+            if let Some(t) = threads {
+                c.env("RAYON_NUM_THREADS", t.to_string());
+            }
+            c.spawn().expect("spawn the bench")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().expect("the bench ran");
+            let text = String::from_utf8_lossy(&out.stdout);
+            // "forward+backward: 64 x 16 tokens: 0.1553 s, 6594 tokens/s"
+            text.lines()
+                .find_map(|l| {
+                    let rest = l.strip_suffix(" tokens/s")?;
+                    rest.rsplit(' ').next()?.parse::<f64>().ok()
+                })
+                .unwrap_or_else(|| panic!("no tokens/s in: {text}"))
+        })
+        .sum()
+}
+
+fn cosched() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let alone = fwd_bwd_processes(1, None);
+    let crowded = fwd_bwd_processes(2, None);
+    let shared = fwd_bwd_processes(2, Some((cores / 2).max(1)));
+    println!(
+        "co-scheduling, forward+backward 64 x 16 on {cores} cores: one process {alone:.0} tokens/s; \
+         two at once with every core each {crowded:.0} ({:.2}x one); two with {} thread(s) each \
+         {shared:.0} ({:.2}x one)",
+        crowded / alone,
+        (cores / 2).max(1),
+        shared / alone
+    );
 }

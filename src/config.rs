@@ -320,6 +320,14 @@ pub fn is_runnable(path: &Path) -> bool {
 }
 
 impl RunConfig {
+    /// The compute threads of a worker process of `role` on this machine
+    /// ([`WorkersConfig::threads`]).
+    pub fn worker_threads(&self, role: Role) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let async_ratio = self.rl.as_ref().map_or(0, |rl| rl.async_generation_ratio);
+        self.workers.threads(role, async_ratio, cores)
+    }
+
     /// Load, apply overrides, validate: every problem in the file is reported at once.
     pub fn load(path: &Path, overrides: &[String]) -> Result<RunConfig, ConfigError> {
         let cfg: RunConfig = load::load_yaml(path, overrides)?;

@@ -83,6 +83,19 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     // Kill the worker three times, each right after a step ends, when the next step's generation
     // begins.
     let (mut child, mut lines) = spawn_until(&store, &args, "rl      3/");
+    // The worker computes with the threads its placement gives it: in a synchronous run, where
+    // roles take turns, every core (workers.actor_infer.threads unset).
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let pids = workers_of(child.id(), "actor_infer");
+    assert_eq!(pids.len(), 1, "one actor_infer worker");
+    for pid in pids {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let wanted = format!("RAYON_NUM_THREADS={cores}");
+        assert!(
+            environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()),
+            "{wanted} not in the worker's environment"
+        );
+    }
     let mut killed = vec![];
     for next in ["rl      6/", "rl      9/", ""] {
         killed.push(kill_9_worker(child.id(), "actor_infer"));

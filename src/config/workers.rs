@@ -71,6 +71,9 @@ pub struct RolePlacement {
     pub device_mapping: Option<Vec<usize>>,
     /// Memory per worker in MiB, overriding the estimate made from the model's shape.
     pub memory_mb: Option<f64>,
+    /// Compute threads of each of this role's worker processes; unset = the machine's cores
+    /// shared among the roles that compute at the same time (see [`WorkersConfig::threads`]).
+    pub threads: Option<usize>,
 }
 
 impl Default for RolePlacement {
@@ -80,9 +83,13 @@ impl Default for RolePlacement {
             num_workers: 1,
             device_mapping: None,
             memory_mb: None,
+            threads: None,
         }
     }
 }
+
+/// Upper bound on `threads` (a typo should not start thousands of threads).
+pub const MAX_THREADS: usize = 1024;
 
 impl WorkersConfig {
     pub fn role(&self, role: Role) -> Option<&RolePlacement> {
@@ -102,6 +109,21 @@ impl WorkersConfig {
             Some(p) if role.uses_device() => p.device_mapping.clone().unwrap_or_else(|| vec![0]),
             _ => vec![],
         }
+    }
+
+    /// The compute threads of a worker process of `role` on a machine of `cores` cores: its
+    /// `threads`, or else the cores shared among the sides that compute at the same time, so
+    /// that worker processes never oversubscribe the machine. Roles take turns in a synchronous
+    /// run (each may use every core while it works); with `async_ratio > 0` actor_infer generates
+    /// while the trainer's side (actor_train, reference, critic) works, so each side gets half.
+    /// Two processes spinning on the same cores each run several times slower than alone
+    /// (benches/RESULTS.md, co-scheduling).
+    pub fn threads(&self, role: Role, async_ratio: usize, cores: usize) -> usize {
+        if let Some(t) = self.role(role).and_then(|p| p.threads) {
+            return t;
+        }
+        let sides = if async_ratio > 0 { 2 } else { 1 };
+        (cores / sides).max(1)
     }
 
     /// Whether two roles share at least one device.
@@ -151,7 +173,18 @@ impl WorkersConfig {
         }
     }
 
+    fn validate_threads(&self, role: Role, r: &RolePlacement, p: &mut Vec<String>) {
+        if let Some(t) = r.threads
+            && !(1..=MAX_THREADS).contains(&t)
+        {
+            p.push(format!(
+                "workers.{role}.threads must be in 1..={MAX_THREADS}, got {t}"
+            ));
+        }
+    }
+
     fn validate_role(&self, role: Role, r: &RolePlacement, p: &mut Vec<String>) {
+        self.validate_threads(role, r, p);
         let at = format!("workers.{role}");
         if r.num_workers == 0 || r.num_workers > MAX_WORKERS_PER_ROLE {
             p.push(format!(
@@ -175,6 +208,7 @@ impl WorkersConfig {
                 "{at}.memory_mb must be a positive number of MiB, got {mb}"
             ));
         }
+
         let Some(map) = &r.device_mapping else {
             return;
         };
@@ -206,5 +240,31 @@ impl WorkersConfig {
                 r.num_workers
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_share_the_cores_among_the_sides_that_compute_at_once() {
+        let mut w = WorkersConfig::default();
+        // Synchronous: roles take turns, each may use every core.
+        assert_eq!(w.threads(Role::ActorInfer, 0, 8), 8);
+        // Asynchronous: generation beside training, half each (at least one).
+        assert_eq!(w.threads(Role::ActorInfer, 1, 8), 4);
+        assert_eq!(w.threads(Role::ActorTrain, 2, 2), 1);
+        assert_eq!(w.threads(Role::Reference, 1, 1), 1);
+        // A setting wins.
+        w.actor_infer.threads = Some(3);
+        assert_eq!(w.threads(Role::ActorInfer, 1, 8), 3);
+        let mut problems = vec![];
+        w.actor_infer.threads = Some(0);
+        w.validate(0, &mut problems);
+        assert_eq!(
+            problems,
+            ["workers.actor_infer.threads must be in 1..=1024, got 0"]
+        );
     }
 }

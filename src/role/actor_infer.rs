@@ -134,6 +134,7 @@ impl Infer {
                 model,
                 run.model.dtype,
                 cfg.rollout_batch,
+                run.worker_threads(Role::ActorInfer),
             )?)),
         })
     }

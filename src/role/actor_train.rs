@@ -97,7 +97,8 @@ impl ActorTrain {
         resume: Option<Restore<'_>>,
     ) -> Result<ActorTrain, RoleError> {
         if run.workers.actor_train.mode == PlacementMode::Process {
-            return RemoteTrain::start(model, cfg, updates, resume)
+            let threads = run.worker_threads(Role::ActorTrain);
+            return RemoteTrain::start(model, cfg, updates, resume, threads)
                 .map(|r| ActorTrain::Remote(Box::new(r)));
         }
         let vars = model.transformer.params().named_vars();
@@ -227,6 +228,7 @@ impl RemoteTrain {
         cfg: &RlConfig,
         updates: usize,
         resume: Option<Restore<'_>>,
+        threads: usize,
     ) -> Result<RemoteTrain, RoleError> {
         let area = HostArea::new().map_err(|e| {
             RoleError::Setup(format!(
@@ -245,7 +247,8 @@ impl RemoteTrain {
             optimizer_steps: resume.map_or(0, |r| r.optimizer_steps),
         };
         let optimizer_steps = init.optimizer_steps;
-        let worker = RemoteWorker::start(ActorTrainCall::Init(Box::new(init)), CALL_TIMEOUT)?;
+        let worker =
+            RemoteWorker::start(ActorTrainCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
         Ok(RemoteTrain {
             worker,
             area,

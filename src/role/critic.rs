@@ -135,7 +135,8 @@ impl Critic {
         };
         let steps = resume.map_or(0, |r| r.optimizer_steps);
         if run.workers.critic.mode == PlacementMode::Process {
-            return RemoteCritic::start(policy, cfg, updates, resume, steps)
+            let threads = run.worker_threads(Role::Critic);
+            return RemoteCritic::start(policy, cfg, updates, resume, steps, threads)
                 .map(|r| Some(Critic::Remote(Box::new(r))));
         }
         // Copies: built from a variable's tensor, a `Var` would share the policy's storage.
@@ -272,6 +273,7 @@ impl RemoteCritic {
         updates: usize,
         resume: Option<Restore<'_>>,
         optimizer_steps: usize,
+        threads: usize,
     ) -> Result<RemoteCritic, RoleError> {
         let area = HostArea::new().map_err(|e| {
             RoleError::Setup(format!("creating the host-memory area for the critic: {e}"))
@@ -294,7 +296,7 @@ impl RemoteCritic {
             moments: resume.map(|r| r.dir.join(CRITIC_OPTIMIZER_FILE)),
             optimizer_steps,
         };
-        let worker = RemoteWorker::start(CriticCall::Init(Box::new(init)), CALL_TIMEOUT)?;
+        let worker = RemoteWorker::start(CriticCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
         // Loaded: the worker holds the weights now, so the initial copy is not needed.
         area.remove(INITIAL);
         Ok(RemoteCritic {

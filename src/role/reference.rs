@@ -98,7 +98,9 @@ impl Reference {
             pad_id,
             weights: area.path(HOST_COPY),
         };
-        let worker = RemoteWorker::start(ReferenceCall::Init(Box::new(init)), CALL_TIMEOUT)?;
+        let threads = run.worker_threads(Role::Reference);
+        let worker =
+            RemoteWorker::start(ReferenceCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
         Ok(Reference::Remote(RemoteReference {
             worker,
             area,

@@ -67,8 +67,8 @@ pub fn state_lost(e: WorkerError, what: &str) -> RoleError {
 }
 
 impl<P: Protocol> RemoteWorker<P> {
-    /// Start worker 0 of the role and send it `init`.
-    pub fn start(init: P::Request, timeout: Duration) -> Result<Self, RoleError> {
+    /// Start worker 0 of the role with `threads` compute threads and send it `init`.
+    pub fn start(init: P::Request, timeout: Duration, threads: usize) -> Result<Self, RoleError> {
         let role = P::ROLE;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -77,7 +77,9 @@ impl<P: Protocol> RemoteWorker<P> {
             .build()
             .map_err(setup_err)?;
         let (events_tx, events) = mpsc::unbounded_channel();
-        let spec = WorkerSpec::new(role, 0).map_err(setup_err)?;
+        let spec = WorkerSpec::new(role, 0)
+            .map_err(setup_err)?
+            .with_threads(threads);
         let worker = launch::<P>(&rt, &spec, &init, timeout, events_tx.clone())?;
         Ok(RemoteWorker {
             rt,

@@ -39,6 +39,9 @@ pub struct WorkerSpec {
     /// Ping period; a worker silent for `silence_limit` is reported unresponsive.
     pub heartbeat: Duration,
     pub silence_limit: Duration,
+    /// Compute threads of the process (`RAYON_NUM_THREADS`, which candle's CPU kernels and
+    /// matrix products read); `None`: the process decides (every core).
+    pub threads: Option<usize>,
 }
 
 /// The `roll-tui` executable that child processes run: this one, or the one
@@ -62,7 +65,16 @@ impl WorkerSpec {
             connect_timeout: Duration::from_secs(20),
             heartbeat: Duration::from_secs(1),
             silence_limit: Duration::from_secs(5),
+            threads: None,
         })
+    }
+
+    /// The same worker with `threads` compute threads.
+    pub fn with_threads(self, threads: usize) -> Self {
+        WorkerSpec {
+            threads: Some(threads),
+            ..self
+        }
     }
 }
 
@@ -130,7 +142,23 @@ fn start_child(
     spec: &WorkerSpec,
     socket: &std::path::Path,
 ) -> Result<tokio::process::Child, WorkerError> {
-    tokio::process::Command::new(&spec.program)
+    child_command(spec, socket)
+        .spawn()
+        .map_err(|source| WorkerError::Spawn {
+            role: spec.role,
+            index: spec.index,
+            program: spec.program.display().to_string(),
+            source,
+        })
+}
+
+/// The command [`start_child`] runs.
+fn child_command(spec: &WorkerSpec, socket: &std::path::Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&spec.program);
+    if let Some(n) = spec.threads {
+        command.env("RAYON_NUM_THREADS", n.to_string());
+    }
+    command
         .arg("worker")
         .arg(spec.role.as_str())
         .arg("--index")
@@ -143,14 +171,8 @@ fn start_child(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| WorkerError::Spawn {
-            role: spec.role,
-            index: spec.index,
-            program: spec.program.display().to_string(),
-            source,
-        })
+        .kill_on_drop(true);
+    command
 }
 
 /// The writer task: send queued messages until the queue or the socket closes.
@@ -514,5 +536,24 @@ impl Drop for WorkerProcess {
         for t in &self.tasks {
             t.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_with_threads_gets_them_in_its_environment() {
+        let env_of = |spec: &WorkerSpec| -> Option<String> {
+            child_command(spec, std::path::Path::new("/tmp/s"))
+                .as_std()
+                .get_envs()
+                .find(|(k, _)| *k == "RAYON_NUM_THREADS")
+                .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()))
+        };
+        let spec = WorkerSpec::new(Role::ActorInfer, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(env_of(&spec), None, "unset: the process decides");
+        assert_eq!(env_of(&spec.with_threads(3)).as_deref(), Some("3"));
     }
 }

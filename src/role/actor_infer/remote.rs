@@ -41,6 +41,7 @@ impl RemoteInfer {
         model: &LoadedModel,
         dtype: Dtype,
         max_batch: usize,
+        threads: usize,
     ) -> Result<RemoteInfer, RoleError> {
         let area = HostArea::new().map_err(|e| {
             RoleError::Setup(format!(
@@ -57,7 +58,7 @@ impl RemoteInfer {
             dtype,
             max_batch,
         };
-        let worker = RemoteWorker::start(Call::Init(init), CALL_TIMEOUT)?;
+        let worker = RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads)?;
         Ok(RemoteInfer {
             worker,
             area,
