@@ -11,6 +11,10 @@
 
 use std::time::Instant;
 
+// The allocator of the `roll-tui` binary (src/main.rs), so the bench measures what runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use candle_core::Device;
 use roll::config::{RunConfig, load::from_yaml_str};
 use roll::model::{Arch, InitOptions, Numerics, init_model};
