@@ -5,7 +5,10 @@
 //!   3. forward+backward tokens/s at 64 x 16;
 //!   4. co-scheduling: two processes running (3) at once, as colocated worker processes do, with
 //!      every core each (oversubscribed) and with the cores shared as `workers.<role>.threads`
-//!      shares them by default; their summed tokens/s against one process alone.
+//!      shares them by default; their summed tokens/s against one process alone;
+//!   5. only when asked (`-- qwen05`, minutes): the Qwen2.5-0.5B shape (hidden 896, intermediate
+//!      4864, 14 heads, 2 KV heads, tied 151,936-token vocabulary; `QWEN05_LAYERS` of its 24
+//!      layers, default 24), forward+backward at 16 x 64 and generation at batch 16.
 //!
 //! Run: `cargo bench --bench engine` (prints medians; record them in benches/RESULTS.md).
 
@@ -201,6 +204,94 @@ rl:
     if wants("cosched") {
         cosched();
     }
+    if filter.as_deref() == Some("qwen05") {
+        qwen05();
+    }
+}
+
+/// The Qwen2.5-0.5B shape with random weights; the tokenizer is a character vocabulary of
+/// 151,933 CJK-range characters (plus 3 specials), so the embedding has the real size.
+fn qwen05() {
+    let layers = std::env::var("QWEN05_LAYERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let chars: String = (0x4E00u32..)
+        .filter_map(char::from_u32)
+        .take(151_933)
+        .collect();
+    let model = init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 896,
+        layers,
+        heads: 14,
+        kv_heads: 2,
+        intermediate: 4864,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 256,
+        rope_theta: 1e6,
+        chars,
+        dtype: "float32".into(),
+        seed: 1,
+    })
+    .expect("init");
+    let vocab = model.config().vocab_size as u32;
+    let pairs_owned: Vec<(Vec<u32>, Vec<u32>)> = (0..16u32)
+        .map(|i| {
+            (
+                (0..6).map(|k| 3 + (i * 7 + k * 3) % (vocab - 3)).collect(),
+                (0..58).map(|k| 3 + (i + k * 11) % (vocab - 3)).collect(),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&[u32], &[u32])> = pairs_owned
+        .iter()
+        .map(|(p, r)| (p.as_slice(), r.as_slice()))
+        .collect();
+    let tb = TrainBatch::new(&pairs, 0, 7, &Device::Cpu).expect("batch");
+    for rep in 0..2 {
+        let t = Instant::now();
+        let (logp, _) = response_forward(
+            &model.transformer,
+            &tb,
+            1.0,
+            Numerics::Differentiable,
+            false,
+        )
+        .expect("fwd");
+        let _grads = logp
+            .sum_all()
+            .and_then(|l| l.neg())
+            .and_then(|l| l.backward())
+            .expect("bwd");
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "qwen2.5-0.5b shape ({layers} layers), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s",
+            1024.0 / s
+        );
+    }
+    let params = SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 32,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let reqs = (0..16u32)
+        .map(|i| Request {
+            id: i as u64,
+            prompt_ids: pairs_owned[i as usize].0.clone(),
+            params: params.clone(),
+            seed: i as u64,
+        })
+        .collect();
+    let out = generate(&model.transformer, &[], reqs, 16, None).expect("generate");
+    let tokens: usize = out.iter().map(|c| c.token_ids.len()).sum();
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "qwen2.5-0.5b shape ({layers} layers), generation batch 16, 32 new tokens: {s:.2} s, {:.1} tokens/s",
+        tokens as f64 / s
+    );
 }
 
 /// Run this bench's forward+backward in `n` processes at once (`RAYON_NUM_THREADS=threads` when

@@ -18,6 +18,7 @@ pub mod advantage;
 pub mod agentic;
 pub mod aggregate;
 pub mod filter;
+pub mod fused_logprobs;
 pub mod kl;
 pub mod loss;
 pub mod mask;

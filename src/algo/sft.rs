@@ -1,24 +1,32 @@
 //! Per-token log-probabilities, entropies and the masked SFT cross-entropy from logits.
 //!
-//! Built only from differentiable candle ops (`log_softmax` is max/sub/exp/sum/log), so gradients
-//! flow back to the logits. One `log_softmax` per call; the trainer should prefer
-//! [`token_logprobs_and_entropy`] when it needs both.
+//! f32 logits on the CPU go through the fused kernel of [`fused_logprobs`] (one pass per row,
+//! hand-written backward); elsewhere through candle's differentiable ops (`log_softmax` is
+//! max/sub/exp/sum/log). The trainer should prefer [`token_logprobs_and_entropy`] when it needs
+//! both.
 
 use candle_core::{D, DType, Result, Tensor, bail};
 
 use super::aggregate::masked_mean;
+use super::fused_logprobs;
 
-/// Log-softmax over the vocabulary, with shape checks against the targets.
-fn log_probs(logits: &Tensor, targets: Option<&Tensor>) -> Result<Tensor> {
+/// The targets' shape against the logits'.
+fn check_targets(logits: &Tensor, targets: &Tensor) -> Result<()> {
     let (b, s, _v) = logits.dims3()?;
-    if let Some(t) = targets
-        && t.dims() != [b, s]
-    {
+    if targets.dims() != [b, s] {
         bail!(
             "targets must have shape ({b}, {s}) to match logits {:?}, got {:?}",
             logits.dims(),
-            t.dims()
+            targets.dims()
         );
+    }
+    Ok(())
+}
+
+/// Log-softmax over the vocabulary, with shape checks against the targets.
+fn log_probs(logits: &Tensor, targets: Option<&Tensor>) -> Result<Tensor> {
+    if let Some(t) = targets {
+        check_targets(logits, t)?;
     }
     candle_nn::ops::log_softmax(logits, D::Minus1)
 }
@@ -40,18 +48,32 @@ fn entropy_from(logp: &Tensor) -> Result<Tensor> {
 /// Log-probability of each target token.
 /// logits: (batch, seq, vocab), targets: (batch, seq) u32 -> (batch, seq)
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    if fused_logprobs::applies(logits) {
+        check_targets(logits, targets)?;
+        return Ok(fused_logprobs::logprobs_and_entropy(logits, targets, false)?.0);
+    }
     gather_targets(&log_probs(logits, Some(targets))?, targets)
 }
 
 /// Entropy of the softmax at each position.
 /// logits: (batch, seq, vocab) -> (batch, seq)
 pub fn token_entropy(logits: &Tensor) -> Result<Tensor> {
+    if fused_logprobs::applies(logits) {
+        let (b, s, _) = logits.dims3()?;
+        let any = Tensor::zeros((b, s), DType::U32, logits.device())?;
+        return Ok(fused_logprobs::logprobs_and_entropy(logits, &any, true)?.1);
+    }
     entropy_from(&log_probs(logits, None)?)
 }
 
-/// Both of the above from a single `log_softmax`.
+/// Both of the above from one pass over the vocabulary (f32 on CPU: the fused kernel of
+/// [`fused_logprobs`], which never materialises the log-softmax), else one `log_softmax`.
 /// logits: (batch, seq, vocab), targets: (batch, seq) u32 -> (logprobs: (batch, seq), entropy: (batch, seq))
 pub fn token_logprobs_and_entropy(logits: &Tensor, targets: &Tensor) -> Result<(Tensor, Tensor)> {
+    if fused_logprobs::applies(logits) {
+        check_targets(logits, targets)?;
+        return fused_logprobs::logprobs_and_entropy(logits, targets, true);
+    }
     let logp = log_probs(logits, Some(targets))?;
     Ok((gather_targets(&logp, targets)?, entropy_from(&logp)?))
 }

@@ -114,14 +114,16 @@ pub fn response_forward(
     if temperature > 0.0 && temperature != 1.0 {
         logits = (logits / temperature)?;
     }
+    if with_entropy {
+        let (logp, entropy) =
+            crate::algo::sft::token_logprobs_and_entropy(&logits, &batch.targets)?;
+        return Ok((
+            (logp * &batch.response_mask)?,
+            Some((entropy * &batch.response_mask)?),
+        ));
+    }
     let logp = crate::algo::sft::token_logprobs(&logits, &batch.targets)?;
-    let logp = (logp * &batch.response_mask)?;
-    let entropy = if with_entropy {
-        Some((crate::algo::sft::token_entropy(&logits)? * &batch.response_mask)?)
-    } else {
-        None
-    };
-    Ok((logp, entropy))
+    Ok(((logp * &batch.response_mask)?, None))
 }
 
 /// Log-probs of `response` after `prompt` for a single pair, as plain numbers (for `model score`).

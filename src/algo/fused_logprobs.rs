@@ -1,0 +1,191 @@
+//! The log-softmax, target gather and entropy of the policy loss in one pass per row, on CPU: per
+//! token the target's log-probability and the distribution's entropy, without materialising the
+//! (rows, vocab) log-softmax. At a large vocabulary those intermediate copies (1024 rows x 151,936
+//! logits is 620 MB each, and candle's `log_softmax` and its backward keep several) set the peak
+//! memory of training. The backward is written by hand from
+//!   d logp_t / d x_v = [v = t] - p_v,     d H / d x_v = -p_v (log p_v + H),
+//! with `H = -sum_v p_v log p_v`; both are checked against candle's ops in the tests.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+/// Per row: (log-probability of the target, entropy), from logits (rows, vocab) f32.
+struct LogprobEntropy {
+    entropy: bool,
+}
+
+/// The gradient with respect to the logits, from the gradients of both outputs.
+struct LogprobEntropyGrad {
+    entropy: bool,
+}
+
+/// The contiguous f32 data of a storage, or why not.
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(v) = s else {
+        bail!("fused log-probs: {what} must be f32, got {:?}", s.dtype());
+    };
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => bail!("fused log-probs: {what} must be contiguous"),
+    }
+}
+
+fn targets_of(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
+    let (a, b) = l.contiguous_offsets().ok_or_else(|| {
+        candle_core::Error::Msg("fused log-probs: targets must be contiguous".into())
+    })?;
+    Ok(match s {
+        CpuStorage::U32(v) => v[a..b].iter().map(|&t| t as usize).collect(),
+        CpuStorage::I64(v) => v[a..b].iter().map(|&t| t.max(0) as usize).collect(),
+        other => bail!(
+            "fused log-probs: targets must be u32 or i64, got {:?}",
+            other.dtype()
+        ),
+    })
+}
+
+/// log-sum-exp of a row and, when asked, `sum_v p_v x_v` (for the entropy): exponentials in f32,
+/// sums in f64.
+fn row_stats(x: &[f32], entropy: bool) -> (f64, f64) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (mut s, mut sx) = (0.0f64, 0.0f64);
+    for &v in x {
+        let e = (v - m).exp();
+        s += f64::from(e);
+        if entropy && e > 0.0 {
+            sx += f64::from(e) * f64::from(v);
+        }
+    }
+    let lse = f64::from(m) + s.ln();
+    (lse, if entropy { sx / s } else { 0.0 })
+}
+
+impl CustomOp2 for LogprobEntropy {
+    fn name(&self) -> &'static str {
+        "logprob-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (rows, vocab) = l1.shape().dims2()?;
+        let logits = f32_slice(s1, l1, "logits")?;
+        let targets = targets_of(s2, l2)?;
+        if targets.len() != rows {
+            bail!("fused log-probs: {} targets for {rows} rows", targets.len());
+        }
+        if let Some(t) = targets.iter().find(|&&t| t >= vocab) {
+            bail!("fused log-probs: target {t} is outside the vocabulary of {vocab}");
+        }
+        let mut out = vec![0f32; rows * 2];
+        out.par_chunks_mut(2)
+            .zip(logits.par_chunks(vocab))
+            .zip(targets.par_iter())
+            .for_each(|((o, x), &t)| {
+                let (lse, mean_x) = row_stats(x, self.entropy);
+                o[0] = (x[t] as f64 - lse) as f32;
+                o[1] = if self.entropy {
+                    (lse - mean_x) as f32
+                } else {
+                    0.0
+                };
+            });
+        Ok((CpuStorage::F32(out), Shape::from((rows, 2))))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // The forward's outputs ride along: the log-sum-exp is x_t - logp_t, so the backward
+        // makes one pass over each row instead of two.
+        let grad_and_res = Tensor::cat(&[grad_res, res], 1)?.contiguous()?;
+        let grad = logits.contiguous()?.apply_op3_no_bwd(
+            &targets.contiguous()?,
+            &grad_and_res,
+            &LogprobEntropyGrad {
+                entropy: self.entropy,
+            },
+        )?;
+        Ok((Some(grad), None))
+    }
+}
+
+impl CustomOp3 for LogprobEntropyGrad {
+    fn name(&self) -> &'static str {
+        "logprob-entropy-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (rows, vocab) = l1.shape().dims2()?;
+        let logits = f32_slice(s1, l1, "logits")?;
+        let targets = targets_of(s2, l2)?;
+        // Per row: d logp, d H, logp, H.
+        let g = f32_slice(s3, l3, "the gradient")?;
+        let mut out = vec![0f32; rows * vocab];
+        out.par_chunks_mut(vocab)
+            .zip(logits.par_chunks(vocab))
+            .zip(targets.par_iter().zip(g.par_chunks(4)))
+            .for_each(|((d, x), (&t, g))| {
+                let g_lp = g[0];
+                let (g_h, h) = if self.entropy {
+                    (g[1], g[3])
+                } else {
+                    (0.0, 0.0)
+                };
+                let lse = x[t] - g[2];
+                for (dv, &xv) in d.iter_mut().zip(x) {
+                    let logp = xv - lse;
+                    let p = logp.exp();
+                    let entropy_term = if p > 0.0 { -p * (logp + h) } else { 0.0 };
+                    *dv = -g_lp * p + g_h * entropy_term;
+                }
+                d[t] += g_lp;
+            });
+        Ok((CpuStorage::F32(out), Shape::from((rows, vocab))))
+    }
+}
+
+/// Whether [`logprobs_and_entropy`] runs here: f32 logits on the CPU (elsewhere the loss keeps
+/// candle's ops).
+pub fn applies(logits: &Tensor) -> bool {
+    logits.device().is_cpu() && logits.dtype() == DType::F32
+}
+
+/// logits: (batch, seq, vocab) f32 on CPU, targets: (batch, seq) u32/i64 ->
+/// (log-prob of each target, entropy of each position): two (batch, seq) tensors, the entropy all
+/// zero unless `entropy`.
+pub fn logprobs_and_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    entropy: bool,
+) -> Result<(Tensor, Tensor)> {
+    let (b, s, v) = logits.dims3()?;
+    let rows = logits.reshape((b * s, v))?.contiguous()?.apply_op2(
+        &targets.flatten_all()?.contiguous()?,
+        LogprobEntropy { entropy },
+    )?;
+    let lp = rows.narrow(1, 0, 1)?.reshape((b, s))?;
+    let h = rows.narrow(1, 1, 1)?.reshape((b, s))?;
+    Ok((lp, h))
+}
+
+#[cfg(test)]
+#[path = "fused_logprobs_tests.rs"]
+mod tests;
