@@ -6,7 +6,8 @@
 //!   Hugging Face directory loading/saving, tokenizers and chat templates.
 //! - [`rollout`]: sampling, batched generation with an explicit KV cache, continuous-batching engine.
 //! - [`train`]: per-token log-probs and entropy, AdamW with schedules, gradient clipping, checkpoints.
-//! - [`algo`]: pure RL math on tensors — advantages, KL, policy losses, aggregation, masks, filters.
+//! - [`algo`]: pure RL math on tensors — advantages, KL, policy losses, aggregation, masks, filters,
+//!   and the fused CPU kernel of per-token log-probs and entropy.
 //! - [`reward`]: rule rewards (math answer, exact match).
 //! - [`data`]: JSONL prompt datasets, domain mixing, synthetic quickstart tasks.
 //! - [`env`]: environments for agentic RL (FrozenLake, Sokoban, WebShop, external programs), the
