@@ -74,6 +74,9 @@ impl CustomOp2 for LogprobEntropy {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, vocab) = l1.shape().dims2()?;
+        if vocab == 0 {
+            bail!("fused log-probs: the vocabulary is empty");
+        }
         let logits = f32_slice(s1, l1, "logits")?;
         let targets = targets_of(s2, l2)?;
         if targets.len() != rows {

@@ -108,6 +108,9 @@ fn a_target_outside_the_vocabulary_is_an_error_not_a_panic() {
             .contains("target 4 is outside the vocabulary of 4"),
         "{err}"
     );
+    let empty = Tensor::zeros((1, 2, 0), DType::F32, &dev).unwrap();
+    let err = logprobs_and_entropy(&empty, &targets, true).unwrap_err();
+    assert!(err.to_string().contains("the vocabulary is empty"), "{err}");
     // A uniform row: log-prob -ln 4, entropy ln 4.
     let ok = Tensor::from_vec(vec![1u32, 3], (1, 2), &dev).unwrap();
     let (lp, h) = logprobs_and_entropy(&logits, &ok, true).unwrap();
