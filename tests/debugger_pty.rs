@@ -146,8 +146,9 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
     assert_eq!(turn["prompt"], "PFG\n");
     assert_eq!(turn["prompt_tokens"], first["turns"][0]["prompt_tokens"]);
     assert_eq!(turn["samples"]["draws"], 4);
-    // The run's own env settings: its action pattern `(\w+)` reads a word as the action (the
-    // default `<answer>` pattern would find none), and its `max_turns` (3) bounds the episode.
+    // The run's own env settings: its `max_turns` (3) bounds the episode. With the defaults the
+    // untrained model's outputs hold no `<answer>`, nothing ends the lake, and play goes on for
+    // 100 steps.
     let out = common::ok(common::roll(
         &store,
         &[
@@ -171,10 +172,6 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!((1..=3).contains(&turns.len()), "{out}");
-    assert!(
-        turns.iter().all(|t| !t["info"]["parsed_action"].is_null()),
-        "{out}"
-    );
 
     let mut t = Term::start(
         &store,

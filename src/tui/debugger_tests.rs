@@ -5,6 +5,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use super::*;
+use crate::debugger::TokenView;
 use crate::debugger::open::{StoredEpisode, env_config};
 use crate::debugger::policy::SamplingOverrides;
 use crate::metrics::{TrajectoryRecord, TurnRecord};
@@ -180,7 +181,18 @@ fn a_model_turn_shows_its_prompt_output_and_token_log_probs() {
     assert_eq!(m.prompt_text, prompt.text);
     assert!(!m.tokens.is_empty());
     v.act(Action::NextToken);
-    insta::assert_snapshot!("debugger_model_turn_100x30", screen(&v, 100, 30));
+    // The sampled text depends on the CPU's rounding, so the picture is checked for its parts
+    // here and snapshotted from fixed values below.
+    let shown = screen(&v, 100, 30);
+    for part in [
+        "raw output:",
+        "tokens · log-prob",
+        ": log-prob",
+        "entropy",
+        "model   ",
+    ] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
     v.act(Action::PrevPane);
     assert_eq!(v.pane, Pane::Prompt);
     assert!(screen(&v, 100, 30).contains("the prompt of turn 1"));
@@ -244,6 +256,93 @@ fn resampling_shows_the_action_distribution() {
     assert_eq!((turn, r.draws), (0, 16));
     assert_eq!(r.counts.iter().map(|c| c.count).sum::<usize>(), 16);
     assert_eq!(v.pane, Pane::Samples);
+    assert!(screen(&v, 100, 24).contains("16 draws of turn 1"));
+}
+
+/// A token as the policy module reports it.
+fn token(text: &str, logprob: f32, entropy: f32, alternatives: &[(&str, f32)]) -> TokenView {
+    TokenView {
+        id: 0,
+        text: text.into(),
+        logprob,
+        entropy,
+        alternatives: alternatives
+            .iter()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect(),
+    }
+}
+
+#[test]
+fn the_model_and_resample_panels_draw_fixed_values() {
+    use crate::debugger::policy::{ActionCount, ModelTurn, Resample};
+    use crate::rollout::FinishReason;
+    let mut v = lake();
+    // A model's turn with hand-written numbers: "Down" was drawn at p = 0.055, the model
+    // preferring Right (0.61); that token is selected with ].
+    let tokens = vec![
+        token("<answer>", -0.02, 0.11, &[("<answer>", 0.98), ("D", 0.01)]),
+        token(
+            "Down",
+            -2.9,
+            1.17,
+            &[
+                ("Right", 0.61),
+                ("Left", 0.2),
+                ("Up", 0.12),
+                ("Down", 0.055),
+            ],
+        ),
+        token("</answer>", -0.01, 0.06, &[("</answer>", 0.99)]),
+        token("<eos>", -0.3, 0.7, &[("<eos>", 0.74), ("\n", 0.2)]),
+    ];
+    let turn = ModelTurn {
+        prompt_text: "PFF\nFHF\nFFG\n".into(),
+        prompt_tokens: 12,
+        output_ids: vec![1, 2, 3, 4],
+        finish: FinishReason::Eos,
+        tokens,
+    };
+    v.session
+        .as_mut()
+        .unwrap()
+        .act("<answer>Down</answer>".into(), Actor::Model, Some(turn))
+        .unwrap();
+    v.selected = 0;
+    v.pane = Pane::Output;
+    v.act(Action::NextToken);
+    insta::assert_snapshot!("debugger_model_turn_100x30", screen(&v, 100, 30));
+    // The distribution of 32 draws of the next turn.
+    v.resample = Some((
+        1,
+        Resample {
+            draws: 32,
+            counts: vec![
+                ActionCount {
+                    action: Some("Down".into()),
+                    unknown: false,
+                    count: 20,
+                },
+                ActionCount {
+                    action: Some("Right".into()),
+                    unknown: false,
+                    count: 7,
+                },
+                ActionCount {
+                    action: None,
+                    unknown: false,
+                    count: 3,
+                },
+                ActionCount {
+                    action: Some("Jump".into()),
+                    unknown: true,
+                    count: 2,
+                },
+            ],
+            mean_logprob: -4.25,
+        },
+    ));
+    v.pane = Pane::Samples;
     insta::assert_snapshot!("debugger_resample_100x24", screen(&v, 100, 24));
 }
 
