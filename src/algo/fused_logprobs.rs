@@ -45,6 +45,28 @@ fn targets_of(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
     })
 }
 
+/// The rows of logits (rows, vocab) and one target per row, checked: what both passes read.
+fn rows_and_targets<'a>(
+    s1: &'a CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+) -> Result<(usize, &'a [f32], Vec<usize>)> {
+    let (rows, vocab) = l1.shape().dims2()?;
+    if vocab == 0 {
+        bail!("fused log-probs: the vocabulary is empty");
+    }
+    let logits = f32_slice(s1, l1, "logits")?;
+    let targets = targets_of(s2, l2)?;
+    if targets.len() != rows {
+        bail!("fused log-probs: {} targets for {rows} rows", targets.len());
+    }
+    if let Some(t) = targets.iter().find(|&&t| t >= vocab) {
+        bail!("fused log-probs: target {t} is outside the vocabulary of {vocab}");
+    }
+    Ok((vocab, logits, targets))
+}
+
 /// log-sum-exp of a row and, when asked, `sum_v p_v x_v` (for the entropy): exponentials in f32,
 /// sums in f64.
 fn row_stats(x: &[f32], entropy: bool) -> (f64, f64) {
@@ -73,18 +95,8 @@ impl CustomOp2 for LogprobEntropy {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (rows, vocab) = l1.shape().dims2()?;
-        if vocab == 0 {
-            bail!("fused log-probs: the vocabulary is empty");
-        }
-        let logits = f32_slice(s1, l1, "logits")?;
-        let targets = targets_of(s2, l2)?;
-        if targets.len() != rows {
-            bail!("fused log-probs: {} targets for {rows} rows", targets.len());
-        }
-        if let Some(t) = targets.iter().find(|&&t| t >= vocab) {
-            bail!("fused log-probs: target {t} is outside the vocabulary of {vocab}");
-        }
+        let (vocab, logits, targets) = rows_and_targets(s1, l1, s2, l2)?;
+        let rows = targets.len();
         let mut out = vec![0f32; rows * 2];
         out.par_chunks_mut(2)
             .zip(logits.par_chunks(vocab))
@@ -136,9 +148,8 @@ impl CustomOp3 for LogprobEntropyGrad {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (rows, vocab) = l1.shape().dims2()?;
-        let logits = f32_slice(s1, l1, "logits")?;
-        let targets = targets_of(s2, l2)?;
+        let (vocab, logits, targets) = rows_and_targets(s1, l1, s2, l2)?;
+        let rows = targets.len();
         // Per row: d logp, d H, logp, H.
         let g = f32_slice(s3, l3, "the gradient")?;
         let mut out = vec![0f32; rows * vocab];
