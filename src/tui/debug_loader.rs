@@ -5,7 +5,7 @@
 use super::debugger::{DebugJob, DebugMsg};
 use super::debugger_jobs::OpenedEpisode;
 use super::loader::Loader;
-use crate::debugger::open::{ModelSpec, model_policy, session, session_at, stored_episode};
+use crate::debugger::open::{ModelSpec, model_policy, session_at, stored_episode};
 use crate::debugger::record::save;
 use crate::store::{OpenMode, Store};
 
@@ -40,6 +40,14 @@ fn free_name(path: &std::path::Path) -> std::path::PathBuf {
 
 impl Loader {
     pub(super) async fn debug(&self, job: DebugJob) -> DebugMsg {
+        // Drawing, resampling, env steps and starts: on a blocking thread, never on the
+        // runtime's workers, which serve the screen's reads.
+        let fallback = job.clone();
+        let job = match tokio::task::spawn_blocking(move || job.compute()).await {
+            Ok(Ok(answer)) => return answer,
+            Ok(Err(job)) => *job,
+            Err(e) => return fallback.failed(format!("the work failed: {e}")),
+        };
         match job {
             DebugJob::LoadModel { job, spec, env } => {
                 let parsed = ModelSpec::parse(&spec);
@@ -66,32 +74,6 @@ impl Loader {
                 .await;
                 DebugMsg::ModelLoaded { job, result }
             }
-            DebugJob::Generate {
-                job,
-                policy,
-                prompt,
-                seed,
-                cancel,
-            } => DebugMsg::Generated {
-                job,
-                result: blocking(move || policy.generate(&prompt, seed, Some(&cancel))).await,
-            },
-            DebugJob::Resample {
-                job,
-                policy,
-                prompt,
-                draws,
-                seed,
-                parser,
-                actions,
-                cancel,
-            } => DebugMsg::Resampled {
-                job,
-                result: blocking(move || {
-                    policy.resample(&prompt, draws, seed, &parser, &actions, Some(&cancel))
-                })
-                .await,
-            },
             DebugJob::Save {
                 job,
                 request,
@@ -128,10 +110,6 @@ impl Loader {
                 .await;
                 DebugMsg::Exported { job, result }
             }
-            DebugJob::Step { job, cell, op } => DebugMsg::Stepped {
-                job,
-                result: blocking(move || Ok(cell.apply(op))).await.and_then(|r| r),
-            },
             DebugJob::ListCheckpoints { job } => {
                 let mut specs = vec![];
                 if self.path.exists()
@@ -180,10 +158,9 @@ impl Loader {
                 };
                 DebugMsg::Opened { job, result }
             }
-            DebugJob::StartEnv { job, env, seed } => {
-                let started = env.clone();
-                let result = blocking(move || session(&started, seed).map(Box::new)).await;
-                DebugMsg::EnvStarted { job, env, result }
+            // Computed above.
+            computed => {
+                computed.failed("internal: computation not run on a blocking thread".into())
             }
         }
     }

@@ -11,7 +11,7 @@ use super::debugger_input::InputKind;
 use super::debugger_ops::{SessionCell, SessionOp};
 use crate::config::EnvConfig;
 use crate::debugger::Session;
-use crate::debugger::open::StoredEpisode;
+use crate::debugger::open::{StoredEpisode, session};
 use crate::debugger::policy::{CANCELLED, ModelTurn, Prompt};
 use crate::debugger::record::{SaveRequest, SaveTarget, Saved};
 use crate::debugger::{ModelPolicy, Resample};
@@ -108,6 +108,87 @@ impl DebugJob {
             | DebugJob::ListCheckpoints { job }
             | DebugJob::Step { job, .. }
             | DebugJob::StartEnv { job, .. } => *job,
+        }
+    }
+
+    /// The answer of a job that is computation only (drawing, resampling, a program-backed step,
+    /// starting an env), worked out on this thread: the runtime calls it on a blocking thread,
+    /// the tests directly. `Err` gives back a job that needs the store or files.
+    pub fn compute(self) -> Result<DebugMsg, Box<DebugJob>> {
+        Ok(match self {
+            DebugJob::Generate {
+                job,
+                policy,
+                prompt,
+                seed,
+                cancel,
+            } => DebugMsg::Generated {
+                job,
+                result: policy.generate(&prompt, seed, Some(&cancel)),
+            },
+            DebugJob::Resample {
+                job,
+                policy,
+                prompt,
+                draws,
+                seed,
+                parser,
+                actions,
+                cancel,
+            } => DebugMsg::Resampled {
+                job,
+                result: policy.resample(&prompt, draws, seed, &parser, &actions, Some(&cancel)),
+            },
+            DebugJob::Step { job, cell, op } => DebugMsg::Stepped {
+                job,
+                result: cell.apply(op),
+            },
+            DebugJob::StartEnv { job, env, seed } => DebugMsg::EnvStarted {
+                job,
+                result: session(&env, seed).map(Box::new),
+                env,
+            },
+            other => return Err(Box::new(other)),
+        })
+    }
+
+    /// The answer saying this job's work failed with `error` (it panicked, or never ran).
+    pub fn failed(self, error: String) -> DebugMsg {
+        match self {
+            DebugJob::LoadModel { job, .. } => DebugMsg::ModelLoaded {
+                job,
+                result: Err(error),
+            },
+            DebugJob::Generate { job, .. } => DebugMsg::Generated {
+                job,
+                result: Err(error),
+            },
+            DebugJob::Resample { job, .. } => DebugMsg::Resampled {
+                job,
+                result: Err(error),
+            },
+            DebugJob::Save { job, .. } => DebugMsg::Saved {
+                job,
+                result: Err(error),
+            },
+            DebugJob::Export { job, .. } => DebugMsg::Exported {
+                job,
+                result: Err(error),
+            },
+            DebugJob::Open { job, .. } => DebugMsg::Opened {
+                job,
+                result: Err(error),
+            },
+            DebugJob::ListCheckpoints { job } => DebugMsg::Checkpoints { job, specs: vec![] },
+            DebugJob::Step { job, .. } => DebugMsg::Stepped {
+                job,
+                result: Err(error),
+            },
+            DebugJob::StartEnv { job, env, .. } => DebugMsg::EnvStarted {
+                job,
+                env,
+                result: Err(error),
+            },
         }
     }
 }

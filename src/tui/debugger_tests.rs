@@ -69,41 +69,9 @@ fn model(env: &EnvConfig, temperature: f64) -> ModelPolicy {
 
 /// Carry out a job as the runtime would (without the store), and hand its answer back.
 fn run_job(view: &mut DebugView, job: DebugJob) -> Vec<DebugJob> {
-    let msg = match job {
-        DebugJob::Generate {
-            job,
-            policy,
-            prompt,
-            seed,
-            cancel,
-        } => DebugMsg::Generated {
-            job,
-            result: policy.generate(&prompt, seed, Some(&cancel)),
-        },
-        DebugJob::Resample {
-            job,
-            policy,
-            prompt,
-            draws,
-            seed,
-            parser,
-            actions,
-            cancel,
-        } => DebugMsg::Resampled {
-            job,
-            result: policy.resample(&prompt, draws, seed, &parser, &actions, Some(&cancel)),
-        },
-        DebugJob::Step { job, cell, op } => DebugMsg::Stepped {
-            job,
-            result: cell.apply(op),
-        },
-        DebugJob::StartEnv { job, env, seed } => DebugMsg::EnvStarted {
-            job,
-            result: crate::debugger::open::session(&env, seed).map(Box::new),
-            env,
-        },
-        other => panic!("not run here: {other:?}"),
-    };
+    let msg = job
+        .compute()
+        .unwrap_or_else(|other| panic!("not run here: {other:?}"));
     view.answer(msg)
 }
 
