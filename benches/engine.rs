@@ -19,8 +19,9 @@ use std::time::Instant;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use candle_core::Device;
+use candle_core::backprop::GradStore;
 use roll::config::{RunConfig, load::from_yaml_str};
-use roll::model::{Arch, InitOptions, Numerics, init_model};
+use roll::model::{Arch, InitOptions, Numerics, Transformer, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
 use roll::rollout::{Request, SamplingParams, generate};
@@ -95,24 +96,11 @@ fn main() {
                 )
             })
             .collect();
-        let pairs: Vec<(&[u32], &[u32])> = pairs_owned
-            .iter()
-            .map(|(p, r)| (p.as_slice(), r.as_slice()))
-            .collect();
-        let tb = TrainBatch::new(&pairs, 0, 2, &Device::Cpu).expect("batch");
+        let tb = train_batch(&pairs_owned, 2);
         let mut times = vec![];
         for _ in 0..9 {
             let t = Instant::now();
-            let (logp, _) = response_forward(
-                &model.transformer,
-                &tb,
-                1.0,
-                Numerics::Differentiable,
-                false,
-            )
-            .expect("fwd");
-            let loss = logp.sum_all().expect("sum").neg().expect("neg");
-            let grads = loss.backward().expect("bwd");
+            let grads = forward_backward(&model.transformer, &tb);
             let mut acc = GradAccumulator::default();
             acc.add(&vars, &grads).expect("acc");
             times.push(t.elapsed().as_secs_f64());
@@ -245,26 +233,10 @@ fn qwen05() {
             )
         })
         .collect();
-    let pairs: Vec<(&[u32], &[u32])> = pairs_owned
-        .iter()
-        .map(|(p, r)| (p.as_slice(), r.as_slice()))
-        .collect();
-    let tb = TrainBatch::new(&pairs, 0, 7, &Device::Cpu).expect("batch");
+    let tb = train_batch(&pairs_owned, 7);
     for rep in 0..2 {
         let t = Instant::now();
-        let (logp, _) = response_forward(
-            &model.transformer,
-            &tb,
-            1.0,
-            Numerics::Differentiable,
-            false,
-        )
-        .expect("fwd");
-        let _grads = logp
-            .sum_all()
-            .and_then(|l| l.neg())
-            .and_then(|l| l.backward())
-            .expect("bwd");
+        forward_backward(&model.transformer, &tb);
         let s = t.elapsed().as_secs_f64();
         println!(
             "qwen2.5-0.5b shape ({layers} layers), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s",
@@ -292,6 +264,24 @@ fn qwen05() {
         "qwen2.5-0.5b shape ({layers} layers), generation batch 16, 32 new tokens: {s:.2} s, {:.1} tokens/s",
         tokens as f64 / s
     );
+}
+
+/// (prompt, response) pairs as a training batch for a model with `kv_groups`.
+fn train_batch(pairs: &[(Vec<u32>, Vec<u32>)], kv_groups: usize) -> TrainBatch {
+    let pairs: Vec<(&[u32], &[u32])> = pairs
+        .iter()
+        .map(|(p, r)| (p.as_slice(), r.as_slice()))
+        .collect();
+    TrainBatch::new(&pairs, 0, kv_groups, &Device::Cpu).expect("batch")
+}
+
+/// One forward and backward of the negated summed response log-probs.
+fn forward_backward(model: &Transformer, tb: &TrainBatch) -> GradStore {
+    let (logp, _) = response_forward(model, tb, 1.0, Numerics::Differentiable, false).expect("fwd");
+    logp.sum_all()
+        .and_then(|l| l.neg())
+        .and_then(|l| l.backward())
+        .expect("bwd")
 }
 
 /// Run this bench's forward+backward in `n` processes at once (`RAYON_NUM_THREADS=threads` when
