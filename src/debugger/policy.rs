@@ -119,6 +119,8 @@ pub struct ModelPolicy {
     /// before its first observation.
     env: EnvConfig,
     instruction: Option<String>,
+    /// `env` and `instruction` were worked out for `env` ([`ModelPolicy::for_env`]).
+    shaped: bool,
     /// The `rl.env` of the run the checkpoint came from (what the model was trained on).
     pub run_env: Option<EnvConfig>,
     pub sampling: SamplingParams,
@@ -150,6 +152,7 @@ impl ModelPolicy {
             chat_template,
             env: env.clone(),
             instruction: None,
+            shaped: false,
             run_env: None,
             sampling,
             alternatives: 5,
@@ -161,7 +164,13 @@ impl ModelPolicy {
     /// Prompt for episodes of `env` as a rollout of it would: its mode and history, token budget,
     /// and instruction (its own, or with a chat template the sentence naming the env and its
     /// action format).
+    /// The same env again changes nothing: its default instruction probes the env (a reset,
+    /// which starts an external env's program), and a front-end shapes the prompt at load and
+    /// again whenever the env may have changed.
     pub fn for_env(&mut self, env: &EnvConfig) -> Result<(), String> {
+        if self.shaped && self.env == *env {
+            return Ok(());
+        }
         self.instruction = match (&env.instruction, self.chat_template) {
             (Some(i), _) => Some(i.clone()),
             (None, true) => Some(
@@ -170,6 +179,7 @@ impl ModelPolicy {
             (None, false) => None,
         };
         self.env = env.clone();
+        self.shaped = true;
         Ok(())
     }
 
