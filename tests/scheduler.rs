@@ -180,6 +180,8 @@ fn the_kl_reference_is_refreshed_every_n_steps() {
             "rl.kl.mode=in_loss",
             "rl.kl.coef=0.05",
             "rl.kl.refresh_every=2",
+            // A policy that gets some answers right, so that groups have a learning signal.
+            "sft.steps=40",
         ],
     );
     assert_eq!(
@@ -187,16 +189,24 @@ fn the_kl_reference_is_refreshed_every_n_steps() {
         [0.0, 2.0, 2.0, 4.0, 4.0, 6.0]
     );
     // One PPO epoch measures KL before its update: right after a refresh the reference is the
-    // policy itself, so the k3 estimate is exactly 0; one update later it is not.
+    // policy itself, so the k3 estimate is exactly 0. One step later it is above 0 if that step's
+    // update moved the policy, which it does when some group's rewards differ, and exactly 0 if
+    // every group was flat (no gradient, so the policy stayed the reference).
     let kl = series(&store, "actor/kl");
+    let flat = series(&store, "group/frac_zero_std");
     assert_eq!(kl.len(), 6);
+    let mut moved_steps = 0;
     for (i, k) in kl.iter().enumerate() {
         if i % 2 == 0 {
             assert_eq!(*k, 0.0, "step {}: {kl:?}", i + 1);
+        } else if flat[i - 1] < 1.0 {
+            moved_steps += 1;
+            assert!(*k > 0.0, "step {}: {kl:?}, flat groups {flat:?}", i + 1);
         } else {
-            assert!(*k > 0.0, "step {}: {kl:?}", i + 1);
+            assert_eq!(*k, 0.0, "step {}: {kl:?}, flat groups {flat:?}", i + 1);
         }
     }
+    assert!(moved_steps > 0, "no update moved the policy: {flat:?}");
 }
 
 #[test]

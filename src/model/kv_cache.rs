@@ -7,6 +7,10 @@
 //!
 //! Buffers are preallocated with spare columns and written in place, so a decode step copies only the
 //! new keys/values instead of the whole cache.
+//!
+//! The position axis is the one the model's attention reads: 2 in candle's (rows, kv_heads, columns,
+//! head_dim) layout, 1 in the fused CPU kernels' (rows, columns, kv_heads, head_dim). Each layer
+//! keeps the axis of its first append.
 
 use candle_core::{Result, Tensor};
 
@@ -15,32 +19,35 @@ const SPARE_COLUMNS: usize = 32;
 
 #[derive(Clone)]
 struct LayerKv {
-    /// (rows, kv_heads, capacity, head_dim); columns `0..len` are meaningful.
+    /// (rows, kv_heads, capacity, head_dim) or (rows, capacity, kv_heads, head_dim); columns
+    /// `0..len` of axis `axis` are meaningful.
     k: Tensor,
     v: Tensor,
     len: usize,
+    axis: usize,
 }
 
 impl LayerKv {
     fn capacity(&self) -> usize {
-        self.k.dims()[2]
+        self.k.dims()[self.axis]
     }
 
     /// The meaningful columns, as contiguous-by-row views.
     fn views(&self) -> Result<(Tensor, Tensor)> {
         Ok((
-            self.k.narrow(2, 0, self.len)?,
-            self.v.narrow(2, 0, self.len)?,
+            self.k.narrow(self.axis, 0, self.len)?,
+            self.v.narrow(self.axis, 0, self.len)?,
         ))
     }
 
-    /// Copy `k`/`v` (rows, kv_heads, len, head_dim) into fresh buffers with spare capacity.
-    fn from_dense(k: &Tensor, v: &Tensor) -> Result<Self> {
-        let len = k.dims()[2];
+    /// Copy `k`/`v` (columns on `axis`) into fresh buffers with spare capacity.
+    fn from_dense(k: &Tensor, v: &Tensor, axis: usize) -> Result<Self> {
+        let len = k.dims()[axis];
         Ok(LayerKv {
-            k: k.pad_with_zeros(2, 0, SPARE_COLUMNS)?.contiguous()?,
-            v: v.pad_with_zeros(2, 0, SPARE_COLUMNS)?.contiguous()?,
+            k: k.pad_with_zeros(axis, 0, SPARE_COLUMNS)?.contiguous()?,
+            v: v.pad_with_zeros(axis, 0, SPARE_COLUMNS)?.contiguous()?,
             len,
+            axis,
         })
     }
 }
@@ -82,20 +89,44 @@ impl KvCache {
     /// Extend layer `layer` with new keys/values (rows, kv_heads, t, head_dim); returns the full ones
     /// (views into the cache, valid until the next call that changes the cache).
     pub fn append(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        let t = k.dims()[2];
+        self.append_on(layer, k, v, 2)
+    }
+
+    /// [`KvCache::append`] with the columns on `axis` (1 for (rows, t, kv_heads, head_dim)).
+    pub fn append_on(
+        &mut self,
+        layer: usize,
+        k: Tensor,
+        v: Tensor,
+        axis: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let t = k.dims()[axis];
         let slot = &mut self.layers[layer];
         match slot {
-            None => *slot = Some(LayerKv::from_dense(&k.contiguous()?, &v.contiguous()?)?),
+            None => {
+                *slot = Some(LayerKv::from_dense(
+                    &k.contiguous()?,
+                    &v.contiguous()?,
+                    axis,
+                )?)
+            }
+            Some(kv) if kv.axis != axis => {
+                candle_core::bail!(
+                    "kv cache layer {layer} holds columns on axis {}, not {axis}",
+                    kv.axis
+                )
+            }
             Some(kv) if kv.len + t <= kv.capacity() => {
-                kv.k.slice_set(&k.contiguous()?, 2, kv.len)?;
-                kv.v.slice_set(&v.contiguous()?, 2, kv.len)?;
+                kv.k.slice_set(&k.contiguous()?, axis, kv.len)?;
+                kv.v.slice_set(&v.contiguous()?, axis, kv.len)?;
                 kv.len += t;
             }
             Some(kv) => {
                 let (pk, pv) = kv.views()?;
                 *kv = LayerKv::from_dense(
-                    &Tensor::cat(&[&pk, &k], 2)?,
-                    &Tensor::cat(&[&pv, &v], 2)?,
+                    &Tensor::cat(&[&pk, &k], axis)?,
+                    &Tensor::cat(&[&pv, &v], axis)?,
+                    axis,
                 )?;
             }
         }
@@ -143,23 +174,27 @@ impl KvCache {
         let (pad_a, pad_b) = (total - a, total - b);
         for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
             if let (Some(kv), Some(okv)) = (mine.as_ref(), theirs) {
+                let axis = kv.axis;
+                if okv.axis != axis {
+                    candle_core::bail!("kv caches with columns on axes {axis} and {}", okv.axis);
+                }
                 let (k, v) = kv.views()?;
                 let (ok, ov) = okv.views()?;
                 let k = Tensor::cat(
                     &[
-                        &k.pad_with_zeros(2, pad_a, 0)?,
-                        &ok.pad_with_zeros(2, pad_b, 0)?,
+                        &k.pad_with_zeros(axis, pad_a, 0)?,
+                        &ok.pad_with_zeros(axis, pad_b, 0)?,
                     ],
                     0,
                 )?;
                 let v = Tensor::cat(
                     &[
-                        &v.pad_with_zeros(2, pad_a, 0)?,
-                        &ov.pad_with_zeros(2, pad_b, 0)?,
+                        &v.pad_with_zeros(axis, pad_a, 0)?,
+                        &ov.pad_with_zeros(axis, pad_b, 0)?,
                     ],
                     0,
                 )?;
-                *mine = Some(LayerKv::from_dense(&k, &v)?);
+                *mine = Some(LayerKv::from_dense(&k, &v, axis)?);
             }
         }
         self.valid_from.iter_mut().for_each(|s| *s += pad_a);
@@ -182,9 +217,9 @@ impl KvCache {
         }
         for kv in self.layers.iter_mut().flatten() {
             let keep = kv.len - drop;
-            let k = kv.k.narrow(2, drop, keep)?;
-            let v = kv.v.narrow(2, drop, keep)?;
-            *kv = LayerKv::from_dense(&k, &v)?;
+            let k = kv.k.narrow(kv.axis, drop, keep)?;
+            let v = kv.v.narrow(kv.axis, drop, keep)?;
+            *kv = LayerKv::from_dense(&k, &v, kv.axis)?;
         }
         self.valid_from.iter_mut().for_each(|s| *s -= drop);
         Ok(())

@@ -1,5 +1,7 @@
-//! The decoder-only transformer forward pass (Qwen2 / Qwen3 / Llama), built from ops that candle can
-//! differentiate, plus a fast path using candle's fused kernels for inference.
+//! The decoder-only transformer forward pass (Qwen2 / Qwen3 / Llama). On the CPU in f32 (training,
+//! scoring and decoding) it runs the fused kernels of the `roll-cpu-kernels` package
+//! (`kernels/cpu`), each with its own backward; elsewhere it is built from ops that candle can
+//! differentiate, plus a fast path using candle's inference kernels.
 //!
 //! Owns numerics only: it takes token ids, per-token positions and an attention mask and returns hidden
 //! states or logits. Batch layout, sampling and training live elsewhere.
@@ -9,18 +11,24 @@ use candle_core::{D, DType, Device, Result, Tensor};
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::params::ParamStore;
+use roll_cpu_kernels as fused;
 
 /// Which kernels to use. candle's fused rms_norm / softmax / rope have no backward pass, so training
-/// must use `Differentiable`; generation and scoring use `Fast` (same values to ~1e-6 in f32).
+/// must use `Differentiable`; generation and scoring use `Fast` (same values to ~1e-6 in f32). On
+/// the CPU in f32 both take our fused kernels, which have a backward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Numerics {
     Fast,
     Differentiable,
+    /// candle's differentiable ops everywhere, never the fused kernels: what they are tested against.
+    Reference,
 }
 
 /// Value used for masked attention scores. Finite (not -inf) so that a fully masked row (a padding
 /// query) gives a uniform softmax instead of NaN, which would poison gradients even when masked later.
 pub const MASKED: f32 = -1e9;
+// The fused attention kernel skips the keys masked below its threshold.
+const _: () = assert!(MASKED < fused::attention::MASK_SKIP);
 
 struct LayerWeights {
     input_norm: Tensor,
@@ -151,6 +159,13 @@ impl Transformer {
             .reshape((b, t, half))?
             .to_dtype(self.dtype)?;
         let mask = mask.to_dtype(self.dtype)?;
+        if numerics != Numerics::Reference && fused::applies(&x) {
+            for (l, w) in self.layers.iter().enumerate() {
+                let layer_cache = cache.as_deref_mut().map(|c| (c, l));
+                x = self.fused_layer(x, w, &cos, &sin, &mask, layer_cache)?;
+            }
+            return fused::rms_norm::rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps);
+        }
         for (l, w) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &w.input_norm, self.cfg.rms_norm_eps, numerics)?;
             let layer_cache = cache.as_deref_mut().map(|c| (c, l));
@@ -167,7 +182,7 @@ impl Transformer {
                         gate_up.narrow(D::Minus1, inter, inter)?,
                     )
                 }
-                Numerics::Differentiable => {
+                Numerics::Differentiable | Numerics::Reference => {
                     (linear(&h, &w.gate_w, None)?, linear(&h, &w.up_w, None)?)
                 }
             };
@@ -179,6 +194,49 @@ impl Transformer {
     /// hidden: (b, t, hidden) -> logits (b, t, vocab), in f32 whatever the weight dtype.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         linear(hidden, &self.lm_head, None)?.to_dtype(DType::F32)
+    }
+
+    /// One layer through the fused CPU kernels, the cache (if any) holding (b, columns, kv_heads,
+    /// hd). x: (b, t, hidden) -> (b, t, hidden)
+    fn fused_layer(
+        &self,
+        x: Tensor,
+        w: &LayerWeights,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
+        let eps = self.cfg.rms_norm_eps;
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim,
+        );
+        let h = fused::rms_norm::rms_norm(&x, &w.input_norm, eps)?;
+        let bias = |i: usize| w.qkv_b.as_ref().map(|(q, k, v)| [q, k, v][i]);
+        // Heads stay where the projections put them, (b, t, heads, hd): no transposes.
+        let mut q = linear(&h, &w.q_w, bias(0))?.reshape((b, t, nh, hd))?;
+        let mut k = linear(&h, &w.k_w, bias(1))?.reshape((b, t, nkv, hd))?;
+        let v = linear(&h, &w.v_w, bias(2))?.reshape((b, t, nkv, hd))?;
+        if let Some((qn, kn)) = &w.qk_norm {
+            q = fused::rms_norm::rms_norm(&q, qn, eps)?;
+            k = fused::rms_norm::rms_norm(&k, kn, eps)?;
+        }
+        let q = fused::rope::rope(&q, cos, sin)?;
+        let k = fused::rope::rope(&k, cos, sin)?;
+        let (k, v) = match cache {
+            Some((c, layer)) => c.append_on(layer, k, v, 1)?,
+            None => (k, v),
+        };
+        let scale = 1.0 / (hd as f64).sqrt();
+        let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
+        let x = (x + linear(&attn, &w.o_w, None)?)?;
+        let h = fused::rms_norm::rms_norm(&x, &w.post_norm, eps)?;
+        let mlp =
+            fused::swiglu::swiglu(&linear(&h, &w.gate_w, None)?, &linear(&h, &w.up_w, None)?)?;
+        x + linear(&mlp, &w.down_w, None)?
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -216,7 +274,7 @@ impl Transformer {
                     split(qkv.narrow(D::Minus1, (nh + nkv) * hd, nkv * hd)?, nkv)?,
                 )
             }
-            Numerics::Differentiable => {
+            Numerics::Differentiable | Numerics::Reference => {
                 let b = |i: usize| w.qkv_b.as_ref().map(|(q, k, v)| [q, k, v][i]);
                 (
                     split(linear(x, &w.q_w, b(0))?, nh)?,
@@ -243,7 +301,9 @@ impl Transformer {
         let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
         let probs = match numerics {
             Numerics::Fast => candle_nn::ops::softmax_last_dim(&scores)?,
-            Numerics::Differentiable => candle_nn::ops::softmax(&scores, D::Minus1)?,
+            Numerics::Differentiable | Numerics::Reference => {
+                candle_nn::ops::softmax(&scores, D::Minus1)?
+            }
         };
         let out = probs
             .matmul(&v)?
@@ -274,7 +334,7 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, numerics: Numerics) -> Result<Tensor> {
     match numerics {
         Numerics::Fast => candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32),
-        Numerics::Differentiable => {
+        Numerics::Differentiable | Numerics::Reference => {
             let dtype = x.dtype();
             let x32 = x.to_dtype(DType::F32)?;
             let inv = (x32.sqr()?.mean_keepdim(D::Minus1)? + eps)?
@@ -291,7 +351,7 @@ fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64, numerics: Numerics) -> Result
 fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, numerics: Numerics) -> Result<Tensor> {
     match numerics {
         Numerics::Fast => candle_nn::rotary_emb::rope(x, cos, sin),
-        Numerics::Differentiable => {
+        Numerics::Differentiable | Numerics::Reference => {
             let half = x.dim(D::Minus1)? / 2;
             let cos = Tensor::cat(&[cos, cos], D::Minus1)?.unsqueeze(1)?;
             let sin = Tensor::cat(&[sin, sin], D::Minus1)?.unsqueeze(1)?;

@@ -1,0 +1,422 @@
+//! Masked scaled-dot-product attention with grouped query heads, as one op:
+//!   S = scale * Q K^T + mask,   P = softmax(S) by row,   O = P V,
+//! with query head `h` reading key/value head `h / groups` (the transformer's GQA layout).
+//!
+//! The backward recomputes P one query row at a time (as flash attention does) rather than keeping
+//! the (heads, t, t) probabilities, and uses `D_i = sum_j P_ij dP_ij = dO_i . O_i`:
+//!   dP = dO V^T,   dS_ij = P_ij (dP_ij - D_i),   dQ = scale dS K,   dK = scale dS^T Q,   dV = P^T dO.
+//!
+//! A key whose mask value is below [`MASK_SKIP`] is masked: its score is the mask value itself (the
+//! dot product is not computed; added to -1e9 it would vanish in f32 anyway) and, when its
+//! probability is exactly zero, it is skipped in the products. A row masked everywhere still gets
+//! the uniform distribution the additive mask gives it.
+
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+use super::{f32_data, storage_f32, unpack};
+
+const NAME: &str = "fused attention";
+
+/// Mask values below this mark a masked key (the transformer masks with -1e9).
+pub const MASK_SKIP: f32 = -5e8;
+
+/// The operands' sizes and where each row lives in the flat buffers.
+#[derive(Clone, Copy)]
+struct Dims {
+    b: usize,
+    /// Query positions.
+    t: usize,
+    /// Key positions.
+    tk: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    groups: usize,
+    /// Distance between batch rows in the key and value operands: rows of a KV cache are
+    /// `capacity` columns apart, of which the first `tk` are read.
+    kv_stride: usize,
+}
+
+impl Dims {
+    fn of(q: &Layout, k: &Layout, v: &Layout, mask: &Layout) -> Result<Dims> {
+        let (b, t, heads, head_dim) = q.shape().dims4()?;
+        let (bk, tk, kv_heads, hdk) = k.shape().dims4()?;
+        if bk != b || hdk != head_dim || kv_heads == 0 || heads % kv_heads != 0 {
+            bail!(
+                "{NAME}: queries {:?} do not fit keys {:?}",
+                q.shape().dims(),
+                k.shape().dims()
+            );
+        }
+        if v.shape() != k.shape() {
+            bail!(
+                "{NAME}: values {:?} differ from keys {:?}",
+                v.shape().dims(),
+                k.shape().dims()
+            );
+        }
+        let groups = heads / kv_heads;
+        let row = kv_heads * head_dim;
+        let kv_stride = k.stride()[0];
+        if k.stride()[1..] != [row, head_dim, 1] || v.stride() != k.stride() || kv_stride < tk * row
+        {
+            bail!(
+                "{NAME}: keys and values must be contiguous within each batch row (strides {:?} and {:?})",
+                k.stride(),
+                v.stride()
+            );
+        }
+        if mask.shape().dims() != [b, 1, groups * t, tk] {
+            bail!(
+                "{NAME}: mask {:?}, expected ({b}, 1, {}, {tk})",
+                mask.shape().dims(),
+                groups * t
+            );
+        }
+        Ok(Dims {
+            b,
+            t,
+            tk,
+            heads,
+            kv_heads,
+            head_dim,
+            groups,
+            kv_stride,
+        })
+    }
+
+    /// Key (or value) row `j` of kv head `kv` in batch row `n` of the operands.
+    fn kv_in(&self, n: usize, j: usize, kv: usize) -> usize {
+        n * self.kv_stride + (j * self.kv_heads + kv) * self.head_dim
+    }
+
+    /// Query (or output) row `i` of head `h` in batch row `n`.
+    fn q_at(&self, n: usize, i: usize, h: usize) -> usize {
+        ((n * self.t + i) * self.heads + h) * self.head_dim
+    }
+
+    /// Key (or value) row `j` of kv head `kv` in batch row `n` of a contiguous (b, tk, kv_heads,
+    /// head_dim) gradient.
+    fn kv_at(&self, n: usize, j: usize, kv: usize) -> usize {
+        ((n * self.tk + j) * self.kv_heads + kv) * self.head_dim
+    }
+
+    /// The mask row of query `i` of the `r`-th head of a group in batch row `n`.
+    fn mask_at(&self, n: usize, r: usize, i: usize) -> usize {
+        ((n * self.groups + r) * self.t + i) * self.tk
+    }
+
+    fn q_len(&self) -> usize {
+        self.b * self.t * self.heads * self.head_dim
+    }
+
+    fn kv_len(&self) -> usize {
+        self.b * self.tk * self.kv_heads * self.head_dim
+    }
+}
+
+/// f32 dot product in 8 lanes, so the compiler can vectorise it.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// y += a x
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// The operands a (batch row, kv head) task reads.
+struct Inputs<'a> {
+    d: Dims,
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    mask: &'a [f32],
+    scale: f32,
+}
+
+impl Inputs<'_> {
+    /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`.
+    fn probs(&self, n: usize, kv: usize, r: usize, i: usize, p: &mut [f32]) {
+        let d = &self.d;
+        let qi = &self.q[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim];
+        let mask = &self.mask[d.mask_at(n, r, i)..][..d.tk];
+        let mut max = f32::NEG_INFINITY;
+        for (j, p) in p.iter_mut().enumerate() {
+            *p = if mask[j] < MASK_SKIP {
+                mask[j]
+            } else {
+                let kj = &self.k[d.kv_in(n, j, kv)..][..d.head_dim];
+                dot(qi, kj) * self.scale + mask[j]
+            };
+            max = max.max(*p);
+        }
+        let mut sum = 0f32;
+        for p in p.iter_mut() {
+            *p = (*p - max).exp();
+            sum += *p;
+        }
+        for p in p.iter_mut() {
+            *p /= sum;
+        }
+    }
+
+    /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major.
+    fn forward_task(&self, n: usize, kv: usize) -> Vec<f32> {
+        let d = &self.d;
+        let mut out = vec![0f32; d.groups * d.t * d.head_dim];
+        let mut p = vec![0f32; d.tk];
+        for (row, o) in out.chunks_mut(d.head_dim).enumerate() {
+            let (r, i) = (row / d.t, row % d.t);
+            self.probs(n, kv, r, i, &mut p);
+            for (j, &pj) in p.iter().enumerate() {
+                if pj != 0.0 {
+                    axpy(o, pj, &self.v[d.kv_in(n, j, kv)..][..d.head_dim]);
+                }
+            }
+        }
+        out
+    }
+
+    /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head).
+    fn backward_task(
+        &self,
+        n: usize,
+        kv: usize,
+        out: &[f32],
+        grad: &[f32],
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let d = &self.d;
+        let hd = d.head_dim;
+        let mut dq = vec![0f32; d.groups * d.t * hd];
+        let mut dk = vec![0f32; d.tk * hd];
+        let mut dv = vec![0f32; d.tk * hd];
+        let mut p = vec![0f32; d.tk];
+        for (row, dqi) in dq.chunks_mut(hd).enumerate() {
+            let (r, i) = (row / d.t, row % d.t);
+            let at = d.q_at(n, i, kv * d.groups + r);
+            let (qi, doi) = (&self.q[at..][..hd], &grad[at..][..hd]);
+            self.probs(n, kv, r, i, &mut p);
+            let di = dot(doi, &out[at..][..hd]);
+            for (j, &pj) in p.iter().enumerate() {
+                if pj == 0.0 {
+                    continue;
+                }
+                let kvj = d.kv_in(n, j, kv);
+                let ds = pj * (dot(doi, &self.v[kvj..][..hd]) - di) * self.scale;
+                axpy(dqi, ds, &self.k[kvj..][..hd]);
+                axpy(&mut dk[j * hd..][..hd], ds, qi);
+                axpy(&mut dv[j * hd..][..hd], pj, doi);
+            }
+        }
+        (dq, dk, dv)
+    }
+
+    /// Copies a task's query-shaped rows (groups * t, head_dim) to their places in (b, t, heads, hd).
+    fn scatter_q(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
+        let d = &self.d;
+        for (row, src) in rows.chunks(d.head_dim).enumerate() {
+            let (r, i) = (row / d.t, row % d.t);
+            dst[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim].copy_from_slice(src);
+        }
+    }
+
+    /// Copies a task's key-shaped rows (tk, head_dim) to their places in (b, tk, kv_heads, hd).
+    fn scatter_kv(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
+        let d = &self.d;
+        for (j, src) in rows.chunks(d.head_dim).enumerate() {
+            dst[d.kv_at(n, j, kv)..][..d.head_dim].copy_from_slice(src);
+        }
+    }
+}
+
+struct Attention {
+    mask: Tensor,
+    scale: f32,
+}
+
+/// The backward kernel: its operands are q, k, v; the forward's output and its gradient ride along.
+struct AttentionGrad {
+    mask: Tensor,
+    scale: f32,
+    out: Tensor,
+    grad: Tensor,
+}
+
+/// Runs `f` with the checked operands of one call.
+#[allow(clippy::too_many_arguments)]
+fn with_inputs<R>(
+    mask: &Tensor,
+    scale: f32,
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    s3: &CpuStorage,
+    l3: &Layout,
+    f: impl FnOnce(&Inputs) -> Result<R>,
+) -> Result<R> {
+    let (ms, ml) = mask.storage_and_layout();
+    let d = Dims::of(l1, l2, l3, ml)?;
+    let inputs = Inputs {
+        d,
+        q: f32_data(s1, l1, NAME, "queries")?,
+        k: rows_data(s2, l2, &d, "keys")?,
+        v: rows_data(s3, l3, &d, "values")?,
+        mask: storage_f32(&ms, ml, NAME, "mask")?,
+        scale,
+    };
+    f(&inputs)
+}
+
+/// The data of a key or value operand from its first element, checked to hold every row `Dims`
+/// reads (the rows may be strided views into a KV cache).
+fn rows_data<'a>(s: &'a CpuStorage, l: &Layout, d: &Dims, what: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(all) = s else {
+        bail!("{NAME}: {what} must be f32");
+    };
+    let data = all.get(l.start_offset()..).unwrap_or(&[]);
+    if d.b > 0 {
+        let needed = (d.b - 1) * d.kv_stride + d.tk * d.kv_heads * d.head_dim;
+        if data.len() < needed {
+            bail!("{NAME}: {what} hold {} values, {needed} needed", data.len());
+        }
+    }
+    Ok(data)
+}
+
+/// Every (batch row, kv head) pair: the units of parallel work.
+fn tasks(d: &Dims) -> impl IndexedParallelIterator<Item = (usize, usize)> {
+    let kv_heads = d.kv_heads;
+    (0..d.b * kv_heads)
+        .into_par_iter()
+        .map(move |task| (task / kv_heads, task % kv_heads))
+}
+
+impl CustomOp3 for Attention {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
+            let d = x.d;
+            let parts: Vec<_> = tasks(&d)
+                .map(|(n, kv)| (n, kv, x.forward_task(n, kv)))
+                .collect();
+            let mut out = vec![0f32; d.q_len()];
+            for (n, kv, rows) in parts {
+                x.scatter_q(&mut out, n, kv, &rows);
+            }
+            let shape = Shape::from((d.b, d.t, d.heads * d.head_dim));
+            Ok((CpuStorage::F32(out), shape))
+        })
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let op = AttentionGrad {
+            mask: self.mask.clone(),
+            scale: self.scale,
+            out: res.contiguous()?,
+            grad: grad.contiguous()?,
+        };
+        let packed = q.apply_op3_no_bwd(k, v, &op)?;
+        let g = unpack(&packed, &[q.dims(), k.dims(), v.dims()])?;
+        Ok((Some(g[0].clone()), Some(g[1].clone()), Some(g[2].clone())))
+    }
+}
+
+impl CustomOp3 for AttentionGrad {
+    fn name(&self) -> &'static str {
+        "fused attention backward"
+    }
+
+    /// q, k, v -> [dq | dk | dv] flat.
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (os, ol) = self.out.storage_and_layout();
+        let (gs, gl) = self.grad.storage_and_layout();
+        let out = storage_f32(&os, ol, NAME, "the output")?;
+        let grad = storage_f32(&gs, gl, NAME, "the gradient")?;
+        with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
+            let d = x.d;
+            if out.len() != d.q_len() || grad.len() != d.q_len() {
+                bail!("{NAME}: output or gradient does not match the queries");
+            }
+            let parts: Vec<_> = tasks(&d)
+                .map(|(n, kv)| (n, kv, x.backward_task(n, kv, out, grad)))
+                .collect();
+            let (ql, kl) = (d.q_len(), d.kv_len());
+            let mut packed = vec![0f32; ql + 2 * kl];
+            let (dq, rest) = packed.split_at_mut(ql);
+            let (dk, dv) = rest.split_at_mut(kl);
+            for (n, kv, (q_rows, k_rows, v_rows)) in parts {
+                x.scatter_q(dq, n, kv, &q_rows);
+                x.scatter_kv(dk, n, kv, &k_rows);
+                x.scatter_kv(dv, n, kv, &v_rows);
+            }
+            Ok((CpuStorage::F32(packed), Shape::from(ql + 2 * kl)))
+        })
+    }
+}
+
+/// q: (b, t, heads, hd), k and v: (b, tk, kv_heads, hd), f32 on CPU; mask: (b, 1, groups * t, tk)
+/// additive (roll's `model::attention_mask`) -> (b, t, heads * hd). Keys and values may be
+/// views of a KV cache (batch rows further apart than `tk` columns); other layouts are copied.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
+    let rows_contiguous = |x: &Tensor| -> Result<Tensor> {
+        let (_, _, kv_heads, hd) = x.dims4()?;
+        let s = x.stride();
+        Ok(if s[1..] == [kv_heads * hd, hd, 1] {
+            x.clone()
+        } else {
+            x.contiguous()?
+        })
+    };
+    q.contiguous()?.apply_op3(
+        &rows_contiguous(k)?,
+        &rows_contiguous(v)?,
+        Attention {
+            mask: mask.contiguous()?,
+            scale: scale as f32,
+        },
+    )
+}

@@ -1,0 +1,63 @@
+//! Fused CPU kernels, each with a hand-written backward pass, for the transformer's hot blocks:
+//! RMSNorm, rotary embedding, SwiGLU and causal GQA attention.
+//!
+//! Built from candle's elementwise ops, one layer of the model is about a hundred graph nodes, each
+//! with its own dispatch, allocation and gradient bookkeeping; at the shapes we train on CPU that
+//! bookkeeping, not arithmetic, is where the time goes (benches/RESULTS.md). Each kernel here is one
+//! node forward and one backward, parallel over rows with rayon, and works in the (batch, seq,
+//! heads, head_dim) layout the projections produce, so attention needs no transposes.
+//!
+//! Owns numerics only, for contiguous f32 tensors on the CPU ([`applies`]); roll-tui's transformer
+//! (`src/model/transformer.rs`) keeps candle's ops for every other device and dtype. The tests
+//! check values (1e-5) and gradients (1e-4 relative) against candle's differentiable ops.
+//!
+//! A package of its own so that it is compiled optimised in every profile: the test suite trains
+//! and decodes through these loops, which run 10-50x slower unoptimised.
+
+pub mod attention;
+pub mod rms_norm;
+pub mod rope;
+pub mod swiglu;
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, Layout, Result, Storage, Tensor, bail};
+
+/// Whether the fused kernels can take this tensor: f32 on the CPU.
+pub fn applies(t: &Tensor) -> bool {
+    t.device().is_cpu() && t.dtype() == DType::F32
+}
+
+/// The contiguous f32 data of a storage, or an error naming the kernel and the operand.
+fn f32_data<'a>(s: &'a CpuStorage, l: &Layout, op: &str, what: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(v) = s else {
+        bail!("{op}: {what} must be f32, got {:?}", s.dtype());
+    };
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => bail!("{op}: {what} must be contiguous"),
+    }
+}
+
+/// The contiguous f32 data of a tensor's storage (`Tensor::storage_and_layout`), for tensors a
+/// kernel reads besides its operands: the mask, or the upstream gradient of a backward kernel.
+fn storage_f32<'a>(s: &'a Storage, l: &Layout, op: &str, what: &str) -> Result<&'a [f32]> {
+    let Storage::Cpu(cpu) = s else {
+        bail!("{op}: {what} must be on the CPU");
+    };
+    f32_data(cpu, l, op, what)
+}
+
+/// Splits a packed 1-D result of a backward kernel into tensors of the given shapes.
+fn unpack(packed: &Tensor, shapes: &[&[usize]]) -> Result<Vec<Tensor>> {
+    let mut out = Vec::with_capacity(shapes.len());
+    let mut at = 0;
+    for shape in shapes {
+        let n: usize = shape.iter().product();
+        out.push(packed.narrow(0, at, n)?.reshape(*shape)?);
+        at += n;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,144 @@
+//! RMSNorm over the last dimension, `y = w * x * r` with `r = (mean(x^2) + eps)^(-1/2)`, as one op.
+//!
+//! Backward, from `dr/dx_j = -r^3 x_j / d`:
+//!   dx_j = r w_j dy_j - (r^3 / d) x_j sum_i(dy_i w_i x_i),      dw_j = sum over rows of dy_j x_j r.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+use super::{f32_data, unpack};
+
+const NAME: &str = "fused rms_norm";
+
+struct RmsNorm {
+    eps: f32,
+}
+
+struct RmsNormGrad {
+    eps: f32,
+}
+
+/// `1 / sqrt(mean(x^2) + eps)` of one row, summed in f64 so long rows do not lose precision.
+fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let mean = (ss / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// The rows of x and the weight, with the weight's length checked against the last dimension.
+fn operands<'a>(
+    s1: &'a CpuStorage,
+    l1: &Layout,
+    s2: &'a CpuStorage,
+    l2: &Layout,
+) -> Result<(usize, &'a [f32], &'a [f32])> {
+    let d = *l1.shape().dims().last().unwrap_or(&0);
+    let x = f32_data(s1, l1, NAME, "x")?;
+    let w = f32_data(s2, l2, NAME, "weight")?;
+    if d == 0 || w.len() != d {
+        bail!("{NAME}: weight of {} for rows of {d}", w.len());
+    }
+    Ok((d, x, w))
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (d, x, w) = operands(s1, l1, s2, l2)?;
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(d)
+            .zip(x.par_chunks(d))
+            .with_min_len(64)
+            .for_each(|(y, x)| {
+                let r = inv_rms(x, self.eps);
+                for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
+                    *y = x * r * w;
+                }
+            });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let packed = x.apply_op3_no_bwd(w, &grad, &RmsNormGrad { eps: self.eps })?;
+        let d = w.elem_count();
+        let grads = unpack(&packed, &[x.dims(), &[d]])?;
+        Ok((Some(grads[0].clone()), Some(grads[1].clone())))
+    }
+}
+
+impl CustomOp3 for RmsNormGrad {
+    fn name(&self) -> &'static str {
+        "fused rms_norm backward"
+    }
+
+    /// x, w, dy -> [dx (x's shape) | dw (d)] flat.
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (d, x, w) = operands(s1, l1, s2, l2)?;
+        let dy = f32_data(s3, l3, NAME, "the gradient")?;
+        if dy.len() != x.len() {
+            bail!("{NAME}: gradient of {} for x of {}", dy.len(), x.len());
+        }
+        let n = x.len();
+        let mut out = vec![0f32; n + d];
+        let (dx, dw) = out.split_at_mut(n);
+        // Rows in blocks: each block writes its dx rows and sums its share of dw, and the blocks'
+        // partial dw are added at the end (no shared accumulator between threads).
+        let block = (n / d)
+            .div_ceil(rayon::current_num_threads().max(1) * 4)
+            .max(1)
+            * d;
+        let partial: Vec<Vec<f32>> = dx
+            .par_chunks_mut(block)
+            .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
+            .map(|(dx, (x, dy))| {
+                let mut dw = vec![0f32; d];
+                for ((dx, x), dy) in dx.chunks_mut(d).zip(x.chunks(d)).zip(dy.chunks(d)) {
+                    let r = inv_rms(x, self.eps);
+                    let dot: f32 = dy.iter().zip(w).zip(x).map(|((g, w), x)| g * w * x).sum();
+                    let c = r * r * r * dot / d as f32;
+                    for j in 0..d {
+                        dx[j] = r * w[j] * dy[j] - c * x[j];
+                        dw[j] += dy[j] * x[j] * r;
+                    }
+                }
+                dw
+            })
+            .collect();
+        for p in partial {
+            for (a, b) in dw.iter_mut().zip(p) {
+                *a += b;
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from(n + d)))
+    }
+}
+
+/// x: (..., d) f32 on CPU, weight: (d) -> (..., d).
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    x.contiguous()?
+        .apply_op2(&weight.contiguous()?, RmsNorm { eps: eps as f32 })
+}

@@ -1,0 +1,117 @@
+//! SwiGLU, `silu(gate) * up`, as one op. With `s = sigmoid(g)`, `silu(g) = g s` and
+//! `silu'(g) = s (1 + g (1 - s))`, so
+//!   d gate = dy * up * s (1 + g (1 - s)),     d up = dy * g s.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+use super::{f32_data, unpack};
+
+const NAME: &str = "fused swiglu";
+/// Elements per parallel task: large enough that a task outweighs its scheduling.
+const CHUNK: usize = 4096;
+
+struct SwiGlu;
+struct SwiGluGrad;
+
+fn sigmoid(g: f32) -> f32 {
+    1.0 / (1.0 + (-g).exp())
+}
+
+fn same_len<'a>(
+    s1: &'a CpuStorage,
+    l1: &Layout,
+    s2: &'a CpuStorage,
+    l2: &Layout,
+) -> Result<(&'a [f32], &'a [f32])> {
+    let g = f32_data(s1, l1, NAME, "gate")?;
+    let u = f32_data(s2, l2, NAME, "up")?;
+    if l1.shape() != l2.shape() {
+        bail!(
+            "{NAME}: gate {:?} and up {:?} differ",
+            l1.shape().dims(),
+            l2.shape().dims()
+        );
+    }
+    Ok((g, u))
+}
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (g, u) = same_len(s1, l1, s2, l2)?;
+        let mut y = vec![0f32; g.len()];
+        y.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+            .for_each(|(y, (g, u))| {
+                for ((y, &g), &u) in y.iter_mut().zip(g).zip(u) {
+                    *y = g * sigmoid(g) * u;
+                }
+            });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let packed = gate.apply_op3_no_bwd(up, &grad.contiguous()?, &SwiGluGrad)?;
+        let grads = unpack(&packed, &[gate.dims(), up.dims()])?;
+        Ok((Some(grads[0].clone()), Some(grads[1].clone())))
+    }
+}
+
+impl CustomOp3 for SwiGluGrad {
+    fn name(&self) -> &'static str {
+        "fused swiglu backward"
+    }
+
+    /// gate, up, dy -> [d gate | d up] flat.
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (g, u) = same_len(s1, l1, s2, l2)?;
+        let dy = f32_data(s3, l3, NAME, "the gradient")?;
+        if dy.len() != g.len() {
+            bail!("{NAME}: gradient of {} for {} elements", dy.len(), g.len());
+        }
+        let n = g.len();
+        let mut out = vec![0f32; 2 * n];
+        let (dg, du) = out.split_at_mut(n);
+        dg.par_chunks_mut(CHUNK)
+            .zip(du.par_chunks_mut(CHUNK))
+            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+            .zip(dy.par_chunks(CHUNK))
+            .for_each(|(((dg, du), (g, u)), dy)| {
+                for k in 0..g.len() {
+                    let s = sigmoid(g[k]);
+                    dg[k] = dy[k] * u[k] * s * (1.0 + g[k] * (1.0 - s));
+                    du[k] = dy[k] * g[k] * s;
+                }
+            });
+        Ok((CpuStorage::F32(out), Shape::from(2 * n)))
+    }
+}
+
+/// gate, up: the same shape, f32 on CPU -> silu(gate) * up.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+}

@@ -1,0 +1,225 @@
+//! Each fused kernel against the same computation in candle's differentiable ops (what the
+//! transformer ran before, and still runs off the CPU): values to 1e-5, and the gradients of a
+//! random linear function of the output to 1e-4 of the largest gradient.
+
+use candle_core::{D, Device, Tensor, Var};
+
+use super::*;
+
+/// The additive mask (b, 1, groups * t, past + t) of roll's `model::attention_mask`: query `i` of
+/// row `n` sees key column `j` iff `valid_from[n] <= j <= past + i`.
+fn attention_mask(valid_from: &[usize], past: usize, t: usize, groups: usize) -> Tensor {
+    let total = past + t;
+    let mut data = vec![];
+    for &start in valid_from {
+        for _ in 0..groups {
+            for i in 0..t {
+                data.extend((0..total).map(|j| {
+                    if j < start || j > past + i {
+                        -1e9f32
+                    } else {
+                        0.0
+                    }
+                }));
+            }
+        }
+    }
+    Tensor::from_vec(data, (valid_from.len(), 1, groups * t, total), &Device::Cpu).unwrap()
+}
+
+fn randn(shape: &[usize], seed_scale: f32) -> Tensor {
+    Tensor::randn(0f32, seed_scale, shape, &Device::Cpu).unwrap()
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+/// Elementwise `|a - b| <= tol (1 + |b|)`.
+fn close(what: &str, a: &Tensor, b: &Tensor, tol: f32) {
+    assert_eq!(a.dims(), b.dims(), "{what}: shapes");
+    for (i, (x, y)) in values(a).iter().zip(values(b)).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "{what}[{i}]: {x} vs {y}"
+        );
+    }
+}
+
+/// `max |a - b| <= tol max |b|`: gradients relative to their own scale.
+fn close_rel(what: &str, a: &Tensor, b: &Tensor, tol: f32) {
+    assert_eq!(a.dims(), b.dims(), "{what}: shapes");
+    let (a, b) = (values(a), values(b));
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0, "{what}: the reference gradient is zero");
+    let worst = a
+        .iter()
+        .zip(&b)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(
+        worst <= tol * scale,
+        "{what}: worst {worst} vs scale {scale}"
+    );
+}
+
+/// Runs `f` on fresh variables made from `inputs`, and returns its output and each input's
+/// gradient of `sum(output * weights)`.
+fn output_and_grads(
+    inputs: &[&Tensor],
+    weights: &Tensor,
+    f: impl Fn(&[&Tensor]) -> Tensor,
+) -> (Tensor, Vec<Tensor>) {
+    let vars: Vec<Var> = inputs
+        .iter()
+        .map(|t| Var::from_tensor(t).unwrap())
+        .collect();
+    let ts: Vec<&Tensor> = vars.iter().map(|v| v.as_tensor()).collect();
+    let out = f(&ts);
+    let grads = (&out * weights)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = ts.iter().map(|t| grads.get(t).unwrap().clone()).collect();
+    (out, g)
+}
+
+fn compare(
+    names: &[&str],
+    inputs: &[&Tensor],
+    out_shape: &[usize],
+    ours: impl Fn(&[&Tensor]) -> Tensor,
+    theirs: impl Fn(&[&Tensor]) -> Tensor,
+) {
+    let weights = randn(out_shape, 1.0);
+    let (a, ga) = output_and_grads(inputs, &weights, ours);
+    let (b, gb) = output_and_grads(inputs, &weights, theirs);
+    close("output", &a, &b, 1e-5);
+    for ((name, x), y) in names.iter().zip(&ga).zip(&gb) {
+        close_rel(name, x, y, 1e-4);
+    }
+}
+
+#[test]
+fn rms_norm_equals_candles_ops() {
+    let x = randn(&[3, 5, 24], 2.0);
+    let w = randn(&[24], 1.0);
+    let eps = 1e-6;
+    compare(
+        &["x", "weight"],
+        &[&x, &w],
+        &[3, 5, 24],
+        |t| rms_norm::rms_norm(t[0], t[1], eps).unwrap(),
+        |t| {
+            let inv = (t[0].sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + eps)
+                .unwrap()
+                .sqrt()
+                .unwrap()
+                .recip()
+                .unwrap();
+            t[0].broadcast_mul(&inv)
+                .unwrap()
+                .broadcast_mul(t[1])
+                .unwrap()
+        },
+    );
+}
+
+#[test]
+fn rope_equals_rotate_half_and_its_backward_rotates_back() {
+    let (b, t, h, d) = (2, 5, 3, 8);
+    let x = randn(&[b, t, h, d], 1.0);
+    let angles = randn(&[b, t, d / 2], 3.0);
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    compare(
+        &["x"],
+        &[&x],
+        &[b, t, h, d],
+        |v| rope::rope(v[0], &cos, &sin).unwrap(),
+        |v| {
+            // The transformer's reference: rotate_half on (b, h, t, d).
+            let x = v[0].transpose(1, 2).unwrap();
+            let c = Tensor::cat(&[&cos, &cos], D::Minus1)
+                .unwrap()
+                .unsqueeze(1)
+                .unwrap();
+            let s = Tensor::cat(&[&sin, &sin], D::Minus1)
+                .unwrap()
+                .unsqueeze(1)
+                .unwrap();
+            let x1 = x.narrow(D::Minus1, 0, d / 2).unwrap();
+            let x2 = x.narrow(D::Minus1, d / 2, d / 2).unwrap();
+            let rot = Tensor::cat(&[&x2.neg().unwrap(), &x1], D::Minus1).unwrap();
+            let y = (x.broadcast_mul(&c).unwrap() + rot.broadcast_mul(&s).unwrap()).unwrap();
+            y.transpose(1, 2).unwrap()
+        },
+    );
+}
+
+#[test]
+fn swiglu_equals_silu_times_up() {
+    // Large gates reach both tails of the sigmoid.
+    let g = randn(&[4, 3, 33], 6.0);
+    let u = randn(&[4, 3, 33], 1.0);
+    compare(
+        &["gate", "up"],
+        &[&g, &u],
+        &[4, 3, 33],
+        |t| swiglu::swiglu(t[0], t[1]).unwrap(),
+        |t| (t[0].silu().unwrap() * t[1]).unwrap(),
+    );
+}
+
+/// The transformer's attention in candle's ops, on the fused kernel's (b, t, heads, hd) layout.
+fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> Tensor {
+    let (b, t, nh, hd) = q.dims4().unwrap();
+    let nkv = k.dim(2).unwrap();
+    let q = q.transpose(1, 2).unwrap().contiguous().unwrap();
+    let q = q.reshape((b, nkv, (nh / nkv) * t, hd)).unwrap();
+    let k = k.transpose(1, 2).unwrap().contiguous().unwrap();
+    let v = v.transpose(1, 2).unwrap().contiguous().unwrap();
+    let scores = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
+    let probs = candle_nn::ops::softmax(&scores.broadcast_add(mask).unwrap(), D::Minus1).unwrap();
+    probs
+        .matmul(&v)
+        .unwrap()
+        .reshape((b, nh, t, hd))
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .reshape((b, t, nh * hd))
+        .unwrap()
+}
+
+#[test]
+fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
+    // 3 rows, left padding of 0, 2 and all 6 columns (a row of padding queries only: uniform
+    // probabilities, which the reference gives too), 6 query heads on 2 kv heads, and 2 earlier
+    // key columns so that keys outnumber queries.
+    let (b, t, past, nh, nkv, hd) = (3, 4, 2, 6, 2, 8);
+    let mask = attention_mask(&[0, 2, 6], past, t, nh / nkv);
+    let q = randn(&[b, t, nh, hd], 1.0);
+    let k = randn(&[b, past + t, nkv, hd], 1.0);
+    let v = randn(&[b, past + t, nkv, hd], 1.0);
+    let scale = 1.0 / (hd as f64).sqrt();
+    compare(
+        &["q", "k", "v"],
+        &[&q, &k, &v],
+        &[b, t, nh * hd],
+        |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
+        |x| attention_reference(x[0], x[1], x[2], &mask, scale),
+    );
+}
+
+#[test]
+fn bad_shapes_are_errors_naming_the_kernel() {
+    let x = randn(&[2, 3, 4], 1.0);
+    let err = rms_norm::rms_norm(&x, &randn(&[5], 1.0), 1e-6).unwrap_err();
+    assert!(err.to_string().contains("fused rms_norm"), "{err}");
+    let mask = attention_mask(&[0], 0, 3, 2);
+    let q = randn(&[1, 3, 2, 4], 1.0);
+    let k = randn(&[1, 3, 2, 4], 1.0);
+    let err = attention::attention(&q, &k, &k, &mask, 1.0).unwrap_err();
+    assert!(err.to_string().contains("fused attention: mask"), "{err}");
+}
