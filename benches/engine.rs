@@ -32,7 +32,12 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+#[allow(unsafe_code)] // the binary's thread settings, before any thread exists
 fn main() {
+    for (key, value) in roll::model::threads::env_defaults() {
+        // SAFETY: main's first statement: no other thread exists to read the environment.
+        unsafe { std::env::set_var(key, value) };
+    }
     let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let model = init_model(&InitOptions {

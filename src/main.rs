@@ -8,7 +8,13 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[allow(unsafe_code)] // setting the environment before any thread exists; see below
 fn main() {
+    for (key, value) in roll::model::threads::env_defaults() {
+        // SAFETY: nothing has started a thread yet (this is main's first statement), so no other
+        // thread can be reading the environment while it changes.
+        unsafe { std::env::set_var(key, value) };
+    }
     let cli = roll::cli::Cli::parse();
     match roll::cli::main_with(cli) {
         Ok(code) => std::process::exit(code),

@@ -9,6 +9,7 @@ pub mod config;
 pub mod hf_dir;
 pub mod kv_cache;
 pub mod params;
+pub mod threads;
 pub mod tokenizer;
 pub mod transformer;
 

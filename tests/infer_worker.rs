@@ -90,11 +90,17 @@ fn actor_infer_killed_9_mid_generation_is_replaced_and_no_sample_is_lost_or_doub
     assert_eq!(pids.len(), 1, "one actor_infer worker");
     for pid in pids {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        let wanted = format!("RAYON_NUM_THREADS={cores}");
-        assert!(
-            environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()),
-            "{wanted} not in the worker's environment"
-        );
+        // And candle's elementwise pool runs on the calling thread (the binary's default, passed
+        // down from the trainer), so no spinning helper thread takes a core from the products.
+        for wanted in [
+            format!("RAYON_NUM_THREADS={cores}"),
+            "CANDLE_NUM_THREADS=1".to_string(),
+        ] {
+            assert!(
+                environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()),
+                "{wanted} not in the worker's environment"
+            );
+        }
     }
     let mut killed = vec![];
     for next in ["rl      6/", "rl      9/", ""] {
