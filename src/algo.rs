@@ -18,7 +18,7 @@ pub mod advantage;
 pub mod agentic;
 pub mod aggregate;
 pub mod filter;
-pub mod fused_logprobs;
+pub use roll_cpu_kernels::logprobs as fused_logprobs;
 pub mod kl;
 pub mod loss;
 pub mod mask;

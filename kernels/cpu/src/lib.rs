@@ -1,5 +1,6 @@
 //! Fused CPU kernels, each with a hand-written backward pass, for the transformer's hot blocks:
-//! RMSNorm, rotary embedding, SwiGLU and causal GQA attention.
+//! RMSNorm, rotary embedding, SwiGLU and causal GQA attention, and for the policy loss: the
+//! log-softmax, target gather and entropy of [`logprobs`].
 //!
 //! Built from candle's elementwise ops, one layer of the model is about a hundred graph nodes, each
 //! with its own dispatch, allocation and gradient bookkeeping; at the shapes we train on CPU that
@@ -15,6 +16,7 @@
 //! and decodes through these loops, which run 10-50x slower unoptimised.
 
 pub mod attention;
+pub mod logprobs;
 pub mod rms_norm;
 pub mod rope;
 pub mod swiglu;

@@ -10,6 +10,8 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
+use super::f32_data;
+
 /// Per row: (log-probability of the target, entropy), from logits (rows, vocab) f32.
 struct LogprobEntropy {
     entropy: bool,
@@ -22,13 +24,7 @@ struct LogprobEntropyGrad {
 
 /// The contiguous f32 data of a storage, or why not.
 fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
-    let CpuStorage::F32(v) = s else {
-        bail!("fused log-probs: {what} must be f32, got {:?}", s.dtype());
-    };
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&v[a..b]),
-        None => bail!("fused log-probs: {what} must be contiguous"),
-    }
+    f32_data(s, l, "fused log-probs", what)
 }
 
 fn targets_of(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
@@ -201,5 +197,5 @@ pub fn logprobs_and_entropy(
 }
 
 #[cfg(test)]
-#[path = "fused_logprobs_tests.rs"]
+#[path = "logprobs_tests.rs"]
 mod tests;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The engine against Hugging Face transformers and TRL, back to back in one sitting, with the ratios.
+#
+#   benches/vs_peers.sh [--qwen05] [--rounds N]
+#
+# Each round runs the peers' tiny-model workloads, then ours (`cargo bench --bench engine`), so
+# both sides see the same machine state; the ratios are ours / theirs (for the GRPO step, whose
+# figure is a time, theirs / ours), so above 1 means we are faster. `--qwen05` adds the
+# Qwen2.5-0.5B shape (minutes, ~11 GB of memory each side).
+#
+# Needs the peers' venv (../shared/peers/README.md):
+#   python3 -m venv /tmp/peervenv && /tmp/peervenv/bin/pip install -r ../shared/peers/requirements-lock.txt
+# PEER_PYTHON and PEERS override where the venv's python and the peer scripts are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PEER_PYTHON=${PEER_PYTHON:-/tmp/peervenv/bin/python}
+PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
+ROUNDS=1
+QWEN05=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --qwen05) QWEN05=1 ;;
+        --rounds) ROUNDS=$2; shift ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -x "$PEER_PYTHON" ] || { echo "vs_peers.sh: no peer python at '$PEER_PYTHON' (see the header)" >&2; exit 1; }
+[ -f "$PEERS/hf_generate_bench.py" ] || { echo "vs_peers.sh: no peer scripts in '$PEERS'" >&2; exit 1; }
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+json() { "$PEER_PYTHON" -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+# The number before a unit in our bench's line for a workload: `ours WORKLOAD 'tokens/s'`.
+ours() { grep -m1 "^$1" "$WORK/ours.txt" | grep -oE "[0-9.]+ $2" | head -1 | cut -d' ' -f1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+cargo bench --bench engine --no-run >/dev/null 2>&1 || cargo bench --bench engine --no-run
+"$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1
+
+for round in $(seq 1 "$ROUNDS"); do
+    hf=$(cd "$PEERS" && "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/tiny" 2>/dev/null)
+    trl=$(cd "$PEERS" && "$PEER_PYTHON" grpo_trl.py --lr 1e-3 --beta 0.0 --steps 30 2>/dev/null | tail -1)
+    cargo bench --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
+    cargo bench --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
+    cargo bench --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
+    hf_gen=$(echo "$hf" | json gen_tokens_per_s)
+    hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
+    trl_step=$(echo "$trl" | json median_step_s)
+    our_gen=$(ours generation "tokens/s")
+    our_fb=$(ours forward "tokens/s")
+    our_step=$(ours grpo "s median")
+    echo "round $round, tiny model:"
+    echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
+    echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
+    echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> $(ratio "$trl_step" "$our_step")"
+done
+
+if [ "$QWEN05" = 1 ]; then
+    "$PEER_PYTHON" "$PEERS/make_tiny.py" --shape qwen2.5-0.5b --out "$WORK/qwen05" >/dev/null 2>&1
+    hf=$(cd "$PEERS" && /usr/bin/time -f '%M' -o "$WORK/hf_rss" "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 2>/dev/null)
+    /usr/bin/time -f '%M' -o "$WORK/our_rss" cargo bench --bench engine -- qwen05 >"$WORK/ours.txt" 2>/dev/null
+    hf_gen=$(echo "$hf" | json gen_tokens_per_s)
+    hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
+    our_gen=$(grep "generation" "$WORK/ours.txt" | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
+    # The second forward+backward: the first pays the allocator's first touch of every buffer.
+    our_fb=$(grep "forward+backward" "$WORK/ours.txt" | tail -1 | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
+    echo "Qwen2.5-0.5B shape:"
+    echo "  generation, batch 16, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
+    echo "  forward+backward 16 x 64:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
+    echo "  peak RSS: ours $(($(cat "$WORK/our_rss" | tail -1) / 1024)) MB, HF $(($(cat "$WORK/hf_rss" | tail -1) / 1024)) MB"
+fi
