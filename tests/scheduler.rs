@@ -190,8 +190,8 @@ fn the_kl_reference_is_refreshed_every_n_steps() {
     );
     // One PPO epoch measures KL before its update: right after a refresh the reference is the
     // policy itself, so the k3 estimate is exactly 0. One step later it is above 0 if that step's
-    // update moved the policy, which it does when some group's rewards differ, and exactly 0 if
-    // every group was flat (no gradient, so the policy stayed the reference).
+    // update moved the policy, which it does when some group's rewards differ. (After a flat step
+    // the policy may or may not have moved: AdamW's momentum carries earlier steps' gradients.)
     let kl = series(&store, "actor/kl");
     let flat = series(&store, "group/frac_zero_std");
     assert_eq!(kl.len(), 6);
@@ -202,8 +202,6 @@ fn the_kl_reference_is_refreshed_every_n_steps() {
         } else if flat[i - 1] < 1.0 {
             moved_steps += 1;
             assert!(*k > 0.0, "step {}: {kl:?}, flat groups {flat:?}", i + 1);
-        } else {
-            assert_eq!(*k, 0.0, "step {}: {kl:?}, flat groups {flat:?}", i + 1);
         }
     }
     assert!(moved_steps > 0, "no update moved the policy: {flat:?}");

@@ -42,7 +42,7 @@ impl Dims {
     fn of(q: &Layout, k: &Layout, v: &Layout, mask: &Layout) -> Result<Dims> {
         let (b, t, heads, head_dim) = q.shape().dims4()?;
         let (bk, tk, kv_heads, hdk) = k.shape().dims4()?;
-        if bk != b || hdk != head_dim || kv_heads == 0 || heads % kv_heads != 0 {
+        if bk != b || hdk != head_dim || head_dim == 0 || kv_heads == 0 || heads % kv_heads != 0 {
             bail!(
                 "{NAME}: queries {:?} do not fit keys {:?}",
                 q.shape().dims(),
@@ -402,18 +402,21 @@ impl CustomOp3 for AttentionGrad {
 /// additive (roll's `model::attention_mask`) -> (b, t, heads * hd). Keys and values may be
 /// views of a KV cache (batch rows further apart than `tk` columns); other layouts are copied.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
-    let rows_contiguous = |x: &Tensor| -> Result<Tensor> {
-        let (_, _, kv_heads, hd) = x.dims4()?;
+    // Rows as the kernel reads them: each batch row contiguous, rows at least `tk` columns apart,
+    // keys and values alike; anything else is copied.
+    let readable = |x: &Tensor| -> Result<bool> {
+        let (_, tk, kv_heads, hd) = x.dims4()?;
         let s = x.stride();
-        Ok(if s[1..] == [kv_heads * hd, hd, 1] {
-            x.clone()
-        } else {
-            x.contiguous()?
-        })
+        Ok(s[1..] == [kv_heads * hd, hd, 1] && s[0] >= tk * kv_heads * hd)
+    };
+    let (k, v) = if readable(k)? && readable(v)? && k.stride() == v.stride() {
+        (k.clone(), v.clone())
+    } else {
+        (k.contiguous()?, v.contiguous()?)
     };
     q.contiguous()?.apply_op3(
-        &rows_contiguous(k)?,
-        &rows_contiguous(v)?,
+        &k,
+        &v,
         Attention {
             mask: mask.contiguous()?,
             scale: scale as f32,

@@ -32,7 +32,11 @@ impl CustomOp3 for Rope {
     ) -> Result<(CpuStorage, Shape)> {
         let (b, t, h, d) = l1.shape().dims4()?;
         let half = d / 2;
-        if d % 2 != 0 || l2.shape().dims() != [b, t, half] || l3.shape().dims() != [b, t, half] {
+        if d == 0
+            || d % 2 != 0
+            || l2.shape().dims() != [b, t, half]
+            || l3.shape().dims() != [b, t, half]
+        {
             bail!(
                 "{NAME}: x {:?} needs cos and sin of ({b}, {t}, {half}), got {:?} and {:?}",
                 l1.shape().dims(),

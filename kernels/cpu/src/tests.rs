@@ -222,4 +222,39 @@ fn bad_shapes_are_errors_naming_the_kernel() {
     let k = randn(&[1, 3, 2, 4], 1.0);
     let err = attention::attention(&q, &k, &k, &mask, 1.0).unwrap_err();
     assert!(err.to_string().contains("fused attention: mask"), "{err}");
+    // Empty heads are refused, not divided by.
+    let empty = randn(&[1, 3, 2, 1], 1.0).narrow(3, 0, 0).unwrap();
+    let err = attention::attention(&empty, &empty, &empty, &mask, 1.0).unwrap_err();
+    assert!(err.to_string().contains("fused attention"), "{err}");
+    let no_angles = randn(&[1, 3, 1], 1.0).narrow(2, 0, 0).unwrap();
+    let err = rope::rope(&empty, &no_angles, &no_angles).unwrap_err();
+    assert!(err.to_string().contains("fused rope"), "{err}");
+}
+
+/// Keys and values in any layout give the same result: views the kernel cannot read row by row
+/// (here transposed, and keys and values with different strides) are copied first.
+#[test]
+fn attention_takes_keys_and_values_in_any_layout() {
+    let (b, t, nh, nkv, hd) = (2, 3, 4, 2, 8);
+    let mask = attention_mask(&[0, 1], 0, t, nh / nkv);
+    let q = randn(&[b, t, nh, hd], 1.0);
+    let k = randn(&[b, t, nkv, hd], 1.0);
+    let v = randn(&[b, t, nkv, hd], 1.0);
+    let want = values(&attention::attention(&q, &k, &v, &mask, 0.3).unwrap());
+    let k_t = k
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap();
+    assert!(!k_t.is_contiguous());
+    let got = values(&attention::attention(&q, &k_t, &v, &mask, 0.3).unwrap());
+    assert_eq!(got, want);
+    // Keys as a KV cache's view (rows 5 columns apart) beside contiguous values.
+    let cache = Tensor::cat(&[&k, &randn(&[b, 2, nkv, hd], 1.0)], 1).unwrap();
+    let k_view = cache.narrow(1, 0, t).unwrap();
+    assert_ne!(k_view.stride(), v.stride());
+    let got = values(&attention::attention(&q, &k_view, &v, &mask, 0.3).unwrap());
+    assert_eq!(got, want);
 }
