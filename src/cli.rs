@@ -5,6 +5,7 @@ mod env_debug;
 mod env_play;
 mod env_replay;
 mod model_cmd;
+mod reward_cmd;
 mod run_cmd;
 mod store_cmd;
 mod trajectories_cmd;
@@ -54,6 +55,9 @@ pub enum Command {
     /// List environments, or play an episode of one by hand or at random.
     #[command(subcommand)]
     Env(EnvCommand),
+    /// Score responses with a reward, outside a run (to debug a reward or a dataset).
+    #[command(subcommand)]
+    Reward(RewardCommand),
     /// Run one role as a worker process (started by the scheduler, not by hand).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -336,6 +340,53 @@ pub struct EnvDebugArgs {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum RewardCommand {
+    /// Score one response (--response/--truth) or a JSONL file of them (--input), with a reward
+    /// kind and its parameters or exactly the reward a config gives a domain.
+    #[command(
+        after_help = "With --input, each line is {\"id\", \"prompt\"?, \"response\", \"ground_truth\"} \
+and the output is one JSON line per input, in order: {\"id\", \"score\", \"correct\", \"format_ok\", \
+\"extracted\", \"breakdown\"}. A line that cannot be scored gets {\"id\": null, \"line\", \"error\"} \
+in its place, the rest are scored, and the exit status is 1.\n\nExamples:\n  \
+roll-tui reward score --kind math_verify --response 'so \\boxed{2\\sqrt3}' --truth '\\sqrt{12}'\n  \
+roll-tui reward score --kind exact_match --params '{\"ignore_case\": true}' --input answers.jsonl\n  \
+roll-tui reward score --config configs/quickstart.yaml --domain add --input answers.jsonl"
+    )]
+    Score(RewardScoreArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RewardScoreArgs {
+    /// The reward kind (math_rule, math_verify, exact_match).
+    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
+    pub kind: Option<String>,
+    /// The kind's parameters as a JSON object (`{"percent_is_fraction": false}`).
+    #[arg(long, requires = "kind")]
+    pub params: Option<String>,
+    /// Score with the reward this run config gives --domain.
+    #[arg(long, requires = "domain")]
+    pub config: Option<std::path::PathBuf>,
+    /// The domain of --config whose reward to use.
+    #[arg(long, requires = "config")]
+    pub domain: Option<String>,
+    /// The response to score.
+    #[arg(long, requires = "truth", conflicts_with = "input")]
+    pub response: Option<String>,
+    /// The ground truth to score it against.
+    #[arg(long, requires = "response", conflicts_with = "input")]
+    pub truth: Option<String>,
+    /// The prompt (read by rewards that check instructions).
+    #[arg(long, conflicts_with = "input")]
+    pub prompt: Option<String>,
+    /// A JSONL file of responses to score.
+    #[arg(long, required_unless_present = "response")]
+    pub input: Option<std::path::PathBuf>,
+    /// Print JSON instead of text (always JSON lines with --input).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
 pub enum ModelCommand {
     /// Write a random-initialised model and a character-level tokenizer as a Hugging Face directory.
     Init(InitArgs),
@@ -412,6 +463,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
+        Command::Reward(RewardCommand::Score(args)) => reward_cmd::score(args),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => env_play::play(&store, args).map(|_| 0),
         Command::Env(EnvCommand::Debug(args)) => env_debug::debug(&store, args).map(|_| 0),

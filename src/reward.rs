@@ -1,7 +1,8 @@
 //! Rule rewards: turn a model response and a ground truth into a score.
 //!
 //! Owns the verifiable, rule-based reward functions, one per file: [`math_rule`] (final numeric answer,
-//! compared exactly as rationals) and [`exact_match`] (trimmed string equality); and [`spec`], a
+//! compared exactly as rationals), [`math_verify`] (final answer compared as mathematics: any
+//! notation, expressions, tuples, intervals, sets) and [`exact_match`] (trimmed string equality); and [`spec`], a
 //! domain's reward as data (a kind with parameters, or a weighted combination). Every function here is
 //! pure and total: any response, however malformed or truncated, gets a [`RewardOutcome`], never a panic
 //! or an error, because a bad sample is data to show in the TUI, not a failure of the run.
@@ -11,6 +12,7 @@
 
 pub mod exact_match;
 pub mod math_rule;
+pub mod math_verify;
 pub mod spec;
 
 use serde::{Deserialize, Serialize};
@@ -23,18 +25,26 @@ pub use spec::{Reward, RewardFn, RewardSpec};
 pub enum RewardKind {
     /// Final answer (last `\boxed{...}`, else the last number) compared numerically.
     MathRule,
+    /// Final answer (box, answer phrase, math span, number) compared as mathematics: numbers in
+    /// any notation, expressions, tuples, intervals, sets, equations ([`math_verify`]).
+    MathVerify,
     /// `response.trim() == ground_truth.trim()`.
     ExactMatch,
 }
 
 impl RewardKind {
     /// Every kind, in declaration order (for help text and config suggestions).
-    pub const ALL: [RewardKind; 2] = [RewardKind::MathRule, RewardKind::ExactMatch];
+    pub const ALL: [RewardKind; 3] = [
+        RewardKind::MathRule,
+        RewardKind::MathVerify,
+        RewardKind::ExactMatch,
+    ];
 
     /// The stable snake_case name used in configs and metric keys.
     pub fn as_str(self) -> &'static str {
         match self {
             RewardKind::MathRule => "math_rule",
+            RewardKind::MathVerify => "math_verify",
             RewardKind::ExactMatch => "exact_match",
         }
     }
@@ -91,6 +101,9 @@ impl RewardOutcome {
 pub fn score(kind: RewardKind, response: &str, ground_truth: &str) -> RewardOutcome {
     match kind {
         RewardKind::MathRule => math_rule::score(response, ground_truth),
+        RewardKind::MathVerify => {
+            math_verify::score(response, ground_truth, math_verify::Options::default())
+        }
         RewardKind::ExactMatch => exact_match::score(response, ground_truth),
     }
 }

@@ -19,9 +19,10 @@ fn spec(role: Role) -> WorkerSpec {
     }
 }
 
-const CASES: [(RewardKind, &str, &str); 4] = [
+const CASES: [(RewardKind, &str, &str); 5] = [
     (RewardKind::MathRule, "the answer is \\boxed{12}", "12"),
     (RewardKind::MathRule, "13", "12"),
+    (RewardKind::MathVerify, "so \\boxed{2\\sqrt3}", "\\sqrt{12}"),
     (RewardKind::ExactMatch, " cba ", "cba"),
     (RewardKind::ExactMatch, "", "cba"),
 ];
@@ -32,6 +33,9 @@ fn items() -> Vec<ScoreItem> {
         .map(|(kind, response, ground_truth)| ScoreItem {
             reward: Reward::One(match kind {
                 RewardKind::MathRule => RewardFn::MathRule,
+                RewardKind::MathVerify => RewardFn::MathVerify {
+                    percent_is_fraction: true,
+                },
                 RewardKind::ExactMatch => RewardFn::ExactMatch { ignore_case: false },
             }),
             domain: kind.as_str().into(),

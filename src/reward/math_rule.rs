@@ -100,15 +100,20 @@ fn last_boxed(text: &str) -> Option<&str> {
 
 /// The last number-like token of free text (see the module docs).
 fn last_number(text: &str) -> Option<&str> {
+    last_number_span(text).map(|(start, end)| &text[start..end])
+}
+
+/// Byte range of the last number-like token of free text (see the module docs).
+pub(crate) fn last_number_span(text: &str) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let mut last = None;
     let mut i = 0;
     while i < bytes.len() {
         if let Some(end) = frac_macro_at(text, i) {
-            last = Some(&text[i..end]);
+            last = Some((i, end));
             i = end;
         } else if let Some((start, end)) = number_at(text, i) {
-            last = Some(&text[start..end]);
+            last = Some((start, end));
             i = end;
         } else {
             i += 1;

@@ -17,7 +17,7 @@
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{RewardKind, RewardOutcome, exact_match, math_rule};
+use super::{RewardKind, RewardOutcome, exact_match, math_rule, math_verify};
 
 /// One term as written: a kind's name, its parameters, and its weight in a combination.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +30,9 @@ pub struct RewardTermConfig {
     /// `exact_match`: compare without regard to case.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore_case: Option<bool>,
+    /// `math_verify`: `50\%` also equals `0.5` (default true; it always equals `50`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent_is_fraction: Option<bool>,
 }
 
 /// The map form of a spec: a single term, or `combine`.
@@ -43,6 +46,8 @@ struct SpecMap {
     weight: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ignore_case: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    percent_is_fraction: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     combine: Option<Vec<RewardTermConfig>>,
 }
@@ -63,6 +68,7 @@ pub enum RewardSpec {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RewardFn {
     MathRule,
+    MathVerify { percent_is_fraction: bool },
     ExactMatch { ignore_case: bool },
 }
 
@@ -78,6 +84,7 @@ impl RewardFn {
     pub fn kind(&self) -> RewardKind {
         match self {
             RewardFn::MathRule => RewardKind::MathRule,
+            RewardFn::MathVerify { .. } => RewardKind::MathVerify,
             RewardFn::ExactMatch { .. } => RewardKind::ExactMatch,
         }
     }
@@ -87,6 +94,15 @@ impl RewardFn {
     pub fn score(&self, _prompt: &str, response: &str, ground_truth: &str) -> RewardOutcome {
         match self {
             RewardFn::MathRule => math_rule::score(response, ground_truth),
+            RewardFn::MathVerify {
+                percent_is_fraction,
+            } => math_verify::score(
+                response,
+                ground_truth,
+                math_verify::Options {
+                    percent_is_fraction: *percent_is_fraction,
+                },
+            ),
             RewardFn::ExactMatch { ignore_case: false } => {
                 exact_match::score(response, ground_truth)
             }
@@ -155,19 +171,27 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
             known.join(", ")
         ));
     };
-    match kind {
-        RewardKind::MathRule => {
-            if t.ignore_case.is_some() {
-                return Err(format!(
-                    "{at}: 'ignore_case' is a parameter of exact_match, not of math_rule"
-                ));
-            }
-            Ok(RewardFn::MathRule)
-        }
-        RewardKind::ExactMatch => Ok(RewardFn::ExactMatch {
-            ignore_case: t.ignore_case.unwrap_or(false),
-        }),
+    let misplaced = |param: &str, owner: &str| {
+        Err(format!(
+            "{at}: '{param}' is a parameter of {owner}, not of {}",
+            kind.as_str()
+        ))
+    };
+    if t.ignore_case.is_some() && kind != RewardKind::ExactMatch {
+        return misplaced("ignore_case", "exact_match");
     }
+    if t.percent_is_fraction.is_some() && kind != RewardKind::MathVerify {
+        return misplaced("percent_is_fraction", "math_verify");
+    }
+    Ok(match kind {
+        RewardKind::MathRule => RewardFn::MathRule,
+        RewardKind::MathVerify => RewardFn::MathVerify {
+            percent_is_fraction: t.percent_is_fraction.unwrap_or(true),
+        },
+        RewardKind::ExactMatch => RewardFn::ExactMatch {
+            ignore_case: t.ignore_case.unwrap_or(false),
+        },
+    })
 }
 
 impl RewardSpec {
@@ -179,6 +203,7 @@ impl RewardSpec {
                     kind: name.clone(),
                     weight: None,
                     ignore_case: None,
+                    percent_is_fraction: None,
                 };
                 resolve_term(&term, at).map(Reward::One)
             }
@@ -221,6 +246,7 @@ impl Serialize for RewardSpec {
                 kind: Some(t.kind.clone()),
                 weight: t.weight,
                 ignore_case: t.ignore_case,
+                percent_is_fraction: t.percent_is_fraction,
                 combine: None,
             }
             .serialize(s),
@@ -228,6 +254,7 @@ impl Serialize for RewardSpec {
                 kind: None,
                 weight: None,
                 ignore_case: None,
+                percent_is_fraction: None,
                 combine: Some(terms.clone()),
             }
             .serialize(s),
@@ -243,7 +270,7 @@ impl<'de> Deserialize<'de> for RewardSpec {
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "a reward name (math_rule, exact_match) or a map with 'kind' or 'combine'",
+                    "a reward name (math_rule, math_verify, exact_match) or a map with 'kind' or 'combine'",
                 )
             }
 
@@ -258,12 +285,17 @@ impl<'de> Deserialize<'de> for RewardSpec {
                         kind,
                         weight: m.weight,
                         ignore_case: m.ignore_case,
+                        percent_is_fraction: m.percent_is_fraction,
                     })),
-                    (None, Some(terms)) if m.ignore_case.is_none() && m.weight.is_none() => {
+                    (None, Some(terms))
+                        if m.ignore_case.is_none()
+                            && m.percent_is_fraction.is_none()
+                            && m.weight.is_none() =>
+                    {
                         Ok(RewardSpec::Combine(terms))
                     }
                     (None, Some(_)) => Err(de::Error::custom(
-                        "'ignore_case' and 'weight' belong to a term of 'combine', not beside it",
+                        "parameters and 'weight' belong to a term of 'combine', not beside it",
                     )),
                     (Some(_), Some(_)) => Err(de::Error::custom(
                         "set either 'kind' (one reward) or 'combine' (several), not both",
@@ -311,7 +343,7 @@ mod tests {
         assert_eq!(
             spec(r#""math_rul""#).resolve(at).unwrap_err(),
             "data.domains[0] ('add').reward: unknown reward 'math_rul' (did you mean \
-             'math_rule'?) (known: math_rule, exact_match)"
+             'math_rule'?) (known: math_rule, math_verify, exact_match)"
         );
         let e = spec(r#"{"combine":[{"kind":"math_rule"},{"kind":"exact"}]}"#)
             .resolve(at)
