@@ -1,6 +1,8 @@
-//! Rule rewards on long responses: verdicts per second of `math_verify` and `math_rule`.
+//! Rule rewards on long responses: verdicts per second of `math_verify` and `math_rule`; and the
+//! code sandbox: programs per second and latency percentiles, one at a time and on every core.
 //!
-//!     cargo bench --bench rewards
+//!     cargo bench --bench rewards            # both
+//!     cargo bench --bench rewards -- math    # or one: math, code
 //!
 //! Responses are chain-of-thought of about 4,000 characters (40 numbered steps with LaTeX) that
 //! end in a boxed answer of one of the shapes the verifier compares (numbers, fractions, roots,
@@ -9,6 +11,8 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
+use roll::reward::code_sandbox::{self, Params};
 use roll::reward::math_rule;
 use roll::reward::math_verify::{Options, score};
 
@@ -50,6 +54,55 @@ fn time<F: FnMut() -> bool>(name: &str, chars: usize, n: usize, mut f: F) {
 }
 
 fn main() {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter.as_deref().is_none_or(|f| f == "math") {
+        math();
+    }
+    if filter.as_deref().is_none_or(|f| f == "code") {
+        code();
+    }
+}
+
+/// Programs through the sandbox: a small honest solution on two stdin tests (two sandboxed runs
+/// per verdict).
+fn code() {
+    let response = "```python\nimport sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums))\n```";
+    let truth =
+        r#"{"tests": [{"stdin": "1 2 3", "stdout": "6"}, {"stdin": "10 20", "stdout": "30"}]}"#;
+    let params = Params::default();
+    let verdict = || {
+        let start = Instant::now();
+        let out = code_sandbox::score(response, truth, &params);
+        assert!(out.correct, "{out:?}");
+        start.elapsed().as_secs_f64()
+    };
+    verdict(); // the sandbox's detection, once
+    let report = |name: &str, mut latencies: Vec<f64>, wall: f64| {
+        latencies.sort_by(f64::total_cmp);
+        let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize] * 1e3;
+        println!(
+            "code_sandbox, {name}: {} verdicts ({} programs) in {wall:.2} s: {:.1} programs/s, verdict latency p50 {:.1} ms, p99 {:.1} ms",
+            latencies.len(),
+            2 * latencies.len(),
+            2.0 * latencies.len() as f64 / wall,
+            pct(0.5),
+            pct(0.99)
+        );
+    };
+    let n = 100;
+    let start = Instant::now();
+    let one: Vec<f64> = (0..n).map(|_| verdict()).collect();
+    report("one at a time", one, start.elapsed().as_secs_f64());
+    let start = Instant::now();
+    let all: Vec<f64> = (0..n).into_par_iter().map(|_| verdict()).collect();
+    report(
+        &format!("{} at once (rayon)", rayon::current_num_threads()),
+        all,
+        start.elapsed().as_secs_f64(),
+    );
+}
+
+fn math() {
     let pairs: Vec<(String, &str)> = (0..64)
         .map(|i| {
             let (truth, right, wrong) = ANSWERS[i % ANSWERS.len()];

@@ -22,6 +22,7 @@
 //! - [`health`]: run-health rules (stalls, failed workers, entropy collapse, all-equal reward groups,
 //!   memory creep), evaluated from a run's events and series, live or from the store.
 //! - [`text`]: text made safe for a terminal, units, and did-you-mean suggestions.
+//! - [`sandbox`]: running untrusted programs (model-written code) in bubblewrap with rlimits.
 //! - [`seed`]: deterministic seed mixing (every random choice is a function of seeds, never timing).
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
@@ -48,6 +49,7 @@ pub mod plot;
 pub mod reward;
 pub mod role;
 pub mod rollout;
+pub mod sandbox;
 pub mod scheduler;
 pub mod seed;
 pub mod store;

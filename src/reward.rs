@@ -7,9 +7,11 @@
 //! pure and total: any response, however malformed or truncated, gets a [`RewardOutcome`], never a panic
 //! or an error, because a bad sample is data to show in the TUI, not a failure of the run.
 //!
-//! This module must not do IO, know about workers or tokenizers, or shape rewards (normalisation,
-//! clipping and KL penalties belong to `algo`).
+//! This module must not do IO (except [`code_sandbox`], which runs programs through
+//! [`crate::sandbox`] and still never fails), know about workers or tokenizers, or shape rewards
+//! (normalisation, clipping and KL penalties belong to `algo`).
 
+pub mod code_sandbox;
 pub mod exact_match;
 pub mod math_rule;
 pub mod math_verify;
@@ -30,14 +32,17 @@ pub enum RewardKind {
     MathVerify,
     /// `response.trim() == ground_truth.trim()`.
     ExactMatch,
+    /// The response's last Python code block, run on the ground truth's tests in a sandbox.
+    CodeSandbox,
 }
 
 impl RewardKind {
     /// Every kind, in declaration order (for help text and config suggestions).
-    pub const ALL: [RewardKind; 3] = [
+    pub const ALL: [RewardKind; 4] = [
         RewardKind::MathRule,
         RewardKind::MathVerify,
         RewardKind::ExactMatch,
+        RewardKind::CodeSandbox,
     ];
 
     /// The stable snake_case name used in configs and metric keys.
@@ -46,6 +51,7 @@ impl RewardKind {
             RewardKind::MathRule => "math_rule",
             RewardKind::MathVerify => "math_verify",
             RewardKind::ExactMatch => "exact_match",
+            RewardKind::CodeSandbox => "code_sandbox",
         }
     }
 }
@@ -71,6 +77,10 @@ pub struct RewardOutcome {
     /// A weighted reward's terms and their scores (empty for a single kind).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub components: Vec<(String, f32)>,
+    /// Why the response could not be judged although it was well formed (a ground truth that is
+    /// not what the reward reads, no sandbox for code): the score is 0 and this says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl RewardOutcome {
@@ -82,6 +92,7 @@ impl RewardOutcome {
             format_ok: false,
             extracted: None,
             components: vec![],
+            error: None,
         }
     }
 
@@ -93,6 +104,7 @@ impl RewardOutcome {
             format_ok: true,
             extracted: Some(extracted),
             components: vec![],
+            error: None,
         }
     }
 }
@@ -105,6 +117,9 @@ pub fn score(kind: RewardKind, response: &str, ground_truth: &str) -> RewardOutc
             math_verify::score(response, ground_truth, math_verify::Options::default())
         }
         RewardKind::ExactMatch => exact_match::score(response, ground_truth),
+        RewardKind::CodeSandbox => {
+            code_sandbox::score(response, ground_truth, &code_sandbox::Params::default())
+        }
     }
 }
 

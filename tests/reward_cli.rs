@@ -244,3 +244,62 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn code_rewards_refuse_to_run_without_bubblewrap() {
+    // A PATH with setpriv and prlimit but no bwrap: a clear refusal, never an unsandboxed run.
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .env("PATH", dir.path())
+        .args([
+            "reward",
+            "score",
+            "--kind",
+            "code_sandbox",
+            "--response",
+            "```python\nprint(1)\n```",
+        ])
+        .args(["--truth", r#"{"tests": [{"stdin": "", "stdout": "1"}]}"#])
+        .output()
+        .unwrap();
+    let err = refused(out);
+    assert!(
+        err.contains("code rewards need bubblewrap ('bwrap' on PATH)")
+            && err.contains("never run unsandboxed"),
+        "{err}"
+    );
+
+    // `run` refuses at set-up, naming the domain, before any step.
+    let data = dir.path().join("code.jsonl");
+    std::fs::write(
+        &data,
+        "{\"prompt\": \"add\", \"ground_truth\": \"{\\\"tests\\\": [{\\\"stdin\\\": \\\"1 2\\\", \\\"stdout\\\": \\\"3\\\"}]}\"}\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("code.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: code\nmodel:\n  init: {{ arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: \"abcdefghijklmnopqrstuvwxyz0123456789{{}}[]:,\\\" \" }}\n\
+             rl: {{ steps: 1, prompts_per_step: 1, group_size: 2 }}\n\
+             data:\n  domains:\n    - {{ name: code, path: {}, reward: code_sandbox }}\noutput_dir: {}\n",
+            data.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("roll.db");
+    let out = bin()
+        .env("PATH", dir.path())
+        .arg("--store")
+        .arg(&store)
+        .args(["run", "--quiet"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = refused(out);
+    assert!(
+        err.contains("domain 'code' reward code_sandbox: code rewards need bubblewrap"),
+        "{err}"
+    );
+}

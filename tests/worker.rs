@@ -19,10 +19,16 @@ fn spec(role: Role) -> WorkerSpec {
     }
 }
 
-const CASES: [(RewardKind, &str, &str); 5] = [
+const CASES: [(RewardKind, &str, &str); 6] = [
     (RewardKind::MathRule, "the answer is \\boxed{12}", "12"),
     (RewardKind::MathRule, "13", "12"),
     (RewardKind::MathVerify, "so \\boxed{2\\sqrt3}", "\\sqrt{12}"),
+    // A program run in the worker's sandbox (needs bubblewrap, as tests/code_sandbox.rs does).
+    (
+        RewardKind::CodeSandbox,
+        "```python\nprint(6 * 7)\n```",
+        r#"{"tests": [{"stdin": "", "stdout": "42"}]}"#,
+    ),
     (RewardKind::ExactMatch, " cba ", "cba"),
     (RewardKind::ExactMatch, "", "cba"),
 ];
@@ -37,6 +43,7 @@ fn items() -> Vec<ScoreItem> {
                     percent_is_fraction: true,
                 },
                 RewardKind::ExactMatch => RewardFn::ExactMatch { ignore_case: false },
+                RewardKind::CodeSandbox => RewardFn::CodeSandbox(Default::default()),
             }),
             domain: kind.as_str().into(),
             prompt: String::new(),
@@ -88,6 +95,8 @@ async fn a_reward_worker_scores_exactly_like_the_in_process_rule() {
         .iter()
         .map(|(kind, response, truth)| reward::score(*kind, response, truth))
         .collect();
+    let code = &expected[3];
+    assert!(code.correct && code.error.is_none(), "{code:?}");
     assert_eq!(reply, RewardReply::Scores(expected));
     let pid = worker.pid;
     let status = worker.shutdown(Duration::from_secs(5)).await;

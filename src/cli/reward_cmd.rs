@@ -99,6 +99,14 @@ fn finish(written: std::io::Result<()>, code: i32) -> Result<i32> {
 
 /// The reward of `--kind`/`--params`, or of a domain of `--config`.
 fn reward_of(args: &RewardScoreArgs) -> Result<Reward> {
+    let reward = configured_reward(args)?;
+    if reward.runs_programs() {
+        crate::sandbox::Sandbox::shared()?;
+    }
+    Ok(reward)
+}
+
+fn configured_reward(args: &RewardScoreArgs) -> Result<Reward> {
     if let Some(path) = &args.config {
         let domain = args
             .domain
@@ -204,8 +212,13 @@ fn result_json(id: Option<Value>, reward: &Reward, outcome: &RewardOutcome) -> V
         "extracted": outcome.extracted,
         "breakdown": breakdown(reward, outcome),
     });
-    if let (Some(id), Value::Object(map)) = (id, &mut v) {
-        map.insert("id".into(), id);
+    if let Value::Object(map) = &mut v {
+        if let Some(id) = id {
+            map.insert("id".into(), id);
+        }
+        if let Some(error) = &outcome.error {
+            map.insert("error".into(), json!(error));
+        }
     }
     v
 }
@@ -222,6 +235,9 @@ fn human(reward: &Reward, outcome: &RewardOutcome) -> String {
             .as_deref()
             .map_or("(none)".to_string(), |e| format!("{e:?}"))
     );
+    if let Some(error) = &outcome.error {
+        text.push_str(&format!("error: {error}\n"));
+    }
     if let Reward::Weighted(_) = reward {
         let terms: Vec<String> = outcome
             .components

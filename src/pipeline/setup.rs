@@ -149,6 +149,12 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             .reward
             .resolve(&format!("domain '{}' reward", d.name))
             .map_err(PipelineError::Setup)?;
+        // Refuse before the first step rather than score every program 0.
+        if reward.runs_programs() {
+            crate::sandbox::Sandbox::shared().map_err(|e| {
+                PipelineError::Setup(format!("domain '{}' reward code_sandbox: {e}", d.name))
+            })?;
+        }
         domains.push(Domain {
             name: d.name.clone(),
             examples,

@@ -17,7 +17,7 @@
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{RewardKind, RewardOutcome, exact_match, math_rule, math_verify};
+use super::{RewardKind, RewardOutcome, code_sandbox, exact_match, math_rule, math_verify};
 
 /// One term as written: a kind's name, its parameters, and its weight in a combination.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +33,15 @@ pub struct RewardTermConfig {
     /// `math_verify`: `50\%` also equals `0.5` (default true; it always equals `50`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent_is_fraction: Option<bool>,
+    /// `code_sandbox`: `all` (1 when every test passes) or `fraction` (the fraction passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring: Option<code_sandbox::Scoring>,
+    /// `code_sandbox`: wall-clock seconds per run (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+    /// `code_sandbox`: address space per run in MiB (default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
 }
 
 /// The map form of a spec: a single term, or `combine`.
@@ -48,6 +57,12 @@ struct SpecMap {
     ignore_case: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     percent_is_fraction: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scoring: Option<code_sandbox::Scoring>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory_mb: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     combine: Option<Vec<RewardTermConfig>>,
 }
@@ -69,6 +84,7 @@ pub enum RewardSpec {
 pub enum RewardFn {
     MathRule,
     MathVerify { percent_is_fraction: bool },
+    CodeSandbox(code_sandbox::Params),
     ExactMatch { ignore_case: bool },
 }
 
@@ -85,6 +101,7 @@ impl RewardFn {
         match self {
             RewardFn::MathRule => RewardKind::MathRule,
             RewardFn::MathVerify { .. } => RewardKind::MathVerify,
+            RewardFn::CodeSandbox(_) => RewardKind::CodeSandbox,
             RewardFn::ExactMatch { .. } => RewardKind::ExactMatch,
         }
     }
@@ -103,6 +120,7 @@ impl RewardFn {
                     percent_is_fraction: *percent_is_fraction,
                 },
             ),
+            RewardFn::CodeSandbox(params) => code_sandbox::score(response, ground_truth, params),
             RewardFn::ExactMatch { ignore_case: false } => {
                 exact_match::score(response, ground_truth)
             }
@@ -114,6 +132,28 @@ impl RewardFn {
 }
 
 impl Reward {
+    /// Whether scoring runs programs (and so needs [`crate::sandbox`]).
+    pub fn runs_programs(&self) -> bool {
+        let one = |f: &RewardFn| matches!(f, RewardFn::CodeSandbox(_));
+        match self {
+            Reward::One(f) => one(f),
+            Reward::Weighted(terms) => terms.iter().any(|(f, _)| one(f)),
+        }
+    }
+
+    /// Seconds the reward may spend on one response at worst (its programs' deadlines; 0 for
+    /// rule rewards, which take microseconds).
+    pub fn worst_case_seconds(&self, ground_truth: &str) -> f64 {
+        let one = |f: &RewardFn| match f {
+            RewardFn::CodeSandbox(params) => code_sandbox::worst_case_seconds(ground_truth, params),
+            _ => 0.0,
+        };
+        match self {
+            Reward::One(f) => one(f),
+            Reward::Weighted(terms) => terms.iter().map(|(f, _)| one(f)).sum(),
+        }
+    }
+
     /// Score one response. A weighted reward's score is the weighted sum of its terms' scores;
     /// it is correct (and formatted) when every term is; each term's score is a component of the
     /// outcome, named after its kind (`math_rule`, or `math_rule#2` for a repeated kind).
@@ -128,6 +168,7 @@ impl Reward {
             format_ok: true,
             extracted: None,
             components: vec![],
+            error: None,
         };
         for (i, (f, weight)) in terms.iter().enumerate() {
             let part = f.score(prompt, response, ground_truth);
@@ -135,6 +176,7 @@ impl Reward {
             out.correct &= part.correct;
             out.format_ok &= part.format_ok;
             out.extracted = out.extracted.or(part.extracted);
+            out.error = out.error.or(part.error);
             let kind = f.kind().as_str();
             let repeats = terms[..i]
                 .iter()
@@ -183,6 +225,15 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
     if t.percent_is_fraction.is_some() && kind != RewardKind::MathVerify {
         return misplaced("percent_is_fraction", "math_verify");
     }
+    for (param, given) in [
+        ("scoring", t.scoring.is_some()),
+        ("timeout_s", t.timeout_s.is_some()),
+        ("memory_mb", t.memory_mb.is_some()),
+    ] {
+        if given && kind != RewardKind::CodeSandbox {
+            return misplaced(param, "code_sandbox");
+        }
+    }
     Ok(match kind {
         RewardKind::MathRule => RewardFn::MathRule,
         RewardKind::MathVerify => RewardFn::MathVerify {
@@ -191,6 +242,26 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
         RewardKind::ExactMatch => RewardFn::ExactMatch {
             ignore_case: t.ignore_case.unwrap_or(false),
         },
+        RewardKind::CodeSandbox => {
+            let defaults = code_sandbox::Params::default();
+            let timeout_s = t.timeout_s.unwrap_or(defaults.timeout_s);
+            if !(timeout_s > 0.0 && timeout_s <= 600.0) {
+                return Err(format!(
+                    "{at}: timeout_s must be in (0, 600] seconds, got {timeout_s}"
+                ));
+            }
+            let memory_mb = t.memory_mb.unwrap_or(defaults.memory_mb);
+            if !(16..=65_536).contains(&memory_mb) {
+                return Err(format!(
+                    "{at}: memory_mb must be in 16..=65536, got {memory_mb}"
+                ));
+            }
+            RewardFn::CodeSandbox(code_sandbox::Params {
+                scoring: t.scoring.unwrap_or(defaults.scoring),
+                timeout_s,
+                memory_mb,
+            })
+        }
     })
 }
 
@@ -204,6 +275,9 @@ impl RewardSpec {
                     weight: None,
                     ignore_case: None,
                     percent_is_fraction: None,
+                    scoring: None,
+                    timeout_s: None,
+                    memory_mb: None,
                 };
                 resolve_term(&term, at).map(Reward::One)
             }
@@ -247,6 +321,9 @@ impl Serialize for RewardSpec {
                 weight: t.weight,
                 ignore_case: t.ignore_case,
                 percent_is_fraction: t.percent_is_fraction,
+                scoring: t.scoring,
+                timeout_s: t.timeout_s,
+                memory_mb: t.memory_mb,
                 combine: None,
             }
             .serialize(s),
@@ -255,6 +332,9 @@ impl Serialize for RewardSpec {
                 weight: None,
                 ignore_case: None,
                 percent_is_fraction: None,
+                scoring: None,
+                timeout_s: None,
+                memory_mb: None,
                 combine: Some(terms.clone()),
             }
             .serialize(s),
@@ -270,7 +350,7 @@ impl<'de> Deserialize<'de> for RewardSpec {
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "a reward name (math_rule, math_verify, exact_match) or a map with 'kind' or 'combine'",
+                    "a reward name (math_rule, math_verify, exact_match, code_sandbox) or a map with 'kind' or 'combine'",
                 )
             }
 
@@ -286,10 +366,16 @@ impl<'de> Deserialize<'de> for RewardSpec {
                         weight: m.weight,
                         ignore_case: m.ignore_case,
                         percent_is_fraction: m.percent_is_fraction,
+                        scoring: m.scoring,
+                        timeout_s: m.timeout_s,
+                        memory_mb: m.memory_mb,
                     })),
                     (None, Some(terms))
                         if m.ignore_case.is_none()
                             && m.percent_is_fraction.is_none()
+                            && m.scoring.is_none()
+                            && m.timeout_s.is_none()
+                            && m.memory_mb.is_none()
                             && m.weight.is_none() =>
                     {
                         Ok(RewardSpec::Combine(terms))
@@ -343,7 +429,7 @@ mod tests {
         assert_eq!(
             spec(r#""math_rul""#).resolve(at).unwrap_err(),
             "data.domains[0] ('add').reward: unknown reward 'math_rul' (did you mean \
-             'math_rule'?) (known: math_rule, math_verify, exact_match)"
+             'math_rule'?) (known: math_rule, math_verify, exact_match, code_sandbox)"
         );
         let e = spec(r#"{"combine":[{"kind":"math_rule"},{"kind":"exact"}]}"#)
             .resolve(at)

@@ -57,12 +57,24 @@ impl Protocol for RewardProtocol {
     type Reply = RewardReply;
 }
 
-/// Score `items` in order, here.
+/// Score `items` in order, here: in parallel on the process's threads (a code reward's item is
+/// a sandboxed program, so the threads are its pool of sandboxes).
 pub fn score_all(items: &[ScoreItem]) -> Vec<RewardOutcome> {
+    use rayon::prelude::*;
     items
-        .iter()
+        .par_iter()
         .map(|i| i.reward.score(&i.prompt, &i.response, &i.ground_truth))
         .collect()
+}
+
+/// How long a worker may take on `items` before it counts as hung: [`CALL_TIMEOUT`] plus the time
+/// the code rewards among them may take if every program runs to its deadline.
+fn call_timeout(items: &[ScoreItem]) -> Duration {
+    let programs: f64 = items
+        .iter()
+        .map(|i| i.reward.worst_case_seconds(&i.ground_truth))
+        .sum();
+    CALL_TIMEOUT + Duration::from_secs_f64(programs)
 }
 
 /// The reward worker's compute loop.
@@ -73,7 +85,7 @@ pub fn serve(queue: CallQueue) {
     }
 }
 
-/// A reward call that takes longer than this is a hung worker.
+/// A reward call that takes longer than this (plus its programs' deadlines) is a hung worker.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub enum RewardScorer {
@@ -181,8 +193,8 @@ impl RewardPool {
         let mut results: Vec<Result<RewardReply, WorkerError>> =
             self.rt
                 .block_on(join_all(self.workers.iter().zip(&chunks).map(|(w, c)| {
-                    let c = call(c);
-                    async move { call_typed::<RewardProtocol>(w, &c, CALL_TIMEOUT).await }
+                    let (timeout, c) = (call_timeout(c), call(c));
+                    async move { call_typed::<RewardProtocol>(w, &c, timeout).await }
                 })));
         for (i, result) in results.iter_mut().enumerate() {
             let retry = matches!(
@@ -202,7 +214,7 @@ impl RewardPool {
                 *result = self.rt.block_on(call_typed::<RewardProtocol>(
                     &self.workers[i],
                     &call(&chunks[i]),
-                    CALL_TIMEOUT,
+                    call_timeout(&chunks[i]),
                 ));
             }
         }
