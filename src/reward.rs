@@ -13,8 +13,10 @@
 
 pub mod code_sandbox;
 pub mod exact_match;
+pub mod ifeval;
 pub mod math_rule;
 pub mod math_verify;
+pub mod regex_match;
 pub mod spec;
 
 use serde::{Deserialize, Serialize};
@@ -34,15 +36,21 @@ pub enum RewardKind {
     ExactMatch,
     /// The response's last Python code block, run on the ground truth's tests in a sandbox.
     CodeSandbox,
+    /// IFEval's verifiable instructions (the ground truth lists them with their kwargs).
+    Ifeval,
+    /// 1 when the response matches a regular expression (a format term).
+    RegexMatch,
 }
 
 impl RewardKind {
     /// Every kind, in declaration order (for help text and config suggestions).
-    pub const ALL: [RewardKind; 4] = [
+    pub const ALL: [RewardKind; 6] = [
         RewardKind::MathRule,
         RewardKind::MathVerify,
         RewardKind::ExactMatch,
         RewardKind::CodeSandbox,
+        RewardKind::Ifeval,
+        RewardKind::RegexMatch,
     ];
 
     /// The stable snake_case name used in configs and metric keys.
@@ -52,6 +60,8 @@ impl RewardKind {
             RewardKind::MathVerify => "math_verify",
             RewardKind::ExactMatch => "exact_match",
             RewardKind::CodeSandbox => "code_sandbox",
+            RewardKind::Ifeval => "ifeval",
+            RewardKind::RegexMatch => "regex_match",
         }
     }
 }
@@ -60,6 +70,17 @@ impl std::fmt::Display for RewardKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// How a reward with several checks (tests, instructions) makes its score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scoring {
+    /// 1 when every check passes, else 0.
+    #[default]
+    All,
+    /// The fraction of checks passed.
+    Fraction,
 }
 
 /// The verdict on one response.
@@ -120,6 +141,9 @@ pub fn score(kind: RewardKind, response: &str, ground_truth: &str) -> RewardOutc
         RewardKind::CodeSandbox => {
             code_sandbox::score(response, ground_truth, &code_sandbox::Params::default())
         }
+        RewardKind::Ifeval => ifeval::score(response, ground_truth, &ifeval::Params::default()),
+        // Without a pattern, any non-empty response is "formatted".
+        RewardKind::RegexMatch => regex_match::score(response, r"\S"),
     }
 }
 

@@ -44,6 +44,10 @@ fn items() -> Vec<ScoreItem> {
                 },
                 RewardKind::ExactMatch => RewardFn::ExactMatch { ignore_case: false },
                 RewardKind::CodeSandbox => RewardFn::CodeSandbox(Default::default()),
+                RewardKind::Ifeval => RewardFn::Ifeval(Default::default()),
+                RewardKind::RegexMatch => RewardFn::RegexMatch {
+                    pattern: r"\S".into(),
+                },
             }),
             domain: kind.as_str().into(),
             prompt: String::new(),

@@ -138,12 +138,17 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             let where_ = format!("domain '{}' example {}", d.name, i + 1);
             tok.prompt_ids(&ex.prompt)
                 .map_err(|e| PipelineError::Setup(format!("{where_}: prompt {e}")))?;
-            tok.answer_ids(&ex.ground_truth)
-                .map_err(|e| PipelineError::Setup(format!("{where_}: ground_truth {e}")))?;
-            if let Some(r) = &ex.response {
-                tok.answer_ids(r)
-                    .map_err(|e| PipelineError::Setup(format!("{where_}: response {e}")))?;
-            }
+            // SFT imitates the response, or the ground truth where there is none; a ground truth
+            // beside a response is only read by the reward (tests JSON, instructions), never
+            // tokenized, so its characters need not be in the vocabulary.
+            match &ex.response {
+                Some(r) => tok
+                    .answer_ids(r)
+                    .map_err(|e| PipelineError::Setup(format!("{where_}: response {e}")))?,
+                None => tok
+                    .answer_ids(&ex.ground_truth)
+                    .map_err(|e| PipelineError::Setup(format!("{where_}: ground_truth {e}")))?,
+            };
         }
         let reward = d
             .reward

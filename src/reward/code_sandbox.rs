@@ -18,16 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::RewardOutcome;
 use crate::sandbox::{Limits, Outcome, Sandbox};
 
-/// How the tests make a score.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scoring {
-    /// 1 when every test passes, else 0.
-    #[default]
-    All,
-    /// The fraction of tests passed.
-    Fraction,
-}
+pub use super::Scoring;
 
 /// The reward's parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -17,7 +17,10 @@
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{RewardKind, RewardOutcome, code_sandbox, exact_match, math_rule, math_verify};
+use super::{
+    RewardKind, RewardOutcome, Scoring, code_sandbox, exact_match, ifeval, math_rule, math_verify,
+    regex_match,
+};
 
 /// One term as written: a kind's name, its parameters, and its weight in a combination.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,9 +36,15 @@ pub struct RewardTermConfig {
     /// `math_verify`: `50\%` also equals `0.5` (default true; it always equals `50`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent_is_fraction: Option<bool>,
-    /// `code_sandbox`: `all` (1 when every test passes) or `fraction` (the fraction passed).
+    /// `code_sandbox`, `ifeval`: `all` (1 when every test or instruction passes) or `fraction`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scoring: Option<code_sandbox::Scoring>,
+    pub scoring: Option<Scoring>,
+    /// `ifeval`: `strict` (default) or `loose`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ifeval::Mode>,
+    /// `regex_match`: the regular expression a response must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
     /// `code_sandbox`: wall-clock seconds per run (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
@@ -58,7 +67,11 @@ struct SpecMap {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     percent_is_fraction: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    scoring: Option<code_sandbox::Scoring>,
+    scoring: Option<Scoring>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mode: Option<ifeval::Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pattern: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     timeout_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +98,8 @@ pub enum RewardFn {
     MathRule,
     MathVerify { percent_is_fraction: bool },
     CodeSandbox(code_sandbox::Params),
+    Ifeval(ifeval::Params),
+    RegexMatch { pattern: String },
     ExactMatch { ignore_case: bool },
 }
 
@@ -102,6 +117,8 @@ impl RewardFn {
             RewardFn::MathRule => RewardKind::MathRule,
             RewardFn::MathVerify { .. } => RewardKind::MathVerify,
             RewardFn::CodeSandbox(_) => RewardKind::CodeSandbox,
+            RewardFn::Ifeval(_) => RewardKind::Ifeval,
+            RewardFn::RegexMatch { .. } => RewardKind::RegexMatch,
             RewardFn::ExactMatch { .. } => RewardKind::ExactMatch,
         }
     }
@@ -121,6 +138,8 @@ impl RewardFn {
                 },
             ),
             RewardFn::CodeSandbox(params) => code_sandbox::score(response, ground_truth, params),
+            RewardFn::Ifeval(params) => ifeval::score(response, ground_truth, params),
+            RewardFn::RegexMatch { pattern } => regex_match::score(response, pattern),
             RewardFn::ExactMatch { ignore_case: false } => {
                 exact_match::score(response, ground_truth)
             }
@@ -226,13 +245,21 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
         return misplaced("percent_is_fraction", "math_verify");
     }
     for (param, given) in [
-        ("scoring", t.scoring.is_some()),
         ("timeout_s", t.timeout_s.is_some()),
         ("memory_mb", t.memory_mb.is_some()),
     ] {
         if given && kind != RewardKind::CodeSandbox {
             return misplaced(param, "code_sandbox");
         }
+    }
+    if t.scoring.is_some() && !matches!(kind, RewardKind::CodeSandbox | RewardKind::Ifeval) {
+        return misplaced("scoring", "code_sandbox and ifeval");
+    }
+    if t.mode.is_some() && kind != RewardKind::Ifeval {
+        return misplaced("mode", "ifeval");
+    }
+    if t.pattern.is_some() && kind != RewardKind::RegexMatch {
+        return misplaced("pattern", "regex_match");
     }
     Ok(match kind {
         RewardKind::MathRule => RewardFn::MathRule,
@@ -262,6 +289,21 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
                 memory_mb,
             })
         }
+        RewardKind::Ifeval => RewardFn::Ifeval(ifeval::Params {
+            mode: t.mode.unwrap_or_default(),
+            scoring: t.scoring.unwrap_or_default(),
+        }),
+        RewardKind::RegexMatch => {
+            let Some(pattern) = &t.pattern else {
+                return Err(format!(
+                    "{at}: regex_match needs 'pattern' (a regular expression)"
+                ));
+            };
+            regex_match::compile(pattern).map_err(|e| format!("{at}.pattern: {e}"))?;
+            RewardFn::RegexMatch {
+                pattern: pattern.clone(),
+            }
+        }
     })
 }
 
@@ -276,6 +318,8 @@ impl RewardSpec {
                     ignore_case: None,
                     percent_is_fraction: None,
                     scoring: None,
+                    mode: None,
+                    pattern: None,
                     timeout_s: None,
                     memory_mb: None,
                 };
@@ -322,6 +366,8 @@ impl Serialize for RewardSpec {
                 ignore_case: t.ignore_case,
                 percent_is_fraction: t.percent_is_fraction,
                 scoring: t.scoring,
+                mode: t.mode,
+                pattern: t.pattern.clone(),
                 timeout_s: t.timeout_s,
                 memory_mb: t.memory_mb,
                 combine: None,
@@ -333,6 +379,8 @@ impl Serialize for RewardSpec {
                 ignore_case: None,
                 percent_is_fraction: None,
                 scoring: None,
+                mode: None,
+                pattern: None,
                 timeout_s: None,
                 memory_mb: None,
                 combine: Some(terms.clone()),
@@ -350,7 +398,7 @@ impl<'de> Deserialize<'de> for RewardSpec {
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "a reward name (math_rule, math_verify, exact_match, code_sandbox) or a map with 'kind' or 'combine'",
+                    "a reward name (math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match) or a map with 'kind' or 'combine'",
                 )
             }
 
@@ -367,6 +415,8 @@ impl<'de> Deserialize<'de> for RewardSpec {
                         ignore_case: m.ignore_case,
                         percent_is_fraction: m.percent_is_fraction,
                         scoring: m.scoring,
+                        mode: m.mode,
+                        pattern: m.pattern,
                         timeout_s: m.timeout_s,
                         memory_mb: m.memory_mb,
                     })),
@@ -374,6 +424,8 @@ impl<'de> Deserialize<'de> for RewardSpec {
                         if m.ignore_case.is_none()
                             && m.percent_is_fraction.is_none()
                             && m.scoring.is_none()
+                            && m.mode.is_none()
+                            && m.pattern.is_none()
                             && m.timeout_s.is_none()
                             && m.memory_mb.is_none()
                             && m.weight.is_none() =>
@@ -429,7 +481,7 @@ mod tests {
         assert_eq!(
             spec(r#""math_rul""#).resolve(at).unwrap_err(),
             "data.domains[0] ('add').reward: unknown reward 'math_rul' (did you mean \
-             'math_rule'?) (known: math_rule, math_verify, exact_match, code_sandbox)"
+             'math_rule'?) (known: math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match)"
         );
         let e = spec(r#"{"combine":[{"kind":"math_rule"},{"kind":"exact"}]}"#)
             .resolve(at)
@@ -470,6 +522,48 @@ mod tests {
             one.score("p", "x = 12", "12"),
             math_rule::score("x = 12", "12")
         );
+    }
+
+    #[test]
+    fn the_newer_kinds_check_and_use_their_parameters() {
+        let e = spec(r#""regex_match""#).resolve("r").unwrap_err();
+        assert!(e.contains("regex_match needs 'pattern'"), "{e}");
+        let e = spec(r#"{"kind":"regex_match","pattern":"("}"#)
+            .resolve("r")
+            .unwrap_err();
+        assert!(
+            e.contains("r.pattern: '(' is not a regular expression"),
+            "{e}"
+        );
+        let e = spec(r#"{"kind":"math_verify","mode":"loose"}"#)
+            .resolve("r")
+            .unwrap_err();
+        assert!(e.contains("'mode' is a parameter of ifeval"), "{e}");
+        let e = spec(r#"{"kind":"exact_match","scoring":"fraction"}"#)
+            .resolve("r")
+            .unwrap_err();
+        assert!(
+            e.contains("'scoring' is a parameter of code_sandbox and ifeval"),
+            "{e}"
+        );
+        let e = spec(r#"{"kind":"code_sandbox","timeout_s":0}"#)
+            .resolve("r")
+            .unwrap_err();
+        assert!(e.contains("timeout_s must be in (0, 600]"), "{e}");
+        // `scoring: fraction` turns 1 instruction followed of 2 into 0.5 instead of 0.
+        let truth = r#"{"instruction_id_list":["punctuation:no_comma","startend:quotation"],"kwargs":[{},{}]}"#;
+        let all = spec(r#""ifeval""#).resolve("r").unwrap();
+        let fraction = spec(r#"{"kind":"ifeval","scoring":"fraction"}"#)
+            .resolve("r")
+            .unwrap();
+        assert_eq!(all.score("p", "no commas", truth).score, 0.0);
+        assert_eq!(fraction.score("p", "no commas", truth).score, 0.5);
+        // `pattern` decides the format term.
+        let boxed = spec(r#"{"kind":"regex_match","pattern":"boxed"}"#)
+            .resolve("r")
+            .unwrap();
+        assert_eq!(boxed.score("p", "\\boxed{1}", "").score, 1.0);
+        assert_eq!(boxed.score("p", "1", "").score, 0.0);
     }
 
     #[test]
