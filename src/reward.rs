@@ -14,6 +14,7 @@
 pub mod code_sandbox;
 pub mod exact_match;
 pub mod ifeval;
+pub mod llm_judge;
 pub mod math_rule;
 pub mod math_verify;
 pub mod regex_match;
@@ -40,17 +41,20 @@ pub enum RewardKind {
     Ifeval,
     /// 1 when the response matches a regular expression (a format term).
     RegexMatch,
+    /// A judge model's verdict (P(yes), or a 1-10 score it writes).
+    LlmJudge,
 }
 
 impl RewardKind {
     /// Every kind, in declaration order (for help text and config suggestions).
-    pub const ALL: [RewardKind; 6] = [
+    pub const ALL: [RewardKind; 7] = [
         RewardKind::MathRule,
         RewardKind::MathVerify,
         RewardKind::ExactMatch,
         RewardKind::CodeSandbox,
         RewardKind::Ifeval,
         RewardKind::RegexMatch,
+        RewardKind::LlmJudge,
     ];
 
     /// The stable snake_case name used in configs and metric keys.
@@ -62,6 +66,7 @@ impl RewardKind {
             RewardKind::CodeSandbox => "code_sandbox",
             RewardKind::Ifeval => "ifeval",
             RewardKind::RegexMatch => "regex_match",
+            RewardKind::LlmJudge => "llm_judge",
         }
     }
 }
@@ -144,6 +149,11 @@ pub fn score(kind: RewardKind, response: &str, ground_truth: &str) -> RewardOutc
         RewardKind::Ifeval => ifeval::score(response, ground_truth, &ifeval::Params::default()),
         // Without a pattern, any non-empty response is "formatted".
         RewardKind::RegexMatch => regex_match::score(response, r"\S"),
+        // A judge needs its model: without one, the outcome says so.
+        RewardKind::LlmJudge => RewardOutcome {
+            error: Some("llm_judge needs 'model' (a Hugging Face directory)".into()),
+            ..RewardOutcome::unformatted()
+        },
     }
 }
 

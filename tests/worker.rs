@@ -48,6 +48,9 @@ fn items() -> Vec<ScoreItem> {
                 RewardKind::RegexMatch => RewardFn::RegexMatch {
                     pattern: r"\S".into(),
                 },
+                RewardKind::LlmJudge => {
+                    RewardFn::LlmJudge(reward::llm_judge::Params::new("/no/judge".into()))
+                }
             }),
             domain: kind.as_str().into(),
             prompt: String::new(),

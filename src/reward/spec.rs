@@ -18,8 +18,8 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
-    RewardKind, RewardOutcome, Scoring, code_sandbox, exact_match, ifeval, math_rule, math_verify,
-    regex_match,
+    RewardKind, RewardOutcome, Scoring, code_sandbox, exact_match, ifeval, llm_judge, math_rule,
+    math_verify, regex_match,
 };
 
 /// One term as written: a kind's name, its parameters, and its weight in a combination.
@@ -45,6 +45,23 @@ pub struct RewardTermConfig {
     /// `regex_match`: the regular expression a response must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+    /// `llm_judge`: the judge model (a Hugging Face directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<std::path::PathBuf>,
+    /// `llm_judge`: the Jinja template (`{{ prompt }}`, `{{ response }}`, `{{ reference }}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// `llm_judge`: `yes_no` (default) or `score`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<llm_judge::Verdict>,
+    /// `llm_judge`: the tokens compared by `yes_no` (default "Yes" and "No").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yes: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no: Option<String>,
+    /// `llm_judge`: tokens the judge may write for `score` (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<usize>,
     /// `code_sandbox`: wall-clock seconds per run (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
@@ -73,6 +90,18 @@ struct SpecMap {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pattern: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    template: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verdict: Option<llm_judge::Verdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    yes: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    no: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_new_tokens: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     timeout_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     memory_mb: Option<u64>,
@@ -100,6 +129,7 @@ pub enum RewardFn {
     CodeSandbox(code_sandbox::Params),
     Ifeval(ifeval::Params),
     RegexMatch { pattern: String },
+    LlmJudge(llm_judge::Params),
     ExactMatch { ignore_case: bool },
 }
 
@@ -119,13 +149,14 @@ impl RewardFn {
             RewardFn::CodeSandbox(_) => RewardKind::CodeSandbox,
             RewardFn::Ifeval(_) => RewardKind::Ifeval,
             RewardFn::RegexMatch { .. } => RewardKind::RegexMatch,
+            RewardFn::LlmJudge(_) => RewardKind::LlmJudge,
             RewardFn::ExactMatch { .. } => RewardKind::ExactMatch,
         }
     }
 
     /// Score `response` against `ground_truth`. `prompt` is the user turn as the dataset gave it
     /// (no reward of this build reads it yet; instruction-following checks will).
-    pub fn score(&self, _prompt: &str, response: &str, ground_truth: &str) -> RewardOutcome {
+    pub fn score(&self, prompt: &str, response: &str, ground_truth: &str) -> RewardOutcome {
         match self {
             RewardFn::MathRule => math_rule::score(response, ground_truth),
             RewardFn::MathVerify {
@@ -140,6 +171,7 @@ impl RewardFn {
             RewardFn::CodeSandbox(params) => code_sandbox::score(response, ground_truth, params),
             RewardFn::Ifeval(params) => ifeval::score(response, ground_truth, params),
             RewardFn::RegexMatch { pattern } => regex_match::score(response, pattern),
+            RewardFn::LlmJudge(params) => llm_judge::score(prompt, response, ground_truth, params),
             RewardFn::ExactMatch { ignore_case: false } => {
                 exact_match::score(response, ground_truth)
             }
@@ -151,6 +183,21 @@ impl RewardFn {
 }
 
 impl Reward {
+    /// The judge terms of this reward (for batching a call's judging, see
+    /// [`llm_judge::prejudge`]).
+    pub fn judges(&self) -> Vec<&llm_judge::Params> {
+        fn one(f: &RewardFn) -> Option<&llm_judge::Params> {
+            match f {
+                RewardFn::LlmJudge(p) => Some(p),
+                _ => None,
+            }
+        }
+        match self {
+            Reward::One(f) => one(f).into_iter().collect(),
+            Reward::Weighted(terms) => terms.iter().filter_map(|(f, _)| one(f)).collect(),
+        }
+    }
+
     /// Whether scoring runs programs (and so needs [`crate::sandbox`]).
     pub fn runs_programs(&self) -> bool {
         let one = |f: &RewardFn| matches!(f, RewardFn::CodeSandbox(_));
@@ -261,6 +308,18 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
     if t.pattern.is_some() && kind != RewardKind::RegexMatch {
         return misplaced("pattern", "regex_match");
     }
+    for (param, given) in [
+        ("model", t.model.is_some()),
+        ("template", t.template.is_some()),
+        ("verdict", t.verdict.is_some()),
+        ("yes", t.yes.is_some()),
+        ("no", t.no.is_some()),
+        ("max_new_tokens", t.max_new_tokens.is_some()),
+    ] {
+        if given && kind != RewardKind::LlmJudge {
+            return misplaced(param, "llm_judge");
+        }
+    }
     Ok(match kind {
         RewardKind::MathRule => RewardFn::MathRule,
         RewardKind::MathVerify => RewardFn::MathVerify {
@@ -304,6 +363,30 @@ fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
                 pattern: pattern.clone(),
             }
         }
+        RewardKind::LlmJudge => {
+            let Some(model) = &t.model else {
+                return Err(format!(
+                    "{at}: llm_judge needs 'model' (a Hugging Face directory)"
+                ));
+            };
+            let defaults = llm_judge::Params::new(model.clone());
+            let params = llm_judge::Params {
+                model: model.clone(),
+                template: t.template.clone().unwrap_or(defaults.template),
+                verdict: t.verdict.unwrap_or_default(),
+                yes: t.yes.clone().unwrap_or(defaults.yes),
+                no: t.no.clone().unwrap_or(defaults.no),
+                max_new_tokens: t.max_new_tokens.unwrap_or(defaults.max_new_tokens),
+            };
+            if !(1..=512).contains(&params.max_new_tokens) {
+                return Err(format!(
+                    "{at}: max_new_tokens must be in 1..=512, got {}",
+                    params.max_new_tokens
+                ));
+            }
+            params.check().map_err(|e| format!("{at}: {e}"))?;
+            RewardFn::LlmJudge(params)
+        }
     })
 }
 
@@ -320,6 +403,12 @@ impl RewardSpec {
                     scoring: None,
                     mode: None,
                     pattern: None,
+                    model: None,
+                    template: None,
+                    verdict: None,
+                    yes: None,
+                    no: None,
+                    max_new_tokens: None,
                     timeout_s: None,
                     memory_mb: None,
                 };
@@ -368,6 +457,12 @@ impl Serialize for RewardSpec {
                 scoring: t.scoring,
                 mode: t.mode,
                 pattern: t.pattern.clone(),
+                model: t.model.clone(),
+                template: t.template.clone(),
+                verdict: t.verdict,
+                yes: t.yes.clone(),
+                no: t.no.clone(),
+                max_new_tokens: t.max_new_tokens,
                 timeout_s: t.timeout_s,
                 memory_mb: t.memory_mb,
                 combine: None,
@@ -381,6 +476,12 @@ impl Serialize for RewardSpec {
                 scoring: None,
                 mode: None,
                 pattern: None,
+                model: None,
+                template: None,
+                verdict: None,
+                yes: None,
+                no: None,
+                max_new_tokens: None,
                 timeout_s: None,
                 memory_mb: None,
                 combine: Some(terms.clone()),
@@ -398,7 +499,7 @@ impl<'de> Deserialize<'de> for RewardSpec {
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str(
-                    "a reward name (math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match) or a map with 'kind' or 'combine'",
+                    "a reward name (math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match, llm_judge) or a map with 'kind' or 'combine'",
                 )
             }
 
@@ -417,6 +518,12 @@ impl<'de> Deserialize<'de> for RewardSpec {
                         scoring: m.scoring,
                         mode: m.mode,
                         pattern: m.pattern,
+                        model: m.model,
+                        template: m.template,
+                        verdict: m.verdict,
+                        yes: m.yes,
+                        no: m.no,
+                        max_new_tokens: m.max_new_tokens,
                         timeout_s: m.timeout_s,
                         memory_mb: m.memory_mb,
                     })),
@@ -426,6 +533,12 @@ impl<'de> Deserialize<'de> for RewardSpec {
                             && m.scoring.is_none()
                             && m.mode.is_none()
                             && m.pattern.is_none()
+                            && m.model.is_none()
+                            && m.template.is_none()
+                            && m.verdict.is_none()
+                            && m.yes.is_none()
+                            && m.no.is_none()
+                            && m.max_new_tokens.is_none()
                             && m.timeout_s.is_none()
                             && m.memory_mb.is_none()
                             && m.weight.is_none() =>
@@ -481,7 +594,7 @@ mod tests {
         assert_eq!(
             spec(r#""math_rul""#).resolve(at).unwrap_err(),
             "data.domains[0] ('add').reward: unknown reward 'math_rul' (did you mean \
-             'math_rule'?) (known: math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match)"
+             'math_rule'?) (known: math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match, llm_judge)"
         );
         let e = spec(r#"{"combine":[{"kind":"math_rule"},{"kind":"exact"}]}"#)
             .resolve(at)

@@ -61,6 +61,21 @@ impl Protocol for RewardProtocol {
 /// a sandboxed program, so the threads are its pool of sandboxes).
 pub fn score_all(items: &[ScoreItem]) -> Vec<RewardOutcome> {
     use rayon::prelude::*;
+    // Judge models score the whole call in one batch per judge, before the per-item scoring.
+    let judged: Vec<_> = items
+        .iter()
+        .flat_map(|i| {
+            let item = (
+                i.prompt.as_str(),
+                i.response.as_str(),
+                i.ground_truth.as_str(),
+            );
+            i.reward.judges().into_iter().map(move |p| (p, item))
+        })
+        .collect();
+    if !judged.is_empty() {
+        crate::reward::llm_judge::prejudge(&judged);
+    }
     items
         .par_iter()
         .map(|i| i.reward.score(&i.prompt, &i.response, &i.ground_truth))
