@@ -95,3 +95,33 @@ fn unknown_reward_names_and_parameters_are_config_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn a_reward_that_cannot_read_its_ground_truth_is_said_once_per_run() {
+    // An IFEval ground truth with a misspelt instruction id: every response scores 0, and the run
+    // says why once (not at every step).
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("if.jsonl");
+    let line = r#"{"prompt": "abc", "ground_truth": "{\"instruction_id_list\": [\"punctuation:no_coma\"], \"kwargs\": [{}]}", "response": "cba"}"#;
+    std::fs::write(&data, format!("{line}\n{line}\n")).unwrap();
+    let cfg = dir.path().join("if.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{MODEL}data:\n  domains:\n    - {{ name: inst, path: {}, reward: ifeval }}\noutput_dir: {}\n",
+            data.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("roll.db");
+    let out = roll(&store, &["run", cfg.to_str().unwrap()]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    let warning = "domain 'inst': ifeval: unknown instruction id 'punctuation:no_coma' (did you mean 'punctuation:no_comma'?)";
+    assert_eq!(text.matches(warning).count(), 1, "{text}");
+}

@@ -47,6 +47,8 @@ pub(super) struct Learner<'m> {
     pub last_checkpoint: Option<PathBuf>,
     /// The step whose policy the KL reference is (0: the policy the stage started from).
     pub reference_version: usize,
+    /// Reward errors already reported, as (domain, error): each is said once, not every step.
+    pub reward_errors: std::collections::BTreeSet<(String, String)>,
 }
 
 impl<'m> Learner<'m> {
@@ -125,6 +127,7 @@ impl<'m> Learner<'m> {
             first_step,
             last_checkpoint: resume.map(|r| r.dir.clone()),
             reference_version,
+            reward_errors: Default::default(),
         })
     }
 
@@ -188,6 +191,7 @@ impl<'m> Learner<'m> {
         t_step: Instant,
     ) -> Result<bool, PipelineError> {
         self.report_rollout_workers(ctx, &mut out, &mut m)?;
+        self.report_reward_errors(ctx, step, &out)?;
         rollout_metrics(&mut m, &out);
         // Groups in the order they were dispatched: the batch does not depend on finishing order.
         let mut groups = out.groups;
@@ -267,6 +271,34 @@ impl<'m> Learner<'m> {
         ctx.record_samples(&(learned.records)(&advantages))?;
         ctx.record_step(Stage::Rl, step, cfg.steps, m)?;
         self.checkpoint_due(ctx, cfg, step, learned.mixer)
+    }
+
+    /// Say, once per domain and error, when a reward could not judge responses (a ground truth it
+    /// cannot read, no sandbox, a judge that fails to load): they scored 0, and without this the
+    /// run would only show a flat reward.
+    fn report_reward_errors(
+        &mut self,
+        ctx: &mut RunContext<'_>,
+        step: usize,
+        out: &StepRollout,
+    ) -> Result<(), PipelineError> {
+        let mut new = vec![];
+        for g in &out.groups {
+            for s in &g.samples {
+                if let Some(e) = &s.outcome.error {
+                    let key = (g.prompt.example.domain.clone(), e.clone());
+                    if self.reward_errors.insert(key.clone()) {
+                        new.push(key);
+                    }
+                }
+            }
+        }
+        for (domain, error) in new {
+            ctx.warn(format!(
+                "rl step {step}: domain '{domain}': {error} (those responses scored 0; said once)"
+            ))?;
+        }
+        Ok(())
     }
 
     /// Record the workers' events since the last step; count the rollout's worker restarts.
