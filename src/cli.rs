@@ -444,9 +444,53 @@ pub struct ScoreArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Refuse text with characters outside the vocabulary (by default they are read as the
+    /// unknown token, with a warning).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub use crate::launch::EXIT_INTERRUPTED;
+
+/// Every command ends quietly with status 0 when the reader of its output goes away
+/// (`roll-tui metrics RUN | head -1`), as Unix tools do, instead of panicking with a backtrace:
+/// Rust ignores SIGPIPE, so `println!` to a closed pipe panics; this hook turns exactly that panic
+/// into an exit and leaves every other panic to the default hook.
+pub fn exit_quietly_when_output_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let closed = (message.starts_with("failed printing to stdout")
+            || message.starts_with("failed printing to stderr"))
+            && message.contains("Broken pipe");
+        if closed {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// Whether `e` is a write to a reader that went away (a command that writes through `io::Write`
+/// returns it as an error rather than panicking): the command then ends quietly too.
+pub fn is_closed_output(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind())
+                .is_some_and(|k| k == std::io::ErrorKind::BrokenPipe)
+            || cause.downcast_ref::<csv::Error>().is_some_and(|c| {
+                matches!(c.kind(), csv::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
+            })
+    })
+}
 
 pub fn main_with(cli: Cli) -> Result<i32> {
     let store = cli.store;

@@ -15,9 +15,11 @@ fn main() {
         // thread can be reading the environment while it changes.
         unsafe { std::env::set_var(key, value) };
     }
+    roll::cli::exit_quietly_when_output_closes();
     let cli = roll::cli::Cli::parse();
     match roll::cli::main_with(cli) {
         Ok(code) => std::process::exit(code),
+        Err(e) if roll::cli::is_closed_output(&e) => std::process::exit(0),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::exit(1);

@@ -35,6 +35,9 @@ pub const CSV_FILE_NAME: &str = "metrics.csv";
 
 /// Charts smaller than this (in pixels, either side) have no room for axes and legend.
 const MIN_SIDE: u32 = 160;
+/// Largest side: plotters indexes its bitmap with `u32` arithmetic and panics far below
+/// 100,000 x 100,000 (40 GB of pixels); 8,000 pixels is a 256 MB bitmap.
+const MAX_SIDE: u32 = 8_000;
 
 /// An output format of [`export_run`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,7 +103,7 @@ pub enum PlotError {
     #[error("unknown export format '{0}' (valid: png, svg, csv)")]
     UnknownFormat(String),
     #[error(
-        "plot size {width}x{height} is too small (each side must be at least {MIN_SIDE} pixels)"
+        "plot size {width}x{height} is out of range (each side must be {MIN_SIDE} to {MAX_SIDE} pixels)"
     )]
     InvalidSize { width: u32, height: u32 },
     #[error("the embedded plot font 'DejaVuSansMono.ttf' could not be loaded")]
@@ -144,7 +147,8 @@ pub fn export_run(
     out: &Path,
     opts: &ExportOptions,
 ) -> Result<Vec<PathBuf>, PlotError> {
-    if opts.width < MIN_SIDE || opts.height < MIN_SIDE {
+    let side = MIN_SIDE..=MAX_SIDE;
+    if !side.contains(&opts.width) || !side.contains(&opts.height) {
         return Err(PlotError::InvalidSize {
             width: opts.width,
             height: opts.height,
@@ -302,7 +306,18 @@ pub(crate) mod tests {
             .to_string();
         assert_eq!(
             err,
-            "plot size 0x700 is too small (each side must be at least 160 pixels)"
+            "plot size 0x700 is out of range (each side must be 160 to 8000 pixels)"
+        );
+        // 100000 x 100000 used to panic inside plotters.
+        let huge = ExportOptions {
+            width: 100_000,
+            height: 100_000,
+            ..ExportOptions::default()
+        };
+        let err = export_run("r", &[series("rl", "k", &[1.0])], dir.path(), &huge).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plot size 100000x100000 is out of range (each side must be 160 to 8000 pixels)"
         );
 
         let mut ragged = series("rl", "actor/kl", &[1.0, 2.0]);

@@ -72,6 +72,36 @@ fn model_init_then_score_prints_per_token_logprobs() {
     assert!(lps.iter().all(|&l| l < 0.0 && l > -20.0), "{lps:?}");
     let total = json["total_logprob"].as_f64().unwrap();
     assert!((total - lps.iter().sum::<f64>()).abs() < 1e-5);
+    // That text was all in the vocabulary: no warning.
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Characters outside the vocabulary are read as <unk>, with a warning that names them;
+    // --strict refuses them.
+    let score = |completion: &str, strict: bool| {
+        let mut cmd = roll();
+        cmd.args(["model", "score"]).arg(&model);
+        cmd.args(["--prompt", "12+3=", "--completion", completion]);
+        if strict {
+            cmd.arg("--strict");
+        }
+        cmd.output().unwrap()
+    };
+    let out = score("1x!", false);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: the completion has 2 character(s) outside the model's vocabulary, read as <unk>: \"x\", \"!\""),
+        "{err}"
+    );
+    let out = score("1x!", true);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("error: the completion has 2 character(s)")
+    );
 }
 
 #[test]

@@ -52,12 +52,32 @@ pub fn score(args: ScoreArgs) -> Result<()> {
         &candle_core::Device::Cpu,
     )?;
     let tok = &model.tokenizer.tokenizer;
+    let unk = tok.token_to_id("<unk>");
     let encode = |text: &str, what: &str| -> Result<Vec<u32>> {
         let enc = tok
             .encode(text, false)
             .map_err(|e| anyhow::anyhow!("cannot tokenize the {what}: {e}"))?;
         if enc.is_empty() {
             bail!("the {what} is empty after tokenization");
+        }
+        // Characters outside the vocabulary silently become <unk>: say which.
+        let unknown: Vec<String> = enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_offsets())
+            .filter(|(id, _)| Some(**id) == unk)
+            .map(|(_, &(a, b))| format!("{:?}", text.get(a..b).unwrap_or("?")))
+            .collect();
+        if !unknown.is_empty() {
+            let message = format!(
+                "the {what} has {} character(s) outside the model's vocabulary, read as <unk>: {}",
+                unknown.len(),
+                unknown.join(", ")
+            );
+            if args.strict {
+                bail!("{message} (without --strict they are scored as <unk>)");
+            }
+            eprintln!("warning: {message} (--strict refuses such text)");
         }
         Ok(enc.get_ids().to_vec())
     };
