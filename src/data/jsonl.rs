@@ -16,15 +16,95 @@ use super::{DataError, Example};
 
 const FIELDS: [&str; 5] = ["prompt", "ground_truth", "domain", "response", "metadata"];
 
+/// Longest dataset line read: one example per line, so a longer one is an error (a file that is
+/// not JSONL, or a prompt no model could take), found without holding it in memory.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+
 /// Reads every example of `path`; `default_domain` applies to lines without a `domain`.
 /// An existing file without a single example is an error.
 pub fn load_jsonl(path: &Path, default_domain: &str) -> Result<Vec<Example>, DataError> {
+    Ok(load_jsonl_numbered(path, default_domain)?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect())
+}
+
+/// [`load_jsonl`] with each example's line number, read a line at a time: memory holds the
+/// examples and one line of at most [`MAX_LINE_BYTES`].
+pub fn load_jsonl_numbered(
+    path: &Path,
+    default_domain: &str,
+) -> Result<Vec<(usize, Example)>, DataError> {
+    use std::io::{BufRead, Read};
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Read {
+    let read_err = |source| DataError::Read {
         path: shown.clone(),
         source,
-    })?;
-    let examples = parse_jsonl(&text, &shown, default_domain)?;
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut examples = Vec::new();
+    let mut buf = Vec::new();
+    for line in 1.. {
+        buf.clear();
+        let read = Read::by_ref(&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(read_err)?;
+        if read == 0 {
+            break;
+        }
+        if buf.len() > MAX_LINE_BYTES && !buf.ends_with(b"\n") {
+            // Count the rest of the line without keeping it.
+            let mut length = buf.len();
+            loop {
+                let chunk = reader.fill_buf().map_err(read_err)?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let (used, done) = match chunk.iter().position(|&b| b == b'\n') {
+                    Some(at) => (at + 1, true),
+                    None => (chunk.len(), false),
+                };
+                length += used - usize::from(done);
+                reader.consume(used);
+                if done {
+                    break;
+                }
+            }
+            return Err(DataError::Line {
+                path: shown,
+                line,
+                message: format!(
+                    "the line is {length} bytes, more than the {} MiB a dataset line may have (one \
+                     example per line; is the file JSONL?)",
+                    MAX_LINE_BYTES >> 20
+                ),
+            });
+        }
+        let text = std::str::from_utf8(&buf).map_err(|e| DataError::Line {
+            path: shown.clone(),
+            line,
+            message: format!("not UTF-8: {e}"),
+        })?;
+        let text = if line == 1 {
+            text.strip_prefix('\u{feff}').unwrap_or(text)
+        } else {
+            text
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let example =
+            parse_line(text.trim_end_matches(['\n', '\r']), default_domain).map_err(|message| {
+                DataError::Line {
+                    path: shown.clone(),
+                    line,
+                    message,
+                }
+            })?;
+        examples.push((line, example));
+    }
     if examples.is_empty() {
         return Err(DataError::Empty { path: shown });
     }

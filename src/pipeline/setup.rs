@@ -1,7 +1,7 @@
 //! Turning a config into a policy model and tokenized, reward-tagged domains.
 
 use crate::config::{RunConfig, Stage};
-use crate::data::{DomainMixer, Example, load_jsonl};
+use crate::data::{DomainMixer, Example};
 use crate::model::tokenizer::{ChatMessage, render_chat};
 use crate::model::{InitOptions, LoadedModel, init_model, load_model_dir};
 use crate::reward::Reward;
@@ -111,13 +111,23 @@ impl Domains {
     }
 }
 
+/// Bytes per model position beyond which a prompt is refused without tokenizing it.
+const MAX_PROMPT_BYTES_PER_POSITION: usize = 64;
+
 /// Load or generate every domain, and check that the tokenizer can represent every prompt and answer
 /// (a character the tokenizer does not know would silently become `<unk>` and poison training).
 pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, PipelineError> {
     let mut domains = vec![];
+    let positions = model.config().max_position_embeddings;
     for d in &cfg.data.domains {
+        // Where each example came from, for errors: a file's line, or the generator's ordinal.
+        let mut lines: Vec<usize> = vec![];
         let mut examples = match (&d.path, &d.synthetic) {
-            (Some(path), _) => load_jsonl(path, &d.name)?,
+            (Some(path), _) => {
+                let numbered = crate::data::jsonl::load_jsonl_numbered(path, &d.name)?;
+                lines = numbered.iter().map(|(l, _)| *l).collect();
+                numbered.into_iter().map(|(_, e)| e).collect()
+            }
             (None, Some(s)) => s
                 .generate(&d.name, cfg.seed, &turn_end_text(model))
                 .map_err(|e| PipelineError::Setup(format!("domain '{}': {e}", d.name)))?,
@@ -135,9 +145,32 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             chat_template: cfg.data.chat_template,
         };
         for (i, ex) in examples.iter().enumerate() {
-            let where_ = format!("domain '{}' example {}", d.name, i + 1);
-            tok.prompt_ids(&ex.prompt)
+            let where_ = match (&d.path, lines.get(i)) {
+                (Some(path), Some(line)) => {
+                    format!("domain '{}' ('{}' line {line})", d.name, path.display())
+                }
+                _ => format!("domain '{}' example {}", d.name, i + 1),
+            };
+            // Refused before tokenizing: a tokenizer on a 50 MB prompt takes minutes and gigabytes,
+            // and no token holds more than a few dozen bytes.
+            if ex.prompt.len() > positions * MAX_PROMPT_BYTES_PER_POSITION {
+                return Err(PipelineError::Setup(format!(
+                    "{where_}: the prompt is {} bytes; the model holds {positions} positions, and \
+                     prompts over {} bytes per position are refused before tokenizing",
+                    ex.prompt.len(),
+                    MAX_PROMPT_BYTES_PER_POSITION
+                )));
+            }
+            let ids = tok
+                .prompt_ids(&ex.prompt)
                 .map_err(|e| PipelineError::Setup(format!("{where_}: prompt {e}")))?;
+            if ids.len() >= positions {
+                return Err(PipelineError::Setup(format!(
+                    "{where_}: the prompt is {} tokens; the model holds {positions} positions for \
+                     the prompt and its response together",
+                    ids.len()
+                )));
+            }
             // SFT imitates the response, or the ground truth where there is none; a ground truth
             // beside a response is only read by the reward (tests JSON, instructions), never
             // tokenized, so its characters need not be in the vocabulary.
