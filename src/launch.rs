@@ -79,10 +79,18 @@ pub fn run_recorded(
                 seed: cfg.seed,
                 output_dir: cfg.output_dir().to_string_lossy().into_owned(),
             };
+            // A run of this name that failed at set-up is replaced as if with --overwrite (its
+            // output directory too, when it is this one): it has nothing to resume.
+            let unstarted = rt.block_on(store.unstarted_failed_run(&cfg.name))?;
+            let replace = overwrite || unstarted.is_some();
+            let replace_dir = overwrite
+                || unstarted
+                    .as_ref()
+                    .is_some_and(|old| std::path::Path::new(&old.output_dir) == cfg.output_dir());
             // Check the store first: a refused run must not touch the output directory.
-            rt.block_on(store.check_name_free(&cfg.name, overwrite))?;
-            pipeline::prepare_output_dir(&cfg.output_dir(), overwrite)?;
-            let id = rt.block_on(store.create_run(&new, overwrite, &owner))?;
+            rt.block_on(store.check_name_free(&cfg.name, replace))?;
+            pipeline::prepare_output_dir(&cfg.output_dir(), replace_dir)?;
+            let id = rt.block_on(store.create_run(&new, replace, &owner))?;
             (*cfg, id, None, None)
         }
         Start::Resume { run } => {

@@ -79,3 +79,49 @@ fn a_prompt_longer_than_the_model_is_refused_before_tokenizing() {
         "{err}"
     );
 }
+
+#[test]
+fn a_run_that_failed_at_set_up_does_not_take_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.jsonl");
+    std::fs::write(
+        &data,
+        "{\"prompt\": \"1+2=\", \"ground_truth\": \"3\"}\nnot json\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("again.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: again\nmodel:\n  init: {{ arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: \"0123456789+=\" }}\n\
+             rl: {{ steps: 1, prompts_per_step: 1, group_size: 2 }}\n\
+             data:\n  domains:\n    - {{ name: d, path: {}, reward: math_rule }}\noutput_dir: {}\n",
+            data.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("roll.db");
+    let run = || {
+        bin()
+            .arg("--store")
+            .arg(&store)
+            .args(["run", "--quiet"])
+            .arg(&cfg)
+            .output()
+            .unwrap()
+    };
+    let err = refused(run());
+    assert!(err.contains("data.jsonl' line 2: invalid JSON"), "{err}");
+    // Fixed, the same name runs again without --overwrite: the failed set-up left nothing to keep.
+    std::fs::write(&data, "{\"prompt\": \"1+2=\", \"ground_truth\": \"3\"}\n").unwrap();
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A run that did start keeps its name: a rerun still needs --overwrite (or resume).
+    let err = refused(run());
+    assert!(err.contains("run 'again' already exists"), "{err}");
+}

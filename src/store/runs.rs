@@ -173,6 +173,25 @@ impl Store {
         self.insert_run(new, owner).await
     }
 
+    /// A run called `name` that failed before its first step (at set-up: a bad dataset, tokenizer or
+    /// reward) and left no checkpoint. There is nothing to resume or keep, so a new run of the same
+    /// name replaces it without `--overwrite`.
+    pub async fn unstarted_failed_run(&self, name: &str) -> Result<Option<RunInfo>, StoreError> {
+        let Ok(old) = self.find_run(name).await else {
+            return Ok(None);
+        };
+        if old.name != name || old.status != RunStatus::Failed || old.last_step != 0 {
+            return Ok(None);
+        }
+        let checkpoints: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE run_id = ?")
+                .bind(old.id.0)
+                .fetch_one(self.pool())
+                .await
+                .map_err(self.err("counting a run's checkpoints"))?;
+        Ok((checkpoints == 0).then_some(old))
+    }
+
     /// Whether a run called `name` may be created: `Ok(Some(id))` names a finished (or dead) run that
     /// `overwrite` will replace; an active run, or an existing one without `overwrite`, is an error.
     pub async fn check_name_free(
