@@ -743,3 +743,82 @@ fn the_episodes_view_shows_a_stored_agentic_run_step_by_step_and_follows_replay(
         );
     }
 }
+
+fn sample_record(
+    domain: &str,
+    prompt: &str,
+    response: &str,
+    reward: f32,
+) -> roll::metrics::SampleRecord {
+    roll::metrics::SampleRecord {
+        stage: "rl".into(),
+        step: 1,
+        domain: domain.into(),
+        prompt: prompt.into(),
+        response: response.into(),
+        ground_truth: "5".into(),
+        reward,
+        correct: reward > 0.5,
+        breakdown: Default::default(),
+        advantage: 0.0,
+        prompt_tokens: 3,
+        response_tokens: 3,
+        finish_reason: "stop".into(),
+        policy_version: 0,
+    }
+}
+
+#[test]
+fn esc_closes_the_innermost_thing_first_in_every_view() {
+    let mut app = app_with(vec![row(1, "r", RunStatus::Finished, false, None)]);
+    app.update(key(KeyCode::Enter));
+    assert_eq!(app.view, View::Dashboard);
+    // Dashboard: a committed filter, then the view.
+    app.update(ch('/'));
+    app.update(ch('k'));
+    app.update(key(KeyCode::Enter));
+    app.update(key(KeyCode::Esc));
+    assert_eq!(
+        app.view,
+        View::Dashboard,
+        "Esc clears the panel filter first"
+    );
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Runs);
+
+    // Samples: a whole response, then the committed search, then the view.
+    app.update(key(KeyCode::Enter));
+    app.update(ch('3'));
+    assert_eq!(app.view, View::Samples);
+    app.update(Msg::SampleStepsLoaded {
+        run: RunId(1),
+        result: Ok(vec![1]),
+    });
+    app.update(Msg::SamplesLoaded {
+        run: RunId(1),
+        step: 1,
+        result: Ok(vec![
+            sample_record("add", "2+3=", "5", 1.0),
+            sample_record("add", "2+3=", "6", 0.0),
+        ]),
+    });
+    app.update(ch('/'));
+    app.update(ch('5'));
+    app.update(key(KeyCode::Enter));
+    assert_eq!(app.samples.as_ref().unwrap().filter(), "5");
+    app.update(key(KeyCode::Enter));
+    assert!(app.samples.as_ref().unwrap().showing_whole());
+    app.update(key(KeyCode::Esc));
+    let s = app.samples.as_ref().unwrap();
+    assert!(
+        !s.showing_whole() && s.filter() == "5" && app.view == View::Samples,
+        "whole response first"
+    );
+    app.update(key(KeyCode::Esc));
+    assert!(
+        app.samples.as_ref().unwrap().filter().is_empty() && app.view == View::Samples,
+        "then the search"
+    );
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Dashboard, "then the view");
+}

@@ -669,7 +669,18 @@ impl App {
         vec![Effect::Debug(Box::new(job))]
     }
 
+    /// Esc: close the innermost thing first: a whole response, then the view's committed search or
+    /// filter, then replay, and only then the view itself.
     fn back(&mut self) {
+        if self.view == View::Samples && self.samples.as_mut().is_some_and(|s| s.close_whole()) {
+            return;
+        }
+        if matches!(self.view, View::Dashboard | View::Samples | View::Events)
+            && !self.filter().is_empty()
+        {
+            self.set_filter(String::new());
+            return;
+        }
         if self.replay.is_some() && self.view != View::Runs {
             self.replay = None;
             self.notice = Some("replay left: following the newest step".into());

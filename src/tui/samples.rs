@@ -431,6 +431,19 @@ impl SamplesView {
         self.scroll = 0;
     }
 
+    /// Whether the selected response is shown whole.
+    pub fn showing_whole(&self) -> bool {
+        self.whole
+    }
+
+    /// Back from the whole response to the list; `false` when it was not open.
+    pub fn close_whole(&mut self) -> bool {
+        let was = self.whole;
+        self.whole = false;
+        self.scroll = 0;
+        was
+    }
+
     pub fn act(&mut self, action: Action) -> Option<SamplesRequest> {
         let page = PAGE as isize;
         match action {
