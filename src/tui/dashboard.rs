@@ -232,7 +232,12 @@ impl Dashboard {
 
     /// The x range of every series, `None` without points.
     fn full_range(&self) -> Option<(f64, f64)> {
-        (0..self.series.len())
+        self.range_of(0..self.series.len())
+    }
+
+    /// The x range the series `lines` span (all their points, whatever the replay cursor).
+    fn range_of(&self, lines: impl Iterator<Item = usize>) -> Option<(f64, f64)> {
+        lines
             .filter_map(|i| Some((*self.xs(i).first()?, *self.xs(i).last()?)))
             .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
     }
@@ -258,7 +263,16 @@ impl Dashboard {
 
     /// The visible x window.
     pub fn window(&self) -> Option<(f64, f64)> {
-        let (x0, x1) = self.full_range()?;
+        self.window_in(self.full_range()?)
+    }
+
+    /// The visible x window of a panel drawing the series `lines`: its own series' range (so RL
+    /// panels span the RL steps, not the SFT stage's), zoomed and panned like every panel.
+    pub fn panel_window(&self, lines: &[usize]) -> Option<(f64, f64)> {
+        self.window_in(self.range_of(lines.iter().copied())?)
+    }
+
+    fn window_in(&self, (x0, x1): (f64, f64)) -> Option<(f64, f64)> {
         let span = (x1 - x0).max(1e-9);
         let right = x0 + span * self.right.unwrap_or(1.0);
         let width = span * self.zoom;
@@ -358,6 +372,29 @@ mod tests {
         assert_eq!(d.panels().len(), 1);
         d.set_filter("pg_loss".into());
         assert_eq!(d.panels()[0].title, "loss (rl)");
+    }
+
+    #[test]
+    fn each_panel_spans_its_own_series_steps() {
+        // 400 SFT steps and 150 RL steps: the RL panels span 1..150, not the SFT stage's 1..400,
+        // and zooming in keeps each panel on its own points.
+        let mut d = dashboard();
+        let sft: Vec<f64> = (0..400).map(f64::from).collect();
+        let rl: Vec<f64> = (0..150).map(f64::from).collect();
+        d.set_series(vec![
+            series("sft", "sft/loss", &sft),
+            series("rl", "reward/add/mean", &rl),
+        ]);
+        let panels = d.panels();
+        let window_of = |d: &Dashboard, title: &str| {
+            let p = panels.iter().find(|p| p.title == title).unwrap();
+            d.panel_window(&p.lines)
+        };
+        assert_eq!(window_of(&d, "loss (sft)"), Some((1.0, 400.0)));
+        assert_eq!(window_of(&d, "reward (rl)"), Some((1.0, 150.0)));
+        d.act(Action::ZoomIn);
+        assert_eq!(window_of(&d, "reward (rl)"), Some((75.5, 150.0)));
+        assert_eq!(window_of(&d, "loss (sft)"), Some((200.5, 400.0)));
     }
 
     #[test]

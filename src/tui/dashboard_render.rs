@@ -159,7 +159,7 @@ fn render_panel(
             theme.border
         })
         .title(Span::styled(format!(" {} ", panel.title), theme.title));
-    let Some(window) = d.window() else {
+    let Some(window) = d.panel_window(&panel.lines) else {
         frame.render_widget(block, area);
         return;
     };
