@@ -822,3 +822,52 @@ fn esc_closes_the_innermost_thing_first_in_every_view() {
     app.update(key(KeyCode::Esc));
     assert_eq!(app.view, View::Dashboard, "then the view");
 }
+
+#[test]
+fn runs_are_deleted_from_the_workbench_after_a_confirmation() {
+    let dir = tempfile::tempdir().unwrap();
+    let rl = "name: gone\nseed: 3\nrl:\n  steps: 1\n  prompts_per_step: 2\n  group_size: 2\n  sampling: { temperature: 1.0, max_new_tokens: 4 }\n";
+    let store = common::run_quiet(dir.path(), "gone", rl, &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let loader = Loader::new(&store);
+    let mut app = App::new();
+    let run = |app: &mut App, effects: Vec<Effect>| {
+        let mut queue = effects;
+        while let Some(e) = queue.pop() {
+            let msg = rt.block_on(loader.load(e));
+            queue.extend(app.update(msg));
+        }
+    };
+    run(&mut app, vec![Effect::LoadRuns]);
+    assert_eq!(app.runs.rows.len(), 1);
+    // Any key but y keeps it.
+    assert!(app.update(ch('D')).is_empty());
+    assert!(matches!(app.confirm, Some(Confirm::Delete { .. })));
+    assert!(app.update(ch('n')).is_empty());
+    assert!(app.confirm.is_none());
+    // y deletes it, and the list is read again without it.
+    app.update(ch('D'));
+    let effects = app.update(ch('y'));
+    assert!(matches!(&effects[..], [Effect::DeleteRun { name, .. }] if name == "gone"));
+    run(&mut app, effects);
+    assert!(app.runs.rows.is_empty());
+    assert!(
+        app.notice
+            .as_deref()
+            .unwrap()
+            .contains("deleted run 'gone'")
+    );
+    let listed = common::ok(common::roll(&store, &["runs", "--json"]));
+    assert_eq!(listed.trim(), "[]");
+
+    // A live run is not deleted: the list says why.
+    let mut app = app_with(vec![row(1, "live", RunStatus::Running, true, Some(42))]);
+    assert!(app.update(ch('D')).is_empty());
+    assert!(app.confirm.is_none());
+    assert!(
+        app.status
+            .as_deref()
+            .unwrap()
+            .contains("cannot delete 'live': it is running")
+    );
+}

@@ -89,6 +89,8 @@ pub enum Action {
     NewRun,
     /// Runs: ask the selected live run to stop after its step (it writes a checkpoint).
     StopRun,
+    /// Runs: delete the selected run's records from the store, after a confirmation.
+    DeleteRun,
     /// Runs: pause the selected live run, or let a paused one continue.
     PauseRun,
     /// Runs: continue the selected stopped or failed run from its last checkpoint.
@@ -154,7 +156,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the keys config file (`View(n)` is `view_1` … `view_7`).
-    pub const ALL: [Action; 71] = [
+    pub const ALL: [Action; 72] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -192,6 +194,7 @@ impl Action {
         Action::Export,
         Action::NewRun,
         Action::StopRun,
+        Action::DeleteRun,
         Action::PauseRun,
         Action::ResumeRun,
         Action::Compare,
@@ -328,6 +331,7 @@ impl Action {
             Action::Export => "export plots (PNG, SVG) and CSV",
             Action::NewRun => "new run from a config",
             Action::StopRun => "stop the run (after its step)",
+            Action::DeleteRun => "delete the run's records (asks first)",
             Action::PauseRun => "pause / continue the run",
             Action::ResumeRun => "resume from the last checkpoint",
             Action::Compare => "compare the marked runs",
@@ -440,6 +444,7 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('s'), S::Runs, A::Sort),
     key(K::Char('n'), S::Runs, A::NewRun),
     key(K::Char('X'), S::Runs, A::StopRun),
+    key(K::Char('D'), S::Runs, A::DeleteRun),
     key(K::Char('p'), S::Runs, A::PauseRun),
     key(K::Char('r'), S::Runs, A::ResumeRun),
     key(K::Char('c'), S::Runs, A::Compare),

@@ -148,6 +148,12 @@ pub enum Msg {
     },
     /// The outcome of a signal, export or other command, for the status line.
     Done(Result<String, String>),
+    /// A run was deleted (or could not be).
+    RunDeleted {
+        run: RunId,
+        name: String,
+        result: Result<(), String>,
+    },
     /// The outcome of the debugger's work.
     Debug(Box<DebugMsg>),
 }
@@ -196,6 +202,11 @@ pub enum Effect {
     Signal {
         process: ProcessIdentity,
         signal: RunSignal,
+    },
+    /// Delete a run's records (after the user confirmed).
+    DeleteRun {
+        run: RunId,
+        name: String,
     },
     /// Write the run's plots and CSV (only the series `keys`, when given) to `out`.
     Export {
@@ -554,6 +565,7 @@ impl App {
             Action::DebugEpisode if self.view == View::Episodes => return self.debug_episode(),
             Action::NewRun => return vec![Effect::FindConfigs],
             Action::StopRun => self.ask_stop(),
+            Action::DeleteRun => self.ask_delete(),
             Action::PauseRun => return self.pause(),
             Action::ResumeRun => return self.resume(),
             Action::Compare => return self.compare(),

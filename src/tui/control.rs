@@ -1,4 +1,4 @@
-//! Steering runs from the workbench: the new-run form, stop (with a confirmation), pause and
+//! Steering runs from the workbench: the new-run form, stop and delete (with a confirmation), pause and
 //! continue, resume from the last checkpoint, comparing marked runs, exports, and quitting while
 //! runs started here are still going (they continue headless or stop: the user chooses).
 
@@ -9,8 +9,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use super::app::{App, Effect, OpenRun, View};
 use super::commands::{RunSignal, Started};
 use super::launch::{FormOutcome, LaunchForm};
-use crate::store::RunStatus;
 use crate::store::liveness::ProcessIdentity;
+use crate::store::{RunId, RunStatus};
 
 /// A question the workbench waits on before it acts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub enum Confirm {
         process: ProcessIdentity,
         name: String,
     },
+    /// Delete a run that is not running: its records in the store (never its files).
+    Delete { run: RunId, name: String },
 }
 
 /// Where exports go, relative to the working directory.
@@ -97,6 +99,10 @@ impl App {
                 let mut effects = self.leave();
                 effects.extend(stops);
                 effects
+            }
+            (Confirm::Delete { run, name }, KeyCode::Char('y')) => {
+                self.notice = Some(format!("deleting '{name}'…"));
+                vec![Effect::DeleteRun { run, name }]
             }
             (Confirm::Stop { process, name }, KeyCode::Char('y')) => {
                 self.stopping.push(process.pid);
@@ -273,6 +279,24 @@ impl App {
                 None
             }
         }
+    }
+
+    /// `D` on the runs list: a run that is not running may be deleted, after a confirmation.
+    pub(super) fn ask_delete(&mut self) {
+        let Some(row) = self.runs.selected_row() else {
+            return;
+        };
+        let name = row.info.name.clone();
+        if row.live {
+            self.status = Some(format!(
+                "cannot delete '{name}': it is running (X stops it)"
+            ));
+            return;
+        }
+        self.confirm = Some(Confirm::Delete {
+            run: row.info.id,
+            name,
+        });
     }
 
     pub(super) fn ask_stop(&mut self) {

@@ -189,6 +189,11 @@ impl Loader {
                 Msg::ConfigsFound(find_configs(&dirs))
             }
             Effect::Signal { process, signal } => signalled(&process, signal),
+            Effect::DeleteRun { run, name } => Msg::RunDeleted {
+                run,
+                name,
+                result: self.read(|s| async move { s.delete_run(run).await }).await,
+            },
             Effect::Export {
                 run,
                 name,

@@ -92,6 +92,17 @@ impl App {
                         .collect();
                 }
             }
+            Msg::RunDeleted { run, name, result } => match result {
+                Ok(()) => {
+                    self.notice = Some(format!("deleted run '{name}' (its files stay on disk)"));
+                    if open.is_some_and(|(id, _)| id == run) {
+                        self.open = None;
+                        self.view = super::app::View::Runs;
+                    }
+                    return vec![Effect::LoadRuns];
+                }
+                Err(e) => self.status = Some(format!("cannot delete '{name}': {e}")),
+            },
             Msg::Done(Ok(text)) => self.notice = Some(text),
             Msg::Done(Err(e)) => self.status = Some(e),
             _ => {} // an answer about a run that is no longer open

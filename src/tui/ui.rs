@@ -252,6 +252,22 @@ fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Them
             ]));
             (" quit? ", lines)
         }
+        Confirm::Delete { name, .. } => (
+            " delete? ",
+            vec![
+                Line::from(format!(
+                    "Delete run '{name}' and everything recorded for it in the store?"
+                )),
+                Line::from("Its output directory and checkpoints stay on disk."),
+                Line::from(""),
+                Line::from(vec![
+                    Span::styled("y", theme.title),
+                    Span::raw(" delete · "),
+                    Span::styled("any other key", theme.title),
+                    Span::raw(" keep it"),
+                ]),
+            ],
+        ),
         Confirm::Stop { name, process } => (
             " stop? ",
             vec![
