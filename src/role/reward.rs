@@ -57,10 +57,11 @@ impl Protocol for RewardProtocol {
     type Reply = RewardReply;
 }
 
-/// Score `items` in order, here: in parallel on the process's threads (a code reward's item is
-/// a sandboxed program, so the threads are its pool of sandboxes).
+/// Score `items` in order, here. Items that run programs are scored on threads of their own, one
+/// sandbox each at a time (the pool of sandboxes): they wait on child processes, and must not
+/// block the rayon threads that the model's matrix products use in this process. Rule rewards
+/// take microseconds and are scored in place.
 pub fn score_all(items: &[ScoreItem]) -> Vec<RewardOutcome> {
-    use rayon::prelude::*;
     // Judge models score the whole call in one batch per judge, before the per-item scoring.
     let judged: Vec<_> = items
         .iter()
@@ -76,10 +77,35 @@ pub fn score_all(items: &[ScoreItem]) -> Vec<RewardOutcome> {
     if !judged.is_empty() {
         crate::reward::llm_judge::prejudge(&judged);
     }
-    items
-        .par_iter()
-        .map(|i| i.reward.score(&i.prompt, &i.response, &i.ground_truth))
-        .collect()
+    let one = |i: &ScoreItem| i.reward.score(&i.prompt, &i.response, &i.ground_truth);
+    if !items.iter().any(|i| i.reward.runs_programs()) {
+        return items.iter().map(one).collect();
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = items.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|chunk| {
+                let h = scope.spawn(move || chunk.iter().map(one).collect::<Vec<_>>());
+                (chunk.len(), h)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|(len, h)| {
+                // Rewards are total, so a scoring thread does not panic; if one did, its items
+                // get outcomes that say so rather than taking the worker down.
+                h.join().unwrap_or_else(|_| {
+                    let failed = RewardOutcome {
+                        error: Some("a scoring thread panicked".into()),
+                        ..RewardOutcome::unformatted()
+                    };
+                    vec![failed; len]
+                })
+            })
+            .collect()
+    })
 }
 
 /// How long a worker may take on `items` before it counts as hung: [`CALL_TIMEOUT`] plus the time
