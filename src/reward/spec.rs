@@ -23,7 +23,7 @@ use super::{
 };
 
 /// One term as written: a kind's name, its parameters, and its weight in a combination.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Default, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardTermConfig {
     pub kind: String,
@@ -71,7 +71,7 @@ pub struct RewardTermConfig {
 }
 
 /// The map form of a spec: a single term, or `combine`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Default, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpecMap {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -397,20 +397,7 @@ impl RewardSpec {
             RewardSpec::Name(name) => {
                 let term = RewardTermConfig {
                     kind: name.clone(),
-                    weight: None,
-                    ignore_case: None,
-                    percent_is_fraction: None,
-                    scoring: None,
-                    mode: None,
-                    pattern: None,
-                    model: None,
-                    template: None,
-                    verdict: None,
-                    yes: None,
-                    no: None,
-                    max_new_tokens: None,
-                    timeout_s: None,
-                    memory_mb: None,
+                    ..Default::default()
                 };
                 resolve_term(&term, at).map(Reward::One)
             }
@@ -449,42 +436,11 @@ impl Serialize for RewardSpec {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             RewardSpec::Name(name) => s.serialize_str(name),
-            RewardSpec::Term(t) => SpecMap {
-                kind: Some(t.kind.clone()),
-                weight: t.weight,
-                ignore_case: t.ignore_case,
-                percent_is_fraction: t.percent_is_fraction,
-                scoring: t.scoring,
-                mode: t.mode,
-                pattern: t.pattern.clone(),
-                model: t.model.clone(),
-                template: t.template.clone(),
-                verdict: t.verdict,
-                yes: t.yes.clone(),
-                no: t.no.clone(),
-                max_new_tokens: t.max_new_tokens,
-                timeout_s: t.timeout_s,
-                memory_mb: t.memory_mb,
-                combine: None,
-            }
-            .serialize(s),
+            // Same fields in the same order as the map form, each skipped when unset.
+            RewardSpec::Term(t) => t.serialize(s),
             RewardSpec::Combine(terms) => SpecMap {
-                kind: None,
-                weight: None,
-                ignore_case: None,
-                percent_is_fraction: None,
-                scoring: None,
-                mode: None,
-                pattern: None,
-                model: None,
-                template: None,
-                verdict: None,
-                yes: None,
-                no: None,
-                max_new_tokens: None,
-                timeout_s: None,
-                memory_mb: None,
                 combine: Some(terms.clone()),
+                ..Default::default()
             }
             .serialize(s),
         }
@@ -509,6 +465,12 @@ impl<'de> Deserialize<'de> for RewardSpec {
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RewardSpec, A::Error> {
                 let m = SpecMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                // No parameter or weight beside a `combine` list.
+                let params_unset = SpecMap {
+                    kind: None,
+                    combine: None,
+                    ..m.clone()
+                } == SpecMap::default();
                 match (m.kind, m.combine) {
                     (Some(kind), None) => Ok(RewardSpec::Term(RewardTermConfig {
                         kind,
@@ -527,24 +489,7 @@ impl<'de> Deserialize<'de> for RewardSpec {
                         timeout_s: m.timeout_s,
                         memory_mb: m.memory_mb,
                     })),
-                    (None, Some(terms))
-                        if m.ignore_case.is_none()
-                            && m.percent_is_fraction.is_none()
-                            && m.scoring.is_none()
-                            && m.mode.is_none()
-                            && m.pattern.is_none()
-                            && m.model.is_none()
-                            && m.template.is_none()
-                            && m.verdict.is_none()
-                            && m.yes.is_none()
-                            && m.no.is_none()
-                            && m.max_new_tokens.is_none()
-                            && m.timeout_s.is_none()
-                            && m.memory_mb.is_none()
-                            && m.weight.is_none() =>
-                    {
-                        Ok(RewardSpec::Combine(terms))
-                    }
+                    (None, Some(terms)) if params_unset => Ok(RewardSpec::Combine(terms)),
                     (None, Some(_)) => Err(de::Error::custom(
                         "parameters and 'weight' belong to a term of 'combine', not beside it",
                     )),
