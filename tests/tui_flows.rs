@@ -411,6 +411,16 @@ fn replay_moves_every_view_to_the_selected_step_and_plays() {
     assert!(app.replay.is_none() && app.dashboard.as_ref().unwrap().as_of.is_none());
 }
 
+/// Carries out `effects` with the real loader, and the effects their answers cause, until none
+/// is left.
+fn settle(rt: &tokio::runtime::Runtime, loader: &Loader, app: &mut App, effects: Vec<Effect>) {
+    let mut queue = effects;
+    while let Some(e) = queue.pop() {
+        let msg = rt.block_on(loader.load(e));
+        queue.extend(app.update(msg));
+    }
+}
+
 /// `roll-tui metrics RUN --csv` as (stage, key, step) → value.
 fn metrics_csv(store: &std::path::Path) -> Vec<(String, String, u64, f64)> {
     let out = common::ok(common::roll(store, &["metrics", "tiny", "--csv"]));
@@ -441,13 +451,7 @@ fn replay_of_a_stored_run_shows_the_values_metrics_prints_at_that_step() {
         height: 60,
     });
     let mut pending = vec![Effect::LoadRuns];
-    let run = |app: &mut App, effects: Vec<Effect>| {
-        let mut queue = effects;
-        while let Some(e) = queue.pop() {
-            let msg = rt.block_on(loader.load(e));
-            queue.extend(app.update(msg));
-        }
-    };
+    let run = |app: &mut App, effects: Vec<Effect>| settle(&rt, &loader, app, effects);
     run(&mut app, std::mem::take(&mut pending));
     let effects = app.update(key(KeyCode::Enter));
     run(&mut app, effects);
@@ -684,13 +688,7 @@ fn the_episodes_view_shows_a_stored_agentic_run_step_by_step_and_follows_replay(
         width: 120,
         height: 40,
     });
-    let run = |app: &mut App, effects: Vec<Effect>| {
-        let mut queue = effects;
-        while let Some(e) = queue.pop() {
-            let msg = rt.block_on(loader.load(e));
-            queue.extend(app.update(msg));
-        }
-    };
+    let run = |app: &mut App, effects: Vec<Effect>| settle(&rt, &loader, app, effects);
     run(&mut app, vec![Effect::LoadRuns]);
     let effects = app.update(key(KeyCode::Enter));
     run(&mut app, effects);
@@ -831,13 +829,7 @@ fn runs_are_deleted_from_the_workbench_after_a_confirmation() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let loader = Loader::new(&store);
     let mut app = App::new();
-    let run = |app: &mut App, effects: Vec<Effect>| {
-        let mut queue = effects;
-        while let Some(e) = queue.pop() {
-            let msg = rt.block_on(loader.load(e));
-            queue.extend(app.update(msg));
-        }
-    };
+    let run = |app: &mut App, effects: Vec<Effect>| settle(&rt, &loader, app, effects);
     run(&mut app, vec![Effect::LoadRuns]);
     assert_eq!(app.runs.rows.len(), 1);
     // Any key but y keeps it.
