@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 pub use config::{Arch, ModelConfig};
 pub use hf_dir::{
-    InitOptions, LoadedModel, init_model, init_model_dir, load_model_dir, save_model_dir,
+    InitOptions, LoadedModel, init_model, init_model_dir, load_model_dir, read_model_config,
+    save_model_dir,
 };
 pub use kv_cache::KvCache;
 pub use params::ParamStore;

@@ -167,7 +167,7 @@ pub fn run(
     };
     let data = setup::load_domains(cfg, &model)?;
     // Refuse a placement that cannot fit before any stage spends time.
-    rlvr::placement_for(cfg, &model)?;
+    rlvr::placement_for(cfg, &model, &data.judge_models())?;
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
     let stages = cfg.stages();
     // A resume continues its checkpoint's stage; the stages before it are done.

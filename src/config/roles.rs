@@ -38,12 +38,10 @@ impl Role {
         }
     }
 
-    /// Whether the role holds a model on a device (and so has a `device_mapping`).
+    /// Whether the role can hold a model on a device (and so has a `device_mapping`): the reward
+    /// role does when the run's rewards include judge models (`llm_judge`).
     pub fn uses_device(self) -> bool {
-        matches!(
-            self,
-            Role::ActorTrain | Role::ActorInfer | Role::Reference | Role::Critic
-        )
+        !matches!(self, Role::Env)
     }
 
     /// Whether this build can run the role in a worker process.

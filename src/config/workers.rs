@@ -23,7 +23,8 @@ pub struct WorkersConfig {
     pub reference: RolePlacement,
     /// The value model of `adv_estimator: gae`.
     pub critic: RolePlacement,
-    /// Rule-reward scoring (no device).
+    /// Reward scoring: rules and programs need no device; judge models (`llm_judge`) are placed
+    /// on `device_mapping` and time-shared like every model role.
     pub reward: RolePlacement,
     /// The environments of an agentic stage (no device): `process` hosts the env instances in
     /// `num_workers` processes (`roll-tui env serve`), so a crash or a kill costs the episodes of
@@ -66,8 +67,8 @@ pub enum PlacementMode {
 pub struct RolePlacement {
     pub mode: PlacementMode,
     pub num_workers: usize,
-    /// Device indices this role's workers use, split evenly among them; unset = `[0]` for the model
-    /// roles (everything colocated on device 0), none for reward.
+    /// Device indices this role's workers use, split evenly among them; unset = `[0]` (everything
+    /// colocated on device 0). The reward role uses its devices only for judge models.
     pub device_mapping: Option<Vec<usize>>,
     /// Memory per worker in MiB, overriding the estimate made from the model's shape.
     pub memory_mb: Option<f64>,
@@ -233,7 +234,13 @@ impl WorkersConfig {
                 p.push(format!("{at}.device_mapping lists device {dev} twice"));
             }
         }
-        if !map.is_empty() && r.num_workers > 0 && !map.len().is_multiple_of(r.num_workers) {
+        // Reward workers may also share devices (several judge replicas on one device).
+        let shared = role == Role::Reward && r.num_workers.is_multiple_of(map.len().max(1));
+        if !map.is_empty()
+            && r.num_workers > 0
+            && !map.len().is_multiple_of(r.num_workers)
+            && !shared
+        {
             p.push(format!(
                 "{at}.device_mapping has {} devices, which cannot be split evenly among {} workers",
                 map.len(),
@@ -260,11 +267,43 @@ mod tests {
         w.actor_infer.threads = Some(3);
         assert_eq!(w.threads(Role::ActorInfer, 1, 8), 3);
         let mut problems = vec![];
+        w.actor_infer.threads = None;
+        w.validate(0, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
         w.actor_infer.threads = Some(0);
         w.validate(0, &mut problems);
         assert_eq!(
             problems,
             ["workers.actor_infer.threads must be in 1..=1024, got 0"]
+        );
+    }
+
+    #[test]
+    fn judges_may_share_a_device_but_environments_have_none() {
+        let mut w = WorkersConfig::default();
+        // Two reward workers, each with its judge, on device 0.
+        w.reward.num_workers = 2;
+        w.reward.device_mapping = Some(vec![0]);
+        let mut problems = vec![];
+        w.validate(0, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        // Two actor_infer workers cannot share one device.
+        w.actor_infer.num_workers = 2;
+        w.actor_infer.device_mapping = Some(vec![0]);
+        w.validate(0, &mut problems);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("workers.actor_infer.device_mapping has 1 devices")),
+            "{problems:?}"
+        );
+        let mut w = WorkersConfig::default();
+        w.env.device_mapping = Some(vec![0]);
+        let mut problems = vec![];
+        w.validate(0, &mut problems);
+        assert_eq!(
+            problems,
+            ["workers.env.device_mapping: the env role uses no device; remove the key"]
         );
     }
 }

@@ -38,23 +38,28 @@ fn dtype_of(name: &str) -> DType {
     }
 }
 
+/// The shape of the model in `dir` (its `config.json`), without reading any weights.
+pub fn read_model_config(dir: &Path) -> Result<ModelConfig, LoadError> {
+    if !dir.is_dir() {
+        return Err(LoadError::io(dir, "not a directory"));
+    }
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
+    ModelConfig::from_hf_json(&text, &config_path.display().to_string()).map_err(|message| {
+        LoadError::File {
+            path: config_path.clone(),
+            message,
+        }
+    })
+}
+
 /// Load `dir`. `dtype` overrides the stored dtype (e.g. train a bf16 checkpoint in f32).
 pub fn load_model_dir(
     dir: &Path,
     dtype: Option<DType>,
     device: &Device,
 ) -> Result<LoadedModel, LoadError> {
-    if !dir.is_dir() {
-        return Err(LoadError::io(dir, "not a directory"));
-    }
-    let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
-    let cfg = ModelConfig::from_hf_json(&text, &config_path.display().to_string()).map_err(
-        |message| LoadError::File {
-            path: config_path.clone(),
-            message,
-        },
-    )?;
+    let cfg = read_model_config(dir)?;
     let dtype = dtype.unwrap_or_else(|| dtype_of(&cfg.torch_dtype));
     let mut tensors = read_safetensors_dir(dir, device)?;
     if cfg.tie_word_embeddings {

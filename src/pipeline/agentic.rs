@@ -83,7 +83,8 @@ pub fn run_agentic(
     resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     let mut learner = Learner::new(ctx, cfg, model, resume, None)?;
-    let placement = placement_for(ctx.cfg, model)?
+    // Environments reward their episodes themselves: no judge models.
+    let placement = placement_for(ctx.cfg, model, &[])?
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement)?;
     let infer = Infer::start(ctx.cfg, cfg, model)?;

@@ -20,6 +20,7 @@ use crate::role::actor_infer::{Infer, copy_of};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
 use crate::role::reference::Reference;
+use crate::role::reward::SharedScorer;
 use crate::role::{ResidentRole, Restore};
 use crate::rollout::FinishReason;
 use crate::scheduler::Phase;
@@ -47,8 +48,11 @@ pub(super) struct Learner<'m> {
     pub last_checkpoint: Option<PathBuf>,
     /// The step whose policy the KL reference is (0: the policy the stage started from).
     pub reference_version: usize,
-    /// Reward errors already reported, as (domain, error): each is said once, not every step.
+    /// Reward errors already reported, as (domain, error up to any quoted text): each is said once,
+    /// not every step.
     pub reward_errors: std::collections::BTreeSet<(String, String)>,
+    /// The reward role when it holds judge models, time-shared with the roles above.
+    pub reward: Option<SharedScorer>,
 }
 
 impl<'m> Learner<'m> {
@@ -128,6 +132,7 @@ impl<'m> Learner<'m> {
             last_checkpoint: resume.map(|r| r.dir.clone()),
             reference_version,
             reward_errors: Default::default(),
+            reward: None,
         })
     }
 
@@ -152,6 +157,9 @@ impl<'m> Learner<'m> {
         }
         if let Some(c) = self.critic.as_mut() {
             roles.push(c);
+        }
+        if let Some(r) = self.reward.as_mut() {
+            roles.push(r);
         }
         roles
     }
@@ -286,9 +294,12 @@ impl<'m> Learner<'m> {
         for g in &out.groups {
             for s in &g.samples {
                 if let Some(e) = &s.outcome.error {
-                    let key = (g.prompt.example.domain.clone(), e.clone());
-                    if self.reward_errors.insert(key.clone()) {
-                        new.push(key);
+                    // Said once per kind of error: a quoted sample text (a judge's garbage, say)
+                    // does not make it a new one.
+                    let kind = e.split('"').next().unwrap_or(e).trim_end().to_string();
+                    let key = (g.prompt.example.domain.clone(), kind);
+                    if self.reward_errors.insert(key) {
+                        new.push((g.prompt.example.domain.clone(), e.clone()));
                     }
                 }
             }

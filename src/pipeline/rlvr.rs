@@ -25,20 +25,29 @@ use crate::metrics::Metrics;
 use crate::model::LoadedModel;
 use crate::role::ResidentRole;
 use crate::role::actor_infer::{Generator, Infer};
-use crate::role::reward::RewardScorer;
+use crate::role::reward::{RewardScorer, SharedScorer};
 use crate::rollout::engine::Detokenize;
 use crate::scheduler::{Phase, Placement};
 
 /// The placement the run asks for, refused with a message naming device and bytes if it cannot fit.
+/// `judges`: the run's judge models (`llm_judge` rewards), whose shapes are read here.
 pub fn placement_for(
     run: &RunConfig,
     model: &LoadedModel,
+    judges: &[PathBuf],
 ) -> Result<Option<Placement>, PipelineError> {
     let Some(rl) = &run.rl else {
         return Ok(None);
     };
+    let judges = judges
+        .iter()
+        .map(|dir| {
+            crate::model::read_model_config(dir)
+                .map_err(|e| PipelineError::Setup(format!("the llm_judge reward's model: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let dtype_bytes = run.model.dtype.candle().size_in_bytes();
-    Placement::for_run(&run.workers, rl, model.config(), dtype_bytes)
+    Placement::for_run(&run.workers, rl, model.config(), dtype_bytes, &judges)
         .map(Some)
         .map_err(|e| PipelineError::Setup(e.to_string()))
 }
@@ -62,7 +71,8 @@ pub fn run_rlvr(
             lone.join(" and ")
         ))?;
     }
-    let placement = placement_for(ctx.cfg, model)?
+    let judges = data.judge_models();
+    let placement = placement_for(ctx.cfg, model, &judges)?
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement)?;
     // actor_infer's own copy of the weights (here or in a worker), kept current by weight sync.
@@ -77,7 +87,12 @@ pub fn run_rlvr(
         total_steps: cfg.steps,
         done_steps: first - 1,
     });
-    let link = ScoreLink::start(RewardScorer::start(&ctx.cfg.workers.reward)?)?;
+    let scorer = SharedScorer::new(RewardScorer::start(&ctx.cfg.workers.reward, &judges)?);
+    // Judge models are time-shared with the trainer's roles; rules and programs hold nothing.
+    if !judges.is_empty() {
+        learner.reward = Some(scorer.clone());
+    }
+    let link = ScoreLink::start(scorer)?;
     let mut rollout = Rollout::new(cfg, tok, data, link, seed, first - 1);
     let drive = Drive {
         cfg,

@@ -9,7 +9,7 @@ use crate::data::Example;
 use crate::model::{Arch, InitOptions, LoadedModel, init_model};
 use crate::reward::{Reward, RewardFn};
 use crate::role::RoleError;
-use crate::role::reward::RewardScorer;
+use crate::role::reward::{RewardScorer, SharedScorer};
 use crate::rollout::FinishReason;
 
 use super::super::setup::{Domain, Domains};
@@ -132,7 +132,8 @@ fn rollout_once(dynamic_sampling: bool) -> (StepRollout, Vec<String>) {
         model: &model,
         chat_template: false,
     };
-    let link = ScoreLink::start(RewardScorer::InProcess).expect("in-process scoring");
+    let link = ScoreLink::start(SharedScorer::new(RewardScorer::in_process()))
+        .expect("in-process scoring");
     let mut rollout = Rollout::new(&cfg, tok, &data, link, 9, 0);
     let mut mixer = data.mixer(9).expect("a mixer");
     let script = answer(tok);

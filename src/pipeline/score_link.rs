@@ -11,8 +11,8 @@ use std::time::Instant;
 use super::PipelineError;
 use crate::metrics::WorkerNote;
 use crate::reward::RewardOutcome;
-use crate::role::reward::RewardScorer;
 use crate::role::reward::ScoreItem;
+use crate::role::reward::{RewardScorer, SharedScorer};
 
 type WorkerEvents = Vec<WorkerNote>;
 
@@ -26,7 +26,7 @@ pub(super) struct Scored {
 
 pub(super) enum ScoreLink {
     Inline {
-        scorer: RewardScorer,
+        scorer: SharedScorer,
         ready: Option<Scored>,
     },
     Thread {
@@ -45,8 +45,9 @@ pub(super) struct ScoreReport {
 }
 
 impl ScoreLink {
-    pub fn start(scorer: RewardScorer) -> Result<ScoreLink, PipelineError> {
-        if let RewardScorer::InProcess = scorer {
+    pub fn start(scorer: SharedScorer) -> Result<ScoreLink, PipelineError> {
+        let in_process = matches!(*scorer.lock(), RewardScorer::InProcess { .. });
+        if in_process {
             return Ok(ScoreLink::Inline {
                 scorer,
                 ready: None,
@@ -57,14 +58,13 @@ impl ScoreLink {
         let handle = std::thread::Builder::new()
             .name("roll-reward-link".into())
             .spawn(move || {
-                let mut scorer = scorer;
                 for items in jobs {
-                    let scored = score(&mut scorer, items);
+                    let scored = score(&scorer, items);
                     if done.send(scored).is_err() {
                         break;
                     }
                 }
-                scorer.shutdown()
+                scorer.lock().shutdown()
             })
             .map_err(|e| PipelineError::Setup(format!("starting the reward thread: {e}")))?;
         Ok(ScoreLink::Thread {
@@ -109,7 +109,7 @@ impl ScoreLink {
     /// Stop scoring; returns the worker events not reported yet (exits included).
     pub fn shutdown(self) -> WorkerEvents {
         match self {
-            ScoreLink::Inline { scorer, .. } => scorer.shutdown(),
+            ScoreLink::Inline { scorer, .. } => scorer.lock().shutdown(),
             ScoreLink::Thread {
                 mut tx, mut handle, ..
             } => {
@@ -123,8 +123,9 @@ impl ScoreLink {
     }
 }
 
-fn score(scorer: &mut RewardScorer, items: Vec<ScoreItem>) -> Scored {
+fn score(scorer: &SharedScorer, items: Vec<ScoreItem>) -> Scored {
     let t0 = Instant::now();
+    let mut scorer = scorer.lock();
     let outcomes = scorer.score(items).map_err(|e| e.to_string());
     Scored {
         outcomes,

@@ -106,6 +106,17 @@ impl Domains {
             })
     }
 
+    /// The judge models of the domains' rewards (`llm_judge`), each once, in domain order.
+    pub fn judge_models(&self) -> Vec<std::path::PathBuf> {
+        let mut models: Vec<std::path::PathBuf> = vec![];
+        for judge in self.domains.iter().flat_map(|d| d.reward.judges()) {
+            if !models.contains(&judge.model) {
+                models.push(judge.model.clone());
+            }
+        }
+        models
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.domains.iter().map(|d| d.name.clone()).collect()
     }

@@ -7,11 +7,12 @@
 //!   text is the verdict, scored n / 10 and correct from 6 up; text without one is unformatted, with
 //!   the judge's words in the outcome's error.
 //!
-//! The template is Jinja (`{{ prompt }}`, `{{ response }}`, `{{ reference }}`). The judge runs on the
-//! CPU in the process that scores (the trainer, or each reward worker), loaded once per process and
-//! kept; [`judge_batch`] scores many items in one pass, and [`prejudge`] lets a reward worker batch
-//! a whole call before the per-item scoring finds its verdicts. Loading or template failures are
-//! outcomes with an error, like every reward's.
+//! The template is Jinja (`{{ prompt }}`, `{{ response }}`, `{{ reference }}`). The judge runs in
+//! the process that scores (the trainer, or each reward worker), loaded once per process and kept
+//! in [`judges`], from which the reward role's time-sharing offloads and reloads it like every
+//! model role; [`judge_batch`] scores many items in one pass, and [`prejudge`] lets a reward worker
+//! batch a whole call before the per-item scoring finds its verdicts. Loading or template failures
+//! are outcomes with an error, like every reward's.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -77,13 +78,66 @@ fn render(template: &str, prompt: &str, response: &str, reference: &str) -> Resu
     .map_err(|e| format!("the judge's template: {e}"))
 }
 
-/// The judge models of this process, loaded once.
+/// A judge model of this process: on its device, or moved to a host copy by the reward role's
+/// time-sharing (`role::reward::judges`), which keeps everything but the weights so that a reload
+/// needs only them.
+pub enum JudgeSlot {
+    Resident(Arc<LoadedModel>),
+    Offloaded(Box<OffloadedJudge>),
+}
+
+/// An offloaded judge: its shape, tokenizer and special tokens, and where its weights are.
+pub struct OffloadedJudge {
+    pub config: crate::model::ModelConfig,
+    pub tokenizer: crate::model::tokenizer::TokenizerFiles,
+    pub eos_ids: Vec<u32>,
+    pub pad_id: u32,
+    pub host_copy: PathBuf,
+}
+
+/// The judge models of this process by directory: loaded on first use and kept until the reward
+/// role offloads them.
+pub fn judges() -> std::sync::MutexGuard<'static, HashMap<PathBuf, JudgeSlot>> {
+    static JUDGES: OnceLock<Mutex<HashMap<PathBuf, JudgeSlot>>> = OnceLock::new();
+    JUDGES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Loads the judge in `model` if this process does not hold it yet (a run does this at setup, so
+/// that a bad judge directory stops the run before it starts rather than failing every verdict).
+pub fn load(model: &Path) -> Result<(), String> {
+    let mut held = judges();
+    // An offloaded judge left by an earlier run of this process: its host copy went with that
+    // run, so the judge is loaded afresh.
+    if matches!(held.get(model), Some(JudgeSlot::Offloaded(_))) {
+        held.remove(model);
+    }
+    drop(held);
+    judge(model).map(drop)
+}
+
+/// Forgets the offloaded judges (their host copies go with the run that wrote them); resident ones
+/// stay loaded for the next use.
+pub fn forget_offloaded() {
+    judges().retain(|_, slot| matches!(slot, JudgeSlot::Resident(_)));
+}
+
+/// The judge in `model`, loaded on first use. An offloaded judge is an error: scoring while the
+/// reward role is off its devices would be a time-sharing bug, not a reason to load it again.
 fn judge(model: &Path) -> Result<Arc<LoadedModel>, String> {
-    static JUDGES: OnceLock<Mutex<HashMap<PathBuf, Arc<LoadedModel>>>> = OnceLock::new();
-    let judges = JUDGES.get_or_init(Default::default);
-    let mut judges = judges.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(j) = judges.get(model) {
-        return Ok(Arc::clone(j));
+    let mut judges = judges();
+    match judges.get(model) {
+        Some(JudgeSlot::Resident(j)) => return Ok(Arc::clone(j)),
+        Some(JudgeSlot::Offloaded(_)) => {
+            return Err(format!(
+                "the judge model '{}' is offloaded: the reward role scores only while it is on \
+                 its devices",
+                model.display()
+            ));
+        }
+        None => {}
     }
     let loaded = load_model_dir(
         model,
@@ -92,7 +146,10 @@ fn judge(model: &Path) -> Result<Arc<LoadedModel>, String> {
     )
     .map_err(|e| format!("the judge model '{}': {e}", model.display()))?;
     let loaded = Arc::new(loaded);
-    judges.insert(model.to_path_buf(), Arc::clone(&loaded));
+    judges.insert(
+        model.to_path_buf(),
+        JudgeSlot::Resident(Arc::clone(&loaded)),
+    );
     Ok(loaded)
 }
 

@@ -1,21 +1,28 @@
-//! The reward role: rule-reward scoring for the RL stage, in this process or in a pool of
+//! The reward role: reward scoring for the RL stage, in this process or in a pool of
 //! `roll-tui worker reward` processes (`workers.reward.mode: process`). A pool splits each batch
 //! across its workers, runs the calls concurrently, and replaces a worker that dies or stops
 //! answering, retrying its share once: rewards are pure functions, so a retry cannot count a sample
 //! twice or change a result.
+//!
+//! With `llm_judge` rewards the role hosts judge models: it is placed on devices
+//! (`workers.reward.device_mapping`) and time-shared like every model role — resident while the
+//! rollout scores, offloaded while colocated training runs ([`judges`]). The scorer is shared
+//! ([`SharedScorer`]) between the rollout, which scores through it, and time-sharing, which moves it.
 
+pub mod judges;
+mod scorer;
+
+pub use scorer::{RewardScorer, SharedScorer};
+
+use std::path::PathBuf;
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
-use super::remote::{call_typed, drain};
-use super::{Calls, Protocol, RoleCall, RoleError, WorkerNote, setup_err};
-use crate::config::{PlacementMode, RolePlacement};
+use super::{Calls, Protocol, RoleCall};
 use crate::reward::{Reward, RewardOutcome};
+use crate::worker::Role;
 use crate::worker::serve::CallQueue;
-use crate::worker::{Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 
 /// One response to score, with everything a reward may read: the domain's reward, the domain,
 /// the prompt as the dataset gave it, the ground truth and the example's metadata.
@@ -34,19 +41,34 @@ pub struct ScoreItem {
 /// The reward role's calls.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RewardCall {
+    /// Load these judge models now (at setup, so a bad one stops the run before it starts).
+    LoadJudges { models: Vec<PathBuf> },
     /// Score responses, in order.
     Score { items: Vec<ScoreItem> },
+    /// Move the weights of the judges from `models` to host copies in `dir` and free them.
+    Offload { dir: PathBuf, models: Vec<PathBuf> },
+    /// Bring them back.
+    Reload { models: Vec<PathBuf> },
 }
 
 impl RoleCall for RewardCall {
     fn phase(&self) -> &'static str {
-        "score"
+        match self {
+            RewardCall::LoadJudges { .. } => "load",
+            RewardCall::Score { .. } => "score",
+            RewardCall::Offload { .. } => "offload",
+            RewardCall::Reload { .. } => "reload",
+        }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RewardReply {
     Scores(Vec<RewardOutcome>),
+    /// Bytes moved (offload, reload) or 0 (load).
+    Moved {
+        bytes: u64,
+    },
 }
 
 pub struct RewardProtocol;
@@ -118,159 +140,33 @@ fn call_timeout(items: &[ScoreItem]) -> Duration {
     CALL_TIMEOUT + Duration::from_secs_f64(programs)
 }
 
+/// Loads each judge model in this process (see [`crate::reward::llm_judge::load`]).
+fn load_judges(models: &[PathBuf]) -> Result<(), String> {
+    models
+        .iter()
+        .try_for_each(|m| crate::reward::llm_judge::load(m))
+}
+
 /// The reward worker's compute loop.
 pub fn serve(queue: CallQueue) {
     let calls = Calls::<RewardCall>::new(queue);
-    while let Some((id, RewardCall::Score { items })) = calls.recv() {
-        calls.reply(id, Ok(RewardReply::Scores(score_all(&items))));
+    while let Some((id, call)) = calls.recv() {
+        let reply = match call {
+            RewardCall::LoadJudges { models } => {
+                load_judges(&models).map(|()| RewardReply::Moved { bytes: 0 })
+            }
+            RewardCall::Score { items } => Ok(RewardReply::Scores(score_all(&items))),
+            RewardCall::Offload { dir, models } => std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("creating '{}': {e}", dir.display()))
+                .and_then(|()| judges::offload(&dir, &models))
+                .map(|bytes| RewardReply::Moved { bytes }),
+            RewardCall::Reload { models } => {
+                judges::reload(&models).map(|bytes| RewardReply::Moved { bytes })
+            }
+        };
+        calls.reply(id, reply);
     }
 }
 
 /// A reward call that takes longer than this (plus its programs' deadlines) is a hung worker.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
-
-pub enum RewardScorer {
-    InProcess,
-    Pool(Box<RewardPool>),
-}
-
-pub struct RewardPool {
-    rt: tokio::runtime::Runtime,
-    specs: Vec<WorkerSpec>,
-    workers: Vec<WorkerProcess>,
-    events_tx: mpsc::UnboundedSender<WorkerEvent>,
-    events: mpsc::UnboundedReceiver<WorkerEvent>,
-    /// Workers replaced after dying or hanging.
-    pub restarts: usize,
-}
-
-impl RewardScorer {
-    pub fn start(placement: &RolePlacement) -> Result<RewardScorer, RoleError> {
-        if placement.mode == PlacementMode::InProcess {
-            return Ok(RewardScorer::InProcess);
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("roll-reward-pool")
-            .enable_all()
-            .build()
-            .map_err(setup_err)?;
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let specs = (0..placement.num_workers)
-            .map(|i| WorkerSpec::new(Role::Reward, i))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(setup_err)?;
-        let workers = rt
-            .block_on(async {
-                let started = join_all(
-                    specs
-                        .iter()
-                        .map(|s| WorkerProcess::spawn(s, events_tx.clone())),
-                );
-                started.await.into_iter().collect::<Result<Vec<_>, _>>()
-            })
-            .map_err(setup_err)?;
-        Ok(RewardScorer::Pool(Box::new(RewardPool {
-            rt,
-            specs,
-            workers,
-            events_tx,
-            events,
-            restarts: 0,
-        })))
-    }
-
-    /// Score `items` in order.
-    pub fn score(&mut self, items: Vec<ScoreItem>) -> Result<Vec<RewardOutcome>, RoleError> {
-        match self {
-            RewardScorer::InProcess => Ok(score_all(&items)),
-            RewardScorer::Pool(pool) => pool.score(items),
-        }
-    }
-
-    /// Worker events since the last call, as (worker name, notice, text).
-    pub fn drain_events(&mut self) -> Vec<WorkerNote> {
-        let RewardScorer::Pool(pool) = self else {
-            return vec![];
-        };
-        drain(&mut pool.events)
-    }
-
-    pub fn restarts(&self) -> usize {
-        match self {
-            RewardScorer::InProcess => 0,
-            RewardScorer::Pool(pool) => pool.restarts,
-        }
-    }
-
-    /// Stop the workers (asking first); returns the events not yet drained, exits included.
-    pub fn shutdown(mut self) -> Vec<WorkerNote> {
-        let mut events = self.drain_events();
-        if let RewardScorer::Pool(pool) = self {
-            let RewardPool {
-                rt,
-                workers,
-                events: mut rx,
-                ..
-            } = *pool;
-            rt.block_on(join_all(
-                workers
-                    .into_iter()
-                    .map(|w| w.shutdown(Duration::from_secs(5))),
-            ));
-            events.extend(drain(&mut rx));
-        }
-        events
-    }
-}
-
-impl RewardPool {
-    fn score(&mut self, items: Vec<ScoreItem>) -> Result<Vec<RewardOutcome>, RoleError> {
-        let per = items.len().div_ceil(self.workers.len()).max(1);
-        let chunks: Vec<Vec<ScoreItem>> = items.chunks(per).map(<[ScoreItem]>::to_vec).collect();
-        let call = |items: &[ScoreItem]| RewardCall::Score {
-            items: items.to_vec(),
-        };
-        let mut results: Vec<Result<RewardReply, WorkerError>> =
-            self.rt
-                .block_on(join_all(self.workers.iter().zip(&chunks).map(|(w, c)| {
-                    let (timeout, c) = (call_timeout(c), call(c));
-                    async move { call_typed::<RewardProtocol>(w, &c, timeout).await }
-                })));
-        for (i, result) in results.iter_mut().enumerate() {
-            let retry = matches!(
-                result,
-                Err(WorkerError::Died { .. }
-                    | WorkerError::Timeout { .. }
-                    | WorkerError::Protocol { .. })
-            );
-            if retry {
-                // Replace the worker (dropping the old one kills it) and give it the same share.
-                let fresh = self
-                    .rt
-                    .block_on(WorkerProcess::spawn(&self.specs[i], self.events_tx.clone()))
-                    .map_err(setup_err)?;
-                self.workers[i] = fresh;
-                self.restarts += 1;
-                *result = self.rt.block_on(call_typed::<RewardProtocol>(
-                    &self.workers[i],
-                    &call(&chunks[i]),
-                    call_timeout(&chunks[i]),
-                ));
-            }
-        }
-        let mut out = Vec::with_capacity(items.len());
-        for result in results {
-            let RewardReply::Scores(s) = result.map_err(setup_err)?;
-            out.extend(s);
-        }
-        if out.len() != items.len() {
-            return Err(RoleError::Setup(format!(
-                "reward workers returned {} scores for {} responses",
-                out.len(),
-                items.len()
-            )));
-        }
-        Ok(out)
-    }
-}

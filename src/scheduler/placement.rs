@@ -1,7 +1,7 @@
 //! Which role sits on which device with how many bytes, and whether that fits.
 //!
-//! A run alternates phases: `generate` (actor_infer) and `train` (actor_train with the reference and
-//! critic it reads). Roles of one phase are resident together; roles of the other phase that share a
+//! A run alternates phases: `generate` (actor_infer, and the reward role's judge models that score
+//! its samples) and `train` (actor_train with the reference and critic it reads). Roles of one phase are resident together; roles of the other phase that share a
 //! device with them are offloaded meanwhile. With asynchronous rollout (α > 0) actor_infer stays
 //! resident through every phase. A placement fits when, in every phase, the resident roles of each
 //! device fit its memory; otherwise it is refused before anything starts, naming device and bytes.
@@ -45,10 +45,15 @@ pub struct RoleSlot {
 }
 
 impl RoleSlot {
-    /// A worker's bytes spread evenly over its devices.
+    /// The bytes on each of the role's devices: a worker's bytes spread evenly over its devices,
+    /// times the workers that share a device when there are more workers than devices (a pool of
+    /// reward workers on one device each hold their judge).
     pub fn bytes_per_device(&self) -> u64 {
-        let per_worker = (self.devices.len() / self.workers.max(1)).max(1) as u64;
-        self.bytes_per_worker.div_ceil(per_worker)
+        let workers = self.workers.max(1);
+        let devices = self.devices.len().max(1);
+        let per_worker = (devices / workers).max(1) as u64;
+        let sharing = workers.div_ceil(devices) as u64;
+        self.bytes_per_worker.div_ceil(per_worker) * sharing
     }
 }
 
@@ -122,11 +127,14 @@ impl Placement {
 
     /// The placement a run's config asks for, with footprints estimated from the model's shape
     /// (or taken from `workers.<role>.memory_mb`).
+    /// `judges` are the shapes of the run's judge models (`llm_judge` rewards), which put the
+    /// reward role on devices.
     pub fn for_run(
         workers: &WorkersConfig,
         rl: &RlConfig,
         model: &ModelConfig,
         dtype_bytes: usize,
+        judges: &[ModelConfig],
     ) -> Result<Placement, PlacementError> {
         let mut roles = vec![Role::ActorTrain, Role::ActorInfer];
         if rl.kl.mode != crate::algo::kl::KlMode::None {
@@ -135,13 +143,21 @@ impl Placement {
         if rl.critic.is_some() {
             roles.push(Role::Critic);
         }
+        if !judges.is_empty() {
+            roles.push(Role::Reward);
+        }
         let slots = roles
             .into_iter()
             .map(|role| {
                 let cfg = workers.role(role).cloned().unwrap_or_default();
-                let bytes = match cfg.memory_mb {
-                    Some(mb) => (mb * (1u64 << 20) as f64) as u64,
-                    None => estimate_bytes(role, model, dtype_bytes, rl.rollout_batch),
+                let bytes = match (cfg.memory_mb, role) {
+                    (Some(mb), _) => (mb * (1u64 << 20) as f64) as u64,
+                    // Every judge of the run, loaded in f32, in each reward worker.
+                    (None, Role::Reward) => judges
+                        .iter()
+                        .map(|j| estimate_bytes(Role::Reward, j, 4, 0))
+                        .sum(),
+                    (None, _) => estimate_bytes(role, model, dtype_bytes, rl.rollout_batch),
                 };
                 RoleSlot {
                     role,
@@ -178,7 +194,10 @@ impl Placement {
         match role {
             Role::ActorInfer => phase == Phase::Generate || self.async_rollout,
             Role::ActorTrain | Role::Reference | Role::Critic => phase == Phase::Train,
-            Role::Reward | Role::Env => false,
+            // Judges score while the rollout generates (and, asynchronously, while it runs on
+            // beside training).
+            Role::Reward => phase == Phase::Generate || self.async_rollout,
+            Role::Env => false,
         }
     }
 
@@ -210,7 +229,8 @@ pub fn estimate_bytes(
     match role {
         Role::ActorTrain => trainable,
         Role::Critic => trainable + 4 * (model.hidden_size as u64 + 1) * 4,
-        Role::Reference => weights,
+        // A judge model is frozen weights; its short verdicts' activations are not counted.
+        Role::Reference | Role::Reward => weights,
         Role::ActorInfer => {
             let kv_per_token = 2
                 * model.num_hidden_layers
@@ -219,7 +239,7 @@ pub fn estimate_bytes(
                 * dtype_bytes;
             weights + (rollout_batch * model.max_position_embeddings * kv_per_token) as u64
         }
-        Role::Reward | Role::Env => 0,
+        Role::Env => 0,
     }
 }
 
@@ -313,6 +333,40 @@ mod tests {
             bytes_per_worker: 101,
         };
         assert_eq!(s.bytes_per_device(), 51);
+    }
+
+    #[test]
+    fn reward_workers_sharing_a_device_each_count_their_judge() {
+        // Three judge replicas of 10 bytes on two devices: two share one of them.
+        let s = RoleSlot {
+            role: Role::Reward,
+            devices: vec![0, 1],
+            workers: 3,
+            bytes_per_worker: 10,
+        };
+        assert_eq!(s.bytes_per_device(), 20);
+    }
+
+    #[test]
+    fn judges_are_resident_while_generating_and_offloaded_for_colocated_training() {
+        let slots = vec![
+            slot(Role::ActorTrain, &[0], 60),
+            slot(Role::ActorInfer, &[0], 30),
+            slot(Role::Reward, &[0], 30),
+        ];
+        let p = Placement::new(1, 100 << 20, slots.clone(), false).expect("fits");
+        let generate: Vec<Role> = p.phase_roles(Phase::Generate).map(|s| s.role).collect();
+        assert_eq!(generate, [Role::ActorInfer, Role::Reward]);
+        let mut ledger = super::super::Ledger::new(p);
+        ledger
+            .enter(Phase::Generate, |_, _| Ok::<u64, ()>(0))
+            .expect("placed");
+        let moves = ledger.plan(Phase::Train);
+        assert!(moves.contains(&(Role::Reward, super::super::Direction::Offload)));
+        // Asynchronously the rollout scores beside training: the judge never leaves, so 60 + 30
+        // + 30 must fit at once.
+        let err = Placement::new(1, 100 << 20, slots, true).expect_err("120 MiB resident");
+        assert_eq!((err.phase, err.needed), (Phase::Train, 120 << 20));
     }
 
     #[test]
