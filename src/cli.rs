@@ -492,6 +492,24 @@ pub fn is_closed_output(e: &anyhow::Error) -> bool {
     })
 }
 
+/// `e` and its causes as one line, each cause said once: many errors already end with their
+/// cause's text (`opening: (code: 14) unable to open database file`), and printing the chain
+/// with `{:#}` would repeat it.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(said.as_str()) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
+}
+
 pub fn main_with(cli: Cli) -> Result<i32> {
     let store = cli.store;
     let Some(command) = cli.command else {
@@ -542,4 +560,24 @@ fn worker(args: WorkerArgs) -> Result<()> {
         &args.socket,
     ))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_says_each_cause_once() {
+        let io = std::io::Error::other("(code: 14) unable to open database file");
+        // A cause whose text its parent already ends with is not repeated; a new one is added.
+        let e = anyhow::Error::new(io)
+            .context("opening: (code: 14) unable to open database file")
+            .context("store 'x.db'");
+        assert_eq!(
+            error_text(&e),
+            "store 'x.db': opening: (code: 14) unable to open database file"
+        );
+        let e = anyhow::anyhow!("disk full").context("writing 'a.png'");
+        assert_eq!(error_text(&e), "writing 'a.png': disk full");
+    }
 }

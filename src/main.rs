@@ -21,7 +21,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) if roll::cli::is_closed_output(&e) => std::process::exit(0),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", roll::cli::error_text(&e));
             std::process::exit(1);
         }
     }

@@ -242,3 +242,98 @@ fn store_commands_on_a_real_run() {
     let empty = ok(roll(&store).arg("runs").output().unwrap());
     assert!(empty.contains("no runs in"), "{empty}");
 }
+
+/// `roll-tui --store STORE ARGS…` with `dir` mounted read-only (bubblewrap, which CI installs for
+/// the code sandbox): a store on a read-only filesystem, even for root.
+fn roll_read_only(dir: &Path, store: &Path, args: &[&str]) -> Output {
+    std::process::Command::new("bwrap")
+        .args(["--dev-bind", "/", "/", "--ro-bind"])
+        .arg(dir)
+        .arg(dir)
+        .arg(assert_cmd::cargo::cargo_bin("roll-tui"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .expect("bwrap runs (apt-get install bubblewrap)")
+}
+
+#[test]
+fn reading_commands_work_on_a_read_only_filesystem_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("exp.db");
+    let cfg = dir.path().join("small.yaml");
+    std::fs::write(
+        &cfg,
+        format!("{CONFIG}output_dir: {}\n", dir.path().join("out").display()),
+    )
+    .unwrap();
+    ok(roll(&store)
+        .args(["run", cfg.to_str().unwrap(), "--quiet"])
+        .output()
+        .unwrap());
+    let files = |d: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = (files(dir.path()), std::fs::read(&store).unwrap());
+    // The sandbox itself works here (a read-only mount refuses writes).
+    let probe = std::process::Command::new("bwrap")
+        .args(["--dev-bind", "/", "/", "--ro-bind"])
+        .arg(dir.path())
+        .arg(dir.path())
+        .args(["touch"])
+        .arg(dir.path().join("probe"))
+        .output()
+        .unwrap();
+    assert!(!probe.status.success(), "the mount is not read-only");
+
+    let listed = ok(roll_read_only(dir.path(), &store, &["runs"]));
+    assert!(
+        listed.contains("small") && listed.contains("finished"),
+        "{listed}"
+    );
+    let shown = ok(roll_read_only(
+        dir.path(),
+        &store,
+        &["runs", "show", "small"],
+    ));
+    assert!(shown.contains("run 'small' (id 1): finished"), "{shown}");
+    let metrics = ok(roll_read_only(dir.path(), &store, &["metrics", "small"]));
+    assert!(metrics.contains("reward/add/mean"), "{metrics}");
+    // Exported elsewhere (a writable directory).
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = elsewhere.path().join("plots");
+    ok(roll_read_only(
+        dir.path(),
+        &store,
+        &[
+            "export",
+            "small",
+            "--format",
+            "csv",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert!(std::fs::read_dir(&out).unwrap().count() > 0);
+    // Nothing was created or changed beside the store.
+    assert_eq!((files(dir.path()), std::fs::read(&store).unwrap()), before);
+
+    // A write is refused with the reason, said once.
+    let err = fails(roll_read_only(
+        dir.path(),
+        &store,
+        &["runs", "tag", "small", "x"],
+    ));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("readonly") || err.contains("read-only"),
+        "{err}"
+    );
+    assert_eq!(err.matches("(code: ").count(), 1, "{err}");
+}

@@ -196,6 +196,22 @@ fn typing_a_filter_narrows_the_list_and_esc_clears_it() {
 }
 
 #[test]
+fn a_store_that_cannot_be_read_is_said_once_in_place_of_the_runs() {
+    let mut app = App::new();
+    app.update(Msg::Resize {
+        width: 100,
+        height: 24,
+    });
+    let error = "store 'x.db': an SQLite database of another application (it holds tables notes)";
+    app.update(Msg::RunsLoaded(Err(error.into())));
+    let shown = screen(&app, 100, 24);
+    // Not an invitation to start a run above the real problem, and the problem said once.
+    assert!(!shown.contains("No runs in this store yet"), "{shown}");
+    assert!(shown.contains("Cannot read the store"), "{shown}");
+    assert_eq!(shown.matches("another application").count(), 1, "{shown}");
+}
+
+#[test]
 fn runs_view_snapshots() {
     let mut app = loaded_app();
     app.update(ch(' ')); // mark async-a2

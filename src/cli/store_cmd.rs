@@ -13,7 +13,8 @@ use crate::store::reads::SampleFilter;
 use crate::store::{OpenMode, RunInfo, Store};
 use crate::text::clean;
 
-/// Run `f` with the store at `path` open (it must exist) on a small runtime.
+/// Run `f` with the store at `path` open (it must exist; read-only where it cannot be written) on a
+/// small runtime.
 pub(super) fn with_store<T, F, Fut>(path: &Path, f: F) -> Result<T>
 where
     F: FnOnce(Store) -> Fut,
@@ -24,7 +25,7 @@ where
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async {
-        let store = Store::open(path, OpenMode::Existing).await?;
+        let store = Store::open(path, OpenMode::Read).await?;
         let out = f(store.clone()).await;
         store.close().await;
         out

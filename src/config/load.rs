@@ -86,6 +86,11 @@ pub fn load_yaml<T: DeserializeOwned + Serialize>(
 pub fn from_yaml_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigError> {
     // Strict booleans: `yes`/`on` in a config are more likely typos than intent.
     let options = serde_saphyr::options! { strict_booleans: true, with_snippet: false };
+    // The typed parse streams: given `steps: [150` it finds a list where a number belongs before it
+    // reaches the unclosed bracket. Reading the document's structure first reports the syntax
+    // problem, and its line, instead.
+    serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, options.clone())
+        .map_err(|e| parse_error(&e, text, origin))?;
     serde_saphyr::from_str_with_options(text, options).map_err(|e| parse_error(&e, text, origin))
 }
 
@@ -227,10 +232,11 @@ fn describe_scalar_type(ty: &str) -> String {
     match ty {
         "floating point" | "f32" | "f64" => "a number".to_string(),
         "boolean" | "bool" => "true or false".to_string(),
-        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => {
-            format!("a non-negative integer that fits {ty}")
-        }
-        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => format!("an integer that fits {ty}"),
+        "u8" => "a whole number from 0 to 255".to_string(),
+        "u16" => "a whole number from 0 to 65535".to_string(),
+        "u32" => "a whole number from 0 to 4294967295".to_string(),
+        "u64" | "u128" | "usize" => "a whole number, 0 or more".to_string(),
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number".to_string(),
         "char" => "a single character".to_string(),
         other => other.to_string(),
     }

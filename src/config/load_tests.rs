@@ -152,8 +152,8 @@ fn scalar_errors_quote_the_value() {
         (
             "learning_rate: 0.001",
             "learning_rate: 0.001\n  batch_size: -3",
-            "line 5: invalid value '-3' for 'actor_train.batch_size', expected a non-negative \
-             integer that fits u32",
+            "line 5: invalid value '-3' for 'actor_train.batch_size', expected a whole number \
+             from 0 to 4294967295",
         ),
         (
             "adv_estimator: grpo",

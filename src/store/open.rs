@@ -1,5 +1,7 @@
 //! Opening a store: check the file's header before SQLite writes anything, connect in WAL mode with a
 //! busy timeout and foreign keys, apply the migrations in `migrations/`, and mark dead runs interrupted.
+//! Reading commands ([`OpenMode::Read`]) fall back to a read-only connection when the file or its
+//! filesystem cannot be written, and then change nothing.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -18,16 +20,30 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum OpenMode {
     /// Create the file if it does not exist (`roll-tui run`).
     Create,
-    /// The file must exist (listing, export, resume).
+    /// The file must exist (resume, deleting runs).
     Existing,
+    /// The file must exist and is only read (listing, metrics, samples, export, the workbench):
+    /// opened for writing when it can be (an older store is upgraded, dead runs are marked
+    /// interrupted), else read-only, so a store on a read-only file or filesystem can be read.
+    Read,
 }
 
 impl Store {
     /// Open (or create) the store at `path`. A file that is not ours is refused before SQLite opens it
     /// for writing, so it is never modified.
     pub async fn open(path: &Path, mode: OpenMode) -> Result<Store, StoreError> {
+        match Store::open_writable(path, mode).await {
+            // Not writable here (a read-only file, directory or filesystem): read it as it is.
+            Err(StoreError::Sql { .. } | StoreError::Busy { .. }) if mode == OpenMode::Read => {
+                Store::open_read_only(path).await
+            }
+            other => other,
+        }
+    }
+
+    async fn open_writable(path: &Path, mode: OpenMode) -> Result<Store, StoreError> {
         let exists = path.exists();
-        if !exists && mode == OpenMode::Existing {
+        if !exists && mode != OpenMode::Create {
             return Err(StoreError::Missing { path: path.into() });
         }
         if exists {
@@ -65,6 +81,44 @@ impl Store {
         store.migrate().await?;
         store.mark_dead_runs_interrupted().await?;
         Ok(store)
+    }
+
+    /// A connection that never writes: read-only, or immutable where SQLite cannot even create the
+    /// shared-memory file that reading a WAL database needs (a read-only filesystem). The schema must
+    /// be this version's, since it cannot be upgraded here.
+    async fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        check_file(path).await?;
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .busy_timeout(BUSY_TIMEOUT)
+            .pragma("mmap_size", "268435456");
+        let mut last = None;
+        for immutable in [false, true] {
+            let opened = async {
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(options.clone().immutable(immutable))
+                    .await?;
+                let applied: Vec<(i64, Vec<u8>)> =
+                    sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations")
+                        .fetch_all(&pool)
+                        .await?;
+                Ok::<_, sqlx::Error>((pool, applied))
+            };
+            match opened.await {
+                Ok((pool, applied)) => {
+                    check_read_only_schema(path, &applied)?;
+                    return Ok(Store {
+                        pool,
+                        path: path.into(),
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let source = last.unwrap_or(sqlx::Error::PoolClosed);
+        Err(sql_error(path, "opening read-only")(source))
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -171,6 +225,44 @@ async fn check_file(path: &Path) -> Result<(), StoreError> {
         path: path.into(),
         reason: format!("it holds tables {}", shown.join(", ")),
     })
+}
+
+/// A store opened read-only must have exactly our migrations applied: a newer one cannot be
+/// understood, an older one cannot be upgraded without writing.
+fn check_read_only_schema(path: &Path, applied: &[(i64, Vec<u8>)]) -> Result<(), StoreError> {
+    let ours = migrator();
+    if let Some((v, _)) = applied
+        .iter()
+        .find(|(v, _)| !ours.iter().any(|m| m.version == *v))
+    {
+        return Err(StoreError::Schema {
+            path: path.into(),
+            detail: format!(
+                "written by a newer roll-tui (schema migration {v} is unknown to this version); \
+                 upgrade roll-tui"
+            ),
+        });
+    }
+    if !is_our_schema(applied) {
+        return Err(StoreError::Foreign {
+            path: path.into(),
+            reason: "its migrations are not roll-tui's".into(),
+        });
+    }
+    if let Some(m) = ours
+        .iter()
+        .find(|m| !applied.iter().any(|(v, _)| *v == m.version))
+    {
+        return Err(StoreError::Schema {
+            path: path.into(),
+            detail: format!(
+                "written by an older roll-tui (without schema migration {}), and it cannot be \
+                 upgraded here because it is read-only; open it once where it can be written",
+                m.version
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn migrator() -> sqlx::migrate::Migrator {

@@ -45,7 +45,7 @@ impl Loader {
             ));
         }
         self.store
-            .get_or_try_init(|| Store::open(&self.path, OpenMode::Existing))
+            .get_or_try_init(|| Store::open(&self.path, OpenMode::Read))
             .await
             .map_err(|e| e.to_string())
     }

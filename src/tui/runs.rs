@@ -235,10 +235,12 @@ fn status_text(row: &RunRow) -> &'static str {
     }
 }
 
+/// `error`: why the store could not be read, shown in place of the list it kept from being read.
 pub fn render(
     frame: &mut Frame,
     area: Rect,
     view: &RunsView,
+    error: Option<&str>,
     now_ms: i64,
     spinner: &str,
     theme: &Theme,
@@ -265,6 +267,14 @@ pub fn render(
         return;
     }
     let visible = view.visible();
+    if let (Some(error), true) = (error, view.rows.is_empty()) {
+        let text = Paragraph::new(format!("Cannot read the store: {error}"))
+            .style(theme.bad)
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .block(block);
+        frame.render_widget(text, area);
+        return;
+    }
     if visible.is_empty() {
         let text = if view.rows.is_empty() {
             "No runs in this store yet. Press n to start one from a config (or `roll-tui run CONFIG`)."

@@ -74,7 +74,15 @@ pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
     let cursor = app.cursor();
     let start_ms = app.open.as_ref().map_or(0, |o| o.start_ms);
     match app.view {
-        View::Runs => runs::render(frame, body, &app.runs, now_ms, spinner, theme),
+        View::Runs => runs::render(
+            frame,
+            body,
+            &app.runs,
+            app.load_error.as_deref(),
+            now_ms,
+            spinner,
+            theme,
+        ),
         View::Dashboard => match &app.dashboard {
             Some(d) => dashboard::render(frame, body, d, spinner, theme),
             None => no_run(frame, body, theme),
@@ -161,11 +169,11 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
         ));
         spans.push(Span::raw(" "));
     }
-    // The runs list's read error is about the runs, not the debugger, which needs no store.
-    let load_error = app
-        .load_error
-        .as_ref()
-        .filter(|_| app.view != View::Debugger);
+    // The runs list's read error is about the runs, not the debugger, which needs no store; where
+    // the runs list shows it in place of the runs, it is not said twice.
+    let load_error = app.load_error.as_ref().filter(|_| {
+        app.view != View::Debugger && !(app.view == View::Runs && app.runs.rows.is_empty())
+    });
     if let Some(status) = app.status.as_ref().or(load_error) {
         spans.push(Span::styled(status.as_str(), theme.bad));
         return Line::from(spans);
