@@ -142,16 +142,6 @@ pub fn run(
     resume: Option<&Resume>,
 ) -> Result<RunOutcome, PipelineError> {
     let output_dir = cfg.output_dir();
-    if resume.is_none() {
-        std::fs::create_dir_all(&output_dir).map_err(|e| {
-            PipelineError::Setup(format!("output directory '{}': {e}", output_dir.display()))
-        })?;
-        let resolved = output_dir.join("resolved_config.json");
-        let text =
-            serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
-        std::fs::write(&resolved, text)
-            .map_err(|e| PipelineError::Setup(format!("'{}': {e}", resolved.display())))?;
-    }
     let mut ctx = RunContext {
         cfg,
         output_dir: output_dir.clone(),
@@ -168,6 +158,18 @@ pub fn run(
     let data = setup::load_domains(cfg, &model)?;
     // Refuse a placement that cannot fit before any stage spends time.
     rlvr::placement_for(cfg, &model, &data.judge_models())?;
+    // Only a run that got past its setup marks the directory as holding a run: one refused for a
+    // bad dataset or model must not block rerunning it once that is fixed.
+    if resume.is_none() {
+        std::fs::create_dir_all(&output_dir).map_err(|e| {
+            PipelineError::Setup(format!("output directory '{}': {e}", output_dir.display()))
+        })?;
+        let resolved = output_dir.join("resolved_config.json");
+        let text =
+            serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
+        std::fs::write(&resolved, text)
+            .map_err(|e| PipelineError::Setup(format!("'{}': {e}", resolved.display())))?;
+    }
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
     let stages = cfg.stages();
     // A resume continues its checkpoint's stage; the stages before it are done.

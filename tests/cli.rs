@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+use std::path::Path;
+
 use assert_cmd::Command;
 
 fn roll() -> Command {
@@ -237,4 +239,73 @@ fn the_workbench_without_a_terminal_is_a_clear_error() {
     );
     // Nothing was created: the store stays absent until a run writes one.
     assert!(!dir.path().join("roll.db").exists());
+}
+
+/// Every bad input in `tests/fixtures/invalid/` through the real binary: `NAME.yaml` (a run config,
+/// with any datasets it names in `data/`, and the command-line overrides in `NAME.args`, one per
+/// line, if there is one) must be refused with exit status 1 (never a panic), with
+/// each line of `NAME.expect` in its message, on one `error:` line said once, and without leaving
+/// anything that would block rerunning it once fixed. Add a case by adding the two files.
+#[test]
+fn every_invalid_fixture_is_refused_with_its_message() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = root.join("tests/fixtures/invalid");
+    let mut cases: Vec<_> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 14, "{cases:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = vec![];
+    for (i, case) in cases.iter().enumerate() {
+        let name = case.file_stem().unwrap().to_string_lossy().into_owned();
+        let expect = std::fs::read_to_string(case.with_extension("expect"))
+            .unwrap_or_else(|e| panic!("{name}: its .expect file: {e}"));
+        let out_dir = dir.path().join(&name);
+        let store = dir.path().join(format!("{i}.db"));
+        let overrides = std::fs::read_to_string(case.with_extension("args")).unwrap_or_default();
+        let out = roll()
+            .current_dir(root)
+            .arg("--store")
+            .arg(&store)
+            .args(["run", "--quiet"])
+            .arg(case)
+            .args(overrides.lines().filter(|l| !l.trim().is_empty()))
+            .arg(format!("output_dir={}", out_dir.display()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let mut wrong = vec![];
+        if out.status.code() != Some(1) {
+            wrong.push(format!("exit status {:?}", out.status.code()));
+        }
+        if err.contains("panicked") || err.matches("error:").count() != 1 {
+            wrong.push("not one error".to_string());
+        }
+        for line in expect.lines().filter(|l| !l.trim().is_empty()) {
+            if !err.contains(line) {
+                wrong.push(format!("missing '{line}'"));
+            }
+        }
+        if out_dir.join("resolved_config.json").exists() {
+            wrong.push("left resolved_config.json, which blocks a rerun".to_string());
+        }
+        if !wrong.is_empty() {
+            failures.push(format!("{name}: {}\n{err}", wrong.join("; ")));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Every .expect and .args belongs to a case.
+    for e in std::fs::read_dir(&fixtures).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "expect" || x == "args") {
+            assert!(
+                p.with_extension("yaml").exists(),
+                "{} has no case",
+                p.display()
+            );
+        }
+    }
 }

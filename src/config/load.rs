@@ -35,6 +35,9 @@ pub enum ConfigError {
     /// A `key.sub=value` override is malformed, names an unknown key or gives a value of the wrong type.
     #[error("override '{arg}': {message}")]
     Override { arg: String, message: String },
+    /// Several overrides are wrong; each is listed with its problem.
+    #[error("overrides are invalid:{}", bullet_list(&.problems.iter().map(|(a, m)| format!("'{a}': {m}")).collect::<Vec<_>>()))]
+    Overrides { problems: Vec<(String, String)> },
     /// The config parsed but breaks rules between fields; every problem is listed.
     #[error("config '{file}' is invalid:{}", bullet_list(.problems))]
     Invalid { file: String, problems: Vec<String> },
@@ -228,7 +231,7 @@ fn quoted(scalar: &Option<String>) -> String {
 }
 
 /// serde-saphyr names the Rust type it failed to parse; say it in config terms.
-fn describe_scalar_type(ty: &str) -> String {
+pub(crate) fn describe_scalar_type(ty: &str) -> String {
     match ty {
         "floating point" | "f32" | "f64" => "a number".to_string(),
         "boolean" | "bool" => "true or false".to_string(),

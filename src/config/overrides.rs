@@ -21,32 +21,44 @@ pub fn apply_overrides<T: DeserializeOwned + Serialize>(
         message: format!("cannot represent the config as a tree: {e}"),
     })?;
     // Each override is applied to the tree and checked against the schema right away, so a type error
-    // names the override that caused it.
+    // names the override that caused it; a bad one is left out and the rest still checked, so that
+    // every mistake on the command line is reported at once.
     let mut typed = value;
+    let mut bad: Vec<(String, String)> = vec![];
     for arg in overrides {
-        let fail = |message: String| ConfigError::Override {
-            arg: arg.clone(),
-            message,
-        };
-        let (path, rhs, plain) = split_override(arg).map_err(fail)?;
-        if let Err(unknown) = set_path(&mut tree, &path, rhs.clone(), plain.clone(), false) {
-            // A key the file does not have: welcome in a free-form map (an env's `params`) or in
-            // a section given only in part, which the schema decides; a typo stays an error that
-            // names the keys there are.
-            let mut grown = tree.clone();
-            set_path(&mut grown, &path, rhs, plain, true).map_err(fail)?;
-            match serde_json::from_value::<T>(grown.clone()) {
-                Ok(t) => {
-                    (tree, typed) = (grown, t);
-                    continue;
-                }
-                Err(_) => return Err(fail(unknown)),
-            }
+        match apply_one(&tree, arg) {
+            Ok((t, v)) => (tree, typed) = (t, v),
+            Err(message) => bad.push((arg.clone(), message)),
         }
-        typed = serde_json::from_value::<T>(tree.clone())
-            .map_err(|e| fail(humanize_json_error(&e.to_string(), &path.join("."))))?;
     }
-    Ok(typed)
+    match bad.len() {
+        0 => Ok(typed),
+        1 => {
+            let (arg, message) = bad.remove(0);
+            Err(ConfigError::Override { arg, message })
+        }
+        _ => Err(ConfigError::Overrides { problems: bad }),
+    }
+}
+
+/// `tree` with the override `arg` applied, and its typed config; or why `arg` cannot apply.
+fn apply_one<T: DeserializeOwned>(tree: &Value, arg: &str) -> Result<(Value, T), String> {
+    let (path, rhs, plain) = split_override(arg)?;
+    let mut tree = tree.clone();
+    if let Err(unknown) = set_path(&mut tree, &path, rhs.clone(), plain.clone(), false) {
+        // A key the file does not have: welcome in a free-form map (an env's `params`) or in a
+        // section given only in part, which the schema decides; a typo stays an error that names
+        // the keys there are.
+        let mut grown = tree.clone();
+        set_path(&mut grown, &path, rhs, plain, true)?;
+        return match serde_json::from_value::<T>(grown.clone()) {
+            Ok(t) => Ok((grown, t)),
+            Err(_) => Err(unknown),
+        };
+    }
+    let typed = serde_json::from_value::<T>(tree.clone())
+        .map_err(|e| humanize_json_error(&e.to_string(), &path.join(".")))?;
+    Ok((tree, typed))
 }
 
 fn split_override(arg: &str) -> Result<(Vec<&str>, Value, Option<String>), String> {
@@ -190,6 +202,22 @@ fn humanize_json_error(msg: &str, key: &str) -> String {
                 )
             };
         }
+    }
+    // `invalid type: string "x", expected u64`: say the expected type in config terms.
+    if let Some((what, ty)) = msg.rsplit_once(", expected ")
+        && let Some(found) = what.strip_prefix("invalid type: ")
+    {
+        let ty = ty.split(" at line").next().unwrap_or(ty);
+        // `string "x"` says "x"; `floating point `1.5`` says 1.5; a list or map says what it is.
+        let shown = match (found.find('"'), found.split('`').nth(1)) {
+            (Some(q), _) => found[q..].to_string(),
+            (None, Some(v)) => v.to_string(),
+            _ => format!("({found})"),
+        };
+        return format!(
+            "invalid value {shown} for '{key}', expected {}",
+            super::load::describe_scalar_type(ty)
+        );
     }
     msg.to_string()
 }

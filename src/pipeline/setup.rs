@@ -198,6 +198,12 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             .reward
             .resolve(&format!("domain '{}' reward", d.name))
             .map_err(PipelineError::Setup)?;
+        // A judge directory that cannot be read stops the run here, naming its domain.
+        for judge in reward.judges() {
+            crate::model::read_model_config(&judge.model).map_err(|e| {
+                PipelineError::Setup(format!("domain '{}' reward llm_judge: {e}", d.name))
+            })?;
+        }
         // Refuse before the first step rather than score every program 0.
         if reward.runs_programs() {
             crate::sandbox::Sandbox::shared().map_err(|e| {
