@@ -7,6 +7,7 @@ mod env_replay;
 mod model_cmd;
 mod reward_cmd;
 mod run_cmd;
+mod samples_cmd;
 mod store_cmd;
 mod trajectories_cmd;
 
@@ -114,27 +115,42 @@ pub struct RunsArgs {
 pub enum RunsCommand {
     /// Show one run: config, status, checkpoints, events.
     Show {
+        /// Run name or id.
         run: String,
+        /// Print JSON instead of text (every event).
         #[arg(long)]
         json: bool,
+        /// Also print the last N events as recorded, offloads and reloads included (by default
+        /// those are summed up per role).
+        #[arg(long, value_name = "N")]
+        events: Option<usize>,
     },
     /// Delete a run and everything recorded for it (its checkpoint files stay on disk).
     Rm {
+        /// Run name or id.
         run: String,
-        /// Really delete (without it, only says what would be deleted).
+        /// Really delete (without it, a dry run: says what would be deleted, deletes nothing).
         #[arg(long)]
         yes: bool,
     },
     /// Add tags to a run (or remove them with --remove).
     Tag {
+        /// Run name or id.
         run: String,
+        /// The tags.
         #[arg(required = true)]
         tags: Vec<String>,
+        /// Remove the tags instead of adding them.
         #[arg(long)]
         remove: bool,
     },
     /// Set a run's notes (an empty string clears them).
-    Note { run: String, text: String },
+    Note {
+        /// Run name or id.
+        run: String,
+        /// The notes.
+        text: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -156,8 +172,10 @@ pub struct MetricsArgs {
 pub struct SamplesArgs {
     /// Run name or id.
     pub run: String,
+    /// Only the samples of this step.
     #[arg(long)]
     pub step: Option<u64>,
+    /// Only the samples of this domain (as the config names it).
     #[arg(long)]
     pub domain: Option<String>,
     /// Only the samples of this exact prompt (one prompt followed across steps).
@@ -166,7 +184,7 @@ pub struct SamplesArgs {
     /// A stage's name: "sft" or "rl".
     #[arg(long)]
     pub stage: Option<String>,
-    /// At most this many samples.
+    /// At most this many samples (default: 20 as text, all as JSON; 0: all).
     #[arg(long)]
     pub limit: Option<u64>,
     /// Print JSON instead of text.
@@ -396,16 +414,22 @@ pub enum ModelCommand {
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
+    /// The architecture (its config.json and weight names).
     #[arg(long, value_enum)]
     pub arch: Arch,
+    /// Hidden size.
     #[arg(long, default_value_t = 128)]
     pub hidden: usize,
+    /// Transformer layers.
     #[arg(long, default_value_t = 4)]
     pub layers: usize,
+    /// Attention heads.
     #[arg(long, default_value_t = 4)]
     pub heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than --heads).
     #[arg(long = "kv-heads", default_value_t = 2)]
     pub kv_heads: usize,
+    /// Hidden size of the MLP.
     #[arg(long, default_value_t = 512)]
     pub intermediate: usize,
     /// Defaults to hidden / heads.
@@ -414,8 +438,10 @@ pub struct InitArgs {
     /// Give the model its own lm_head instead of tying it to the embeddings.
     #[arg(long = "untied")]
     pub untied: bool,
+    /// The longest sequence (prompt and response) the model takes.
     #[arg(long = "max-positions", default_value_t = 256)]
     pub max_positions: usize,
+    /// RoPE base frequency.
     #[arg(long = "rope-theta", default_value_t = 10_000.0)]
     pub rope_theta: f64,
     /// Tokenizer kind; only a character-level tokenizer can be made without a download.
@@ -424,8 +450,10 @@ pub struct InitArgs {
     /// The character tokenizer's alphabet (one token per character, after <pad> <eos> <unk>).
     #[arg(long, default_value = "0123456789+=abcdefgh>")]
     pub chars: String,
+    /// The stored weights' dtype.
     #[arg(long, value_parser = ["float32", "bfloat16"], default_value = "float32")]
     pub dtype: String,
+    /// Seed of the random initialisation (the same seed, the same weights).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Output directory (created; existing model files in it are replaced).
@@ -437,8 +465,10 @@ pub struct InitArgs {
 pub struct ScoreArgs {
     /// A Hugging Face model directory.
     pub dir: PathBuf,
+    /// The prompt (not scored).
     #[arg(long)]
     pub prompt: String,
+    /// The completion whose tokens are scored.
     #[arg(long)]
     pub completion: String,
     /// Print JSON instead of a table.
@@ -520,7 +550,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Resume(args) => run_cmd::resume(&store, args),
         Command::Runs(args) => store_cmd::runs(&store, args),
         Command::Metrics(args) => store_cmd::metrics(&store, args).map(|_| 0),
-        Command::Samples(args) => store_cmd::samples(&store, args).map(|_| 0),
+        Command::Samples(args) => samples_cmd::samples(&store, args).map(|_| 0),
         Command::Trajectories(args) => trajectories_cmd::trajectories(&store, args).map(|_| 0),
         Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),

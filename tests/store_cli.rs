@@ -175,6 +175,42 @@ fn store_commands_on_a_real_run() {
         text.starts_with("[rl step 1 ·") && text.contains("prompt:"),
         "{text}"
     );
+    // Text shows a page of 20 by default and says how to see the rest; --limit 0 shows all 32.
+    let out = roll(&store).args(["samples", "small"]).output().unwrap();
+    let paged = ok(out.clone());
+    assert_eq!(paged.matches("\n  prompt:").count(), 20, "{paged}");
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("the first 20") && note.contains("--limit 0"),
+        "{note}"
+    );
+    let whole = roll(&store)
+        .args(["samples", "small", "--limit", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(ok(whole.clone()).matches("\n  prompt:").count(), 32);
+    assert!(whole.stderr.is_empty());
+    // Filters that match nothing say which values exist.
+    for (args, said) in [
+        (
+            &["--domain", "nope"][..],
+            "--domain nope: its domains are add, rev",
+        ),
+        (&["--stage", "foo"][..], "--stage foo: its stages are rl"),
+        (
+            &["--step", "9999"][..],
+            "--step 9999: its sampled steps are rl 1..=4",
+        ),
+    ] {
+        let err = fails(
+            roll(&store)
+                .args(["samples", "small"])
+                .args(args)
+                .output()
+                .unwrap(),
+        );
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
 
     // Export: plots and CSV that round-trips to what the store holds.
     let out_dir = dir.path().join("plots");
@@ -218,6 +254,25 @@ fn store_commands_on_a_real_run() {
         .args(["runs", "note", "small", "first try"])
         .output()
         .unwrap());
+    // Offloads and reloads are summed up per role, not listed one by one; --events N lists the
+    // raw tail.
+    let text = ok(roll(&store).args(["runs", "show", "small"]).output().unwrap());
+    assert!(text.contains("offloads and reloads"), "{text}");
+    assert!(!text.contains("offload actor_infer"), "{text}");
+    let moved = |role: &str, kind: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().take(2).eq([role, kind]))
+            .and_then(|l| l.split_whitespace().nth(2)?.parse::<usize>().ok())
+    };
+    // 4 RL steps, colocated: actor_infer leaves for each train phase, comes back for 3 generates.
+    assert_eq!(moved("actor_infer", "offload"), Some(4), "{text}");
+    assert_eq!(moved("actor_infer", "reload"), Some(3), "{text}");
+    let tail = ok(roll(&store)
+        .args(["runs", "show", "small", "--events", "2"])
+        .output()
+        .unwrap());
+    let after = tail.split("last 2 events:\n").nth(1).unwrap_or_default();
+    assert_eq!(after.lines().count(), 2, "{tail}");
     let show: Value = serde_json::from_str(&ok(roll(&store)
         .args(["runs", "show", "1", "--json"])
         .output()
@@ -228,11 +283,11 @@ fn store_commands_on_a_real_run() {
     assert_eq!(show["config"]["name"], "small");
     assert_eq!(show["checkpoints"].as_array().unwrap().len(), 2, "{show}");
 
-    // Deleting needs --yes; without it nothing happens.
-    let err = fails(roll(&store).args(["runs", "rm", "small"]).output().unwrap());
+    // Deleting needs --yes; without it, a dry run that says so and succeeds.
+    let dry = ok(roll(&store).args(["runs", "rm", "small"]).output().unwrap());
     assert!(
-        err.contains("would delete run 'small'") && err.contains("--yes"),
-        "{err}"
+        dry.contains("would delete run 'small'") && dry.contains("nothing was deleted: pass --yes"),
+        "{dry}"
     );
     assert!(ok(roll(&store).arg("runs").output().unwrap()).contains("small"));
     ok(roll(&store)

@@ -6,11 +6,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::{ExportArgs, MetricsArgs, RunsArgs, RunsCommand, SamplesArgs};
+use super::{ExportArgs, MetricsArgs, RunsArgs, RunsCommand};
 use crate::health;
 use crate::plot::{ExportOptions, export_run};
-use crate::store::reads::SampleFilter;
-use crate::store::{OpenMode, RunInfo, Store};
+use crate::store::reads::StoredEvent;
+use crate::store::{EventKind, OpenMode, RunInfo, Store};
 use crate::text::clean;
 
 /// Run `f` with the store at `path` open (it must exist; read-only where it cannot be written) on a
@@ -66,30 +66,28 @@ pub fn runs(path: &Path, args: RunsArgs) -> Result<i32> {
             |store| async move { list_runs(&store, args.json).await },
         )
         .map(|_| 0),
-        Some(RunsCommand::Show { run, json }) => {
-            with_store(
-                path,
-                |store| async move { show_run(&store, &run, json).await },
-            )
-            .map(|_| 0)
-        }
+        Some(RunsCommand::Show { run, json, events }) => with_store(path, |store| async move {
+            show_run(&store, &run, json, events).await
+        })
+        .map(|_| 0),
         Some(RunsCommand::Rm { run, yes }) => with_store(path, |store| async move {
             let info = store.find_run(&run).await?;
             let series = store.list_series(info.id).await?;
             let points: u64 = series.iter().map(|s| s.points).sum();
             let checkpoints = store.checkpoints(info.id).await?.len();
             if !yes {
-                eprintln!(
+                // A dry run: it says what would go, changes nothing, and succeeds.
+                println!(
                     "would delete run '{}' (id {}, {}): {points} metric points in {} series, its samples, \
                      events and {checkpoints} checkpoint records (checkpoint files in '{}' stay on disk); \
-                     pass --yes to delete",
+                     nothing was deleted: pass --yes to delete",
                     info.name,
                     info.id,
                     info.status.as_str(),
                     series.len(),
                     info.output_dir
                 );
-                return Ok(2);
+                return Ok(0);
             }
             store.delete_run(info.id).await?;
             println!("deleted run '{}' (id {})", info.name, info.id);
@@ -205,7 +203,7 @@ async fn run_alarms(
     ))
 }
 
-async fn show_run(store: &Store, reference: &str, json: bool) -> Result<()> {
+async fn show_run(store: &Store, reference: &str, json: bool, tail: Option<usize>) -> Result<()> {
     let run = store.find_run(reference).await?;
     let checkpoints = store.checkpoints(run.id).await?;
     let events = store.events(run.id).await?;
@@ -264,16 +262,73 @@ async fn show_run(store: &Store, reference: &str, json: bool) -> Result<()> {
             c.path.display()
         );
     }
-    println!("events:");
-    for e in &events {
+    let is_transfer =
+        |e: &&StoredEvent| matches!(e.event.kind, EventKind::Offload | EventKind::Reload);
+    let print = |e: &StoredEvent| {
+        // A worker's events name it (`reward-1: started, pid 42`).
+        let worker = match (e.event.kind, &e.event.worker) {
+            (
+                EventKind::WorkerStarted | EventKind::WorkerExited | EventKind::WorkerFailed,
+                Some(w),
+            ) => format!("{w}: "),
+            _ => String::new(),
+        };
         println!(
-            "  {}  {:<14} {}",
+            "  {}  {:<14} {worker}{}",
             format_time(e.at),
             e.event.kind.as_str(),
             e.event.message
         );
+    };
+    // Time-sharing moves roles around every phase: hundreds of transfers, summed up per role
+    // here; `--events N` shows the raw tail.
+    println!("events:");
+    events.iter().filter(|e| !is_transfer(e)).for_each(print);
+    let transfers = transfer_totals(events.iter().filter(is_transfer));
+    if !transfers.is_empty() {
+        println!("offloads and reloads (--events N shows the last N events as recorded):");
+        for ((role, kind), t) in &transfers {
+            println!(
+                "  {role:<12} {kind:<8} {:>5} × · {:.1} MB · {:.3} s",
+                t.count,
+                t.bytes as f64 / 1e6,
+                t.seconds
+            );
+        }
+    }
+    if let Some(n) = tail {
+        println!("last {} events:", n.min(events.len()));
+        events[events.len().saturating_sub(n)..]
+            .iter()
+            .for_each(print);
     }
     Ok(())
+}
+
+/// The offloads or reloads of one role, summed.
+#[derive(Default)]
+struct TransferTotal {
+    count: usize,
+    bytes: u64,
+    seconds: f64,
+}
+
+/// (role, offload|reload) → their total, by role.
+fn transfer_totals<'a>(
+    transfers: impl Iterator<Item = &'a StoredEvent>,
+) -> std::collections::BTreeMap<(String, &'static str), TransferTotal> {
+    let mut totals = std::collections::BTreeMap::new();
+    for e in transfers {
+        let key = (
+            e.event.worker.clone().unwrap_or_else(|| "?".into()),
+            e.event.kind.as_str(),
+        );
+        let t: &mut TransferTotal = totals.entry(key).or_default();
+        t.count += 1;
+        t.bytes += e.event.bytes.unwrap_or(0);
+        t.seconds += e.event.duration_s.unwrap_or(0.0);
+    }
+    totals
 }
 
 pub fn metrics(path: &Path, args: MetricsArgs) -> Result<()> {
@@ -335,48 +390,6 @@ pub fn metrics(path: &Path, args: MetricsArgs) -> Result<()> {
                 })
                 .collect();
             writeln!(out, "{}", serde_json::to_string(&items)?)?;
-        }
-        Ok(())
-    })
-}
-
-pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
-    with_store(path, |store| async move {
-        let run = store.find_run(&args.run).await?;
-        let filter = SampleFilter {
-            stage: args.stage.clone(),
-            step: args.step,
-            domain: args.domain.clone(),
-            prompt: args.prompt.clone(),
-            limit: args.limit,
-        };
-        let samples = store.samples(run.id, &filter).await?;
-        let mut out = std::io::stdout().lock();
-        if args.json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&samples)?)?;
-            return Ok(());
-        }
-        if samples.is_empty() {
-            bail!("run '{}' has no samples matching the filter", run.name);
-        }
-        for s in &samples {
-            writeln!(
-                out,
-                "[{} step {} · {} · policy v{}] reward {:.3}{} adv {:+.3} · {} prompt + {} response tokens · {}",
-                s.stage,
-                s.step,
-                s.domain,
-                s.policy_version,
-                s.reward,
-                if s.correct { " (correct)" } else { "" },
-                s.advantage,
-                s.prompt_tokens,
-                s.response_tokens,
-                s.finish_reason
-            )?;
-            writeln!(out, "  prompt:   {:?}", s.prompt)?;
-            writeln!(out, "  response: {:?}", s.response)?;
-            writeln!(out, "  expected: {:?}", s.ground_truth)?;
         }
         Ok(())
     })

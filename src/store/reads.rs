@@ -21,6 +21,16 @@ pub struct SampleFilter {
     pub limit: Option<u64>,
 }
 
+/// The samples of one stage and domain: their step range and count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleCoverage {
+    pub stage: String,
+    pub domain: String,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub count: u64,
+}
+
 /// Events read from the store, and the last one's id to read on from.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EventsRead {
@@ -78,6 +88,29 @@ impl Store {
         .await
         .map_err(self.err("reading samples"))?;
         Ok(rows.iter().map(sample_from_row).collect())
+    }
+
+    /// What a run's samples cover: per stage and domain, the first and last step and the count
+    /// (to tell a user which filter values exist).
+    pub async fn sample_coverage(&self, run: RunId) -> Result<Vec<SampleCoverage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT stage, domain, MIN(step) AS first, MAX(step) AS last, COUNT(*) AS n \
+             FROM samples WHERE run_id = ? GROUP BY stage, domain ORDER BY MIN(id)",
+        )
+        .bind(run.0)
+        .fetch_all(self.pool())
+        .await
+        .map_err(self.err("reading which samples a run has"))?;
+        Ok(rows
+            .iter()
+            .map(|r| SampleCoverage {
+                stage: r.get("stage"),
+                domain: r.get("domain"),
+                first_step: r.get::<i64, _>("first") as u64,
+                last_step: r.get::<i64, _>("last") as u64,
+                count: r.get::<i64, _>("n") as u64,
+            })
+            .collect())
     }
 
     /// The steps of `stage` that recorded samples, in order.
