@@ -301,11 +301,24 @@ pub struct CriticConfig {
     pub value_clip: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointConfig {
-    /// Save every N optimizer steps of each stage (0 = only at the end of each stage and on Ctrl-C).
+    /// Save every N optimizer steps of each stage (0 = not by step count).
     pub every: usize,
+    /// Also save after the first step that ends this many minutes after the last save (or the
+    /// start), so that a crash in a long stage loses at most about that much work; 0 = not by
+    /// time. Checkpoints are always written at the end of each stage and on Ctrl-C.
+    pub every_minutes: f64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            every: 0,
+            every_minutes: 30.0,
+        }
+    }
 }
 
 /// Whether a YAML file is a run config rather than a fragment to include: it names its run
@@ -383,6 +396,12 @@ impl Validate for RunConfig {
             }
             (Some(_), Some(_)) => p.push("model: set only one of 'path' and 'init'".into()),
             _ => {}
+        }
+        let minutes = self.checkpoint.every_minutes;
+        if !(minutes.is_finite() && minutes >= 0.0) {
+            p.push(format!(
+                "checkpoint.every_minutes must be 0 (off) or a positive number of minutes, got {minutes}"
+            ));
         }
         if let Some(init) = &self.model.init {
             if init.chars.is_empty() {

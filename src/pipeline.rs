@@ -149,6 +149,7 @@ pub fn run(
         sink,
         stop,
         started: Instant::now(),
+        last_checkpoint_at: Instant::now(),
         wall_offset: resume.map(|r| r.state.wall_time).unwrap_or(0.0),
     };
     let model = match resume {

@@ -112,6 +112,7 @@ fn actor_train_and_actor_infer_both_in_processes_run_asynchronously() {
             "workers.actor_infer.device_mapping=[1]",
             "rl.async_generation_ratio=1",
             "checkpoint.every=0",
+            "checkpoint.every_minutes=0",
         ],
     );
     let ev = run_events(&store, "train");
@@ -122,7 +123,8 @@ fn actor_train_and_actor_infer_both_in_processes_run_asynchronously() {
         .collect();
     assert!(
         warnings.iter().any(|m| m.starts_with(
-            "actor_train in a worker process with checkpoint.every: 0: if that worker dies"
+            "actor_train in a worker process with checkpoint.every: 0 and \
+             checkpoint.every_minutes: 0: if that worker dies"
         )),
         "{warnings:?}"
     );

@@ -256,7 +256,10 @@ fn store_commands_on_a_real_run() {
         .unwrap());
     // Offloads and reloads are summed up per role, not listed one by one; --events N lists the
     // raw tail.
-    let text = ok(roll(&store).args(["runs", "show", "small"]).output().unwrap());
+    let text = ok(roll(&store)
+        .args(["runs", "show", "small"])
+        .output()
+        .unwrap());
     assert!(text.contains("offloads and reloads"), "{text}");
     assert!(!text.contains("offload actor_infer"), "{text}");
     let moved = |role: &str, kind: &str| {

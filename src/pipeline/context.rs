@@ -36,6 +36,21 @@ pub struct RunContext<'a> {
     pub started: Instant,
     /// Wall time already spent before this process (a resumed run continues its clock).
     pub wall_offset: f64,
+    /// When this process last wrote a checkpoint (or started), for `checkpoint.every_minutes`.
+    pub last_checkpoint_at: Instant,
+}
+
+/// Whether step `step` of `total` ends with a checkpoint: at the stage's end, on a stop, every
+/// `every` steps, or once `every_minutes` have passed since the last one (`since_last`).
+pub fn checkpoint_due(
+    (step, total): (usize, usize),
+    cfg: &crate::config::CheckpointConfig,
+    since_last: std::time::Duration,
+    stop: bool,
+) -> bool {
+    let by_steps = cfg.every > 0 && step.is_multiple_of(cfg.every);
+    let by_time = cfg.every_minutes > 0.0 && since_last.as_secs_f64() >= cfg.every_minutes * 60.0;
+    stop || step == total || by_steps || by_time
 }
 
 impl RunContext<'_> {
@@ -96,7 +111,7 @@ impl RunContext<'_> {
     }
 
     /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
-    /// or when a stop was requested. Returns true when the stage must stop now.
+    /// `checkpoint.every_minutes` after the last one, or when a stop was requested. Returns true when the stage must stop now.
     pub fn after_step<'a2>(
         &mut self,
         model: &LoadedModel,
@@ -106,10 +121,11 @@ impl RunContext<'_> {
         last: &mut Option<PathBuf>,
         extras: impl FnOnce() -> CheckpointExtras<'a2>,
     ) -> Result<bool, PipelineError> {
-        let every = self.cfg.checkpoint.every;
         let stop = self.stop_requested();
-        if stop || step == total || (every > 0 && step % every == 0) {
+        let since_last = self.last_checkpoint_at.elapsed();
+        if checkpoint_due((step, total), &self.cfg.checkpoint, since_last, stop) {
             *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
+            self.last_checkpoint_at = Instant::now();
         }
         // A stop requested during the run's very last step changes nothing: the run is complete.
         Ok(stop && !(step == total && self.cfg.last_stage() == Some(stage)))
@@ -169,4 +185,28 @@ pub fn checkpoint_dir(output_dir: &std::path::Path, stage: Stage, step: usize) -
     output_dir
         .join("checkpoints")
         .join(format!("{stage}-step{step}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checkpoint_due;
+    use crate::config::CheckpointConfig;
+    use std::time::Duration;
+
+    #[test]
+    fn checkpoints_come_by_step_count_by_time_at_the_end_and_on_stop() {
+        let min = |m: u64| Duration::from_secs(m * 60);
+        let cfg = CheckpointConfig::default();
+        // The default: not by count, but once 30 minutes have passed since the last one.
+        assert!(!checkpoint_due((5, 400), &cfg, min(29), false));
+        assert!(checkpoint_due((5, 400), &cfg, min(30), false));
+        assert!(checkpoint_due((400, 400), &cfg, min(0), false));
+        assert!(checkpoint_due((5, 400), &cfg, min(0), true));
+        let steps = CheckpointConfig {
+            every: 50,
+            every_minutes: 0.0,
+        };
+        assert!(checkpoint_due((100, 400), &steps, min(0), false));
+        assert!(!checkpoint_due((101, 400), &steps, min(600), false));
+    }
 }

@@ -63,11 +63,12 @@ pub fn run_rlvr(
     let mut mixer = data.mixer(mix_seed(&[seed, 2]))?;
     let mut learner = Learner::new(ctx, cfg, model, resume, Some(&mut mixer))?;
     let lone = learner.lone_state_workers();
-    if !lone.is_empty() && ctx.cfg.checkpoint.every == 0 {
+    let ck = &ctx.cfg.checkpoint;
+    if !lone.is_empty() && ck.every == 0 && ck.every_minutes == 0.0 {
         ctx.warn(format!(
-            "{} in a worker process with checkpoint.every: 0: if that worker dies, the run stops \
-             with no checkpoint of this stage to resume from (set checkpoint.every to checkpoint \
-             during the stage)",
+            "{} in a worker process with checkpoint.every: 0 and checkpoint.every_minutes: 0: if \
+             that worker dies, the run stops with no checkpoint of this stage to resume from (set \
+             either to checkpoint during the stage)",
             lone.join(" and ")
         ))?;
     }
@@ -121,8 +122,8 @@ pub fn run_rlvr(
                     ctx.cfg.name,
                     dir.display()
                 ),
-                None => "No checkpoint was written before (set checkpoint.every to checkpoint \
-                         during the stage)"
+                None => "No checkpoint was written before (checkpoint.every or a shorter \
+                         checkpoint.every_minutes checkpoint during the stage)"
                     .to_string(),
             }
         )),
