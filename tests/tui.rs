@@ -62,7 +62,7 @@ fn rows() -> Vec<RunRow> {
         paused: false,
     };
     a.info.tags = vec!["baseline".into()];
-    let b = RunRow {
+    let mut b = RunRow {
         info: info(2, "gae-critic", RunStatus::Failed, 90),
         live: false,
         reward: Some(0.25),
@@ -71,6 +71,7 @@ fn rows() -> Vec<RunRow> {
         process: None,
         paused: false,
     };
+    b.info.error = Some("critic worker 0 died during 'train'\nmore detail".into());
     let c = RunRow {
         info: info(3, "async-a2", RunStatus::Running, 2),
         live: true,
@@ -209,6 +210,26 @@ fn a_store_that_cannot_be_read_is_said_once_in_place_of_the_runs() {
     assert!(!shown.contains("No runs in this store yet"), "{shown}");
     assert!(shown.contains("Cannot read the store"), "{shown}");
     assert_eq!(shown.matches("another application").count(), 1, "{shown}");
+}
+
+#[test]
+fn a_failed_run_says_why_in_the_runs_list_and_on_its_dashboard() {
+    let mut app = loaded_app();
+    let listed = screen(&app, 100, 24);
+    let line = listed
+        .lines()
+        .find(|l| l.contains("gae-critic"))
+        .unwrap_or_default();
+    assert!(line.contains("critic worker 0 died"), "{listed}");
+    app.update(ch('j')); // gae-critic
+    app.update(key(KeyCode::Enter));
+    let dash = screen(&app, 100, 30);
+    let head = dash.lines().nth(1).unwrap_or_default();
+    assert!(
+        head.contains("failed: critic worker 0 died during 'train'"),
+        "{dash}"
+    );
+    assert!(!dash.contains("more detail"), "only the first line: {dash}");
 }
 
 #[test]

@@ -26,7 +26,7 @@ use crate::metrics::SampleRecord;
 use crate::store::liveness::ProcessIdentity;
 use crate::store::reads::{EventsRead, StoredEvent};
 use crate::store::series_since::{SeriesMark, SeriesRead};
-use crate::store::{RunId, RunInfo};
+use crate::store::{RunId, RunInfo, RunStatus};
 
 /// Below this the views do not fit; the screen says so instead.
 pub const MIN_WIDTH: u16 = 80;
@@ -832,6 +832,18 @@ impl App {
         overlay: Vec<(RunId, String, bool)>,
     ) -> Vec<Effect> {
         let mut d = Dashboard::new(open.id, open.name.clone(), open.live);
+        // A failed run says why above its curves, not only in its events.
+        d.failure = self
+            .runs
+            .rows
+            .iter()
+            .find(|r| r.info.id == open.id && r.info.status == RunStatus::Failed)
+            .map(|r| {
+                r.info
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "no reason recorded".into())
+            });
         for (id, name, live) in overlay {
             d.overlay(id, name, live);
         }

@@ -74,6 +74,8 @@ pub struct Dashboard {
     pub zoom: f64,
     /// The window's right edge as a fraction of the x range; `None` follows the newest point.
     pub right: Option<f64>,
+    /// Why the open run failed, when it did.
+    pub failure: Option<String>,
 }
 
 impl Dashboard {
@@ -106,6 +108,7 @@ impl Dashboard {
             smoothing: SMOOTHING[1],
             zoom: 1.0,
             right: None,
+            failure: None,
         }
     }
 

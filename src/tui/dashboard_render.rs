@@ -41,19 +41,24 @@ pub fn render(frame: &mut Frame, area: Rect, d: &Dashboard, spinner: &str, theme
     let mut spans = vec![
         Span::styled(format!(" {} ", names.join(" vs ")), theme.title),
         state,
-        Span::styled(
-            format!(
-                " · x: {x} · smoothing {:.2} · zoom {}",
-                d.smoothing,
-                if d.zoom >= 1.0 {
-                    "all".to_string()
-                } else {
-                    format!("1/{:.0}", 1.0 / d.zoom)
-                }
-            ),
-            theme.muted,
-        ),
     ];
+    // Why the run failed comes before the view's settings, which matter less.
+    if let Some(why) = &d.failure {
+        let first = why.lines().next().unwrap_or_default();
+        spans.push(Span::styled(format!(" · failed: {first}"), theme.bad));
+    }
+    spans.extend([Span::styled(
+        format!(
+            " · x: {x} · smoothing {:.2} · zoom {}",
+            d.smoothing,
+            if d.zoom >= 1.0 {
+                "all".to_string()
+            } else {
+                format!("1/{:.0}", 1.0 / d.zoom)
+            }
+        ),
+        theme.muted,
+    )]);
     if !d.filter.is_empty() {
         spans.push(Span::styled(
             format!(" · filter: {}", d.filter),

@@ -285,7 +285,15 @@ pub fn render(
         return;
     }
     let header = Row::new([
-        "", "name", "status", "progress", "age", "reward", "acc", "sft loss", "tags",
+        "",
+        "name",
+        "status",
+        "progress",
+        "age",
+        "reward",
+        "acc",
+        "sft loss",
+        "tags · why failed",
     ])
     .style(theme.header);
     let rows: Vec<Row> = visible
@@ -310,20 +318,33 @@ pub fn render(
                 Cell::from(number(r.reward)),
                 Cell::from(number(r.accuracy)),
                 Cell::from(number(r.sft_loss)),
-                Cell::from(i.tags.join(",")).style(theme.muted),
+                // A failed run's reason, where it is seen first; its tags otherwise.
+                match (&i.status, &i.error) {
+                    (RunStatus::Failed, Some(why)) => {
+                        Cell::from(why.lines().next().unwrap_or_default().to_string())
+                            .style(theme.bad)
+                    }
+                    _ => Cell::from(i.tags.join(",")).style(theme.muted),
+                },
             ])
         })
         .collect();
+    // Names take what the longest needs; the rest goes to tags and failure reasons.
+    let longest = visible
+        .iter()
+        .map(|r| r.info.name.chars().count())
+        .max()
+        .unwrap_or(0);
     let widths = [
         Constraint::Length(1),
-        Constraint::Min(12),
+        Constraint::Length(longest.clamp(12, 32) as u16),
         Constraint::Length(11),
         Constraint::Length(10),
         Constraint::Length(5),
         Constraint::Length(8),
         Constraint::Length(7),
         Constraint::Length(8),
-        Constraint::Min(6),
+        Constraint::Fill(1),
     ];
     let table = Table::new(rows, widths)
         .header(header)
