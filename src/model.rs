@@ -36,6 +36,10 @@ pub enum LoadError {
     },
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] tokenizer::TokenizerError),
+    /// A model made from a config's `model.init` (or `roll-tui model init`) rather than read from
+    /// files: the problem is in those settings.
+    #[error("model.init: {0}")]
+    Init(String),
 }
 
 impl LoadError {

@@ -145,6 +145,17 @@ fn store_commands_on_a_real_run() {
             .unwrap(),
     );
     assert!(err.contains("no metrics matching 'nothing/*'"), "{err}");
+    // A plain word matches whole keys only: the error points at the glob that was meant.
+    let err = fails(
+        roll(&store)
+            .args(["metrics", "small", "--key", "pg_loss", "--csv"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        err.contains("'*pg_loss*' matches 1: actor/pg_loss"),
+        "{err}"
+    );
 
     // Samples: 4 prompts x 2 per step.
     let all: Value = serde_json::from_str(&ok(roll(&store)

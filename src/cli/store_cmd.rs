@@ -343,22 +343,23 @@ pub fn metrics(path: &Path, args: MetricsArgs) -> Result<()> {
         .transpose()?;
     with_store(path, |store| async move {
         let run = store.find_run(&args.run).await?;
+        let series = store.list_series(run.id).await?;
+        let shown: Vec<_> = series
+            .iter()
+            .filter(|s| matcher.as_ref().is_none_or(|m| m.is_match(&s.key)))
+            .collect();
+        if shown.is_empty() {
+            let keys: Vec<&str> = series.iter().map(|s| s.key.as_str()).collect();
+            bail!(
+                "run '{}' has no metrics{}",
+                run.name,
+                match &args.key {
+                    Some(k) => format!(" matching '{k}'{}", key_hint(k, &keys)),
+                    None => String::new(),
+                }
+            );
+        }
         if !args.csv && !args.json {
-            let series = store.list_series(run.id).await?;
-            let shown: Vec<_> = series
-                .iter()
-                .filter(|s| matcher.as_ref().is_none_or(|m| m.is_match(&s.key)))
-                .collect();
-            if shown.is_empty() {
-                bail!(
-                    "run '{}' has no metrics{}",
-                    run.name,
-                    match &args.key {
-                        Some(k) => format!(" matching '{k}'"),
-                        None => String::new(),
-                    }
-                );
-            }
             println!(
                 "{:<5} {:<36} {:>8} {:>9}  {:>14}",
                 "STAGE", "KEY", "POINTS", "LAST STEP", "LAST VALUE"
@@ -393,6 +394,31 @@ pub fn metrics(path: &Path, args: MetricsArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `--key` matches whole keys: a plain word that matches nothing is probably meant as part of
+/// one, so say so, with the keys that contain it.
+fn key_hint(key: &str, keys: &[&str]) -> String {
+    if key.contains(['*', '?', '[', '{']) {
+        return String::new();
+    }
+    let mut containing: Vec<&str> = keys.iter().copied().filter(|k| k.contains(key)).collect();
+    containing.dedup();
+    let shown = containing
+        .iter()
+        .take(6)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    match containing.len() {
+        0 => format!(
+            " (--key is a glob over whole keys, e.g. '*{key}*'; `roll-tui metrics RUN` lists them)"
+        ),
+        n => format!(
+            " (--key is a glob over whole keys: '*{key}*' matches {n}: {shown}{})",
+            if n > 6 { ", …" } else { "" }
+        ),
+    }
 }
 
 pub fn export(path: &Path, args: ExportArgs) -> Result<()> {

@@ -168,7 +168,6 @@ pub fn init_model_dir(dir: &Path, opts: &InitOptions) -> Result<LoadedModel, Loa
 
 /// A random-initialised model with a character-level tokenizer (no download needed), in memory.
 pub fn init_model(opts: &InitOptions) -> Result<LoadedModel, LoadError> {
-    let dir = Path::new("<init>");
     let tokenizer = tokenizer::build_char_tokenizer(&opts.chars, &CHAR_SPECIALS)?;
     let vocab = tokenizer.get_vocab_size(true);
     let cfg = ModelConfig {
@@ -188,13 +187,10 @@ pub fn init_model(opts: &InitOptions) -> Result<LoadedModel, LoadError> {
         eos_token_ids: vec![1],
         torch_dtype: opts.dtype.clone(),
     };
-    cfg.check().map_err(|message| LoadError::File {
-        path: dir.join("config.json"),
-        message,
-    })?;
+    cfg.check().map_err(LoadError::Init)?;
     let params = ParamStore::init(&cfg, opts.seed, dtype_of(&cfg.torch_dtype), &Device::Cpu)
-        .map_err(|e| LoadError::io(dir, e))?;
-    let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::io(dir, e))?;
+        .map_err(|e| LoadError::Init(e.to_string()))?;
+    let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::Init(e.to_string()))?;
     let model = LoadedModel {
         transformer,
         tokenizer: TokenizerFiles {
