@@ -18,6 +18,7 @@
 
 mod chart;
 mod csv_io;
+mod glyphs;
 mod palette;
 mod points;
 pub(crate) mod select;

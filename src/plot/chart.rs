@@ -20,7 +20,7 @@ use super::select::ChartPlan;
 
 /// DejaVu Sans Mono (license in `fonts/DejaVu-LICENSE`). CI machines have no system fonts, so every
 /// text draw needs this one registered.
-const FONT_BYTES: &[u8] = include_bytes!("fonts/DejaVuSansMono.ttf");
+pub(super) const FONT_BYTES: &[u8] = include_bytes!("fonts/DejaVuSansMono.ttf");
 /// Registered as "sans-serif" because that is the family plotters uses for its own default text.
 const FONT: &str = "sans-serif";
 
@@ -38,7 +38,12 @@ pub(crate) fn draw_png(
     size: (u32, u32),
 ) -> Result<(), PlotError> {
     ensure_font()?;
-    let root = BitMapBackend::new(path, size).into_drawing_area();
+    let font = ab_glyph::FontRef::try_from_slice(FONT_BYTES).map_err(|_| PlotError::Font)?;
+    let backend = super::glyphs::TextFix {
+        inner: BitMapBackend::new(path, size),
+        font: &font,
+    };
+    let root = backend.into_drawing_area();
     draw(&root, run_name, plan).map_err(|message| PlotError::Draw {
         path: path.to_path_buf(),
         message,
