@@ -366,6 +366,8 @@ fn reading_commands_work_on_a_read_only_filesystem_and_change_nothing() {
         listed.contains("small") && listed.contains("finished"),
         "{listed}"
     );
+    // Progress against the stage's total steps.
+    assert!(listed.contains("rl 4/4"), "{listed}");
     let shown = ok(roll_read_only(
         dir.path(),
         &store,

@@ -60,6 +60,8 @@ fn rows() -> Vec<RunRow> {
         sft_loss: Some(0.4321),
         process: None,
         paused: false,
+        stage_steps: None,
+        step_seconds: None,
     };
     a.info.tags = vec!["baseline".into()];
     let mut b = RunRow {
@@ -70,6 +72,8 @@ fn rows() -> Vec<RunRow> {
         sft_loss: Some(1.5),
         process: None,
         paused: false,
+        stage_steps: None,
+        step_seconds: None,
     };
     b.info.error = Some("critic worker 0 died during 'train'\nmore detail".into());
     let c = RunRow {
@@ -80,6 +84,8 @@ fn rows() -> Vec<RunRow> {
         sft_loss: None,
         process: None,
         paused: false,
+        stage_steps: None,
+        step_seconds: None,
     };
     vec![a, b, c]
 }

@@ -50,6 +50,8 @@ fn row(id: i64, name: &str, status: RunStatus, live: bool, pid: Option<u32>) -> 
         sft_loss: None,
         process: pid.map(proc),
         paused: false,
+        stage_steps: None,
+        step_seconds: None,
     }
 }
 

@@ -141,13 +141,14 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
     }
     writeln!(
         out,
-        "{:>4}  {:<20}  {:<11}  {:>10}  {:<19}  {:<28}  TAGS",
+        "{:>4}  {:<20}  {:<11}  {:>12}  {:<19}  {:<28}  TAGS",
         "ID", "NAME", "STATUS", "STEP", "UPDATED", "LAST REWARD"
     )?;
     for r in &runs {
-        let step = match &r.last_stage {
-            Some(stage) => format!("{stage} {}", r.last_step),
-            None => "-".into(),
+        let step = match (&r.last_stage, r.stage_steps()) {
+            (Some(stage), Some(total)) => format!("{stage} {}/{total}", r.last_step),
+            (Some(stage), None) => format!("{stage} {}", r.last_step),
+            (None, _) => "-".into(),
         };
         let rewards = last_rewards(store, r)
             .await?
@@ -157,7 +158,7 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
             .join(" ");
         writeln!(
             out,
-            "{:>4}  {:<20}  {:<11}  {:>10}  {:<19}  {:<28}  {}",
+            "{:>4}  {:<20}  {:<11}  {:>12}  {:<19}  {:<28}  {}",
             r.id.0,
             r.name,
             r.status.as_str(),

@@ -48,6 +48,13 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
+    /// Steps of the stage the run is in (its last stage), from its config.
+    pub fn stage_steps(&self) -> Option<u64> {
+        let stage = self.last_stage.as_deref()?;
+        let config: serde_json::Value = serde_json::from_str(&self.config_json).ok()?;
+        config.get(stage)?.get("steps")?.as_u64()
+    }
+
     fn from_row(r: &SqliteRow) -> Self {
         let tags: Option<String> = r.get("tags");
         RunInfo {

@@ -31,6 +31,10 @@ pub struct RunRow {
     pub process: Option<ProcessIdentity>,
     /// The run's process is stopped (paused from the workbench).
     pub paused: bool,
+    /// Steps of the stage it is in, from its config.
+    pub stage_steps: Option<u64>,
+    /// The last `time/step` of that stage: seconds a step takes now.
+    pub step_seconds: Option<f64>,
 }
 
 /// The mean of the last values of the rl series `<prefix>/<domain>/<suffix>`.
@@ -46,6 +50,13 @@ fn mean_last(series: &[SeriesInfo], prefix: &str, suffix: &str) -> Option<f64> {
 
 impl RunRow {
     pub fn new(info: RunInfo, live: bool, series: &[SeriesInfo]) -> RunRow {
+        let stage = info.last_stage.clone();
+        let stage_steps = info.stage_steps();
+        let step_seconds = series
+            .iter()
+            .find(|s| s.key == "time/step" && Some(&s.stage) == stage.as_ref())
+            .and_then(|s| s.last_value)
+            .filter(|v| v.is_finite() && *v >= 0.0);
         RunRow {
             info,
             live,
@@ -57,7 +68,29 @@ impl RunRow {
                 .and_then(|s| s.last_value),
             process: None,
             paused: false,
+            stage_steps,
+            step_seconds,
         }
+    }
+
+    /// `rl 12/150`, and for a live run how long the stage has left at its current pace
+    /// (`rl 12/150 ~4m`).
+    pub fn progress(&self) -> String {
+        let i = &self.info;
+        let Some(stage) = &i.last_stage else {
+            return "-".into();
+        };
+        let Some(total) = self.stage_steps else {
+            return format!("{stage} {}", i.last_step);
+        };
+        let mut text = format!("{stage} {}/{total}", i.last_step);
+        if self.live
+            && let Some(per) = self.step_seconds
+        {
+            let left = total.saturating_sub(i.last_step) as f64 * per;
+            text.push_str(&format!(" ~{}", short_duration(left)));
+        }
+        text
     }
 
     fn matches(&self, filter: &str) -> bool {
@@ -66,6 +99,16 @@ impl RunRow {
         i.name.to_lowercase().contains(&f)
             || i.status.as_str().contains(&f)
             || i.tags.iter().any(|t| t.to_lowercase().contains(&f))
+    }
+}
+
+/// `45s`, `4m`, `2h05m`.
+fn short_duration(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
     }
 }
 
@@ -305,10 +348,7 @@ pub fn render(
             } else {
                 " "
             };
-            let progress = match &i.last_stage {
-                Some(stage) => format!("{stage} {}", i.last_step),
-                None => "-".into(),
-            };
+            let progress = r.progress();
             Row::new([
                 Cell::from(mark),
                 Cell::from(i.name.clone()),
@@ -339,7 +379,7 @@ pub fn render(
         Constraint::Length(1),
         Constraint::Length(longest.clamp(12, 32) as u16),
         Constraint::Length(11),
-        Constraint::Length(10),
+        Constraint::Length(16),
         Constraint::Length(5),
         Constraint::Length(8),
         Constraint::Length(7),
@@ -388,7 +428,34 @@ pub(crate) mod tests {
             sft_loss: Some(1.25),
             process: None,
             paused: false,
+            stage_steps: None,
+            step_seconds: None,
         }
+    }
+
+    #[test]
+    fn progress_shows_the_stage_total_and_a_live_runs_time_left() {
+        let series = |key: &str, stage: &str, v: f64| SeriesInfo {
+            stage: stage.into(),
+            key: key.into(),
+            points: 3,
+            last_step: Some(3),
+            last_value: Some(v),
+        };
+        let mut i = info(1, "r", RunStatus::Running, 0);
+        i.last_step = 12;
+        i.config_json = r#"{"sft": {"steps": 400}, "rl": {"steps": 150}}"#.into();
+        // 2 s a step now (the SFT stage's pace does not count), 138 steps to go: 276 s.
+        let s = [
+            series("time/step", "rl", 2.0),
+            series("time/step", "sft", 0.1),
+        ];
+        assert_eq!(RunRow::new(i.clone(), true, &s).progress(), "rl 12/150 ~4m");
+        assert_eq!(RunRow::new(i.clone(), false, &s).progress(), "rl 12/150");
+        i.config_json = String::new();
+        assert_eq!(RunRow::new(i, true, &s).progress(), "rl 12");
+        assert_eq!(short_duration(59.4), "59s");
+        assert_eq!(short_duration(7500.0), "2h05m");
     }
 
     #[test]
