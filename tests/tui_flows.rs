@@ -278,8 +278,15 @@ fn stop_pause_and_resume_act_on_the_selected_run_and_refuse_clearly() {
             .contains("not on this machine")
     );
     app.update(ch('j'));
+    // Resuming starts training again: asked first; any key but y leaves it.
+    assert!(app.update(ch('r')).is_empty());
+    let asked = screen(&app, 100, 30);
+    assert!(asked.contains("Resume 'broken'"), "{asked}");
+    assert!(app.update(ch('n')).is_empty());
+    assert!(app.confirm.is_none());
+    app.update(ch('r'));
     assert_eq!(
-        app.update(ch('r')),
+        app.update(ch('y')),
         vec![Effect::Resume {
             run: "broken".into()
         }]

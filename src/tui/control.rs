@@ -24,6 +24,8 @@ pub enum Confirm {
     },
     /// Delete a run that is not running: its records in the store (never its files).
     Delete { run: RunId, name: String },
+    /// Resume a stopped or failed run from its last checkpoint (a new process starts training).
+    Resume { name: String, step: String },
 }
 
 /// Where exports go, relative to the working directory.
@@ -99,6 +101,12 @@ impl App {
                 let mut effects = self.leave();
                 effects.extend(stops);
                 effects
+            }
+            (Confirm::Resume { name, .. }, KeyCode::Char('y')) => {
+                self.notice = Some(format!("resuming '{name}' from its last checkpoint…"));
+                self.launching += 1;
+                self.pending_open.push(name.clone());
+                vec![Effect::Resume { run: name }]
             }
             (Confirm::Delete { run, name }, KeyCode::Char('y')) => {
                 self.notice = Some(format!("deleting '{name}'…"));
@@ -353,11 +361,11 @@ impl App {
                 self.status = Some(format!("'{name}' finished; there is nothing to resume"));
                 vec![]
             }
+            // Resuming starts a training process: asked first, as stopping one is.
             _ => {
-                self.notice = Some(format!("resuming '{name}' from its last checkpoint…"));
-                self.launching += 1;
-                self.pending_open.push(name.clone());
-                vec![Effect::Resume { run: name }]
+                let step = row.progress();
+                self.confirm = Some(Confirm::Resume { name, step });
+                vec![]
             }
         }
     }

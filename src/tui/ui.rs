@@ -276,6 +276,22 @@ fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Them
                 ]),
             ],
         ),
+        Confirm::Resume { name, step } => (
+            " resume? ",
+            vec![
+                Line::from(format!(
+                    "Resume '{name}' ({step}) from its last checkpoint? Training starts again in a"
+                )),
+                Line::from("new process; X stops it."),
+                Line::from(""),
+                Line::from(vec![
+                    Span::styled("y", theme.title),
+                    Span::raw(" resume · "),
+                    Span::styled("any other key", theme.title),
+                    Span::raw(" leave it"),
+                ]),
+            ],
+        ),
         Confirm::Stop { name, process } => (
             " stop? ",
             vec![
