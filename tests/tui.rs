@@ -239,6 +239,20 @@ fn a_failed_run_says_why_in_the_runs_list_and_on_its_dashboard() {
 }
 
 #[test]
+fn the_runs_list_is_reread_now_and_then_with_nothing_live() {
+    let mut app = App::new();
+    let mut rows = rows();
+    rows.retain(|r| !r.live);
+    app.update(Msg::RunsLoaded(Ok(rows)));
+    let polls: Vec<usize> = (1..=40)
+        .filter(|_| app.update(Msg::Tick).contains(&Effect::LoadRuns))
+        .collect();
+    // Every 20 ticks (5 s), not every live poll (4 ticks): a run deleted elsewhere disappears
+    // without Ctrl-r.
+    assert_eq!(polls, [20, 40]);
+}
+
+#[test]
 fn runs_view_snapshots() {
     let mut app = loaded_app();
     app.update(ch(' ')); // mark async-a2

@@ -253,6 +253,8 @@ impl Effect {
 
 /// Ticks between polls of the store for live data (a tick is 250 ms).
 pub const POLL_TICKS: u64 = 4;
+/// Ticks between reads of the runs list when none of its runs is live (5 s).
+pub const IDLE_POLL_TICKS: u64 = 20;
 /// Seconds a tick stands for.
 pub const TICK_SECONDS: f64 = 0.25;
 
@@ -419,7 +421,10 @@ impl App {
             .map(|d| d.live_parts())
             .unwrap_or_default();
         let list_live = self.view == View::Runs && self.runs.rows.iter().any(|r| r.live);
-        if list_live || starting || !live_parts.is_empty() {
+        // With nothing live the list is still read now and then, so that runs started or
+        // deleted elsewhere (another terminal, `roll-tui runs rm`) show without Ctrl-r.
+        let list_idle = self.view == View::Runs && self.ticks.is_multiple_of(IDLE_POLL_TICKS);
+        if list_live || list_idle || starting || !live_parts.is_empty() {
             effects.push(Effect::LoadRuns);
         }
         if !self.dashboard.as_ref().is_some_and(|d| d.frozen) {
