@@ -321,6 +321,16 @@ impl Default for CheckpointConfig {
     }
 }
 
+/// A setting's value as a config writes it (`grpo`, `in_reward`), for messages: the serde name,
+/// never the Rust one (`Grpo`).
+fn yaml_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
 /// Whether a YAML file is a run config rather than a fragment to include: it names its run
 /// (`name:` at the top level).
 pub fn is_runnable(path: &Path) -> bool {
@@ -473,8 +483,9 @@ impl RlConfig {
         use AdvantageEstimator as A;
         if matches!(self.adv_estimator, A::Grpo | A::Rloo) && self.group_size < 2 {
             p.push(format!(
-                "rl.adv_estimator {:?} needs rl.group_size >= 2, got {}",
-                self.adv_estimator, self.group_size
+                "rl.adv_estimator {} needs rl.group_size >= 2, got {}",
+                yaml_name(&self.adv_estimator),
+                self.group_size
             ));
         }
         if self.adv_estimator == A::Gae && self.critic.is_none() {
@@ -503,8 +514,8 @@ impl RlConfig {
         }
         if self.kl.mode != KlMode::None && self.kl.coef <= 0.0 {
             p.push(format!(
-                "rl.kl.mode {:?} needs rl.kl.coef > 0",
-                self.kl.mode
+                "rl.kl.mode {} needs rl.kl.coef > 0",
+                yaml_name(&self.kl.mode)
             ));
         }
         if self.kl.refresh_every > 0 && self.kl.mode == KlMode::None {
@@ -550,18 +561,19 @@ impl RlConfig {
             ));
         }
         let est = self.adv_estimator;
+        let est_name = yaml_name(&est);
         match (&self.env, est) {
             (None, _) if est.is_per_env_step() => p.push(format!(
-                "rl.adv_estimator {est:?} is for agentic runs: add an rl.env section"
+                "rl.adv_estimator {est_name} is for agentic runs: add an rl.env section"
             )),
             (Some(env), A::Gigpo | A::StepReinforce) if env.mode != EnvMode::Step => {
                 p.push(format!(
-                    "rl.adv_estimator {est:?} trains one sample per env step: set rl.env.mode to step"
+                    "rl.adv_estimator {est_name} trains one sample per env step: set rl.env.mode to step"
                 ))
             }
             (Some(env), _) if env.mode == EnvMode::Step && !matches!(est, A::Gigpo | A::StepReinforce) => {
                 p.push(format!(
-                    "rl.env.mode step needs rl.adv_estimator gigpo or step_reinforce, got {est:?}"
+                    "rl.env.mode step needs rl.adv_estimator gigpo or step_reinforce, got {est_name}"
                 ))
             }
             _ => {}
@@ -577,13 +589,13 @@ impl RlConfig {
         }
         if est.is_per_env_step() && self.kl.mode == KlMode::InReward {
             p.push(format!(
-                "rl.adv_estimator {est:?} computes advantages from env rewards per step, so \
+                "rl.adv_estimator {est_name} computes advantages from env rewards per step, so \
                  rl.kl.mode in_reward cannot shape them; use in_loss"
             ));
         }
         if est == A::Gigpo && self.group_size < 2 {
             p.push(format!(
-                "rl.adv_estimator Gigpo needs rl.group_size >= 2, got {}",
+                "rl.adv_estimator gigpo needs rl.group_size >= 2, got {}",
                 self.group_size
             ));
         }
