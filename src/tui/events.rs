@@ -22,7 +22,10 @@ pub use crate::text::{clean, human_bytes, rel_time};
 /// Which kinds of events the list shows; Tab and Shift-Tab cycle through them in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KindFilter {
+    /// Everything but offloads and reloads, which time-sharing writes around every phase (hundreds
+    /// of them in a run): the default, so the rest can be read.
     #[default]
+    AllButTransfers,
     All,
     /// Warnings, errors and worker failures.
     Problems,
@@ -37,7 +40,8 @@ pub enum KindFilter {
 }
 
 impl KindFilter {
-    const CYCLE: [KindFilter; 6] = [
+    const CYCLE: [KindFilter; 7] = [
+        KindFilter::AllButTransfers,
         KindFilter::All,
         KindFilter::Problems,
         KindFilter::Workers,
@@ -61,6 +65,7 @@ impl KindFilter {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            KindFilter::AllButTransfers => "all but transfers",
             KindFilter::All => "all",
             KindFilter::Problems => "problems",
             KindFilter::Workers => "workers",
@@ -73,6 +78,7 @@ impl KindFilter {
     pub fn matches(self, kind: EventKind) -> bool {
         use EventKind as K;
         match self {
+            KindFilter::AllButTransfers => !matches!(kind, K::Offload | K::Reload),
             KindFilter::All => true,
             KindFilter::Problems => matches!(
                 kind,
@@ -124,7 +130,7 @@ impl EventsView {
         EventsView {
             run,
             loaded: false,
-            kind: KindFilter::All,
+            kind: KindFilter::default(),
             follow: true,
             events: Arc::default(),
             haystack: vec![],
@@ -553,9 +559,11 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// The sample events, every kind shown.
     fn loaded() -> EventsView {
         let mut v = EventsView::new(RunId(1));
         v.set_events(Arc::new(sample()), 0);
+        v.kind = KindFilter::All;
         v
     }
 
@@ -569,9 +577,16 @@ pub(crate) mod tests {
     #[test]
     fn the_kind_filter_cycles_through_every_kind_group() {
         use EventKind as K;
+        // A fresh view hides the offloads and reloads, and only them.
+        let mut fresh = EventsView::new(RunId(1));
+        fresh.set_events(Arc::new(sample()), 0);
+        assert_eq!(fresh.kind.as_str(), "all but transfers");
         let mut v = loaded();
+        let mut all = kinds(&v);
+        all.retain(|k| !matches!(k, K::Offload | K::Reload));
+        assert_eq!(kinds(&fresh), all);
         let mut seen = vec![v.kind];
-        for _ in 0..6 {
+        for _ in 0..7 {
             v.act(Action::NextPane);
             seen.push(v.kind);
         }
@@ -584,10 +599,12 @@ pub(crate) mod tests {
                 "transfers",
                 "logs",
                 "run",
+                "all but transfers",
                 "all"
             ]
         );
-        v.act(Action::PrevPane); // all → run
+        v.act(Action::PrevPane); // all → all but transfers
+        v.act(Action::PrevPane); // → run
         assert_eq!(kinds(&v), [K::RunStarted, K::RunEnded]);
         v.act(Action::PrevPane);
         assert_eq!(kinds(&v), [K::Info, K::Info, K::Info]);
@@ -639,6 +656,7 @@ pub(crate) mod tests {
     fn the_selection_follows_the_tail_until_moved_off_it() {
         let all = sample();
         let mut v = EventsView::new(RunId(1));
+        v.kind = KindFilter::All;
         assert!(!v.loaded);
         v.set_events(Arc::new(all[..5].to_vec()), 0);
         assert!(v.loaded && v.follow);
