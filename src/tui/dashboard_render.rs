@@ -138,6 +138,58 @@ fn render_readout(frame: &mut Frame, area: Rect, d: &Dashboard, theme: &Theme) {
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
+/// The y range drawn for values from `lo` to `hi`: 5% of room either side, a visible band around
+/// a flat series, and never across zero when the values do not cross it (a reward, an entropy or
+/// a time is drawn from 0 up, not from -0.05).
+pub fn y_bounds(lo: f64, hi: f64) -> (f64, f64) {
+    let pad = if hi - lo > 1e-12 * hi.abs().max(1.0) {
+        (hi - lo) * 0.05
+    } else if hi != 0.0 {
+        hi.abs() * 0.1
+    } else {
+        1.0
+    };
+    let low = if lo >= 0.0 {
+        (lo - pad).max(0.0)
+    } else {
+        lo - pad
+    };
+    let high = if hi <= 0.0 {
+        (hi + pad).min(0.0)
+    } else {
+        hi + pad
+    };
+    // A series that is all zeros still needs a range.
+    if high > low {
+        (low, high)
+    } else {
+        (low, low + 1.0)
+    }
+}
+
+/// `names` less the `/`-separated parts they all begin or end with (`reward/add/mean`,
+/// `reward/rev/mean` → `add`, `rev`); unchanged when that would leave a name empty.
+pub fn distinct_parts(names: &[String]) -> Vec<String> {
+    let split: Vec<Vec<&str>> = names.iter().map(|n| n.split('/').collect()).collect();
+    let shortest = split.iter().map(Vec::len).min().unwrap_or(0);
+    let same = |pick: &dyn Fn(&Vec<&str>, usize) -> String, k: usize| {
+        split.iter().all(|p| pick(p, k) == pick(&split[0], k))
+    };
+    let head = (0..shortest)
+        .take_while(|&k| same(&|p, k| p[k].to_string(), k))
+        .count();
+    let tail = (0..shortest - head)
+        .take_while(|&k| same(&|p, k| p[p.len() - 1 - k].to_string(), k))
+        .count();
+    if split.iter().any(|p| p.len() <= head + tail) {
+        return names.to_vec();
+    }
+    split
+        .iter()
+        .map(|p| p[head..p.len() - tail].join("/"))
+        .collect()
+}
+
 /// A series' name in a legend: its key, with its run's name when runs are compared.
 fn legend_name(d: &Dashboard, i: usize) -> String {
     let key = &d.series[i].key;
@@ -156,6 +208,32 @@ fn render_panel(
     focused: bool,
     theme: &Theme,
 ) {
+    // Each series with its latest value. With several, they go in the panel's title, in their
+    // colours, by the parts of their names that differ: a legend box would not fit a grid panel
+    // and would cover the curves.
+    let names: Vec<String> = panel.lines.iter().map(|&i| legend_name(d, i)).collect();
+    let several = names.len() > 1;
+    let names = if several {
+        distinct_parts(&names)
+    } else {
+        names
+    };
+    let entries: Vec<String> = panel
+        .lines
+        .iter()
+        .zip(&names)
+        .map(|(&i, name)| {
+            let last = d.value_now(i).map(|(_, v)| short(v));
+            format!("{name} {}", last.unwrap_or_else(|| "-".into()))
+        })
+        .collect();
+    let mut title = vec![Span::styled(format!(" {} ", panel.title), theme.title)];
+    if several {
+        for (n, entry) in entries.iter().enumerate() {
+            let color = Style::default().fg(theme.series_color(n));
+            title.push(Span::styled(format!("● {entry} "), color));
+        }
+    }
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(if focused {
@@ -163,7 +241,7 @@ fn render_panel(
         } else {
             theme.border
         })
-        .title(Span::styled(format!(" {} ", panel.title), theme.title));
+        .title(Line::from(title));
     let Some(window) = d.panel_window(&panel.lines) else {
         frame.render_widget(block, area);
         return;
@@ -189,22 +267,18 @@ fn render_panel(
         .filter_map(|p| value_range(p))
         .reduce(|(a, b), (c, e)| (a.min(c), b.max(e)))
         .unwrap_or((0.0, 1.0));
-    // A flat series gets a visible band around its value, not a range of rounding noise.
-    let pad = if hi - lo > 1e-12 * hi.abs().max(1.0) {
-        (hi - lo) * 0.05
-    } else {
-        (hi.abs() * 0.1).max(1.0)
-    };
-    let (lo, hi) = (lo - pad, hi + pad);
+    let (lo, hi) = y_bounds(lo, hi);
+    // Values a billionth of the range apart are drawn alike: rounding noise (an EMA of a constant)
+    // must not flip a dot row where a value sits on a row boundary.
+    let step = (hi - lo) * 1e-9;
+    for p in raw.iter_mut().chain(smooth.iter_mut()).flatten() {
+        p.1 = lo + ((p.1 - lo) / step).round() * step;
+    }
     let mut datasets = vec![];
-    for (n, &i) in panel.lines.iter().enumerate() {
+    for (n, _) in panel.lines.iter().enumerate() {
         let color = theme.series_color(n);
-        let last = d.value_now(i).map(|(_, v)| v);
-        let name = format!(
-            "{} {}",
-            legend_name(d, i),
-            last.map(short).unwrap_or_else(|| "-".into())
-        );
+        // A single series keeps its legend box (its full name and value).
+        let name = (!several).then(|| entries[n].clone());
         let faded = d.smoothing > 0.0;
         let raw_style = if faded {
             Style::default().fg(color).add_modifier(Modifier::DIM)
@@ -216,19 +290,20 @@ fn render_panel(
             .graph_type(GraphType::Line)
             .style(raw_style)
             .data(&raw[n]);
-        if !faded {
+        if let (false, Some(name)) = (faded, &name) {
             raw_set = raw_set.name(name.clone());
         }
         datasets.push(raw_set);
         if faded {
-            datasets.push(
-                Dataset::default()
-                    .name(name)
-                    .marker(Marker::Braille)
-                    .graph_type(GraphType::Line)
-                    .style(Style::default().fg(color))
-                    .data(&smooth[n]),
-            );
+            let mut smooth_set = Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::default().fg(color))
+                .data(&smooth[n]);
+            if let Some(name) = name {
+                smooth_set = smooth_set.name(name);
+            }
+            datasets.push(smooth_set);
         }
     }
     // The replay cursor: a vertical line where its step (or time) is, on panels of its stage.
@@ -280,4 +355,45 @@ fn render_panel(
         )
         .hidden_legend_constraints((Constraint::Percentage(60), Constraint::Percentage(60)));
     frame.render_widget(chart, area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn y_ranges_do_not_cross_zero_unless_the_values_do() {
+        // 0..1 with 5% room: -0.05 would be drawn below a reward's floor.
+        assert_eq!(y_bounds(0.0, 1.0), (0.0, 1.05));
+        let (lo, hi) = y_bounds(-1.0, 1.0);
+        assert!((lo + 1.1).abs() < 1e-12 && (hi - 1.1).abs() < 1e-12);
+        // A flat time series: a band of 10% around it, not ±1 (which went to -0.94).
+        let (lo, hi) = y_bounds(0.06, 0.06);
+        assert!(
+            (lo - 0.054).abs() < 1e-12 && (hi - 0.066).abs() < 1e-12,
+            "{lo} {hi}"
+        );
+        assert_eq!(y_bounds(0.0, 0.0), (0.0, 1.0));
+        let (lo, hi) = y_bounds(-2.0, -1.0);
+        assert!((lo + 2.05).abs() < 1e-12 && (hi + 0.95).abs() < 1e-12);
+    }
+
+    #[test]
+    fn legends_keep_the_parts_of_names_that_differ() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            distinct_parts(&names(&["reward/add/mean", "reward/rev/mean"])),
+            ["add", "rev"]
+        );
+        assert_eq!(
+            distinct_parts(&names(&["actor/clip_frac_low", "actor/clip_frac_high"])),
+            ["clip_frac_low", "clip_frac_high"]
+        );
+        // Nothing would be left of one of them: unchanged.
+        assert_eq!(
+            distinct_parts(&names(&["loss", "loss/ema"])),
+            ["loss", "loss/ema"]
+        );
+        assert_eq!(distinct_parts(&names(&["a/x", "b/y"])), ["a/x", "b/y"]);
+    }
 }
