@@ -475,3 +475,26 @@ fn live_runs_drawn_together_are_followed_by_reading_only_what_they_added() {
     rt.block_on(task).unwrap();
     rt.block_on(loader.close());
 }
+
+#[test]
+fn the_dashboard_at_80x24_names_every_series_with_its_value() {
+    let mut app = loaded_app();
+    app.update(ch('G'));
+    app.update(key(KeyCode::Enter));
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        since: None,
+        result: Ok(SeriesRead::whole(dashboard_series())),
+    });
+    let shown = screen(&app, 80, 24);
+    // In each panel's title, so no legend box is hidden for want of room or covers a curve.
+    for entry in [
+        "● add 0.950",
+        "● rev 0.499",
+        "● actor/pg_loss -0.092",
+        "● time/step 0.060",
+    ] {
+        assert!(shown.contains(entry), "{entry}:\n{shown}");
+    }
+    insta::assert_snapshot!("dashboard_80x24", shown);
+}

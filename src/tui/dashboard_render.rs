@@ -208,9 +208,9 @@ fn render_panel(
     focused: bool,
     theme: &Theme,
 ) {
-    // Each series with its latest value. With several, they go in the panel's title, in their
-    // colours, by the parts of their names that differ: a legend box would not fit a grid panel
-    // and would cover the curves.
+    // Each series with its latest value, in the panel's title in its colour (several by the parts
+    // of their names that differ): a legend box would not fit a grid panel at 80x24, and would
+    // cover the curves.
     let names: Vec<String> = panel.lines.iter().map(|&i| legend_name(d, i)).collect();
     let several = names.len() > 1;
     let names = if several {
@@ -228,11 +228,9 @@ fn render_panel(
         })
         .collect();
     let mut title = vec![Span::styled(format!(" {} ", panel.title), theme.title)];
-    if several {
-        for (n, entry) in entries.iter().enumerate() {
-            let color = Style::default().fg(theme.series_color(n));
-            title.push(Span::styled(format!("● {entry} "), color));
-        }
+    for (n, entry) in entries.iter().enumerate() {
+        let color = Style::default().fg(theme.series_color(n));
+        title.push(Span::styled(format!("● {entry} "), color));
     }
     let block = Block::default()
         .borders(Borders::ALL)
@@ -277,33 +275,26 @@ fn render_panel(
     let mut datasets = vec![];
     for (n, _) in panel.lines.iter().enumerate() {
         let color = theme.series_color(n);
-        // A single series keeps its legend box (its full name and value).
-        let name = (!several).then(|| entries[n].clone());
         let faded = d.smoothing > 0.0;
         let raw_style = if faded {
             Style::default().fg(color).add_modifier(Modifier::DIM)
         } else {
             Style::default().fg(color)
         };
-        let mut raw_set = Dataset::default()
+        let raw_set = Dataset::default()
             .marker(Marker::Braille)
             .graph_type(GraphType::Line)
             .style(raw_style)
             .data(&raw[n]);
-        if let (false, Some(name)) = (faded, &name) {
-            raw_set = raw_set.name(name.clone());
-        }
         datasets.push(raw_set);
         if faded {
-            let mut smooth_set = Dataset::default()
-                .marker(Marker::Braille)
-                .graph_type(GraphType::Line)
-                .style(Style::default().fg(color))
-                .data(&smooth[n]);
-            if let Some(name) = name {
-                smooth_set = smooth_set.name(name);
-            }
-            datasets.push(smooth_set);
+            datasets.push(
+                Dataset::default()
+                    .marker(Marker::Braille)
+                    .graph_type(GraphType::Line)
+                    .style(Style::default().fg(color))
+                    .data(&smooth[n]),
+            );
         }
     }
     // The replay cursor: a vertical line where its step (or time) is, on panels of its stage.
