@@ -11,6 +11,7 @@
 pub mod action;
 pub mod app;
 pub mod commands;
+pub mod config_diff;
 pub mod control;
 pub mod dashboard;
 pub mod dashboard_render;

@@ -253,6 +253,33 @@ fn the_runs_list_is_reread_now_and_then_with_nothing_live() {
 }
 
 #[test]
+fn compared_runs_show_what_differs_in_their_configs() {
+    let mut app = App::new();
+    app.update(Msg::Resize {
+        width: 100,
+        height: 30,
+    });
+    let mut rows = rows();
+    for (row, (seed, coef)) in rows.iter_mut().zip([(1, 0.01), (2, 0.05), (1, 0.01)]) {
+        row.info.config_json = format!(
+            r#"{{"name": "{}", "seed": {seed}, "rl": {{"kl": {{"coef": {coef}}}, "steps": 150}}}}"#,
+            row.info.name
+        );
+    }
+    app.update(Msg::RunsLoaded(Ok(rows)));
+    app.update(ch(' ')); // async-a2 (seed 1)
+    app.update(ch('j'));
+    app.update(ch(' ')); // gae-critic (seed 2)
+    app.update(ch('c'));
+    let shown = screen(&app, 100, 30);
+    let line = shown.lines().nth(2).unwrap_or_default();
+    assert!(
+        line.contains("config differs: rl.kl.coef 0.05 vs 0.01 · seed 2 vs 1"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn runs_view_snapshots() {
     let mut app = loaded_app();
     app.update(ch(' ')); // mark async-a2

@@ -849,6 +849,18 @@ impl App {
                     .clone()
                     .unwrap_or_else(|| "no reason recorded".into())
             });
+        let config_of = |id: RunId| {
+            self.runs
+                .rows
+                .iter()
+                .find(|r| r.info.id == id)
+                .map_or("", |r| r.info.config_json.as_str())
+        };
+        if !overlay.is_empty() {
+            let mut configs = vec![config_of(open.id)];
+            configs.extend(overlay.iter().map(|(id, _, _)| config_of(*id)));
+            d.config_diff = super::config_diff::differences(&configs);
+        }
         for (id, name, live) in overlay {
             d.overlay(id, name, live);
         }

@@ -76,6 +76,8 @@ pub struct Dashboard {
     pub right: Option<f64>,
     /// Why the open run failed, when it did.
     pub failure: Option<String>,
+    /// With runs compared: their config keys that differ (`seed 1 vs 2`).
+    pub config_diff: Vec<String>,
 }
 
 impl Dashboard {
@@ -109,6 +111,7 @@ impl Dashboard {
             zoom: 1.0,
             right: None,
             failure: None,
+            config_diff: vec![],
         }
     }
 

@@ -27,7 +27,10 @@ pub fn short(v: f64) -> String {
 }
 
 pub fn render(frame: &mut Frame, area: Rect, d: &Dashboard, spinner: &str, theme: &Theme) {
-    let [head, body] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+    // Compared runs: what differs in their configs, on a line of its own.
+    let head_rows = if d.config_diff.is_empty() { 1 } else { 2 };
+    let [head, body] =
+        Layout::vertical([Constraint::Length(head_rows), Constraint::Min(0)]).areas(area);
     let state = match (d.live, d.frozen) {
         (true, false) => Span::styled("● live", theme.good),
         (true, true) => Span::styled("❚❚ frozen", theme.muted),
@@ -65,7 +68,14 @@ pub fn render(frame: &mut Frame, area: Rect, d: &Dashboard, spinner: &str, theme
             theme.muted,
         ));
     }
-    frame.render_widget(Paragraph::new(Line::from(spans)), head);
+    let mut lines = vec![Line::from(spans)];
+    if !d.config_diff.is_empty() {
+        lines.push(Line::from(vec![
+            Span::styled(" config differs: ", theme.muted),
+            Span::raw(d.config_diff.join(" · ")),
+        ]));
+    }
+    frame.render_widget(Paragraph::new(lines), head);
     let body = match &d.as_of {
         Some(_) if d.loaded => {
             let [body, readout] =
