@@ -110,6 +110,10 @@ pub enum Action {
     Speed,
     /// Samples: follow the selected prompt across steps, or stop following it.
     Follow,
+    /// Samples: every response, the wrong ones only, or the groups with all-equal rewards only.
+    Narrow,
+    /// Samples: groups in recorded order, or the lowest mean reward first.
+    WorstFirst,
     /// Episodes: training or evaluation episodes.
     Validation,
     /// Debugger: take the env's Left action (grid envs)
@@ -156,7 +160,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the keys config file (`View(n)` is `view_1` … `view_7`).
-    pub const ALL: [Action; 72] = [
+    pub const ALL: [Action; 74] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -206,6 +210,8 @@ impl Action {
         Action::Play,
         Action::Speed,
         Action::Follow,
+        Action::Narrow,
+        Action::WorstFirst,
         Action::Validation,
         Action::MoveLeft,
         Action::MoveDown,
@@ -343,6 +349,8 @@ impl Action {
             Action::Play => "replay: play / pause",
             Action::Speed => "replay: play speed",
             Action::Follow => "follow this prompt across steps",
+            Action::Narrow => "all / wrong only / flat groups only",
+            Action::WorstFirst => "sort groups: recorded / worst reward first",
             Action::Validation => "training / evaluation episodes",
             Action::MoveLeft => "env action Left",
             Action::MoveDown => "env action Down",
@@ -453,6 +461,8 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('l'), S::Samples, A::Right),
     key(K::Right, S::Samples, A::Right),
     key(K::Char('f'), S::Samples, A::Follow),
+    key(K::Char('w'), S::Samples, A::Narrow),
+    key(K::Char('s'), S::Samples, A::WorstFirst),
     key(K::Tab, S::Samples, A::NextPane),
     key(K::BackTab, S::Samples, A::PrevPane),
     key(K::Tab, S::Workers, A::NextPane),

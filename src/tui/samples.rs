@@ -46,6 +46,43 @@ pub struct Group {
     pub flat: bool,
 }
 
+/// Which responses the listing keeps besides the search and domain filters (`w` cycles them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Narrow {
+    #[default]
+    All,
+    /// The responses that were not correct.
+    Wrong,
+    /// Groups whose rewards are all equal: no learning signal.
+    Flat,
+}
+
+impl Narrow {
+    fn next(self) -> Narrow {
+        match self {
+            Narrow::All => Narrow::Wrong,
+            Narrow::Wrong => Narrow::Flat,
+            Narrow::Flat => Narrow::All,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Narrow::All => "all",
+            Narrow::Wrong => "wrong only",
+            Narrow::Flat => "flat groups only",
+        }
+    }
+}
+
+/// How the listing narrows and orders its groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shown {
+    pub narrow: Narrow,
+    /// Lowest mean reward first (stable: recorded order among equals; unscored last).
+    pub worst_first: bool,
+}
+
 /// Loaded samples, the groups the filters keep, and the selection in them.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
@@ -129,15 +166,36 @@ impl Listing {
         }
     }
 
-    /// Keep the groups that match `filter` (lower case) and `domain`; a selection they hide moves
-    /// to the first response kept.
-    fn regroup(&mut self, filter: &str, domain: Option<&str>) {
+    /// Keep the groups that match `filter` (lower case) and `domain`, narrowed and ordered as
+    /// `shown` says; a selection they hide moves to the first response kept. A group's mean and
+    /// count of correct answers are always those of all its responses.
+    fn regroup(&mut self, filter: &str, domain: Option<&str>, shown: Shown) {
         let kept: Vec<Vec<usize>> = self
             .all_groups()
             .into_iter()
             .filter(|m| self.keeps(m, filter, domain))
             .collect();
-        self.groups = kept.into_iter().map(|m| self.group(m)).collect();
+        let mut groups: Vec<Group> = kept.into_iter().map(|m| self.group(m)).collect();
+        match shown.narrow {
+            Narrow::All => {}
+            Narrow::Wrong => {
+                for g in &mut groups {
+                    let samples = &self.samples;
+                    g.members
+                        .retain(|&i| samples.get(i).is_some_and(|s| !s.correct));
+                }
+                groups.retain(|g| !g.members.is_empty());
+            }
+            Narrow::Flat => groups.retain(|g| g.flat),
+        }
+        if shown.worst_first {
+            // NaN (nothing scored) sorts after every number.
+            groups.sort_by(|a, b| match (a.mean.is_nan(), b.mean.is_nan()) {
+                (false, false) => a.mean.total_cmp(&b.mean),
+                (x, y) => x.cmp(&y),
+            });
+        }
+        self.groups = groups;
         if self.position().is_none() {
             self.selected = self.order().first().copied();
         }
@@ -213,6 +271,8 @@ pub struct SamplesView {
     target: Option<u64>,
     filter: String,
     pub(super) domain: Option<String>,
+    /// Wrong-only or flat-groups-only, and worst-first order (`w`, `s`).
+    pub(super) shown: Shown,
     /// The selected response is shown whole and wrapped, scrolled down `scroll` lines.
     pub(super) whole: bool,
     pub(super) scroll: u16,
@@ -230,6 +290,7 @@ impl SamplesView {
             target: None,
             filter: String::new(),
             domain: None,
+            shown: Shown::default(),
             whole: false,
             scroll: 0,
         }
@@ -265,7 +326,11 @@ impl SamplesView {
         }
         let mut listing = Listing::new(samples, false);
         listing.selected = self.listing.as_ref().and_then(|l| l.selected);
-        listing.regroup(&self.filter.to_lowercase(), self.domain.as_deref());
+        listing.regroup(
+            &self.filter.to_lowercase(),
+            self.domain.as_deref(),
+            self.shown,
+        );
         self.listing = Some(listing);
     }
 
@@ -286,7 +351,11 @@ impl SamplesView {
             .as_ref()
             .and_then(|l| l.selected)
             .or(at_step);
-        listing.regroup(&self.filter.to_lowercase(), self.domain.as_deref());
+        listing.regroup(
+            &self.filter.to_lowercase(),
+            self.domain.as_deref(),
+            self.shown,
+        );
         following.listing = Some(listing);
     }
 
@@ -299,6 +368,11 @@ impl SamplesView {
 
     pub fn filter(&self) -> &str {
         &self.filter
+    }
+
+    /// How the groups are narrowed and ordered.
+    pub fn shown(&self) -> Shown {
+        self.shown
     }
 
     /// The domain filter in effect (`None`: every domain).
@@ -366,9 +440,10 @@ impl SamplesView {
     fn regroup(&mut self) {
         let filter = self.filter.to_lowercase();
         let domain = self.domain.clone();
+        let shown = self.shown;
         let followed = self.following.as_mut().and_then(|f| f.listing.as_mut());
         for listing in self.listing.iter_mut().chain(followed) {
-            listing.regroup(&filter, domain.as_deref());
+            listing.regroup(&filter, domain.as_deref(), shown);
         }
         self.scroll = 0;
     }
@@ -455,6 +530,14 @@ impl SamplesView {
                     (Some(f), _) => Some(SamplesRequest::Prompt(f.prompt.clone())),
                     (None, step) => step.map(SamplesRequest::Step),
                 };
+            }
+            Action::Narrow => {
+                self.shown.narrow = self.shown.narrow.next();
+                self.regroup();
+            }
+            Action::WorstFirst => {
+                self.shown.worst_first = !self.shown.worst_first;
+                self.regroup();
             }
             Action::NextPane => self.cycle_domain(true),
             Action::PrevPane => self.cycle_domain(false),
@@ -544,6 +627,56 @@ mod tests {
         assert_eq!(v.set_steps(vec![5, 1, 3]), Some(SamplesRequest::Step(5)));
         v.set_step_samples(5, step_samples(5));
         v
+    }
+
+    /// Each kept group's domain with its responses.
+    fn kept(v: &SamplesView) -> Vec<(String, Vec<String>)> {
+        let l = v.listing().expect("loaded");
+        l.groups
+            .iter()
+            .map(|g| {
+                let of = |i: &usize| l.samples[*i].clone();
+                let domain = of(&g.members[0]).domain;
+                (domain, g.members.iter().map(|i| of(i).response).collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn w_narrows_to_wrong_answers_or_flat_groups_and_s_puts_the_worst_first() {
+        let mut v = view();
+        let both = |d: &str, r: &[&str]| (d.to_string(), r.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            kept(&v),
+            [
+                both("add", &["2+3 = 5", "It is 6."]),
+                both("rev", &["cba", "cba"])
+            ]
+        );
+        // Worst mean reward first: add (0.5) before rev (1.0) — already so; flip the data's
+        // order to see it move.
+        let mut samples = step_samples(5);
+        samples.rotate_left(2); // rev first
+        v.set_step_samples(5, samples);
+        assert_eq!(kept(&v)[0].0, "rev");
+        v.act(Action::WorstFirst);
+        assert_eq!(kept(&v)[0].0, "add");
+        v.act(Action::WorstFirst);
+        assert_eq!(kept(&v)[0].0, "rev");
+        // Wrong only: the one wrong response, in its group (whose mean stays that of both).
+        v.act(Action::Narrow);
+        assert_eq!(kept(&v), [both("add", &["It is 6."])]);
+        let l = v.listing().expect("loaded");
+        assert_eq!((l.groups[0].mean, l.groups[0].correct), (0.5, 1));
+        assert_eq!(
+            l.selected_sample().map(|s| s.response.as_str()),
+            Some("It is 6.")
+        );
+        // Flat groups only: rev's, whose rewards are all 1.
+        v.act(Action::Narrow);
+        assert_eq!(kept(&v), [both("rev", &["cba", "cba"])]);
+        v.act(Action::Narrow);
+        assert_eq!(kept(&v).len(), 2);
     }
 
     fn selected(v: &SamplesView) -> Option<(String, String)> {

@@ -157,6 +157,16 @@ fn header(view: &SamplesView, theme: &Theme) -> Line<'static> {
             theme.muted,
         ));
     }
+    let shown = view.shown();
+    if shown.narrow != super::samples::Narrow::All {
+        spans.push(Span::styled(
+            format!(" · {}", shown.narrow.as_str()),
+            theme.muted,
+        ));
+    }
+    if shown.worst_first {
+        spans.push(Span::styled(" · worst first", theme.muted));
+    }
     Line::from(spans)
 }
 
@@ -195,7 +205,7 @@ pub fn render(frame: &mut Frame, area: Rect, view: &SamplesView, spinner: &str, 
     if listing.groups.is_empty() {
         return say(
             frame,
-            "No group matches the filter (Esc clears the search, Tab changes the domain).".into(),
+            "No group matches the filters (Esc clears the search, Tab changes the domain, w the wrong/flat filter).".into(),
         );
     }
     let by_step = view.following().is_some();
