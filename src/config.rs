@@ -2,8 +2,8 @@
 //!
 //! Owns the schema ([`RunConfig`] and its sections), defaults, and cross-field validation; the generic
 //! strict-YAML machinery (line numbers, did-you-mean, `key.sub=value` overrides) is in [`load`]. Every
-//! field here is read by a pipeline; README.md documents them. Relative paths are relative to the
-//! working directory.
+//! field here is read by a pipeline; README.md documents them. A dataset's relative path is relative to the
+//! config file's directory; every other relative path to the working directory.
 
 mod env;
 mod include;
@@ -145,7 +145,8 @@ pub struct DataConfig {
 #[serde(deny_unknown_fields)]
 pub struct DomainConfig {
     pub name: String,
-    /// A JSONL dataset (`prompt`, `ground_truth`, optional `domain`).
+    /// A JSONL dataset (`prompt`, `ground_truth`, optional `domain`); a relative path is relative
+    /// to the config file's directory.
     #[serde(default)]
     pub path: Option<PathBuf>,
     /// Or a generated one.
@@ -353,7 +354,16 @@ impl RunConfig {
 
     /// Load, apply overrides, validate: every problem in the file is reported at once.
     pub fn load(path: &Path, overrides: &[String]) -> Result<RunConfig, ConfigError> {
-        let cfg: RunConfig = load::load_yaml(path, overrides)?;
+        let mut cfg: RunConfig = include::load_with_includes(path)?;
+        // A dataset the file names is found beside the file, wherever the command runs; one
+        // given in an override is where the command line says (the working directory).
+        let dir = path.parent().unwrap_or(Path::new(""));
+        for d in &mut cfg.data.domains {
+            if let Some(p) = d.path.as_mut().filter(|p| p.is_relative()) {
+                *p = dir.join(&*p);
+            }
+        }
+        let cfg = load::apply_overrides(cfg, overrides)?;
         load::validated(cfg, &path.display().to_string())
     }
 

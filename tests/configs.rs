@@ -68,3 +68,30 @@ fn an_included_worker_fragment_changes_only_what_it_sets() {
     assert_eq!(with.model, without.model);
     assert_eq!(with.data, without.data);
 }
+
+#[test]
+fn a_dataset_path_is_relative_to_its_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("exp");
+    std::fs::create_dir_all(&sub).unwrap();
+    let cfg = sub.join("run.yaml");
+    std::fs::write(
+        &cfg,
+        "name: rel\nmodel:\n  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, \
+         intermediate: 64, chars: \"0123456789+=\" }\ndata:\n  domains:\n    - { name: d, path: \
+         data/d.jsonl, reward: math_rule }\n    - { name: e, path: /abs/e.jsonl, reward: math_rule }\n\
+         rl: { steps: 1, prompts_per_step: 2, group_size: 2 }\noutput_dir: out\n",
+    )
+    .unwrap();
+    let loaded = RunConfig::load(&cfg, &[]).unwrap();
+    let paths: Vec<_> = loaded.data.domains.iter().map(|d| d.path.clone()).collect();
+    assert_eq!(
+        paths,
+        [
+            Some(sub.join("data/d.jsonl")),
+            Some(PathBuf::from("/abs/e.jsonl"))
+        ]
+    );
+    // Where results go stays relative to the working directory.
+    assert_eq!(loaded.output_dir(), PathBuf::from("out"));
+}
