@@ -24,6 +24,7 @@
 //! - [`text`]: text made safe for a terminal, units, and did-you-mean suggestions.
 //! - [`sandbox`]: running untrusted programs (model-written code) in bubblewrap with rlimits.
 //! - [`seed`]: deterministic seed mixing (every random choice is a function of seeds, never timing).
+//! - [`smoothing`]: the EMA that the workbench and exported plots draw over raw series.
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
 //! - [`worker`]: worker processes (`roll-tui worker ROLE`): the transport (control protocol, spawn,
@@ -52,6 +53,7 @@ pub mod rollout;
 pub mod sandbox;
 pub mod scheduler;
 pub mod seed;
+pub mod smoothing;
 pub mod store;
 pub mod text;
 pub mod train;

@@ -31,6 +31,37 @@ fn ensure_font() -> Result<(), PlotError> {
     if ok { Ok(()) } else { Err(PlotError::Font) }
 }
 
+/// The EMA weight of exported curves: the workbench's default smoothing.
+const SMOOTHING: f64 = 0.6;
+
+/// The corner of the plot with the fewest data points (upper right first among equals), where
+/// the legend covers the least.
+fn legend_corner(plan: &ChartPlan<'_>) -> SeriesLabelPosition {
+    let (x, y) = ranges(plan);
+    let (x0, xw) = (
+        x.start as f64,
+        (x.end.saturating_sub(x.start)).max(1) as f64,
+    );
+    let (y0, yh) = (y.start, (y.end - y.start).max(f64::MIN_POSITIVE));
+    // Counts in the upper-right, upper-left, lower-right and lower-left quarters.
+    let mut counts = [0usize; 4];
+    for s in &plan.lines {
+        for (step, v) in s.steps.iter().zip(&s.values).filter(|(_, v)| v.is_finite()) {
+            let right = (*step as f64 - x0) / xw >= 0.5;
+            let upper = (v - y0) / yh >= 0.5;
+            counts[usize::from(!upper) * 2 + usize::from(!right)] += 1;
+        }
+    }
+    let corners = [
+        SeriesLabelPosition::UpperRight,
+        SeriesLabelPosition::UpperLeft,
+        SeriesLabelPosition::LowerRight,
+        SeriesLabelPosition::LowerLeft,
+    ];
+    let best = (0..4).min_by_key(|&i| counts[i]).unwrap_or(0);
+    corners[best].clone()
+}
+
 pub(crate) fn draw_png(
     run_name: &str,
     plan: &ChartPlan<'_>,
@@ -98,10 +129,23 @@ fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(err)?;
 
+    // As the workbench draws them: the raw series faded, its EMA over it in full colour.
+    for (index, series) in plan.lines.iter().enumerate() {
+        let color = curve_color(index);
+        let faded = color.mix(0.3).stroke_width(1);
+        for run in finite_runs(&series.steps, &series.values) {
+            if run.len() > 1 {
+                chart
+                    .draw_series(LineSeries::new(run, faded))
+                    .map_err(err)?;
+            }
+        }
+    }
     for (index, series) in plan.lines.iter().enumerate() {
         let style = curve_color(index).stroke_width(2);
+        let smoothed = crate::smoothing::ema(&series.values, SMOOTHING);
         let mut labelled = false;
-        for run in finite_runs(&series.steps, &series.values) {
+        for run in finite_runs(&series.steps, &smoothed) {
             let drawn = if let [point] = run.as_slice() {
                 chart.draw_series(std::iter::once(Circle::new(*point, 3, style.filled())))
             } else {
@@ -118,7 +162,7 @@ fn draw<DB: DrawingBackend>(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(legend_corner(plan))
         .label_font((FONT, 13))
         .background_style(BACKGROUND.mix(0.85))
         .border_style(BLACK)
@@ -189,6 +233,22 @@ mod tests {
             let n = count_near(&pixels, curve_color(unused));
             assert!(n < 10, "unused colour {unused} has {n} pixels");
         }
+    }
+
+    #[test]
+    fn the_legend_goes_where_the_data_is_not() {
+        use crate::plot::select::plan_charts;
+        let rising = vec![series("rl", "reward/a/mean", &[0.0, 0.25, 0.5, 0.75, 1.0])];
+        let falling = vec![series("rl", "reward/a/mean", &[1.0, 0.75, 0.5, 0.25, 0.0])];
+        let corner = |input: &[crate::metrics::Series]| {
+            let plans = plan_charts(input);
+            legend_corner(&plans[0])
+        };
+        // A rising curve fills the lower left and the upper right: the legend goes upper left.
+        assert_eq!(corner(&rising), SeriesLabelPosition::UpperLeft);
+        // A falling one fills the upper left and lower right (its middle point counts as upper
+        // right): the lower left is empty.
+        assert_eq!(corner(&falling), SeriesLabelPosition::LowerLeft);
     }
 
     #[test]
