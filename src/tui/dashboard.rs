@@ -209,9 +209,18 @@ impl Dashboard {
     }
 
     /// The panels to draw, filtered by title or series key.
+    /// The standard panels the filter matches (by title or key), then, per stage, a panel of the
+    /// series no standard panel draws whose key the filter matches: a glob (`actor/clip_frac_*`,
+    /// `adv/*`) or a part of the key (`frac_zero`). So `/` puts any metric on the dashboard.
     pub fn panels(&self) -> Vec<Panel> {
         let f = self.filter.to_lowercase();
-        plan_charts(&self.series)
+        let plans = plan_charts(&self.series);
+        let index_of = |l: &Series| self.series.iter().position(|s| std::ptr::eq(s, l));
+        let drawn: Vec<usize> = plans
+            .iter()
+            .flat_map(|p| p.lines.iter().filter_map(|l| index_of(l)))
+            .collect();
+        let mut panels: Vec<Panel> = plans
             .into_iter()
             .filter(|p| {
                 f.is_empty()
@@ -220,13 +229,37 @@ impl Dashboard {
             })
             .map(|p| Panel {
                 title: p.title,
-                lines: p
-                    .lines
-                    .iter()
-                    .filter_map(|l| self.series.iter().position(|s| std::ptr::eq(s, *l)))
-                    .collect(),
+                lines: p.lines.iter().filter_map(|l| index_of(l)).collect(),
             })
-            .collect()
+            .collect();
+        if f.is_empty() {
+            return panels;
+        }
+        let glob = globset::Glob::new(&f).ok().map(|g| g.compile_matcher());
+        let matches = |key: &str| {
+            let key = key.to_lowercase();
+            key.contains(&f) || glob.as_ref().is_some_and(|g| g.is_match(&key))
+        };
+        let mut stages: Vec<&str> = vec![];
+        for s in &self.series {
+            if !stages.contains(&s.stage.as_str()) {
+                stages.push(&s.stage);
+            }
+        }
+        for stage in stages {
+            let lines: Vec<usize> = (0..self.series.len())
+                .filter(|i| !drawn.contains(i))
+                .filter(|&i| *self.series[i].stage == *stage && matches(&self.series[i].key))
+                .filter(|&i| self.series[i].values.iter().any(|v| v.is_finite()))
+                .collect();
+            if !lines.is_empty() {
+                panels.push(Panel {
+                    title: format!("{} ({stage})", self.filter),
+                    lines,
+                });
+            }
+        }
+        panels
     }
 
     pub(super) fn xs(&self, i: usize) -> &[f64] {
@@ -366,6 +399,41 @@ mod tests {
             series("rl", "actor/kl", &v),
         ]);
         d
+    }
+
+    #[test]
+    fn the_filter_puts_any_metric_on_the_dashboard() {
+        let mut d = Dashboard::new(RunId(1), "r".into(), true);
+        let v: Vec<f64> = (0..10).map(f64::from).collect();
+        d.set_series(vec![
+            series("rl", "reward/add/mean", &v),
+            series("rl", "group/frac_zero_std", &v),
+            series("rl", "actor/clip_frac_low", &v),
+            series("rl", "actor/clip_frac_high", &v),
+            series("rl", "actor/pg_loss", &v),
+        ]);
+        let shown = |d: &Dashboard| {
+            d.panels()
+                .into_iter()
+                .map(|p| {
+                    let keys: Vec<&str> =
+                        p.lines.iter().map(|&i| d.series[i].key.as_str()).collect();
+                    format!("{}: {}", p.title, keys.join(" "))
+                })
+                .collect::<Vec<_>>()
+        };
+        // No standard panel draws group/frac_zero_std; a part of its key gives it one.
+        d.set_filter("frac_zero".into());
+        assert_eq!(shown(&d), ["frac_zero (rl): group/frac_zero_std"]);
+        // A glob: both clip fractions together.
+        d.set_filter("actor/clip_frac_*".into());
+        assert_eq!(
+            shown(&d),
+            ["actor/clip_frac_* (rl): actor/clip_frac_low actor/clip_frac_high"]
+        );
+        // A standard panel's series are not drawn twice.
+        d.set_filter("pg_loss".into());
+        assert_eq!(shown(&d), ["loss (rl): actor/pg_loss"]);
     }
 
     #[test]
