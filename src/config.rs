@@ -308,8 +308,9 @@ pub struct CheckpointConfig {
     /// Save every N optimizer steps of each stage (0 = not by step count).
     pub every: usize,
     /// Also save after the first step that ends this many minutes after the last save (or the
-    /// start), so that a crash in a long stage loses at most about that much work; 0 = not by
-    /// time. Checkpoints are always written at the end of each stage and on Ctrl-C.
+    /// start), so that a crash in a long stage loses at most about that much work; each such save
+    /// replaces the previous one on disk; 0 = not by time. Checkpoints are always written (and
+    /// kept) at the end of each stage and on Ctrl-C.
     pub every_minutes: f64,
 }
 

@@ -193,7 +193,7 @@ fn resume_point(
     let checkpoints = rt.block_on(store.checkpoints(info.id))?;
     let Some(last) = checkpoints.last() else {
         return Err(refuse(
-            "no checkpoint was recorded before it stopped (set 'checkpoint.every' to checkpoint during a stage)"
+            "no checkpoint was recorded before it stopped (checkpoint.every or a shorter checkpoint.every_minutes checkpoint during a stage)"
                 .into(),
         ));
     };

@@ -150,6 +150,7 @@ pub fn run(
         stop,
         started: Instant::now(),
         last_checkpoint_at: Instant::now(),
+        timed_checkpoint: None,
         wall_offset: resume.map(|r| r.state.wall_time).unwrap_or(0.0),
     };
     let model = match resume {

@@ -395,6 +395,36 @@ fn reading_commands_work_on_a_read_only_filesystem_and_change_nothing() {
     // Nothing was created or changed beside the store.
     assert_eq!((files(dir.path()), std::fs::read(&store).unwrap()), before);
 
+    // Changes still in a -wal file (a copy taken while a run wrote) are read, or refused with the
+    // reason when SQLite cannot read them without writing; never read stale.
+    let pending = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let live = roll::store::Store::open(&store, roll::store::OpenMode::Existing)
+            .await
+            .unwrap();
+        let run = live.find_run("small").await.unwrap();
+        live.add_tags(run.id, &["late".into()]).await.unwrap();
+        // Copied while still open: the tag is in the -wal file only.
+        for suffix in ["", "-wal", "-shm"] {
+            let from = format!("{}{suffix}", store.display());
+            let to = pending.path().join(format!("exp.db{suffix}"));
+            std::fs::copy(&from, &to).unwrap();
+        }
+        live.close().await;
+    });
+    let copy = pending.path().join("exp.db");
+    // With its -shm file SQLite reads the -wal read-only: the tag is there.
+    let listed = ok(roll_read_only(pending.path(), &copy, &["runs"]));
+    assert!(listed.contains("late"), "{listed}");
+    // Without it, reading would need writing: refused, not read without the tag.
+    std::fs::remove_file(pending.path().join("exp.db-shm")).unwrap();
+    let err = fails(roll_read_only(pending.path(), &copy, &["runs"]));
+    assert!(err.contains("changes are still in"), "{err}");
+
     // A write is refused with the reason, said once.
     let err = fails(roll_read_only(
         dir.path(),
@@ -407,4 +437,37 @@ fn reading_commands_work_on_a_read_only_filesystem_and_change_nothing() {
         "{err}"
     );
     assert_eq!(err.matches("(code: ").count(), 1, "{err}");
+}
+
+#[test]
+fn timed_checkpoints_replace_each_other_and_stage_ends_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("exp.db");
+    let cfg = dir.path().join("small.yaml");
+    let out = dir.path().join("out");
+    std::fs::write(&cfg, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
+    // Every step is "30 minutes" after the last checkpoint.
+    ok(roll(&store)
+        .args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--quiet",
+            "checkpoint.every_minutes=1e-9",
+        ])
+        .output()
+        .unwrap());
+    let mut kept: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    // Each stage's end stays; the timed ones before it were replaced one by one.
+    assert_eq!(kept, ["rl-step4", "sft-step3"]);
+    let shown = ok(roll(&store)
+        .args(["runs", "show", "small"])
+        .output()
+        .unwrap());
+    let removed = shown.lines().filter(|l| l.ends_with("(removed)")).count();
+    // sft steps 1-2 and rl steps 1-3 were timed checkpoints.
+    assert_eq!(removed, 5, "{shown}");
 }

@@ -255,8 +255,10 @@ async fn show_run(store: &Store, reference: &str, json: bool, tail: Option<usize
     }
     println!("checkpoints:");
     for c in &checkpoints {
+        // Timed checkpoints are replaced by the next one (`checkpoint.every_minutes`).
+        let gone = if c.path.exists() { "" } else { " (removed)" };
         println!(
-            "  {} step {:>6}  {:>9.1} MB  '{}'",
+            "  {} step {:>6}  {:>9.1} MB  '{}'{gone}",
             c.stage,
             c.step,
             c.bytes as f64 / 1e6,

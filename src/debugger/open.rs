@@ -239,7 +239,7 @@ pub async fn model_policy(
                     ))
                     .unwrap_or_default(),
                     if steps.is_empty() {
-                        "none; set checkpoint.every".to_string()
+                        "none; checkpoint.every or checkpoint.every_minutes writes them during a stage".to_string()
                     } else {
                         steps.join(", ")
                     }

@@ -38,6 +38,17 @@ pub struct RunContext<'a> {
     pub wall_offset: f64,
     /// When this process last wrote a checkpoint (or started), for `checkpoint.every_minutes`.
     pub last_checkpoint_at: Instant,
+    /// The last checkpoint written only because time passed, removed when the next is written.
+    pub timed_checkpoint: Option<PathBuf>,
+}
+
+/// Why step `step` of `total` ends with a checkpoint, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// The stage's end, a stop, or every `every` steps: kept.
+    Kept,
+    /// Only because `every_minutes` passed: a safety net, replaced by the next one.
+    Timed,
 }
 
 /// Whether step `step` of `total` ends with a checkpoint: at the stage's end, on a stop, every
@@ -47,10 +58,14 @@ pub fn checkpoint_due(
     cfg: &crate::config::CheckpointConfig,
     since_last: std::time::Duration,
     stop: bool,
-) -> bool {
+) -> Option<Due> {
     let by_steps = cfg.every > 0 && step.is_multiple_of(cfg.every);
     let by_time = cfg.every_minutes > 0.0 && since_last.as_secs_f64() >= cfg.every_minutes * 60.0;
-    stop || step == total || by_steps || by_time
+    if stop || step == total || by_steps {
+        Some(Due::Kept)
+    } else {
+        by_time.then_some(Due::Timed)
+    }
 }
 
 impl RunContext<'_> {
@@ -123,8 +138,18 @@ impl RunContext<'_> {
     ) -> Result<bool, PipelineError> {
         let stop = self.stop_requested();
         let since_last = self.last_checkpoint_at.elapsed();
-        if checkpoint_due((step, total), &self.cfg.checkpoint, since_last, stop) {
-            *last = Some(self.checkpoint(model, opt, stage, step, extras())?);
+        if let Some(due) = checkpoint_due((step, total), &self.cfg.checkpoint, since_last, stop) {
+            let dir = self.checkpoint(model, opt, stage, step, extras())?;
+            // A timed checkpoint only guards against a crash until the next one: the one it
+            // replaces goes, so a long stage keeps one (plus those it keeps on purpose), not one
+            // per half hour. The store keeps its record (`runs show` marks it removed).
+            if let Some(old) = self.timed_checkpoint.take() {
+                let _ = std::fs::remove_dir_all(old);
+            }
+            if due == Due::Timed {
+                self.timed_checkpoint = Some(dir.clone());
+            }
+            *last = Some(dir);
             self.last_checkpoint_at = Instant::now();
         }
         // A stop requested during the run's very last step changes nothing: the run is complete.
@@ -189,7 +214,7 @@ pub fn checkpoint_dir(output_dir: &std::path::Path, stage: Stage, step: usize) -
 
 #[cfg(test)]
 mod tests {
-    use super::checkpoint_due;
+    use super::{Due, checkpoint_due};
     use crate::config::CheckpointConfig;
     use std::time::Duration;
 
@@ -198,15 +223,27 @@ mod tests {
         let min = |m: u64| Duration::from_secs(m * 60);
         let cfg = CheckpointConfig::default();
         // The default: not by count, but once 30 minutes have passed since the last one.
-        assert!(!checkpoint_due((5, 400), &cfg, min(29), false));
-        assert!(checkpoint_due((5, 400), &cfg, min(30), false));
-        assert!(checkpoint_due((400, 400), &cfg, min(0), false));
-        assert!(checkpoint_due((5, 400), &cfg, min(0), true));
+        assert_eq!(checkpoint_due((5, 400), &cfg, min(29), false), None);
+        assert_eq!(
+            checkpoint_due((5, 400), &cfg, min(30), false),
+            Some(Due::Timed)
+        );
+        assert_eq!(
+            checkpoint_due((400, 400), &cfg, min(45), false),
+            Some(Due::Kept)
+        );
+        assert_eq!(
+            checkpoint_due((5, 400), &cfg, min(0), true),
+            Some(Due::Kept)
+        );
         let steps = CheckpointConfig {
             every: 50,
             every_minutes: 0.0,
         };
-        assert!(checkpoint_due((100, 400), &steps, min(0), false));
-        assert!(!checkpoint_due((101, 400), &steps, min(600), false));
+        assert_eq!(
+            checkpoint_due((100, 400), &steps, min(0), false),
+            Some(Due::Kept)
+        );
+        assert_eq!(checkpoint_due((101, 400), &steps, min(600), false), None);
     }
 }

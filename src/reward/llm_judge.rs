@@ -118,12 +118,6 @@ pub fn load(model: &Path) -> Result<(), String> {
     judge(model).map(drop)
 }
 
-/// Forgets the offloaded judges (their host copies go with the run that wrote them); resident ones
-/// stay loaded for the next use.
-pub fn forget_offloaded() {
-    judges().retain(|_, slot| matches!(slot, JudgeSlot::Resident(_)));
-}
-
 /// The judge in `model`, loaded on first use. An offloaded judge is an error: scoring while the
 /// reward role is off its devices would be a time-sharing bug, not a reason to load it again.
 fn judge(model: &Path) -> Result<Arc<LoadedModel>, String> {

@@ -159,10 +159,15 @@ impl Placement {
                         .sum(),
                     (None, _) => estimate_bytes(role, model, dtype_bytes, rl.rollout_batch),
                 };
+                // An in-process role is one copy, whatever num_workers says.
+                let copies = match cfg.mode {
+                    crate::config::PlacementMode::InProcess => 1,
+                    crate::config::PlacementMode::Process => cfg.num_workers,
+                };
                 RoleSlot {
                     role,
                     devices: workers.device_mapping(role),
-                    workers: cfg.num_workers,
+                    workers: copies,
                     bytes_per_worker: bytes,
                 }
             })

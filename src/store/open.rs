@@ -34,8 +34,15 @@ impl Store {
     pub async fn open(path: &Path, mode: OpenMode) -> Result<Store, StoreError> {
         match Store::open_writable(path, mode).await {
             // Not writable here (a read-only file, directory or filesystem): read it as it is.
-            Err(StoreError::Sql { .. } | StoreError::Busy { .. }) if mode == OpenMode::Read => {
-                Store::open_read_only(path).await
+            // Any other failure (a lock held too long, a full disk) is reported as it is.
+            Err(e @ (StoreError::Sql { .. } | StoreError::Busy { .. }))
+                if mode == OpenMode::Read =>
+            {
+                if writable(path) {
+                    Err(e)
+                } else {
+                    Store::open_read_only(path).await
+                }
             }
             other => other,
         }
@@ -93,8 +100,18 @@ impl Store {
             .read_only(true)
             .busy_timeout(BUSY_TIMEOUT)
             .pragma("mmap_size", "268435456");
+        // `immutable` reads the main file only: right when nothing can be waiting in a `-wal`
+        // file, wrong (stale) otherwise.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal_pending = std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0);
+        let tries: &[bool] = if wal_pending {
+            &[false]
+        } else {
+            &[false, true]
+        };
         let mut last = None;
-        for immutable in [false, true] {
+        for &immutable in tries {
             let opened = async {
                 let pool = SqlitePoolOptions::new()
                     .max_connections(4)
@@ -116,6 +133,17 @@ impl Store {
                 }
                 Err(e) => last = Some(e),
             }
+        }
+        if wal_pending {
+            return Err(StoreError::Schema {
+                path: path.into(),
+                detail: format!(
+                    "it cannot be written here and changes are still in '{}', which SQLite \
+                     cannot read without writing; copy the store and its -wal file somewhere \
+                     writable",
+                    std::path::Path::new(&wal).display()
+                ),
+            });
         }
         let source = last.unwrap_or(sqlx::Error::PoolClosed);
         Err(sql_error(path, "opening read-only")(source))
@@ -225,6 +253,17 @@ async fn check_file(path: &Path) -> Result<(), StoreError> {
         path: path.into(),
         reason: format!("it holds tables {}", shown.join(", ")),
     })
+}
+
+/// Whether this process may write the store and create files beside it (SQLite's `-wal` and
+/// `-shm`): the file opens for writing and its directory takes an (unnamed, at once removed)
+/// temporary file. Fails on a read-only file, directory or filesystem.
+fn writable(path: &Path) -> bool {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::OpenOptions::new().write(true).open(path).is_ok() && tempfile::tempfile_in(dir).is_ok()
 }
 
 /// A store opened read-only must have exactly our migrations applied: a newer one cannot be

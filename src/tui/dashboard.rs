@@ -220,12 +220,17 @@ impl Dashboard {
             .iter()
             .flat_map(|p| p.lines.iter().filter_map(|l| index_of(l)))
             .collect();
+        let glob = globset::Glob::new(&f).ok().map(|g| g.compile_matcher());
+        let matches = |key: &str| {
+            let key = key.to_lowercase();
+            key.contains(&f) || glob.as_ref().is_some_and(|g| g.is_match(&key))
+        };
         let mut panels: Vec<Panel> = plans
             .into_iter()
             .filter(|p| {
                 f.is_empty()
                     || p.title.to_lowercase().contains(&f)
-                    || p.lines.iter().any(|s| s.key.to_lowercase().contains(&f))
+                    || p.lines.iter().any(|s| matches(&s.key))
             })
             .map(|p| Panel {
                 title: p.title,
@@ -235,11 +240,6 @@ impl Dashboard {
         if f.is_empty() {
             return panels;
         }
-        let glob = globset::Glob::new(&f).ok().map(|g| g.compile_matcher());
-        let matches = |key: &str| {
-            let key = key.to_lowercase();
-            key.contains(&f) || glob.as_ref().is_some_and(|g| g.is_match(&key))
-        };
         let mut stages: Vec<&str> = vec![];
         for s in &self.series {
             if !stages.contains(&s.stage.as_str()) {
@@ -431,9 +431,17 @@ mod tests {
             shown(&d),
             ["actor/clip_frac_* (rl): actor/clip_frac_low actor/clip_frac_high"]
         );
-        // A standard panel's series are not drawn twice.
+        // A standard panel's series are not drawn twice; a glob finds them there too.
         d.set_filter("pg_loss".into());
         assert_eq!(shown(&d), ["loss (rl): actor/pg_loss"]);
+        d.set_filter("actor/*".into());
+        assert_eq!(
+            shown(&d),
+            [
+                "loss (rl): actor/pg_loss",
+                "actor/* (rl): actor/clip_frac_low actor/clip_frac_high"
+            ]
+        );
     }
 
     #[test]

@@ -152,11 +152,13 @@ fn render_readout(frame: &mut Frame, area: Rect, d: &Dashboard, theme: &Theme) {
 /// a flat series, and never across zero when the values do not cross it (a reward, an entropy or
 /// a time is drawn from 0 up, not from -0.05).
 pub fn y_bounds(lo: f64, hi: f64) -> (f64, f64) {
-    let pad = if hi - lo > 1e-12 * hi.abs().max(1.0) {
+    let magnitude = lo.abs().max(hi.abs());
+    let pad = if hi - lo > 1e-12 * magnitude.max(1.0) {
         (hi - lo) * 0.05
-    } else if hi != 0.0 {
-        hi.abs() * 0.1
+    } else if magnitude > 1e-9 {
+        magnitude * 0.1
     } else {
+        // Zero up to rounding noise (a loss of all-flat groups): ±1, so the noise draws flat.
         1.0
     };
     let low = if lo >= 0.0 {
@@ -375,6 +377,9 @@ mod tests {
             "{lo} {hi}"
         );
         assert_eq!(y_bounds(0.0, 0.0), (0.0, 1.0));
+        // Rounding noise around zero is not blown up to fill the panel.
+        assert_eq!(y_bounds(-3e-17, 2e-17), (-1.0 - 3e-17, 1.0 + 2e-17));
+        assert_eq!(y_bounds(0.0, 1e-13), (0.0, 1.0 + 1e-13));
         let (lo, hi) = y_bounds(-2.0, -1.0);
         assert!((lo + 2.05).abs() < 1e-12 && (hi + 0.95).abs() < 1e-12);
     }

@@ -41,7 +41,9 @@ pub struct Group {
     pub step: u64,
     /// The mean of the scored rewards; NaN when none was scored.
     pub mean: f32,
+    /// Correct responses among all the group's, and how many it has (`members` may be narrowed).
     pub correct: usize,
+    pub size: usize,
     /// Every reward is scored and equal: the group carries no learning signal.
     pub flat: bool,
 }
@@ -162,6 +164,7 @@ impl Listing {
                 .count(),
             flat: scored.len() == rewards.len() && scored.windows(2).all(|w| w[0] == w[1]),
             mean,
+            size: members.len(),
             members,
         }
     }
@@ -667,7 +670,10 @@ mod tests {
         v.act(Action::Narrow);
         assert_eq!(kept(&v), [both("add", &["It is 6."])]);
         let l = v.listing().expect("loaded");
-        assert_eq!((l.groups[0].mean, l.groups[0].correct), (0.5, 1));
+        assert_eq!(
+            (l.groups[0].mean, l.groups[0].correct, l.groups[0].size),
+            (0.5, 1, 2)
+        );
         assert_eq!(
             l.selected_sample().map(|s| s.response.as_str()),
             Some("It is 6.")

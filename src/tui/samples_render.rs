@@ -249,7 +249,7 @@ fn table<'a>(
 
 fn render_groups(frame: &mut Frame, area: Rect, l: &Listing, by_step: bool, theme: &Theme) {
     let sample = |g: &Group| g.members.first().and_then(|&i| l.samples.get(i));
-    let ok = |g: &Group| format!("{}/{}", g.correct, g.members.len());
+    let ok = |g: &Group| format!("{}/{}", g.correct, g.size);
     let flat = |g: &Group| Cell::from(if g.flat { "flat" } else { "" }).style(theme.muted);
     let (rows, widths, head, title): (Vec<Row>, _, _, _) = if by_step {
         // Rewards are usually in 0..1; wider ranges stretch the bars.

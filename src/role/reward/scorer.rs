@@ -159,8 +159,8 @@ impl RewardScorer {
             RewardScorer::Pool(pool) if pool.judges.is_empty() => Ok(0),
             RewardScorer::Pool(pool) => {
                 let models = pool.judges.clone();
-                pool.on_every_worker(|i| RewardCall::Offload {
-                    dir: area.join(format!("reward-{i}")),
+                pool.on_every_worker(|_| RewardCall::Offload {
+                    dir: area.join("reward"),
                     models: models.clone(),
                 })
             }
@@ -255,12 +255,26 @@ impl RewardPool {
     /// offload then repeats on it.
     fn on_every_worker(&mut self, make: impl Fn(usize) -> RewardCall) -> Result<u64, RoleError> {
         let calls: Vec<RewardCall> = (0..self.workers.len()).map(&make).collect();
-        let results = self.rt.block_on(join_all(
-            self.workers
-                .iter()
-                .zip(&calls)
-                .map(|(w, c)| call_typed::<RewardProtocol>(w, c, MODEL_TIMEOUT)),
-        ));
+        // The workers' judges are the same weights, offloaded to one host copy: the first worker
+        // writes it, then the others find it written and only drop theirs.
+        let first_alone = matches!(calls.first(), Some(RewardCall::Offload { .. }));
+        let mut results = vec![];
+        if first_alone && let (Some(w), Some(c)) = (self.workers.first(), calls.first()) {
+            results.push(
+                self.rt
+                    .block_on(call_typed::<RewardProtocol>(w, c, MODEL_TIMEOUT)),
+            );
+        }
+        let skip = results.len();
+        results.extend(
+            self.rt.block_on(join_all(
+                self.workers
+                    .iter()
+                    .zip(&calls)
+                    .skip(skip)
+                    .map(|(w, c)| call_typed::<RewardProtocol>(w, c, MODEL_TIMEOUT)),
+            )),
+        );
         let mut bytes = 0;
         for (i, result) in results.into_iter().enumerate() {
             let result = if lost(&result) {
