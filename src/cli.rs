@@ -27,8 +27,9 @@ use crate::plot::ExportFormat;
 )]
 #[command(after_help = "With no command, roll-tui opens the interactive workbench on the store.")]
 pub struct Cli {
-    /// The experiment store (an SQLite file; created by `run` when missing).
-    #[arg(long, global = true, env = crate::store::STORE_ENV, default_value = crate::store::DEFAULT_STORE)]
+    /// The experiment store (an SQLite file; created by `run` when missing). The commands that
+    /// use a store also take it after their name.
+    #[arg(long, env = crate::store::STORE_ENV, default_value = crate::store::DEFAULT_STORE)]
     pub store: PathBuf,
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -80,6 +81,8 @@ pub struct WorkerArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// The run's YAML config.
     pub config: PathBuf,
     /// `key.sub=value` overrides applied on top of the file (e.g. `rl.steps=10 seed=3`).
@@ -94,6 +97,8 @@ pub struct RunArgs {
 
 #[derive(Args, Debug)]
 pub struct ResumeArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// Run name or id.
     pub run: String,
     /// Print only the final summary.
@@ -104,6 +109,8 @@ pub struct ResumeArgs {
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct RunsArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     #[command(subcommand)]
     pub command: Option<RunsCommand>,
     /// Print JSON instead of a table.
@@ -155,6 +162,8 @@ pub enum RunsCommand {
 
 #[derive(Args, Debug)]
 pub struct MetricsArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// Run name or id.
     pub run: String,
     /// Only keys matching this glob (e.g. 'reward/*/mean').
@@ -170,6 +179,8 @@ pub struct MetricsArgs {
 
 #[derive(Args, Debug)]
 pub struct SamplesArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// Run name or id.
     pub run: String,
     /// Only the samples of this step.
@@ -194,6 +205,8 @@ pub struct SamplesArgs {
 
 #[derive(Args, Debug)]
 pub struct TrajectoriesArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// Run name or id.
     pub run: String,
     /// Only the episodes of this RL step.
@@ -212,6 +225,8 @@ pub struct TrajectoriesArgs {
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// Run name or id.
     pub run: String,
     /// Output directory (created).
@@ -249,6 +264,8 @@ pub enum EnvCommand {
 
 #[derive(Args, Debug)]
 pub struct EnvReplayArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// Run name or id.
     pub run: String,
     /// Only the episodes of this RL step.
@@ -273,6 +290,8 @@ pub struct EnvServeArgs {
 
 #[derive(Args, Debug)]
 pub struct EnvPlayArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// The environment (see `roll-tui env list`).
     pub env: String,
     /// The episode's seed: the same seed plays the same episode.
@@ -325,6 +344,8 @@ pub struct SamplingArgs {
 
 #[derive(Args, Debug)]
 pub struct EnvDebugArgs {
+    #[command(flatten)]
+    pub at: StoreArg,
     /// The environment (see `roll-tui env list`); not with --run, which debugs that run's env.
     pub env: Option<String>,
     /// The episode's seed.
@@ -522,6 +543,23 @@ pub fn is_closed_output(e: &anyhow::Error) -> bool {
     })
 }
 
+/// `--store` after a command's name, for the commands that use a store (so that it is listed only
+/// where it applies); it wins over one given before the command, or `$ROLL_STORE`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct StoreArg {
+    /// The experiment store (an SQLite file; created by `run` when missing) [default: $ROLL_STORE,
+    /// else roll.db].
+    #[arg(long = "store", value_name = "STORE", global = true)]
+    pub store: Option<PathBuf>,
+}
+
+impl StoreArg {
+    /// This store, or `default` (from before the command) when none was given here.
+    pub fn or(&self, default: &std::path::Path) -> PathBuf {
+        self.store.clone().unwrap_or_else(|| default.to_path_buf())
+    }
+}
+
 /// `e` and its causes as one line, each cause said once: many errors already end with their
 /// cause's text (`opening: (code: 14) unable to open database file`), and printing the chain
 /// with `{:#}` would repeat it.
@@ -546,21 +584,27 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         return workbench(&store).map(|_| 0);
     };
     match command {
-        Command::Run(args) => run_cmd::run(&store, args),
-        Command::Resume(args) => run_cmd::resume(&store, args),
-        Command::Runs(args) => store_cmd::runs(&store, args),
-        Command::Metrics(args) => store_cmd::metrics(&store, args).map(|_| 0),
-        Command::Samples(args) => samples_cmd::samples(&store, args).map(|_| 0),
-        Command::Trajectories(args) => trajectories_cmd::trajectories(&store, args).map(|_| 0),
-        Command::Export(args) => store_cmd::export(&store, args).map(|_| 0),
+        Command::Run(args) => run_cmd::run(&args.at.or(&store), args),
+        Command::Resume(args) => run_cmd::resume(&args.at.or(&store), args),
+        Command::Runs(args) => store_cmd::runs(&args.at.or(&store), args),
+        Command::Metrics(args) => store_cmd::metrics(&args.at.or(&store), args).map(|_| 0),
+        Command::Samples(args) => samples_cmd::samples(&args.at.or(&store), args).map(|_| 0),
+        Command::Trajectories(args) => {
+            trajectories_cmd::trajectories(&args.at.or(&store), args).map(|_| 0)
+        }
+        Command::Export(args) => store_cmd::export(&args.at.or(&store), args).map(|_| 0),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Reward(RewardCommand::Score(args)) => reward_cmd::score(args),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
-        Command::Env(EnvCommand::Play(args)) => env_play::play(&store, args).map(|_| 0),
-        Command::Env(EnvCommand::Debug(args)) => env_debug::debug(&store, args).map(|_| 0),
+        Command::Env(EnvCommand::Play(args)) => {
+            env_play::play(&args.at.or(&store), args).map(|_| 0)
+        }
+        Command::Env(EnvCommand::Debug(args)) => {
+            env_debug::debug(&args.at.or(&store), args).map(|_| 0)
+        }
         Command::Env(EnvCommand::Serve(args)) => env_cmd::serve(args).map(|_| 0),
-        Command::Env(EnvCommand::Replay(args)) => env_replay::replay(&store, args),
+        Command::Env(EnvCommand::Replay(args)) => env_replay::replay(&args.at.or(&store), args),
         Command::Worker(args) => worker(args).map(|_| 0),
     }
 }

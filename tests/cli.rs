@@ -309,3 +309,43 @@ fn every_invalid_fixture_is_refused_with_its_message() {
         }
     }
 }
+
+#[test]
+fn store_is_listed_only_by_the_commands_that_use_it() {
+    let help = |args: &[&str]| {
+        let out = roll().args(args).arg("--help").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for args in [
+        &["model", "init"][..],
+        &["model", "score"],
+        &["reward", "score"],
+        &["env", "serve"],
+    ] {
+        assert!(!help(args).contains("--store"), "{args:?}");
+    }
+    for args in [
+        &["run"][..],
+        &["runs"],
+        &["runs", "show"],
+        &["metrics"],
+        &["samples"],
+        &["export"],
+    ] {
+        assert!(help(args).contains("--store"), "{args:?}");
+    }
+    // After the command it wins over the one before it (and over $ROLL_STORE).
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.db");
+    let err = String::from_utf8_lossy(
+        &roll()
+            .env("ROLL_STORE", dir.path().join("env.db"))
+            .args(["--store", "before.db", "runs", "show", "x", "--store"])
+            .arg(&missing)
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .into_owned();
+    assert!(err.contains(&missing.display().to_string()), "{err}");
+}
