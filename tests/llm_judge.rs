@@ -371,17 +371,15 @@ fn events(store: &Path) -> Vec<serde_json::Value> {
 
 /// (kind, worker, bytes) of the run's offload and reload events.
 fn moves(store: &Path) -> Vec<(String, String, u64)> {
-    events(store)
-        .iter()
-        .filter(|e| e["kind"] == "offload" || e["kind"] == "reload")
-        .map(|e| {
-            (
-                e["kind"].as_str().unwrap().to_string(),
-                e["worker"].as_str().unwrap().to_string(),
-                e["bytes"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    common::transfers(&events(store))
+}
+
+/// `roll-tui --store STORE run --quiet CFG`, which must succeed.
+fn run_ok(store: &Path, cfg: &Path) {
+    ok(common::roll(
+        store,
+        &["run", "--quiet", cfg.to_str().unwrap()],
+    ));
 }
 
 #[test]
@@ -392,13 +390,7 @@ fn a_run_time_shares_device_0_between_the_judge_and_training() {
     let bytes = weight_bytes(&load_model_dir(&judge, None, &candle_core::Device::Cpu).unwrap());
     let store = dir.path().join("roll.db");
     let cfg = judged_run(dir.path(), "shared", &judge, "yes_no", "");
-    ok(bin()
-        .arg("--store")
-        .arg(&store)
-        .args(["run", "--quiet"])
-        .arg(&cfg)
-        .output()
-        .unwrap());
+    run_ok(&store, &cfg);
     // Step by step: the judge leaves device 0 for training and comes back to score the next
     // step's samples (3 steps: 3 offloads, 2 reloads), with exactly its weights' bytes.
     let judged: Vec<_> = moves(&store)
@@ -423,13 +415,7 @@ fn a_run_time_shares_device_0_between_the_judge_and_training() {
         "score",
         "workers: { devices: { count: 2 }, reward: { mode: process, num_workers: 2, device_mapping: [1] } }",
     );
-    ok(bin()
-        .arg("--store")
-        .arg(&store)
-        .args(["run", "--quiet"])
-        .arg(&cfg)
-        .output()
-        .unwrap());
+    run_ok(&store, &cfg);
     let moved = moves(&store);
     assert!(moved.iter().all(|(_, w, _)| w != "reward"), "{moved:?}");
     assert!(

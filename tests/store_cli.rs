@@ -27,6 +27,14 @@ rl:
   optimizer: { lr: 0.001 }
 "#;
 
+/// `DIR/small.yaml`: [`CONFIG`] with its output in `DIR/out`.
+fn small_config(dir: &Path) -> std::path::PathBuf {
+    let cfg = dir.join("small.yaml");
+    let text = format!("{CONFIG}output_dir: {}\n", dir.join("out").display());
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
 fn roll(store: &Path) -> Command {
     let mut c = Command::cargo_bin("roll-tui").unwrap();
     c.arg("--store").arg(store);
@@ -56,12 +64,7 @@ fn fails(out: Output) -> String {
 fn store_commands_on_a_real_run() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("exp.db");
-    let cfg = dir.path().join("small.yaml");
-    std::fs::write(
-        &cfg,
-        format!("{CONFIG}output_dir: {}\n", dir.path().join("out").display()),
-    )
-    .unwrap();
+    let cfg = small_config(dir.path());
 
     // Reading commands need an existing store and say so.
     let err = fails(roll(&store).arg("runs").output().unwrap());
@@ -331,12 +334,7 @@ fn roll_read_only(dir: &Path, store: &Path, args: &[&str]) -> Output {
 fn reading_commands_work_on_a_read_only_filesystem_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("exp.db");
-    let cfg = dir.path().join("small.yaml");
-    std::fs::write(
-        &cfg,
-        format!("{CONFIG}output_dir: {}\n", dir.path().join("out").display()),
-    )
-    .unwrap();
+    let cfg = small_config(dir.path());
     ok(roll(&store)
         .args(["run", cfg.to_str().unwrap(), "--quiet"])
         .output()
@@ -443,9 +441,8 @@ fn reading_commands_work_on_a_read_only_filesystem_and_change_nothing() {
 fn timed_checkpoints_replace_each_other_and_stage_ends_stay() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("exp.db");
-    let cfg = dir.path().join("small.yaml");
+    let cfg = small_config(dir.path());
     let out = dir.path().join("out");
-    std::fs::write(&cfg, format!("{CONFIG}output_dir: {}\n", out.display())).unwrap();
     // Every step is "30 minutes" after the last checkpoint.
     ok(roll(&store)
         .args([
