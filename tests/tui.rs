@@ -525,3 +525,36 @@ fn the_dashboard_at_80x24_names_every_series_with_its_value() {
     }
     insta::assert_snapshot!("dashboard_80x24", shown);
 }
+
+#[test]
+fn hiding_a_series_gives_the_others_the_whole_panel() {
+    let mut app = loaded_app();
+    app.update(ch('G'));
+    app.update(key(KeyCode::Enter));
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        since: None,
+        result: Ok(SeriesRead::whole(dashboard_series())),
+    });
+    let before = screen(&app, 80, 24);
+    // The reward panel spans add's values (up to 0.950, so 0.995 with 5% room).
+    assert!(before.contains("│0.995 │"), "{before}");
+    app.update(ch('s')); // rev
+    app.update(ch('s')); // round to add
+    app.update(ch('x'));
+    let shown = screen(&app, 80, 24);
+    // add stays in the title, marked hidden; rev alone sets the y range: its values run from
+    // 0.5 - 0.5·e^(-1/10) = 0.048 to 0.499 (0.5 - 0.5·e^-6), 5% of that span (0.023) either side.
+    assert!(shown.contains("○ add 0.950") && shown.contains("● rev 0.499"));
+    assert!(!shown.contains("│0.995 │"), "{shown}");
+    assert!(
+        shown.contains("│0.521│") && shown.contains("│0.025│"),
+        "{shown}"
+    );
+    let d = app.dashboard.as_ref().unwrap();
+    assert!(d.is_hidden(0) && !d.is_hidden(1));
+    insta::assert_snapshot!("dashboard_hidden_series_80x24", shown);
+    // `a` shows it again: the screen is as it was.
+    app.update(ch('a'));
+    assert_eq!(screen(&app, 80, 24), before);
+}

@@ -79,6 +79,12 @@ pub enum Action {
     Freeze,
     /// Dashboard: x-axis in steps or wall time.
     ToggleXAxis,
+    /// Dashboard: pick the focused panel's next series (for `HideSeries`).
+    PickSeries,
+    /// Dashboard: hide the picked series, or show it again.
+    HideSeries,
+    /// Dashboard: show every hidden series again.
+    ShowAllSeries,
     SmoothMore,
     SmoothLess,
     /// Open the command palette (`:`): every action by name.
@@ -160,7 +166,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the keys config file (`View(n)` is `view_1` … `view_7`).
-    pub const ALL: [Action; 74] = [
+    pub const ALL: [Action; 77] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -192,6 +198,9 @@ impl Action {
         Action::Expand,
         Action::Freeze,
         Action::ToggleXAxis,
+        Action::PickSeries,
+        Action::HideSeries,
+        Action::ShowAllSeries,
         Action::SmoothMore,
         Action::SmoothLess,
         Action::Palette,
@@ -331,6 +340,9 @@ impl Action {
             Action::Expand => "expand panel",
             Action::Freeze => "freeze live updates",
             Action::ToggleXAxis => "x-axis: step / wall time",
+            Action::PickSeries => "pick the panel's next series",
+            Action::HideSeries => "hide / show the picked series",
+            Action::ShowAllSeries => "show every hidden series",
             Action::SmoothMore => "more smoothing",
             Action::SmoothLess => "less smoothing",
             Action::Palette => "command palette",
@@ -510,6 +522,9 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('e'), S::Dashboard, A::Expand),
     key(K::Char('f'), S::Dashboard, A::Freeze),
     key(K::Char('w'), S::Dashboard, A::ToggleXAxis),
+    key(K::Char('s'), S::Dashboard, A::PickSeries),
+    key(K::Char('x'), S::Dashboard, A::HideSeries),
+    key(K::Char('a'), S::Dashboard, A::ShowAllSeries),
     key(K::Char(']'), S::Dashboard, A::SmoothMore),
     key(K::Char('['), S::Dashboard, A::SmoothLess),
 ];

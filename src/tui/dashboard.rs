@@ -3,6 +3,7 @@
 //! go where), live while the run writes. Series are kept whole; each frame draws them decimated to
 //! the panel's pixel columns with min/max, the EMA in colour over the raw series faded behind it.
 
+mod hidden;
 mod live;
 
 use super::action::Action;
@@ -13,6 +14,7 @@ use crate::metrics::Series;
 use crate::plot::select::plan_charts;
 use crate::store::RunId;
 use crate::store::series_since::SeriesMark;
+pub use hidden::SeriesName;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XAxis {
@@ -78,6 +80,10 @@ pub struct Dashboard {
     pub failure: Option<String>,
     /// With runs compared: their config keys that differ (`seed 1 vs 2`).
     pub config_diff: Vec<String>,
+    /// Series the user hid (`x`), drawn in their panel's title only.
+    pub hidden: Vec<SeriesName>,
+    /// The picked series of the focused panel, a position in its lines (`s` moves it).
+    pub pick: usize,
 }
 
 impl Dashboard {
@@ -112,6 +118,8 @@ impl Dashboard {
             right: None,
             failure: None,
             config_diff: vec![],
+            hidden: vec![],
+            pick: 0,
         }
     }
 
@@ -305,9 +313,12 @@ impl Dashboard {
         self.window_in(self.full_range()?)
     }
 
-    /// The visible x window of a panel drawing the series `lines`: its own series' range (so RL
-    /// panels span the RL steps, not the SFT stage's), zoomed and panned like every panel.
+    /// The visible x window of a panel drawing the series `lines`: its own shown series' range
+    /// (so RL panels span the RL steps, not the SFT stage's; with every series hidden, all of
+    /// theirs), zoomed and panned like every panel.
     pub fn panel_window(&self, lines: &[usize]) -> Option<(f64, f64)> {
+        let shown = self.shown(lines);
+        let lines = if shown.is_empty() { lines } else { &shown };
         self.window_in(self.range_of(lines.iter().copied())?)
     }
 
@@ -326,7 +337,11 @@ impl Dashboard {
 
     pub fn act(&mut self, action: Action) {
         let last = self.panels().len().saturating_sub(1);
+        let focus = self.focus;
         match action {
+            Action::PickSeries => self.pick_next(),
+            Action::HideSeries => self.toggle_picked(),
+            Action::ShowAllSeries => self.show_all(),
             Action::Up | Action::PrevPane => self.focus = self.focus.saturating_sub(1),
             Action::Down | Action::NextPane => self.focus = (self.focus + 1).min(last),
             Action::Top => self.focus = 0,
@@ -371,6 +386,10 @@ impl Dashboard {
             Action::Left => self.pan(-0.25),
             Action::Right => self.pan(0.25),
             _ => {}
+        }
+        // Another panel: its first series is picked.
+        if self.focus != focus {
+            self.pick = 0;
         }
     }
 }

@@ -131,7 +131,7 @@ fn render_readout(frame: &mut Frame, area: Rect, d: &Dashboard, theme: &Theme) {
         theme.selected,
     )];
     if let Some(panel) = d.panels().get(d.focus) {
-        for &i in &panel.lines {
+        for i in d.shown(&panel.lines) {
             let s = &d.series[i];
             let value = match d.value_now(i) {
                 Some((step, v)) if step == t.step && *s.stage == *t.stage => format!("{v:.6}"),
@@ -240,9 +240,19 @@ fn render_panel(
         })
         .collect();
     let mut title = vec![Span::styled(format!(" {} ", panel.title), theme.title)];
-    for (n, entry) in entries.iter().enumerate() {
-        let color = Style::default().fg(theme.series_color(n));
-        title.push(Span::styled(format!("● {entry} "), color));
+    let picked = if focused { d.picked() } else { None };
+    for (n, (entry, &i)) in entries.iter().zip(&panel.lines).enumerate() {
+        // A hidden series stays in the title, crossed out, so `x` can bring it back.
+        let (mark, mut style) = if d.is_hidden(i) {
+            ("○", theme.muted.add_modifier(Modifier::CROSSED_OUT))
+        } else {
+            ("●", Style::default().fg(theme.series_color(n)))
+        };
+        if picked == Some(n) && several {
+            style = style.add_modifier(Modifier::UNDERLINED);
+        }
+        title.push(Span::styled(format!("{mark} {entry}"), style));
+        title.push(Span::raw(" "));
     }
     let block = Block::default()
         .borders(Borders::ALL)
@@ -261,6 +271,12 @@ fn render_panel(
     let mut raw: Vec<Vec<(f64, f64)>> = vec![];
     let mut smooth: Vec<Vec<(f64, f64)>> = vec![];
     for &i in &panel.lines {
+        // Hidden: nothing drawn, and no say in the y range.
+        if d.is_hidden(i) {
+            raw.push(vec![]);
+            smooth.push(vec![]);
+            continue;
+        }
         // In replay, only the points recorded until the cursor.
         let n = d.visible_len(i);
         let xs = &d.xs(i)[..n];
@@ -285,7 +301,10 @@ fn render_panel(
         p.1 = lo + ((p.1 - lo) / step).round() * step;
     }
     let mut datasets = vec![];
-    for (n, _) in panel.lines.iter().enumerate() {
+    for (n, &i) in panel.lines.iter().enumerate() {
+        if d.is_hidden(i) {
+            continue;
+        }
         let color = theme.series_color(n);
         let faded = d.smoothing > 0.0;
         let raw_style = if faded {

@@ -80,8 +80,12 @@ pub fn load(path: Option<&Path>, required: bool) -> Result<(Vec<Binding>, Theme)
     Ok((keys, theme))
 }
 
+/// The defaults with the file's bindings applied. A key the file binds in a view is taken from
+/// whichever default used it there (a file written for an older keymap keeps working when a new
+/// default lands on one of its keys); two of the file's own bindings on one key are an error.
 fn apply_keys(file: &BTreeMap<String, BTreeMap<String, Keys>>) -> Result<Vec<Binding>, String> {
     let mut keys = DEFAULT_KEYS.to_vec();
+    let mut given: Vec<Binding> = vec![];
     for (scope_name, actions) in file {
         let scope = Scope::ALL
             .into_iter()
@@ -112,16 +116,21 @@ fn apply_keys(file: &BTreeMap<String, BTreeMap<String, Keys>>) -> Result<Vec<Bin
             for k in &strings {
                 let (code, modifiers) = parse_key(k)
                     .map_err(|e| format!("keys.{scope_name}.{action_name}: '{k}': {e}"))?;
-                let binding = Binding {
+                given.push(Binding {
                     code,
                     modifiers,
                     scope,
                     action,
-                };
-                keys.push(binding);
+                });
             }
         }
     }
+    keys.retain(|d| {
+        !given
+            .iter()
+            .any(|g| g.scope == d.scope && g.code == d.code && g.modifiers == d.modifiers)
+    });
+    keys.extend(given);
     check_conflicts(&keys)?;
     Ok(keys)
 }
@@ -304,6 +313,12 @@ mod tests {
             None,
             "the default is replaced"
         );
+        // `x` was hide_series' default: the file's binding takes it, and hide_series has no key.
+        assert!(
+            !keys
+                .iter()
+                .any(|b| b.scope == Scope::Dashboard && b.action == Action::HideSeries)
+        );
         assert_eq!(theme.series, vec![Color::Red, Color::Rgb(0xff, 0x88, 0)]);
         assert_eq!(theme.focus_border.fg, Some(Color::Yellow));
     }
@@ -324,8 +339,11 @@ mod tests {
         );
         let e = err("keys: { global: { quit: hyper-q } }\n");
         assert!(e.contains("keys.global.quit: 'hyper-q'"), "{e}");
-        let e = err("keys: { dashboard: { expand: \"+\" } }\n");
+        // Two of the file's own bindings on one key; a default on it gives way (tested above).
+        let e = err("keys: { dashboard: { expand: \"+\", freeze: \"+\" } }\n");
         assert!(e.contains("bound to both"), "{e}");
+        let (_d, path) = write("keys: { dashboard: { expand: \"+\" } }\n");
+        assert!(load(Some(&path), true).is_ok());
         let e = err("theme: { good: greenish }\n");
         assert!(e.contains("theme.good: 'greenish'"), "{e}");
         let e = err("colours: {}\n");

@@ -187,7 +187,7 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
             "Enter open · n new · X stop · p pause · r resume · c compare · : command · ? help"
         }
         View::Dashboard => {
-            "Tab panel · e expand · + - zoom · [ ] smooth · r replay · Enter samples · ? help"
+            "Tab panel · e expand · +- zoom · [] smooth · s x hide series · r replay · ? help"
         }
         View::Samples => {
             "h l step · j k sample · Enter whole · f follow · / search · Tab domain · ? help"
