@@ -3,7 +3,8 @@
 //! Owns the schema ([`RunConfig`] and its sections), defaults, and cross-field validation; the generic
 //! strict-YAML machinery (line numbers, did-you-mean, `key.sub=value` overrides) is in [`load`]. Every
 //! field here is read by a pipeline; README.md documents them. A dataset's relative path is relative to the
-//! config file's directory; every other relative path to the working directory.
+//! directory of the file that writes it (the config, or an included fragment); every other relative
+//! path to the working directory.
 
 mod env;
 mod include;
@@ -146,7 +147,7 @@ pub struct DataConfig {
 pub struct DomainConfig {
     pub name: String,
     /// A JSONL dataset (`prompt`, `ground_truth`, optional `domain`); a relative path is relative
-    /// to the config file's directory.
+    /// to the directory of the file that writes it (the config, or an included fragment).
     #[serde(default)]
     pub path: Option<PathBuf>,
     /// Or a generated one.

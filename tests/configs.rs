@@ -95,3 +95,47 @@ fn a_dataset_path_is_relative_to_its_config_file() {
     // Where results go stays relative to the working directory.
     assert_eq!(loaded.output_dir(), PathBuf::from("out"));
 }
+
+#[test]
+fn a_fragments_dataset_path_is_relative_to_the_fragment() {
+    // exp/run.yaml includes ../shared/data.yaml, whose `data/d.jsonl` means shared/data/d.jsonl
+    // whichever config includes it; the run file's own domain stays relative to exp/.
+    let dir = tempfile::tempdir().unwrap();
+    let (exp, shared) = (dir.path().join("exp"), dir.path().join("shared"));
+    std::fs::create_dir_all(&exp).unwrap();
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(
+        shared.join("data.yaml"),
+        "data:\n  domains:\n    - { name: d, path: data/d.jsonl, reward: math_rule }\n",
+    )
+    .unwrap();
+    let model = "model:\n  init: { arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, \
+                 intermediate: 64, chars: \"0123456789+=\" }\n\
+                 rl: { steps: 1, prompts_per_step: 2, group_size: 2 }\n";
+    let cfg = exp.join("run.yaml");
+    std::fs::write(
+        &cfg,
+        format!("include: [../shared/data.yaml]\nname: frag\n{model}"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(shared.join("data")).unwrap();
+    std::fs::write(shared.join("data/d.jsonl"), "").unwrap();
+    let loaded = RunConfig::load(&cfg, &[]).unwrap();
+    let path = loaded.data.domains[0].path.clone().unwrap();
+    // `exp/../shared/data/d.jsonl` (absolute keeps the `..`): the same file.
+    assert_eq!(
+        std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display())),
+        Ok(std::fs::canonicalize(shared.join("data/d.jsonl")).unwrap())
+    );
+    // The including file's own domains are still relative to it.
+    std::fs::write(
+        &cfg,
+        format!(
+            "include: [../shared/data.yaml]\nname: frag\n{model}data:\n  domains:\n    \
+             - {{ name: e, path: mine.jsonl, reward: math_rule }}\n"
+        ),
+    )
+    .unwrap();
+    let loaded = RunConfig::load(&cfg, &[]).unwrap();
+    assert_eq!(loaded.data.domains[0].path, Some(exp.join("mine.jsonl")));
+}

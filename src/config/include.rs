@@ -156,6 +156,11 @@ fn gather(
             message: "a config file must be a mapping of keys".into(),
         });
     }
+    // A fragment's dataset paths are relative to the fragment, so a data fragment means the same
+    // files whichever config includes it (the top file's are rebased by `RunConfig::load`).
+    if !chain.is_empty() {
+        rebase_dataset_paths(&mut doc, file.parent().unwrap_or(Path::new("")));
+    }
     chain.push(key);
     for inc in includes_of(&mut doc, file)? {
         gather(&inc, chain, merged, origins)?;
@@ -164,6 +169,22 @@ fn gather(
     origins.record(file, &text);
     merge(merged, doc, &mut vec![], file, origins);
     Ok(())
+}
+
+/// Each relative `data.domains[].path` of `doc` made absolute against `dir`.
+fn rebase_dataset_paths(doc: &mut Value, dir: &Path) {
+    let domains = doc
+        .pointer_mut("/data/domains")
+        .and_then(Value::as_array_mut);
+    for domain in domains.into_iter().flatten() {
+        if let Some(Value::String(p)) = domain.get_mut("path")
+            && Path::new(p.as_str()).is_relative()
+        {
+            let joined = dir.join(p.as_str());
+            let absolute = std::path::absolute(&joined).unwrap_or(joined);
+            *p = absolute.display().to_string();
+        }
+    }
 }
 
 /// Whether `text` (a YAML document) has a top-level `include:` key.
