@@ -10,6 +10,9 @@
 //!      4864, 14 heads, 2 KV heads, tied 151,936-token vocabulary; `QWEN05_LAYERS` of its 24
 //!      layers, default 24), forward+backward at 16 x 64 and generation at batch 16.
 //!
+//! Generation and forward+backward split their batches into the model's lanes, as the engine and
+//! training do (`roll::model::threads::lanes`); `ROLL_LANES=1` measures them in one lane.
+//!
 //! Run: `cargo bench --bench engine` (prints medians; record them in benches/RESULTS.md).
 
 use std::time::Instant;
@@ -21,6 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use candle_core::Device;
 use candle_core::backprop::GradStore;
 use roll::config::{RunConfig, load::from_yaml_str};
+use roll::model::threads::{lanes, side_by_side};
 use roll::model::{Arch, InitOptions, Numerics, Transformer, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
@@ -85,7 +89,8 @@ fn main() {
         }
         let secs = median(times);
         println!(
-            "generation: batch 64, prompt 6, 32 new tokens: {:.4} s, {:.0} tokens/s",
+            "generation: batch 64, prompt 6, 32 new tokens ({} lanes): {:.4} s, {:.0} tokens/s",
+            lanes(model.transformer.params().bytes()),
             secs,
             64.0 * 32.0 / secs
         );
@@ -101,18 +106,25 @@ fn main() {
                 )
             })
             .collect();
-        let tb = train_batch(&pairs_owned, 2);
+        // In lanes, as training cuts its micro-batches (`ROLL_LANES=1`: one batch).
+        let lanes = lanes(model.transformer.params().bytes()).max(1);
+        let tbs: Vec<TrainBatch> = pairs_owned
+            .chunks(64usize.div_ceil(lanes))
+            .map(|c| train_batch(c, 2))
+            .collect();
         let mut times = vec![];
         for _ in 0..9 {
             let t = Instant::now();
-            let grads = forward_backward(&model.transformer, &tb);
+            let grads = side_by_side(&tbs, |tb| forward_backward(&model.transformer, tb));
             let mut acc = GradAccumulator::default();
-            acc.add(&vars, &grads).expect("acc");
+            for g in &grads {
+                acc.add(&vars, g).expect("acc");
+            }
             times.push(t.elapsed().as_secs_f64());
         }
         let secs = median(times);
         println!(
-            "forward+backward: 64 x 16 tokens: {:.4} s, {:.0} tokens/s",
+            "forward+backward: 64 x 16 tokens ({lanes} lanes): {:.4} s, {:.0} tokens/s",
             secs,
             64.0 * 16.0 / secs
         );
@@ -238,13 +250,21 @@ fn qwen05() {
             )
         })
         .collect();
-    let tb = train_batch(&pairs_owned, 7);
+    let lanes = lanes(model.transformer.params().bytes()).max(1);
+    let tbs: Vec<TrainBatch> = pairs_owned
+        .chunks(16usize.div_ceil(lanes))
+        .map(|c| train_batch(c, 7))
+        .collect();
     for rep in 0..2 {
         let t = Instant::now();
-        forward_backward(&model.transformer, &tb);
+        let vars = model.transformer.params().named_vars();
+        let mut acc = GradAccumulator::default();
+        for g in side_by_side(&tbs, |tb| forward_backward(&model.transformer, tb)) {
+            acc.add(&vars, &g).expect("acc");
+        }
         let s = t.elapsed().as_secs_f64();
         println!(
-            "qwen2.5-0.5b shape ({layers} layers), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s",
+            "qwen2.5-0.5b shape ({layers} layers, {lanes} lanes), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s",
             1024.0 / s
         );
     }

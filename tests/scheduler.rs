@@ -189,19 +189,22 @@ fn the_kl_reference_is_refreshed_every_n_steps() {
         [0.0, 2.0, 2.0, 4.0, 4.0, 6.0]
     );
     // One PPO epoch measures KL before its update: right after a refresh the reference is the
-    // policy itself, so the k3 estimate is exactly 0. One step later it is above 0 if that step's
-    // update moved the policy, which it does when some group's rewards differ. (After a flat step
-    // the policy may or may not have moved: AdamW's momentum carries earlier steps' gradients.)
+    // policy itself, so the k3 estimate is 0 up to f32 rounding (the reference scores its rows
+    // in other batches than training cuts, and a row's log-probs move in the last bit with the
+    // rows it is batched with: below 1e-7 here). One step later it is clearly above 0 if that
+    // step's update moved the policy, which it does when some group's rewards differ. (After a
+    // flat step the policy may or may not have moved: AdamW's momentum carries earlier steps'
+    // gradients.)
     let kl = series(&store, "actor/kl");
     let flat = series(&store, "group/frac_zero_std");
     assert_eq!(kl.len(), 6);
     let mut moved_steps = 0;
     for (i, k) in kl.iter().enumerate() {
         if i % 2 == 0 {
-            assert_eq!(*k, 0.0, "step {}: {kl:?}", i + 1);
+            assert!(k.abs() < 1e-7, "step {}: {kl:?}", i + 1);
         } else if flat[i - 1] < 1.0 {
             moved_steps += 1;
-            assert!(*k > 0.0, "step {}: {kl:?}, flat groups {flat:?}", i + 1);
+            assert!(*k > 1e-5, "step {}: {kl:?}, flat groups {flat:?}", i + 1);
         }
     }
     assert!(moved_steps > 0, "no update moved the policy: {flat:?}");

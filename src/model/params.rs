@@ -142,6 +142,13 @@ impl ParamStore {
         self.vars.values().cloned().collect()
     }
 
+    /// The bytes the parameters take, in their dtype.
+    pub fn bytes(&self) -> usize {
+        self.iter()
+            .map(|(_, v)| v.elem_count() * v.dtype().size_in_bytes())
+            .sum()
+    }
+
     pub fn num_params(&self) -> usize {
         self.vars.values().map(|v| v.elem_count()).sum()
     }

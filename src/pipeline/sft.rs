@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use crate::config::{SftConfig, Stage};
 use crate::metrics::Metrics;
+use crate::model::threads::{lanes, side_by_side};
 use crate::model::{LoadedModel, Numerics};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
@@ -45,6 +46,7 @@ pub fn run_sft(
         chat_template: data.chat_template,
     };
     let groups = model.config().kv_groups();
+    let lanes = lanes(model.transformer.params().bytes()).max(1);
     ctx.emit(PipelineEvent::StageStarted {
         stage: Stage::Sft,
         total_steps: cfg.steps,
@@ -68,31 +70,41 @@ pub fn run_sft(
         let mut acc = GradAccumulator::default();
         let mut loss_sum = 0.0;
         for chunk in pairs.chunks(micro) {
-            let refs: Vec<(&[u32], &[u32])> = chunk
-                .iter()
-                .map(|(p, a)| (p.as_slice(), a.as_slice()))
-                .collect();
-            let tb = TrainBatch::new(&refs, model.pad_id, groups, model.transformer.device())
-                .during("sft batch")?;
-            let (logp, _) = response_forward(
-                &model.transformer,
-                &tb,
-                1.0,
-                Numerics::Differentiable,
-                false,
-            )
-            .during("sft forward")?;
-            // Token-mean over the whole batch: each micro-batch contributes its token sum / batch tokens.
-            let loss = (logp
-                .sum_all()
-                .during("sft loss")?
-                .neg()
-                .during("sft loss")?
-                / total_tokens as f64)
-                .during("sft loss")?;
-            loss_sum += loss.to_scalar::<f32>().during("sft loss")? as f64;
-            let grads = loss.backward().during("sft backward")?;
-            acc.add(opt.vars(), &grads).during("sft backward")?;
+            // The micro-batch in lanes worked on side by side; their losses and gradients add up
+            // to the micro-batch's, summed in lane order.
+            let parts: Vec<&[(Vec<u32>, Vec<u32>)]> =
+                chunk.chunks(chunk.len().div_ceil(lanes)).collect();
+            let passes = side_by_side(&parts, |part| {
+                let refs: Vec<(&[u32], &[u32])> = part
+                    .iter()
+                    .map(|(p, a)| (p.as_slice(), a.as_slice()))
+                    .collect();
+                let tb = TrainBatch::new(&refs, model.pad_id, groups, model.transformer.device())
+                    .during("sft batch")?;
+                let (logp, _) = response_forward(
+                    &model.transformer,
+                    &tb,
+                    1.0,
+                    Numerics::Differentiable,
+                    false,
+                )
+                .during("sft forward")?;
+                // Token-mean over the whole batch: each part contributes its token sum / batch tokens.
+                let loss = (logp
+                    .sum_all()
+                    .during("sft loss")?
+                    .neg()
+                    .during("sft loss")?
+                    / total_tokens as f64)
+                    .during("sft loss")?;
+                let value = loss.to_scalar::<f32>().during("sft loss")? as f64;
+                Ok::<_, PipelineError>((value, loss.backward().during("sft backward")?))
+            });
+            for pass in passes {
+                let (value, grads) = pass?;
+                loss_sum += value;
+                acc.add(opt.vars(), &grads).during("sft backward")?;
+            }
         }
         let stats = opt.step(acc).during("sft optimizer step")?;
         let secs = t0.elapsed().as_secs_f64();

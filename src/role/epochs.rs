@@ -4,6 +4,7 @@
 //! can run in a worker process ([`ActorStep`] and [`CriticStep`] are everything they need;
 //! `step_file` carries each as one shared-memory safetensors file).
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::{SeedableRng, rngs::StdRng};
@@ -73,16 +74,18 @@ impl Micro {
 }
 
 trait MiniBatchLearner {
-    fn micro(&mut self, mb: &Micro) -> Result<(), RoleError>;
+    /// The lanes of one micro-batch, each a part of its rows: their passes may run side by side.
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError>;
     /// Every micro-batch of a mini-batch was seen: take the optimizer step.
     fn mini_done(&mut self) -> Result<(), RoleError>;
 }
 
-/// Drive `learner` through `cfg.ppo_epochs` passes. Returns the mini-batches stepped.
+/// Drive `learner` through `cfg.ppo_epochs` passes, each micro-batch cut into `lanes` parts.
+/// Returns the mini-batches stepped.
 fn run_epochs(
     cfg: &RlConfig,
     rows: &EpochRows,
-    (pad_id, kv_groups): (u32, usize),
+    (pad_id, kv_groups, lanes): (u32, usize, usize),
     dev: &Device,
     learner: &mut dyn MiniBatchLearner,
 ) -> Result<usize, RoleError> {
@@ -115,29 +118,35 @@ fn run_epochs(
                 continue;
             }
             for chunk in mini.chunks(rows.micro) {
-                let pairs: Vec<(&[u32], &[u32])> = chunk
-                    .iter()
-                    .map(|&i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
-                    .collect();
-                let tb = TrainBatch::new(&pairs, pad_id, kv_groups, dev).during("rl batch")?;
-                let idx = index_tensor(chunk, dev)?;
-                let mask = rows
-                    .loss_mask
-                    .index_select(&idx, 0)
-                    .and_then(|x| x.narrow(1, 0, tb.response_width))
-                    .during("rl slice")?;
-                let tokens = scalar(&mask.sum_all().during("mask")?)?;
-                let weight = match cfg.policy_loss.agg {
-                    LossAgg::TokenMean => tokens / mini_tokens,
-                    _ => chunk.len() as f64 / mini.len() as f64,
-                };
-                learner.micro(&Micro {
-                    first: epoch == 0 && mini_idx == 0,
-                    tb,
-                    idx,
-                    weight,
-                    mask,
-                })?;
+                // Each lane is a micro-batch of its own, weighted by its share of the mini-batch,
+                // so the lanes' gradients sum to the micro-batch's.
+                let mut parts = vec![];
+                for part in chunk.chunks(chunk.len().div_ceil(lanes.max(1))) {
+                    let pairs: Vec<(&[u32], &[u32])> = part
+                        .iter()
+                        .map(|&i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
+                        .collect();
+                    let tb = TrainBatch::new(&pairs, pad_id, kv_groups, dev).during("rl batch")?;
+                    let idx = index_tensor(part, dev)?;
+                    let mask = rows
+                        .loss_mask
+                        .index_select(&idx, 0)
+                        .and_then(|x| x.narrow(1, 0, tb.response_width))
+                        .during("rl slice")?;
+                    let tokens = scalar(&mask.sum_all().during("mask")?)?;
+                    let weight = match cfg.policy_loss.agg {
+                        LossAgg::TokenMean => tokens / mini_tokens,
+                        _ => part.len() as f64 / mini.len() as f64,
+                    };
+                    parts.push(Micro {
+                        first: epoch == 0 && mini_idx == 0,
+                        tb,
+                        idx,
+                        weight,
+                        mask,
+                    });
+                }
+                learner.micro(&parts)?;
             }
             learner.mini_done()?;
             minis += 1;
@@ -169,55 +178,92 @@ struct ActorLearner<'a> {
     t: ActorTally,
 }
 
+/// What one lane's pass of the actor gives: its gradients and its weighted diagnostics.
+struct ActorPart {
+    grads: GradStore,
+    t: ActorTally,
+}
+
+/// The actor's forward, losses and backward over one lane of a micro-batch.
+fn actor_pass(
+    cfg: &RlConfig,
+    st: &ActorStep,
+    policy: &Transformer,
+    mb: &Micro,
+) -> Result<ActorPart, RoleError> {
+    let agg = cfg.policy_loss.agg;
+    let mut t = ActorTally::default();
+    let (logp, entropy) = response_forward(
+        policy,
+        &mb.tb,
+        st.temperature,
+        Numerics::Differentiable,
+        true,
+    )
+    .during("actor forward")?;
+    let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
+    let old = mb.slice(&st.old_logp)?;
+    if mb.first {
+        let d = ((logp.detach() - &old)
+            .during("diff")?
+            .abs()
+            .during("diff")?
+            * &mb.tb.response_mask)
+            .during("diff")?;
+        t.diff_sum = scalar(&d.sum_all().during("diff")?)?;
+        t.diff_tokens = scalar(&mb.tb.response_mask.sum_all().during("diff")?)?;
+    }
+    let adv = mb.slice(&st.adv)?;
+    let out = policy_loss(&cfg.policy_loss, &logp, &old, &adv, &mb.mask).during("policy loss")?;
+    let mut loss = out.loss.clone();
+    if cfg.entropy_coef != 0.0 {
+        let bonus = entropy_bonus(&entropy, &mb.mask, agg).during("entropy bonus")?;
+        loss = (loss - (bonus * cfg.entropy_coef).during("entropy")?).during("entropy")?;
+    }
+    if cfg.kl.mode == KlMode::InLoss
+        && let Some(ref_logp) = &st.ref_logp
+    {
+        let kl = kl_penalty(cfg.kl.estimator, &logp, &mb.slice(ref_logp)?).during("kl loss")?;
+        let kl = aggregate(&kl, &mb.mask, agg, cfg.policy_loss.norm_len).during("kl loss")?;
+        loss = (loss + (kl * st.kl_coef).during("kl loss")?).during("kl loss")?;
+    }
+    let loss = (loss * mb.weight).during("loss scaling")?;
+    let grads = loss.backward().during("actor backward")?;
+    let w = mb.weight;
+    t.pg_loss = w * scalar(&out.loss)?;
+    t.clip_low = w * out.clip_frac_low as f64;
+    t.clip_high = w * out.clip_frac_high as f64;
+    t.approx_kl = w * out.approx_kl as f64;
+    t.entropy = w * mean_of(&entropy.detach(), &mb.mask)?;
+    Ok(ActorPart { grads, t })
+}
+
+/// `pass` over every lane, side by side when there are several; results in lane order.
+fn lanes_map<T: Send>(
+    lanes: &[Micro],
+    pass: impl Fn(&Micro) -> Result<T, RoleError> + Sync + Send,
+) -> Result<Vec<T>, RoleError> {
+    crate::model::threads::side_by_side(lanes, pass)
+        .into_iter()
+        .collect()
+}
+
 impl MiniBatchLearner for ActorLearner<'_> {
-    fn micro(&mut self, mb: &Micro) -> Result<(), RoleError> {
-        let (cfg, st) = (self.cfg, self.step);
-        let agg = cfg.policy_loss.agg;
-        let (logp, entropy) = response_forward(
-            self.policy,
-            &mb.tb,
-            st.temperature,
-            Numerics::Differentiable,
-            true,
-        )
-        .during("actor forward")?;
-        let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
-        let old = mb.slice(&st.old_logp)?;
-        if mb.first {
-            let d = ((logp.detach() - &old)
-                .during("diff")?
-                .abs()
-                .during("diff")?
-                * &mb.tb.response_mask)
-                .during("diff")?;
-            self.t.diff_sum += scalar(&d.sum_all().during("diff")?)?;
-            self.t.diff_tokens += scalar(&mb.tb.response_mask.sum_all().during("diff")?)?;
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
+        let (cfg, st, policy) = (self.cfg, self.step, self.policy);
+        // Summed in lane order, so a run is repeatable whatever thread finishes first.
+        for part in lanes_map(lanes, |mb| actor_pass(cfg, st, policy, mb))? {
+            self.acc
+                .add(self.opt.vars(), &part.grads)
+                .during("actor backward")?;
+            self.t.pg_loss += part.t.pg_loss;
+            self.t.clip_low += part.t.clip_low;
+            self.t.clip_high += part.t.clip_high;
+            self.t.approx_kl += part.t.approx_kl;
+            self.t.entropy += part.t.entropy;
+            self.t.diff_sum += part.t.diff_sum;
+            self.t.diff_tokens += part.t.diff_tokens;
         }
-        let adv = mb.slice(&st.adv)?;
-        let out =
-            policy_loss(&cfg.policy_loss, &logp, &old, &adv, &mb.mask).during("policy loss")?;
-        let mut loss = out.loss.clone();
-        if cfg.entropy_coef != 0.0 {
-            let bonus = entropy_bonus(&entropy, &mb.mask, agg).during("entropy bonus")?;
-            loss = (loss - (bonus * cfg.entropy_coef).during("entropy")?).during("entropy")?;
-        }
-        if cfg.kl.mode == KlMode::InLoss
-            && let Some(ref_logp) = &st.ref_logp
-        {
-            let kl = kl_penalty(cfg.kl.estimator, &logp, &mb.slice(ref_logp)?).during("kl loss")?;
-            let kl = aggregate(&kl, &mb.mask, agg, cfg.policy_loss.norm_len).during("kl loss")?;
-            loss = (loss + (kl * st.kl_coef).during("kl loss")?).during("kl loss")?;
-        }
-        let loss = (loss * mb.weight).during("loss scaling")?;
-        self.acc
-            .add(self.opt.vars(), &loss.backward().during("actor backward")?)
-            .during("actor backward")?;
-        let w = mb.weight;
-        self.t.pg_loss += w * scalar(&out.loss)?;
-        self.t.clip_low += w * out.clip_frac_low as f64;
-        self.t.clip_high += w * out.clip_frac_high as f64;
-        self.t.approx_kl += w * out.approx_kl as f64;
-        self.t.entropy += w * mean_of(&entropy.detach(), &mb.mask)?;
         Ok(())
     }
 
@@ -231,11 +277,24 @@ impl MiniBatchLearner for ActorLearner<'_> {
 }
 
 /// The actor's epochs on `policy` with `opt`; returns the `actor/*` and `train_infer/*` metrics.
+/// Micro-batches are cut into the model's [lanes](crate::model::threads::lanes).
 pub fn actor_epochs(
     cfg: &RlConfig,
     step: &ActorStep,
     policy: &Transformer,
     pad_id: u32,
+    opt: &mut AdamW,
+) -> Result<Metrics, RoleError> {
+    let lanes = crate::model::threads::lanes(policy.params().bytes());
+    actor_epochs_in_lanes(cfg, step, policy, (pad_id, lanes), opt)
+}
+
+/// [`actor_epochs`] with each micro-batch cut into `lanes` parts worked on side by side.
+fn actor_epochs_in_lanes(
+    cfg: &RlConfig,
+    step: &ActorStep,
+    policy: &Transformer,
+    (pad_id, lanes): (u32, usize),
     opt: &mut AdamW,
 ) -> Result<Metrics, RoleError> {
     let kv_groups = policy.config().kv_groups();
@@ -248,7 +307,13 @@ pub fn actor_epochs(
         acc: GradAccumulator::default(),
         t: ActorTally::default(),
     };
-    let minis = run_epochs(cfg, &step.rows, (pad_id, kv_groups), &dev, &mut learner)?;
+    let minis = run_epochs(
+        cfg,
+        &step.rows,
+        (pad_id, kv_groups, lanes),
+        &dev,
+        &mut learner,
+    )?;
     let (t, per) = (learner.t, (minis as f64).max(1.0));
     let mut m = Metrics::new();
     m.insert("actor/pg_loss".into(), t.pg_loss / per);
@@ -278,24 +343,27 @@ struct CriticLearner<'a> {
 }
 
 impl MiniBatchLearner for CriticLearner<'_> {
-    fn micro(&mut self, mb: &Micro) -> Result<(), RoleError> {
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
         let agg = self.cfg.policy_loss.agg;
-        let values = self
-            .critic
-            .values(&mb.tb, Numerics::Differentiable)
-            .during("critic forward")?;
         let clip = self.cfg.critic.as_ref().and_then(|c| c.value_clip);
-        let (old_v, ret) = (mb.slice(self.old_values)?, mb.slice(self.returns)?);
-        let vl = (value_loss(&values, &old_v, &ret, &mb.mask, clip, agg).during("value loss")?
-            * mb.weight)
-            .during("value loss")?;
-        self.acc
-            .add(
-                self.critic.opt.vars(),
-                &vl.backward().during("critic backward")?,
-            )
-            .during("critic backward")?;
-        self.value_loss += scalar(&vl)?;
+        let (critic, returns, old_values) = (&*self.critic, self.returns, self.old_values);
+        let parts = lanes_map(lanes, |mb| {
+            let values = critic
+                .values(&mb.tb, Numerics::Differentiable)
+                .during("critic forward")?;
+            let (old_v, ret) = (mb.slice(old_values)?, mb.slice(returns)?);
+            let vl = (value_loss(&values, &old_v, &ret, &mb.mask, clip, agg)
+                .during("value loss")?
+                * mb.weight)
+                .during("value loss")?;
+            Ok((vl.backward().during("critic backward")?, scalar(&vl)?))
+        })?;
+        for (grads, vl) in parts {
+            self.acc
+                .add(self.critic.opt.vars(), &grads)
+                .during("critic backward")?;
+            self.value_loss += vl;
+        }
         Ok(())
     }
 
@@ -315,6 +383,7 @@ pub fn critic_epochs(
     pad_id: u32,
 ) -> Result<Metrics, RoleError> {
     let kv_groups = critic.model.config().kv_groups();
+    let lanes = crate::model::threads::lanes(critic.model.params().bytes());
     let dev = critic.model.device().clone();
     let mut learner = CriticLearner {
         cfg,
@@ -325,7 +394,13 @@ pub fn critic_epochs(
         value_loss: 0.0,
         grad_norm: 0.0,
     };
-    let minis = run_epochs(cfg, &step.rows, (pad_id, kv_groups), &dev, &mut learner)?;
+    let minis = run_epochs(
+        cfg,
+        &step.rows,
+        (pad_id, kv_groups, lanes),
+        &dev,
+        &mut learner,
+    )?;
     let per = (minis as f64).max(1.0);
     let mut m = Metrics::new();
     m.insert("critic/value_loss".into(), learner.value_loss / per);
@@ -347,3 +422,7 @@ pub(super) fn scalar(t: &Tensor) -> Result<f64, RoleError> {
 pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RoleError> {
     scalar(&masked_mean(x, mask).during("metrics")?)
 }
+
+#[cfg(test)]
+#[path = "epochs_tests.rs"]
+mod tests;

@@ -16,26 +16,38 @@ pub struct Rows<'a> {
     pub width: usize,
 }
 
-/// Run `f` over micro-batches of rows (batched for `model`) and stitch the (rows, r) results into
-/// (n, width).
+/// Run `f` over micro-batches of rows (batched for `model`, each cut into the model's
+/// [lanes](crate::model::threads::lanes) worked on side by side) and stitch the (rows, r) results
+/// into (n, width).
 pub fn chunked(
     model: &Transformer,
     pad_id: u32,
     rows: &Rows<'_>,
-    f: &dyn Fn(&TrainBatch) -> candle_core::Result<Tensor>,
+    f: &(dyn Fn(&TrainBatch) -> candle_core::Result<Tensor> + Sync),
 ) -> candle_core::Result<Tensor> {
+    let lanes = crate::model::threads::lanes(model.params().bytes()).max(1);
     let mut parts = vec![];
     let groups = model.config().kv_groups();
     let n = rows.prompts.len();
     for start in (0..n).step_by(rows.micro) {
         let end = (start + rows.micro).min(n);
-        let pairs: Vec<(&[u32], &[u32])> = (start..end)
-            .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
+        let step = (end - start).div_ceil(lanes);
+        let ranges: Vec<(usize, usize)> = (start..end)
+            .step_by(step)
+            .map(|s| (s, (s + step).min(end)))
             .collect();
-        let tb = TrainBatch::new(&pairs, pad_id, groups, model.device())?;
-        let out = f(&tb)?;
-        let r = out.dim(1)?;
-        parts.push(out.pad_with_zeros(1, 0, rows.width - r)?);
+        let outs = crate::model::threads::side_by_side(&ranges, |&(s, e)| {
+            let pairs: Vec<(&[u32], &[u32])> = (s..e)
+                .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
+                .collect();
+            let tb = TrainBatch::new(&pairs, pad_id, groups, model.device())?;
+            let out = f(&tb)?;
+            let r = out.dim(1)?;
+            out.pad_with_zeros(1, 0, rows.width - r)
+        });
+        for out in outs {
+            parts.push(out?);
+        }
     }
     Tensor::cat(&parts, 0)
 }

@@ -55,37 +55,72 @@ struct Running {
     logprobs: Vec<f32>,
 }
 
-/// Decodes token ids to text for stop-string checks.
-pub type Detokenize<'a> = &'a dyn Fn(&[u32]) -> String;
+/// Decodes token ids to text for stop-string checks (called from every lane's thread).
+pub type Detokenize<'a> = &'a (dyn Fn(&[u32]) -> String + Sync);
 
-pub struct Engine<'a> {
+/// What every lane reads: the model and when a sequence ends.
+struct Shared<'a> {
     model: &'a Transformer,
     eos_ids: Vec<u32>,
-    max_batch: usize,
     detokenize: Option<Detokenize<'a>>,
-    queue: VecDeque<Request>,
+}
+
+/// A part of the batch with its own sequences and KV cache. Lanes decode side by side, one per
+/// thread (see [`crate::model::threads::lanes`]): at small shapes each of a step's matrix products
+/// is too small to split across cores, so splitting the batch is what keeps them busy.
+#[derive(Default)]
+struct Lane {
+    /// Most sequences this lane runs at once (the lanes' capacities sum to `max_batch`).
+    capacity: usize,
+    /// Admitted at this step, not yet prefilled.
+    admitted: Vec<Request>,
     /// Row i of `cache` belongs to `running[i]`; its last sampled token is not yet in the cache.
     running: Vec<Running>,
-    cache: KvCache,
+    cache: Option<KvCache>,
+}
+
+pub struct Engine<'a> {
+    shared: Shared<'a>,
+    queue: VecDeque<Request>,
+    lanes: Vec<Lane>,
 }
 
 impl<'a> Engine<'a> {
+    /// An engine with as many lanes as [`crate::model::threads::lanes`] gives this model.
     pub fn new(model: &'a Transformer, eos_ids: Vec<u32>, max_batch: usize) -> Self {
-        let layers = model.config().num_hidden_layers;
+        let lanes = crate::model::threads::lanes(model.params().bytes());
+        Self::with_lanes(model, eos_ids, max_batch, lanes)
+    }
+
+    /// An engine whose batch is split into `lanes` parts decoded side by side (at most one per
+    /// sequence slot). A sample does not depend on the lane it runs in.
+    pub fn with_lanes(
+        model: &'a Transformer,
+        eos_ids: Vec<u32>,
+        max_batch: usize,
+        lanes: usize,
+    ) -> Self {
+        let max_batch = max_batch.max(1);
+        let n = lanes.clamp(1, max_batch);
         Engine {
-            model,
-            eos_ids,
-            max_batch: max_batch.max(1),
-            detokenize: None,
+            shared: Shared {
+                model,
+                eos_ids,
+                detokenize: None,
+            },
             queue: VecDeque::new(),
-            running: vec![],
-            cache: KvCache::new(layers, vec![]),
+            lanes: (0..n)
+                .map(|i| Lane {
+                    capacity: max_batch / n + usize::from(i < max_batch % n),
+                    ..Lane::default()
+                })
+                .collect(),
         }
     }
 
     /// Needed only for requests with stop strings.
     pub fn with_detokenizer(mut self, detokenize: Detokenize<'a>) -> Self {
-        self.detokenize = Some(detokenize);
+        self.shared.detokenize = Some(detokenize);
         self
     }
 
@@ -94,11 +129,11 @@ impl<'a> Engine<'a> {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.running.is_empty()
+        self.queue.is_empty() && self.lanes.iter().all(|l| l.running.is_empty())
     }
 
     pub fn running(&self) -> usize {
-        self.running.len()
+        self.lanes.iter().map(|l| l.running.len()).sum()
     }
 
     pub fn queued(&self) -> usize {
@@ -111,15 +146,8 @@ impl<'a> Engine<'a> {
         let queued = self.queue.len();
         self.queue.retain(|r| !cancel(r.id));
         let mut cancelled = queued - self.queue.len();
-        let keep: Vec<usize> = (0..self.running.len())
-            .filter(|&i| !cancel(self.running[i].req.id))
-            .collect();
-        if keep.len() < self.running.len() {
-            cancelled += self.running.len() - keep.len();
-            self.cache.retain_rows(&keep)?;
-            self.cache.trim_left()?;
-            let mut slots: Vec<Option<Running>> = self.running.drain(..).map(Some).collect();
-            self.running = keep.iter().filter_map(|&i| slots[i].take()).collect();
+        for lane in &mut self.lanes {
+            cancelled += lane.abort(&cancel)?;
         }
         Ok(cancelled)
     }
@@ -127,9 +155,29 @@ impl<'a> Engine<'a> {
     /// Admit queued requests into free slots, decode one token for every running sequence, and return
     /// the sequences that finished during this step.
     pub fn step(&mut self) -> Result<Vec<Completion>> {
-        let mut done = self.admit()?;
-        if !self.running.is_empty() {
-            done.extend(self.decode()?);
+        // Queued requests go to the lanes in order, each filling its free slots: which lane a
+        // request lands in depends only on the requests, never on timing.
+        for lane in &mut self.lanes {
+            let free = lane.capacity - lane.running.len();
+            let take = free.min(self.queue.len());
+            lane.admitted.extend(self.queue.drain(..take));
+        }
+        let shared = &self.shared;
+        let busy = self
+            .lanes
+            .iter()
+            .filter(|l| !l.running.is_empty() || !l.admitted.is_empty())
+            .count();
+        let results: Vec<Result<Vec<Completion>>> = if busy > 1 {
+            use rayon::prelude::*;
+            self.lanes.par_iter_mut().map(|l| l.step(shared)).collect()
+        } else {
+            // One busy lane has every thread to itself.
+            self.lanes.iter_mut().map(|l| l.step(shared)).collect()
+        };
+        let mut done = vec![];
+        for r in results {
+            done.extend(r?);
         }
         Ok(done)
     }
@@ -142,19 +190,50 @@ impl<'a> Engine<'a> {
         }
         Ok(out)
     }
+}
 
-    fn admit(&mut self) -> Result<Vec<Completion>> {
-        let free = self.max_batch - self.running.len();
-        let take = free.min(self.queue.len());
-        if take == 0 {
+impl Lane {
+    fn abort(&mut self, cancel: &impl Fn(u64) -> bool) -> Result<usize> {
+        let keep: Vec<usize> = (0..self.running.len())
+            .filter(|&i| !cancel(self.running[i].req.id))
+            .collect();
+        let cancelled = self.running.len() - keep.len();
+        if cancelled > 0 {
+            self.keep_rows(&keep)?;
+        }
+        Ok(cancelled)
+    }
+
+    /// Only the running sequences `keep`, in the cache too.
+    fn keep_rows(&mut self, keep: &[usize]) -> Result<Vec<Option<Running>>> {
+        if let Some(cache) = self.cache.as_mut() {
+            cache.retain_rows(keep)?;
+            cache.trim_left()?;
+        }
+        let mut slots: Vec<Option<Running>> = self.running.drain(..).map(Some).collect();
+        self.running = keep.iter().filter_map(|&i| slots[i].take()).collect();
+        Ok(slots)
+    }
+
+    fn step(&mut self, shared: &Shared) -> Result<Vec<Completion>> {
+        let mut done = self.admit(shared)?;
+        if !self.running.is_empty() {
+            done.extend(self.decode(shared)?);
+        }
+        Ok(done)
+    }
+
+    fn admit(&mut self, shared: &Shared) -> Result<Vec<Completion>> {
+        if self.admitted.is_empty() {
             return Ok(vec![]);
         }
-        let reqs: Vec<Request> = self.queue.drain(..take).collect();
+        let reqs: Vec<Request> = std::mem::take(&mut self.admitted);
         if let Some(empty) = reqs.iter().find(|r| r.prompt_ids.is_empty()) {
             candle_core::bail!("request {} has an empty prompt", empty.id);
         }
+        let model = shared.model;
         let longest = reqs.iter().map(|r| r.prompt_ids.len()).max().unwrap_or(0);
-        let max_pos = self.model.config().max_position_embeddings;
+        let max_pos = model.config().max_position_embeddings;
         if let Some(r) = reqs
             .iter()
             .find(|r| r.prompt_ids.len() + r.params.max_new_tokens > max_pos)
@@ -173,19 +252,20 @@ impl<'a> Engine<'a> {
             ids.extend(std::iter::repeat_n(0u32, pad).chain(r.prompt_ids.iter().copied()));
             pos.extend(std::iter::repeat_n(0u32, pad).chain(0..r.prompt_ids.len() as u32));
         }
-        let device = self.model.device();
+        let device = model.device();
         let b = reqs.len();
         let ids = Tensor::from_vec(ids, (b, longest), device)?;
         let pos = Tensor::from_vec(pos, (b, longest), device)?;
-        let groups = self.model.config().kv_groups();
+        let groups = model.config().kv_groups();
         let mask = attention_mask(&valid_from, 0, longest, groups, device)?;
-        let mut cache = KvCache::new(self.model.config().num_hidden_layers, valid_from);
-        let hidden =
-            self.model
-                .forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
+        let layers = model.config().num_hidden_layers;
+        let mut cache = KvCache::new(layers, valid_from);
+        let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
         let last = hidden.narrow(1, longest - 1, 1)?;
-        let logits = self.model.logits(&last)?.squeeze(1)?.to_vec2::<f32>()?;
-        self.cache.merge(cache)?;
+        let logits = model.logits(&last)?.squeeze(1)?.to_vec2::<f32>()?;
+        self.cache
+            .get_or_insert_with(|| KvCache::new(layers, vec![]))
+            .merge(cache)?;
         for (req, row) in reqs.into_iter().zip(logits) {
             let rng = StdRng::seed_from_u64(req.seed);
             let mut seq = Running {
@@ -199,11 +279,12 @@ impl<'a> Engine<'a> {
             seq.logprobs.push(lp);
             self.running.push(seq);
         }
-        self.retire()
+        self.retire(shared)
     }
 
-    fn decode(&mut self) -> Result<Vec<Completion>> {
-        let device = self.model.device();
+    fn decode(&mut self, shared: &Shared) -> Result<Vec<Completion>> {
+        let model = shared.model;
+        let device = model.device();
         let b = self.running.len();
         let ids: Vec<u32> = self
             .running
@@ -217,26 +298,27 @@ impl<'a> Engine<'a> {
             .collect();
         let ids = Tensor::from_vec(ids, (b, 1), device)?;
         let pos = Tensor::from_vec(pos, (b, 1), device)?;
-        let groups = self.model.config().kv_groups();
-        let mask = attention_mask(self.cache.valid_from(), self.cache.len(), 1, groups, device)?;
-        let hidden =
-            self.model
-                .forward_hidden(&ids, &pos, &mask, Some(&mut self.cache), Numerics::Fast)?;
-        let logits = self.model.logits(&hidden)?.squeeze(1)?.to_vec2::<f32>()?;
+        let groups = model.config().kv_groups();
+        let Some(cache) = self.cache.as_mut() else {
+            candle_core::bail!("decoding a lane without a cache");
+        };
+        let mask = attention_mask(cache.valid_from(), cache.len(), 1, groups, device)?;
+        let hidden = model.forward_hidden(&ids, &pos, &mask, Some(cache), Numerics::Fast)?;
+        let logits = model.logits(&hidden)?.squeeze(1)?.to_vec2::<f32>()?;
         for (seq, row) in self.running.iter_mut().zip(logits) {
             let (tok, lp) = sample(&row, &seq.req.params, &mut seq.rng);
             seq.tokens.push(tok);
             seq.logprobs.push(lp);
         }
-        self.retire()
+        self.retire(shared)
     }
 
     /// Remove finished sequences from the batch and the cache.
-    fn retire(&mut self) -> Result<Vec<Completion>> {
+    fn retire(&mut self, shared: &Shared) -> Result<Vec<Completion>> {
         let mut keep = vec![];
         let mut done = vec![];
         for (i, seq) in self.running.iter().enumerate() {
-            match self.finish_reason(seq) {
+            match finish_reason(shared, seq) {
                 Some(reason) => done.push((i, reason)),
                 None => keep.push(i),
             }
@@ -244,10 +326,7 @@ impl<'a> Engine<'a> {
         if done.is_empty() {
             return Ok(vec![]);
         }
-        self.cache.retain_rows(&keep)?;
-        self.cache.trim_left()?;
-        let mut slots: Vec<Option<Running>> = self.running.drain(..).map(Some).collect();
-        self.running = keep.iter().filter_map(|&i| slots[i].take()).collect();
+        let mut slots = self.keep_rows(&keep)?;
         Ok(done
             .into_iter()
             .filter_map(|(i, finish)| {
@@ -261,31 +340,31 @@ impl<'a> Engine<'a> {
             })
             .collect())
     }
+}
 
-    fn finish_reason(&self, seq: &Running) -> Option<FinishReason> {
-        let last = *seq.tokens.last()?;
-        if self.eos_ids.contains(&last) {
-            return Some(FinishReason::Eos);
-        }
-        if !seq.req.params.stop_strings.is_empty()
-            && let Some(detok) = self.detokenize
-        {
-            let text = detok(&seq.tokens);
-            if seq
-                .req
-                .params
-                .stop_strings
-                .iter()
-                .any(|s| !s.is_empty() && text.contains(s.as_str()))
-            {
-                return Some(FinishReason::Stop);
-            }
-        }
-        if seq.tokens.len() >= seq.req.params.max_new_tokens {
-            return Some(FinishReason::Length);
-        }
-        None
+fn finish_reason(shared: &Shared, seq: &Running) -> Option<FinishReason> {
+    let last = *seq.tokens.last()?;
+    if shared.eos_ids.contains(&last) {
+        return Some(FinishReason::Eos);
     }
+    if !seq.req.params.stop_strings.is_empty()
+        && let Some(detok) = shared.detokenize
+    {
+        let text = detok(&seq.tokens);
+        if seq
+            .req
+            .params
+            .stop_strings
+            .iter()
+            .any(|s| !s.is_empty() && text.contains(s.as_str()))
+        {
+            return Some(FinishReason::Stop);
+        }
+    }
+    if seq.tokens.len() >= seq.req.params.max_new_tokens {
+        return Some(FinishReason::Length);
+    }
+    None
 }
 
 /// Generate completions for `requests` with up to `max_batch` in flight; results in request order.

@@ -1,0 +1,149 @@
+//! Lanes: a micro-batch cut into parts whose passes run side by side must train exactly as those
+//! parts would as micro-batches of their own, one after the other.
+
+use super::*;
+use crate::config::RunConfig;
+use crate::config::load::from_yaml_str;
+use crate::model::hf_dir::{InitOptions, init_model};
+use crate::model::{Arch, LoadedModel};
+use crate::train::OptimizerConfig;
+
+fn model() -> LoadedModel {
+    init_model(&InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 32,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        intermediate: 64,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 32,
+        rope_theta: 10_000.0,
+        chars: "0123456789+=".into(),
+        dtype: "float32".into(),
+        seed: 5,
+    })
+    .expect("model")
+}
+
+fn rl() -> RlConfig {
+    let cfg: RunConfig = from_yaml_str(
+        "name: t\nmodel: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, \
+         intermediate: 64, chars: \"0\" } }\n\
+         data: { domains: [ { name: d, synthetic: { task: addition, count: 1 }, reward: exact_match } ] }\n\
+         rl: { steps: 1, prompts_per_step: 2, group_size: 4, ppo_epochs: 2, mini_batches: 2 }\n",
+        "<test>",
+    )
+    .expect("config");
+    cfg.rl.expect("rl")
+}
+
+/// 8 ragged rows in 2 groups of 4, with advantages and behaviour log-probs of either sign.
+fn step(micro: usize) -> ActorStep {
+    let dev = Device::Cpu;
+    let prompts: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| (0..1 + i % 3).map(|k| 3 + (i + k) % 9).collect())
+        .collect();
+    let responses: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| (0..2 + i % 4).map(|k| 3 + (i * 2 + k) % 9).collect())
+        .collect();
+    let width = 5;
+    let mask: Vec<f32> = responses
+        .iter()
+        .flat_map(|r| (0..width).map(move |j| f32::from(u8::from(j < r.len()))))
+        .collect();
+    let t = |v: Vec<f32>| Tensor::from_vec(v, (8, width), &dev).expect("t");
+    ActorStep {
+        rows: EpochRows {
+            prompts,
+            responses,
+            group_size: 4,
+            micro,
+            loss_mask: t(mask),
+            seed: 11,
+        },
+        temperature: 1.0,
+        kl_coef: 0.0,
+        adv: t((0..40).map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0).collect()),
+        old_logp: t((0..40).map(|i| -2.0 - (i % 5) as f32 * 0.1).collect()),
+        ref_logp: None,
+    }
+}
+
+/// Train a fresh model for one step; its weights after, and the metrics.
+fn train(micro: usize, lanes: usize) -> (Vec<Vec<f32>>, Metrics) {
+    let m = model();
+    let vars = m.transformer.params().named_vars();
+    let mut opt = AdamW::new(
+        vars.clone(),
+        OptimizerConfig {
+            lr: 1e-2,
+            ..Default::default()
+        },
+        10,
+    )
+    .expect("opt");
+    let metrics = actor_epochs_in_lanes(
+        &rl(),
+        &step(micro),
+        &m.transformer,
+        (m.pad_id, lanes),
+        &mut opt,
+    )
+    .expect("epochs");
+    let weights = vars
+        .iter()
+        .map(|(_, v)| {
+            v.as_tensor()
+                .flatten_all()
+                .and_then(|t| t.to_vec1())
+                .expect("w")
+        })
+        .collect();
+    (weights, metrics)
+}
+
+#[test]
+fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
+    // A mini-batch is one group of 4 rows: micro-batches of 4 in 2 lanes are parts of 2 rows,
+    // which is what micro-batches of 2 in one lane are. Same sums in the same order: bit for bit.
+    let (two_lanes, m2) = train(4, 2);
+    let (small_micro, m1) = train(2, 1);
+    assert_eq!(two_lanes, small_micro);
+    assert_eq!(m2, m1);
+    // And the step did move the weights, to about where whole micro-batches take them.
+    let (before, _) = {
+        let m = model();
+        let w: Vec<Vec<f32>> = m
+            .transformer
+            .params()
+            .named_vars()
+            .iter()
+            .map(|(_, v)| {
+                v.as_tensor()
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1())
+                    .expect("w")
+            })
+            .collect();
+        (w, ())
+    };
+    let (whole, _) = train(4, 1);
+    let moved = |a: &[Vec<f32>], b: &[Vec<f32>]| {
+        a.iter()
+            .flatten()
+            .zip(b.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(
+        moved(&two_lanes, &before) > 1e-3,
+        "the step changed the weights"
+    );
+    assert!(
+        moved(&two_lanes, &whole) < 1e-5,
+        "lanes only reorder sums: {}",
+        moved(&two_lanes, &whole)
+    );
+}
