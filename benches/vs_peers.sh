@@ -5,7 +5,8 @@
 #
 # Each round runs the peers' tiny-model workloads, then ours (`cargo bench --bench engine`), so
 # both sides see the same machine state; the ratios are ours / theirs (for the GRPO step, whose
-# figure is a time, theirs / ours), so above 1 means we are faster. `--qwen05` adds the
+# figure is a time, theirs / ours), so above 1 means we are faster; ours in one lane
+# (`ROLL_LANES=1`, the engine before lanes) is shown beside. `--qwen05` adds the
 # Qwen2.5-0.5B shape (minutes, ~11 GB of memory each side).
 #
 # Needs the peers' venv (../shared/peers/README.md):
@@ -33,7 +34,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 json() { "$PEER_PYTHON" -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 # The number before a unit in our bench's line for a workload: `ours WORKLOAD 'tokens/s'`.
-ours() { grep -m1 "^$1" "$WORK/ours.txt" | grep -oE "[0-9.]+ $2" | head -1 | cut -d' ' -f1; }
+ours() { grep -m1 "^$1" "$WORK/${WORK_FILE:-ours.txt}" | grep -oE "[0-9.]+ $2" | head -1 | cut -d' ' -f1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -46,16 +47,23 @@ for round in $(seq 1 "$ROUNDS"); do
     cargo bench --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
     cargo bench --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
     cargo bench --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
+    # Ours again in one lane (the engine before lanes), for the slice's own ratio.
+    for w in generation fwd_bwd grpo; do
+        ROLL_LANES=1 cargo bench --bench engine -- $w 2>/dev/null
+    done >"$WORK/one_lane.txt"
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
     trl_step=$(echo "$trl" | json median_step_s)
     our_gen=$(ours generation "tokens/s")
     our_fb=$(ours forward "tokens/s")
     our_step=$(ours grpo "s median")
+    one_gen=$(WORK_FILE=one_lane.txt ours generation "tokens/s")
+    one_fb=$(WORK_FILE=one_lane.txt ours forward "tokens/s")
+    one_step=$(WORK_FILE=one_lane.txt ours grpo "s median")
     echo "round $round, tiny model:"
-    echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
-    echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
-    echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> $(ratio "$trl_step" "$our_step")"
+    echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen") (one lane: $one_gen, $(ratio "$one_gen" "$hf_gen"))"
+    echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb") (one lane: $one_fb, $(ratio "$one_fb" "$hf_fb"))"
+    echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> $(ratio "$trl_step" "$our_step") (one lane: $one_step s, $(ratio "$trl_step" "$one_step"))"
 done
 
 if [ "$QWEN05" = 1 ]; then

@@ -26,11 +26,12 @@ pub fn env_defaults() -> Vec<(&'static str, String)> {
 
 /// Models up to this size (their weights' bytes) split their batches into lanes.
 ///
-/// Measured (benches/RESULTS.md): at the tiny shape (4 MB of weights), two lanes on 2 cores
-/// decode 1.9x and train 1.6x faster than one lane whose matrix products each use both cores; each
-/// product there is too small to split well, and the cores spent their time waking each other.
-/// At the Qwen2.5-0.5B shape (2 GB) every lane reads all the weights at each decode step and
-/// keeps gradients of its own, so one lane is faster and smaller.
+/// Measured (benches/RESULTS.md, 2 cores): at the tiny shape (4 MB of weights) two lanes decode
+/// 1.6-2.3x and train 1.5-1.9x faster than one lane whose matrix products each use both cores;
+/// each product there is too small to split well, and the cores spent their time waking each
+/// other. At the Qwen2.5-0.5B width (4 of its layers, 0.8 GB) two lanes decode 0.73x as fast
+/// (every lane reads all the weights at each step) and train 1.3x faster but at 1.5x the peak
+/// memory (each lane holds gradients of its own): big models stay in one lane.
 pub const LANE_MAX_WEIGHT_BYTES: usize = 256 << 20;
 
 /// How many lanes (parts of a batch worked on side by side, one per thread) a model whose weights
