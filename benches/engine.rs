@@ -42,6 +42,7 @@ fn main() {
         // SAFETY: main's first statement: no other thread exists to read the environment.
         unsafe { std::env::set_var(key, value) };
     }
+    roll::allocator::configure();
     let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let model = init_model(&InitOptions {

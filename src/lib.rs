@@ -35,6 +35,7 @@
 //! Nothing here imports a front-end; front-ends only call into these modules.
 
 pub mod algo;
+pub mod allocator;
 pub mod cli;
 pub mod config;
 pub mod data;

@@ -15,6 +15,7 @@ fn main() {
         // thread can be reading the environment while it changes.
         unsafe { std::env::set_var(key, value) };
     }
+    roll::allocator::configure();
     roll::cli::exit_quietly_when_output_closes();
     let cli = roll::cli::Cli::parse();
     match roll::cli::main_with(cli) {

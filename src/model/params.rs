@@ -144,9 +144,7 @@ impl ParamStore {
 
     /// The bytes the parameters take, in their dtype.
     pub fn bytes(&self) -> usize {
-        self.iter()
-            .map(|(_, v)| v.elem_count() * v.dtype().size_in_bytes())
-            .sum()
+        self.iter().map(|(_, v)| tensor_bytes(v) as usize).sum()
     }
 
     pub fn num_params(&self) -> usize {
@@ -312,6 +310,11 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
 }
 
 /// Standard normal sample (Box-Muller): candle's CPU `randn` cannot be seeded, and runs must repeat.
+/// The bytes of a tensor's data, in its dtype.
+pub fn tensor_bytes(t: &Tensor) -> u64 {
+    (t.elem_count() * t.dtype().size_in_bytes()) as u64
+}
+
 pub fn normal(rng: &mut StdRng) -> f64 {
     let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
     let u2: f64 = rng.random();

@@ -74,6 +74,8 @@ impl TimeSharing {
                         Direction::Offload => {
                             let bytes = resident.offload(&host)?;
                             offloaded.insert(role);
+                            // In-process roles freed their memory in this process.
+                            crate::allocator::release_freed_memory();
                             Ok(bytes)
                         }
                         Direction::Reload => Ok(resident.reload(&host)?),

@@ -29,7 +29,7 @@ use super::{RoleError, TensorContext, setup_err};
 use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
-use crate::scheduler::host_copy::{read_tensors, write_tensors};
+use crate::scheduler::host_copy::{read_tensors, tensor_bytes, write_tensors};
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::{AdamW, OptimizerConfig};
 
@@ -187,7 +187,9 @@ pub fn serve<Req: RoleCall + Into<TrainOp>>(role: Role, calls: &Calls<Req>) {
             (TrainOp::Offload { path }, Some(_), Some(r)) => {
                 let tensors = r.opt().with_moments(r.weights());
                 write_tensors(&path, &tensors).map_err(err).map(|bytes| {
+                    drop(tensors);
                     resident = None;
+                    crate::allocator::release_freed_memory();
                     Reply::Moved { bytes }
                 })
             }
@@ -303,10 +305,7 @@ fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), Str
     let mut moments: HashMap<String, Tensor> = tensors
         .extract_if(|k, _| k.starts_with("adam_m.") || k.starts_with("adam_v."))
         .collect();
-    let weight_bytes: u64 = tensors
-        .values()
-        .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
-        .sum();
+    let weight_bytes: u64 = tensors.values().map(tensor_bytes).sum();
     let mut r = base.build(tensors.into_iter().collect(), path)?;
     let moment_bytes = r
         .opt_mut()
@@ -335,7 +334,7 @@ pub(crate) fn restore_trainable(
             .remove(name)
             .ok_or_else(|| missing(&format!("tensor '{name}'")))?;
         var.set(&t).during("reloading weights")?;
-        bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        bytes += tensor_bytes(&t);
     }
     let steps = opt.steps_taken();
     bytes += opt

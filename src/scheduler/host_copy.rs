@@ -72,6 +72,8 @@ impl HostArea {
     }
 }
 
+pub use crate::model::params::tensor_bytes;
+
 /// Write `tensors` to the host copy at `path` (under a temporary name, then renamed); returns the
 /// bytes of tensor data written. Worker processes use this with paths their parent hands them.
 pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
@@ -79,10 +81,7 @@ pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, H
         path: path.to_path_buf(),
         source,
     };
-    let bytes = tensors
-        .iter()
-        .map(|(_, t)| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
-        .sum();
+    let bytes = tensors.iter().map(|(_, t)| tensor_bytes(t)).sum();
     let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
     let partial = path.with_extension("partial");
     candle_core::safetensors::save(&map, &partial).map_err(err)?;
@@ -120,7 +119,7 @@ pub fn read_into_vars(path: &Path, vars: &[(String, Var)]) -> Result<u64, HostCo
             )))
         })?;
         var.set(&t).map_err(err)?;
-        bytes += (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        bytes += tensor_bytes(&t);
     }
     Ok(bytes)
 }

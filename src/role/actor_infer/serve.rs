@@ -18,7 +18,7 @@ use crate::model::{ModelConfig, ParamStore, Transformer, load_model_dir};
 use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::rollout::{Completion, Engine, FinishReason};
-use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
+use crate::scheduler::host_copy::{read_into_vars, read_tensors, tensor_bytes, write_tensors};
 use crate::worker::serve::CallQueue;
 
 /// What to load: config and tokenizer from `model_dir`, the weights from the host copy `weights`
@@ -95,7 +95,10 @@ pub fn serve(queue: CallQueue) {
     loop {
         if let (Some(b), Some(m)) = (&base, &model) {
             match run_engine(b, m, calls, reply) {
-                Leave::Offload => model = None,
+                Leave::Offload => {
+                    model = None;
+                    crate::allocator::release_freed_memory();
+                }
                 Leave::Exit => return,
             }
             continue;
@@ -161,10 +164,7 @@ fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
 
 fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
     let tensors = read_tensors(path, &Device::Cpu).map_err(|e| e.to_string())?;
-    let bytes = tensors
-        .values()
-        .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
-        .sum();
+    let bytes = tensors.values().map(tensor_bytes).sum();
     let params = ParamStore::from_tensors(tensors.into_iter().collect())
         .map_err(|e| format!("host copy '{}': {e}", path.display()))?;
     params

@@ -16,7 +16,7 @@ use crate::role::remote::ModelReply as Reply;
 use crate::role::rows::{Rows, response_logprobs};
 use crate::role::step_file::read_rows;
 use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{read_into_vars, read_tensors, write_tensors};
+use crate::scheduler::host_copy::{read_into_vars, read_tensors, tensor_bytes, write_tensors};
 use crate::worker::serve::CallQueue;
 
 /// What to load: the model's shape, and its weights from the host copy `weights`.
@@ -63,6 +63,7 @@ pub fn serve(queue: CallQueue) {
                     .map_err(err)
                     .map(|bytes| {
                         model = None;
+                        crate::allocator::release_freed_memory();
                         Reply::Moved { bytes }
                     })
             }
@@ -95,10 +96,7 @@ fn load(init: &ReferenceInit) -> Result<(Base, Transformer), String> {
 
 fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
     let tensors = read_tensors(path, &Device::Cpu).map_err(err)?;
-    let bytes = tensors
-        .values()
-        .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
-        .sum();
+    let bytes = tensors.values().map(tensor_bytes).sum();
     let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
     Ok((model, bytes))
 }

@@ -17,7 +17,7 @@ use candle_core::Device;
 use crate::model::LoadedModel;
 use crate::reward::llm_judge::{JudgeSlot, OffloadedJudge, judges};
 use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{read_tensors, write_tensors};
+use crate::scheduler::host_copy::{read_tensors, tensor_bytes, write_tensors};
 
 /// The host copy of the judge from `model` in `dir`: one file per judge directory.
 fn host_copy(dir: &Path, model: &Path) -> PathBuf {
@@ -32,7 +32,7 @@ fn weight_bytes(model: &LoadedModel) -> u64 {
         .params()
         .named_tensors()
         .iter()
-        .map(|(_, t)| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+        .map(|(_, t)| tensor_bytes(t))
         .sum()
 }
 
@@ -62,6 +62,7 @@ pub fn offload(dir: &Path, models: &[PathBuf]) -> Result<u64, String> {
         };
         *slot = JudgeSlot::Offloaded(Box::new(offloaded));
     }
+    crate::allocator::release_freed_memory();
     Ok(bytes)
 }
 
