@@ -118,6 +118,19 @@ fn screen(app: &App, width: u16, height: u16) -> String {
     terminal.backend().to_string()
 }
 
+/// The dashboard of the oldest run (quickstart), its series loaded.
+fn quickstart_dashboard() -> App {
+    let mut app = loaded_app();
+    app.update(ch('G'));
+    app.update(key(KeyCode::Enter));
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        since: None,
+        result: Ok(SeriesRead::whole(dashboard_series())),
+    });
+    app
+}
+
 fn loaded_app() -> App {
     let mut app = App::new();
     app.update(Msg::Resize {
@@ -505,14 +518,7 @@ fn live_runs_drawn_together_are_followed_by_reading_only_what_they_added() {
 
 #[test]
 fn the_dashboard_at_80x24_names_every_series_with_its_value() {
-    let mut app = loaded_app();
-    app.update(ch('G'));
-    app.update(key(KeyCode::Enter));
-    app.update(Msg::SeriesLoaded {
-        run: RunId(1),
-        since: None,
-        result: Ok(SeriesRead::whole(dashboard_series())),
-    });
+    let app = quickstart_dashboard();
     let shown = screen(&app, 80, 24);
     // In each panel's title, so no legend box is hidden for want of room or covers a curve.
     for entry in [
@@ -528,14 +534,7 @@ fn the_dashboard_at_80x24_names_every_series_with_its_value() {
 
 #[test]
 fn hiding_a_series_gives_the_others_the_whole_panel() {
-    let mut app = loaded_app();
-    app.update(ch('G'));
-    app.update(key(KeyCode::Enter));
-    app.update(Msg::SeriesLoaded {
-        run: RunId(1),
-        since: None,
-        result: Ok(SeriesRead::whole(dashboard_series())),
-    });
+    let mut app = quickstart_dashboard();
     let before = screen(&app, 80, 24);
     // The reward panel spans add's values (up to 0.950, so 0.995 with 5% room).
     assert!(before.contains("│0.995 │"), "{before}");

@@ -92,16 +92,19 @@ fn train(micro: usize, lanes: usize) -> (Vec<Vec<f32>>, Metrics) {
         &mut opt,
     )
     .expect("epochs");
-    let weights = vars
-        .iter()
+    (weights(&vars), metrics)
+}
+
+/// Every parameter's values.
+fn weights(vars: &[(String, candle_core::Var)]) -> Vec<Vec<f32>> {
+    vars.iter()
         .map(|(_, v)| {
             v.as_tensor()
                 .flatten_all()
                 .and_then(|t| t.to_vec1())
                 .expect("w")
         })
-        .collect();
-    (weights, metrics)
+        .collect()
 }
 
 #[test]
@@ -113,22 +116,7 @@ fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
     assert_eq!(two_lanes, small_micro);
     assert_eq!(m2, m1);
     // And the step did move the weights, to about where whole micro-batches take them.
-    let (before, _) = {
-        let m = model();
-        let w: Vec<Vec<f32>> = m
-            .transformer
-            .params()
-            .named_vars()
-            .iter()
-            .map(|(_, v)| {
-                v.as_tensor()
-                    .flatten_all()
-                    .and_then(|t| t.to_vec1())
-                    .expect("w")
-            })
-            .collect();
-        (w, ())
-    };
+    let before = weights(&model().transformer.params().named_vars());
     let (whole, _) = train(4, 1);
     let moved = |a: &[Vec<f32>], b: &[Vec<f32>]| {
         a.iter()

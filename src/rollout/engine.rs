@@ -155,12 +155,19 @@ impl<'a> Engine<'a> {
     /// Admit queued requests into free slots, decode one token for every running sequence, and return
     /// the sequences that finished during this step.
     pub fn step(&mut self) -> Result<Vec<Completion>> {
-        // Queued requests go to the lanes in order, each filling its free slots: which lane a
+        // Each queued request goes to the least loaded lane with a free slot (the first of
+        // equals), so a few requests in a big batch still spread over the lanes; which lane a
         // request lands in depends only on the requests, never on timing.
-        for lane in &mut self.lanes {
-            let free = lane.capacity - lane.running.len();
-            let take = free.min(self.queue.len());
-            lane.admitted.extend(self.queue.drain(..take));
+        while !self.queue.is_empty() {
+            let Some(lane) = self
+                .lanes
+                .iter_mut()
+                .filter(|l| l.load() < l.capacity)
+                .min_by_key(|l| l.load())
+            else {
+                break;
+            };
+            lane.admitted.extend(self.queue.pop_front());
         }
         let shared = &self.shared;
         let busy = self
@@ -193,6 +200,11 @@ impl<'a> Engine<'a> {
 }
 
 impl Lane {
+    /// Sequences running or admitted.
+    fn load(&self) -> usize {
+        self.running.len() + self.admitted.len()
+    }
+
     fn abort(&mut self, cancel: &impl Fn(u64) -> bool) -> Result<usize> {
         let keep: Vec<usize> = (0..self.running.len())
             .filter(|&i| !cancel(self.running[i].req.id))
@@ -386,4 +398,47 @@ pub fn generate(
     let mut done = engine.run_to_completion()?;
     done.sort_by_key(|c| order.iter().position(|&id| id == c.id));
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::hf_dir::{InitOptions, init_model};
+
+    #[test]
+    fn a_few_requests_in_a_big_batch_spread_over_the_lanes() {
+        let m = init_model(&InitOptions {
+            arch: crate::model::Arch::Qwen2,
+            hidden: 16,
+            layers: 1,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 32,
+            head_dim: None,
+            tie_embeddings: true,
+            max_positions: 16,
+            rope_theta: 10_000.0,
+            chars: "0123456789".into(),
+            dtype: "float32".into(),
+            seed: 1,
+        })
+        .expect("model");
+        let mut engine = Engine::with_lanes(&m.transformer, vec![], 64, 3);
+        for i in 0..7u64 {
+            engine.submit(Request {
+                id: i,
+                prompt_ids: vec![3, 4],
+                params: SamplingParams {
+                    max_new_tokens: 4,
+                    ..Default::default()
+                },
+                seed: i,
+            });
+        }
+        engine.step().expect("step");
+        // 7 over 3 lanes of 21-22 slots each: 3, 2, 2 (not all 7 in the first lane).
+        let loads: Vec<usize> = engine.lanes.iter().map(|l| l.running.len()).collect();
+        assert_eq!(loads, [3, 2, 2]);
+        assert_eq!(engine.running(), 7);
+    }
 }
