@@ -24,7 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use candle_core::Device;
 use candle_core::backprop::GradStore;
 use roll::config::{RunConfig, load::from_yaml_str};
-use roll::model::threads::{lanes, side_by_side};
+use roll::model::threads::side_by_side;
 use roll::model::{Arch, InitOptions, Numerics, Transformer, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
@@ -91,7 +91,7 @@ fn main() {
         let secs = median(times);
         println!(
             "generation: batch 64, prompt 6, 32 new tokens ({} lanes): {:.4} s, {:.0} tokens/s",
-            lanes(model.transformer.params().bytes()),
+            model.transformer.lanes(),
             secs,
             64.0 * 32.0 / secs
         );
@@ -108,7 +108,7 @@ fn main() {
             })
             .collect();
         // In lanes, as training cuts its micro-batches (`ROLL_LANES=1`: one batch).
-        let lanes = lanes(model.transformer.params().bytes()).max(1);
+        let lanes = model.transformer.lanes();
         let tbs: Vec<TrainBatch> = pairs_owned
             .chunks(64usize.div_ceil(lanes))
             .map(|c| train_batch(c, 2))
@@ -251,7 +251,7 @@ fn qwen05() {
             )
         })
         .collect();
-    let lanes = lanes(model.transformer.params().bytes()).max(1);
+    let lanes = model.transformer.lanes();
     let tbs: Vec<TrainBatch> = pairs_owned
         .chunks(16usize.div_ceil(lanes))
         .map(|c| train_batch(c, 7))

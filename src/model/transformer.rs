@@ -128,6 +128,16 @@ impl Transformer {
         self.embed.device()
     }
 
+    /// How many lanes this model's batches are split into: [`super::threads::lanes`] on the CPU;
+    /// one on an accelerator, which wants its batches whole.
+    pub fn lanes(&self) -> usize {
+        if self.device().is_cpu() {
+            super::threads::lanes(self.params.bytes()).max(1)
+        } else {
+            1
+        }
+    }
+
     /// Hidden states after the final norm.
     ///
     /// input_ids: (b, t) u32; positions: (b, t) u32 (rotary position of each token);

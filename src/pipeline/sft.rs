@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::config::{SftConfig, Stage};
 use crate::metrics::Metrics;
-use crate::model::threads::{lanes, side_by_side};
+use crate::model::threads::side_by_side;
 use crate::model::{LoadedModel, Numerics};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
@@ -46,7 +46,7 @@ pub fn run_sft(
         chat_template: data.chat_template,
     };
     let groups = model.config().kv_groups();
-    let lanes = lanes(model.transformer.params().bytes()).max(1);
+    let lanes = model.transformer.lanes();
     ctx.emit(PipelineEvent::StageStarted {
         stage: Stage::Sft,
         total_steps: cfg.steps,

@@ -285,7 +285,7 @@ pub fn actor_epochs(
     pad_id: u32,
     opt: &mut AdamW,
 ) -> Result<Metrics, RoleError> {
-    let lanes = crate::model::threads::lanes(policy.params().bytes());
+    let lanes = policy.lanes();
     actor_epochs_in_lanes(cfg, step, policy, (pad_id, lanes), opt)
 }
 
@@ -383,7 +383,7 @@ pub fn critic_epochs(
     pad_id: u32,
 ) -> Result<Metrics, RoleError> {
     let kv_groups = critic.model.config().kv_groups();
-    let lanes = crate::model::threads::lanes(critic.model.params().bytes());
+    let lanes = critic.model.lanes();
     let dev = critic.model.device().clone();
     let mut learner = CriticLearner {
         cfg,

@@ -25,7 +25,7 @@ pub fn chunked(
     rows: &Rows<'_>,
     f: &(dyn Fn(&TrainBatch) -> candle_core::Result<Tensor> + Sync),
 ) -> candle_core::Result<Tensor> {
-    let lanes = crate::model::threads::lanes(model.params().bytes()).max(1);
+    let lanes = model.lanes();
     let mut parts = vec![];
     let groups = model.config().kv_groups();
     let n = rows.prompts.len();

@@ -88,7 +88,7 @@ pub struct Engine<'a> {
 impl<'a> Engine<'a> {
     /// An engine with as many lanes as [`crate::model::threads::lanes`] gives this model.
     pub fn new(model: &'a Transformer, eos_ids: Vec<u32>, max_batch: usize) -> Self {
-        let lanes = crate::model::threads::lanes(model.params().bytes());
+        let lanes = model.lanes();
         Self::with_lanes(model, eos_ids, max_batch, lanes)
     }
 
