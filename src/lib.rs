@@ -4,7 +4,8 @@
 //! - [`config`]: strict YAML run configs, `key.sub=value` overrides, validation that reports every problem.
 //! - [`model`]: decoder-only transformers (Qwen2/Qwen2.5/Qwen3/Llama shapes) built from differentiable ops,
 //!   Hugging Face directory loading/saving, tokenizers and chat templates.
-//! - [`rollout`]: sampling, batched generation with an explicit KV cache, continuous-batching engine.
+//! - [`rollout`]: sampling, batched generation with an explicit KV cache, continuous-batching engine
+//!   (in lanes on the CPU: a small model's batch split across the threads).
 //! - [`train`]: per-token log-probs and entropy, AdamW with schedules, gradient clipping, checkpoints.
 //! - [`algo`]: pure RL math on tensors — advantages, KL, policy losses, aggregation, masks, filters,
 //!   and the fused CPU kernel of per-token log-probs and entropy.
@@ -25,6 +26,7 @@
 //! - [`sandbox`]: running untrusted programs (model-written code) in bubblewrap with rlimits.
 //! - [`seed`]: deterministic seed mixing (every random choice is a function of seeds, never timing).
 //! - [`smoothing`]: the EMA that the workbench and exported plots draw over raw series.
+//! - [`allocator`]: mimalloc's settings: freed memory kept for reuse, given back on offload.
 //! - [`launch`]: starting and resuming runs recorded in the store (shared by every front-end).
 //! - [`headless`]: the `roll-tui run` front-end (progress bar, per-step summaries).
 //! - [`worker`]: worker processes (`roll-tui worker ROLE`): the transport (control protocol, spawn,
