@@ -24,7 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use candle_core::Device;
 use candle_core::backprop::GradStore;
 use roll::config::{RunConfig, load::from_yaml_str};
-use roll::model::threads::side_by_side;
+use roll::model::threads::{lane_parts, side_by_side};
 use roll::model::{Arch, InitOptions, Numerics, Transformer, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
@@ -109,8 +109,7 @@ fn main() {
             .collect();
         // In lanes, as training cuts its micro-batches (`ROLL_LANES=1`: one batch).
         let lanes = model.transformer.lanes();
-        let tbs: Vec<TrainBatch> = pairs_owned
-            .chunks(64usize.div_ceil(lanes))
+        let tbs: Vec<TrainBatch> = lane_parts(&pairs_owned, lanes)
             .map(|c| train_batch(c, 2))
             .collect();
         let mut times = vec![];
@@ -252,8 +251,7 @@ fn qwen05() {
         })
         .collect();
     let lanes = model.transformer.lanes();
-    let tbs: Vec<TrainBatch> = pairs_owned
-        .chunks(16usize.div_ceil(lanes))
+    let tbs: Vec<TrainBatch> = lane_parts(&pairs_owned, lanes)
         .map(|c| train_batch(c, 7))
         .collect();
     for rep in 0..2 {

@@ -1,6 +1,9 @@
 //! Smoothing of metric series, the same in the workbench and in exported plots: an exponential
 //! moving average that a live series can extend point by point.
 
+/// The EMA weight the workbench opens with and exported plots draw.
+pub const DEFAULT_WEIGHT: f64 = 0.6;
+
 /// TensorBoard-style smoothing: `s_t = w·s_{t−1} + (1 − w)·v_t`, debiased by `1 − w^n` (n = finite
 /// values seen) so the curve starts at the first value instead of at 0. Non-finite values are
 /// passed through (they stay gaps) and do not enter the average. `weight` is clamped to [0, 0.999].

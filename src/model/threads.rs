@@ -52,6 +52,12 @@ pub fn lanes(weight_bytes: usize) -> usize {
     }
 }
 
+/// `items` cut into at most `lanes` consecutive parts of one size (the last may be shorter): how
+/// a batch or micro-batch is split into lanes.
+pub fn lane_parts<T>(items: &[T], lanes: usize) -> std::slice::Chunks<'_, T> {
+    items.chunks(items.len().div_ceil(lanes.max(1)).max(1))
+}
+
 /// `f` over `items`, side by side on the pool's threads when there are several; results in
 /// `items`' order. Each call's own parallel ops stay mostly on its thread (rayon runs the parts
 /// it splits off itself unless another thread is idle), so lanes do not fight over the cores.
@@ -61,5 +67,25 @@ pub fn side_by_side<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync + 
         items.par_iter().map(f).collect()
     } else {
         items.iter().map(f).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_parts_cut_into_at_most_lanes_parts_of_one_size() {
+        let parts = |n: usize, lanes: usize| {
+            let items: Vec<usize> = (0..n).collect();
+            lane_parts(&items, lanes)
+                .map(<[usize]>::len)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(parts(5, 2), [3, 2]);
+        assert_eq!(parts(8, 3), [3, 3, 2]);
+        assert_eq!(parts(2, 4), [1, 1]);
+        assert_eq!(parts(4, 0), [4]);
+        assert!(parts(0, 2).is_empty());
     }
 }

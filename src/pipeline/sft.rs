@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::config::{SftConfig, Stage};
 use crate::metrics::Metrics;
-use crate::model::threads::side_by_side;
+use crate::model::threads::{lane_parts, side_by_side};
 use crate::model::{LoadedModel, Numerics};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
@@ -72,8 +72,7 @@ pub fn run_sft(
         for chunk in pairs.chunks(micro) {
             // The micro-batch in lanes worked on side by side; their losses and gradients add up
             // to the micro-batch's, summed in lane order.
-            let parts: Vec<&[(Vec<u32>, Vec<u32>)]> =
-                chunk.chunks(chunk.len().div_ceil(lanes)).collect();
+            let parts: Vec<&[(Vec<u32>, Vec<u32>)]> = lane_parts(chunk, lanes).collect();
             let passes = side_by_side(&parts, |part| {
                 let refs: Vec<(&[u32], &[u32])> = part
                     .iter()

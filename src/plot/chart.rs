@@ -31,9 +31,6 @@ fn ensure_font() -> Result<(), PlotError> {
     if ok { Ok(()) } else { Err(PlotError::Font) }
 }
 
-/// The EMA weight of exported curves: the workbench's default smoothing.
-const SMOOTHING: f64 = 0.6;
-
 /// The corner of the plot with the fewest data points (upper right first among equals), where
 /// the legend covers the least.
 fn legend_corner(plan: &ChartPlan<'_>) -> SeriesLabelPosition {
@@ -143,7 +140,7 @@ fn draw<DB: DrawingBackend>(
     }
     for (index, series) in plan.lines.iter().enumerate() {
         let style = curve_color(index).stroke_width(2);
-        let smoothed = crate::smoothing::ema(&series.values, SMOOTHING);
+        let smoothed = crate::smoothing::ema(&series.values, crate::smoothing::DEFAULT_WEIGHT);
         let mut labelled = false;
         for run in finite_runs(&series.steps, &smoothed) {
             let drawn = if let [point] = run.as_slice() {

@@ -121,7 +121,7 @@ fn run_epochs(
                 // Each lane is a micro-batch of its own, weighted by its share of the mini-batch,
                 // so the lanes' gradients sum to the micro-batch's.
                 let mut parts = vec![];
-                for part in chunk.chunks(chunk.len().div_ceil(lanes.max(1))) {
+                for part in crate::model::threads::lane_parts(chunk, lanes) {
                     let pairs: Vec<(&[u32], &[u32])> = part
                         .iter()
                         .map(|&i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))

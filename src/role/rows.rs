@@ -4,6 +4,7 @@
 use candle_core::Tensor;
 
 use crate::algo::advantage::AdvantageEstimator;
+use crate::model::threads::{lane_parts, side_by_side};
 use crate::model::{Numerics, Transformer};
 use crate::train::{TrainBatch, response_forward};
 
@@ -31,16 +32,12 @@ pub fn chunked(
     let n = rows.prompts.len();
     for start in (0..n).step_by(rows.micro) {
         let end = (start + rows.micro).min(n);
-        let step = (end - start).div_ceil(lanes);
-        let ranges: Vec<(usize, usize)> = (start..end)
-            .step_by(step)
-            .map(|s| (s, (s + step).min(end)))
+        let pairs: Vec<(&[u32], &[u32])> = (start..end)
+            .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
             .collect();
-        let outs = crate::model::threads::side_by_side(&ranges, |&(s, e)| {
-            let pairs: Vec<(&[u32], &[u32])> = (s..e)
-                .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
-                .collect();
-            let tb = TrainBatch::new(&pairs, pad_id, groups, model.device())?;
+        let in_lanes: Vec<&[(&[u32], &[u32])]> = lane_parts(&pairs, lanes).collect();
+        let outs = side_by_side(&in_lanes, |pairs| {
+            let tb = TrainBatch::new(pairs, pad_id, groups, model.device())?;
             let out = f(&tb)?;
             let r = out.dim(1)?;
             out.pad_with_zeros(1, 0, rows.width - r)

@@ -113,7 +113,7 @@ impl Dashboard {
             expanded: false,
             frozen: false,
             x_axis: XAxis::Step,
-            smoothing: SMOOTHING[1],
+            smoothing: crate::smoothing::DEFAULT_WEIGHT,
             zoom: 1.0,
             right: None,
             failure: None,

@@ -62,7 +62,6 @@ pub fn offload(dir: &Path, models: &[PathBuf]) -> Result<u64, String> {
         };
         *slot = JudgeSlot::Offloaded(Box::new(offloaded));
     }
-    crate::allocator::release_freed_memory();
     Ok(bytes)
 }
 
