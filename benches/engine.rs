@@ -8,7 +8,10 @@
 //!      shares them by default; their summed tokens/s against one process alone;
 //!   5. only when asked (`-- qwen05`, minutes): the Qwen2.5-0.5B shape (hidden 896, intermediate
 //!      4864, 14 heads, 2 KV heads, tied 151,936-token vocabulary; `QWEN05_LAYERS` of its 24
-//!      layers, default 24), forward+backward at 16 x 64 and generation at batch 16.
+//!      layers, default 24), forward+backward at 16 x 64 and generation at batch 16
+//!      (`-- qwen05-fwd_bwd` or `-- qwen05-generation` for one of them).
+//!   6. the skinny product of decoding (few rows times a weight) against candle's GEMM, at the
+//!      shapes of a decode step and a prefill of both models: where `skinny::MAX_ROWS` comes from.
 //!
 //! Generation and forward+backward split their batches into the model's lanes, as the engine and
 //! training do (`roll::model::threads::lanes`); `ROLL_LANES=1` measures them in one lane.
@@ -21,8 +24,8 @@ use std::time::Instant;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use candle_core::Device;
 use candle_core::backprop::GradStore;
+use candle_core::{Device, Tensor};
 use roll::config::{RunConfig, load::from_yaml_str};
 use roll::model::threads::{lane_parts, side_by_side};
 use roll::model::{Arch, InitOptions, Numerics, Transformer, init_model};
@@ -209,14 +212,18 @@ rl:
     if wants("cosched") {
         cosched();
     }
-    if filter.as_deref() == Some("qwen05") {
-        qwen05();
+    if wants("skinny") {
+        skinny();
+    }
+    if let Some(part) = filter.as_deref().and_then(|f| f.strip_prefix("qwen05")) {
+        // `qwen05` runs both workloads; `qwen05-fwd_bwd` or `qwen05-generation` one of them.
+        qwen05(part.trim_start_matches('-'));
     }
 }
 
 /// The Qwen2.5-0.5B shape with random weights; the tokenizer is a character vocabulary of
 /// 151,933 CJK-range characters (plus 3 specials), so the embedding has the real size.
-fn qwen05() {
+fn qwen05(only: &str) {
     let layers = std::env::var("QWEN05_LAYERS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -255,6 +262,9 @@ fn qwen05() {
         .map(|c| train_batch(c, 7))
         .collect();
     for rep in 0..2 {
+        if !(only.is_empty() || only == "fwd_bwd") {
+            break;
+        }
         let t = Instant::now();
         let vars = model.transformer.params().named_vars();
         let mut acc = GradAccumulator::default();
@@ -266,6 +276,9 @@ fn qwen05() {
             "qwen2.5-0.5b shape ({layers} layers, {lanes} lanes), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s",
             1024.0 / s
         );
+    }
+    if !(only.is_empty() || only == "generation") {
+        return;
     }
     let params = SamplingParams {
         temperature: 1.0,
@@ -351,4 +364,40 @@ fn cosched() {
         (cores / 2).max(1),
         shared / alone
     );
+}
+
+/// GFLOP/s of `y = x wᵀ` through candle's GEMM and through the skinny kernel, x (m, k), w (n, k).
+fn skinny() {
+    use roll_cpu_kernels::skinny::skinny_matmul;
+    let dev = Device::Cpu;
+    // (m, k, n): a tiny decode lane (32 rows, k = 128: too shallow); the 0.5B decode at batch 16
+    // (q/k/v, gate or up, down, the vocabulary); around the row bound.
+    for (m, k, n) in [
+        (32, 128, 512),
+        (16, 896, 1152),
+        (16, 896, 4864),
+        (16, 4864, 896),
+        (16, 896, 151_936),
+        (8, 896, 4864),
+        (24, 896, 4864),
+        (32, 896, 4864),
+    ] {
+        let x = Tensor::randn(0f32, 1.0, (m, k), &dev).expect("x");
+        let w = Tensor::randn(0f32, 1.0, (n, k), &dev).expect("w");
+        let reps = (2e9 / (2.0 * (m * k * n) as f64)).clamp(3.0, 2000.0) as usize;
+        let time = |f: &dyn Fn() -> Tensor| {
+            f();
+            let t = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(f());
+            }
+            2.0 * (m * k * n) as f64 * reps as f64 / t.elapsed().as_secs_f64() / 1e9
+        };
+        let gemm = time(&|| x.matmul(&w.t().expect("t")).expect("gemm"));
+        let ours = time(&|| skinny_matmul(&x, &w).expect("skinny"));
+        println!(
+            "skinny product {m} x {k} x {n}: candle gemm {gemm:.1} GFLOP/s, skinny {ours:.1} GFLOP/s ({:.2}x)",
+            ours / gemm
+        );
+    }
 }

@@ -37,7 +37,9 @@ fn full_last_logits(model: &roll::model::Transformer, ids: &[u32]) -> Vec<f32> {
     let h = model
         .forward_hidden(&x, &pos, &mask, None, Numerics::Differentiable)
         .unwrap();
-    let logits = model.logits(&h.narrow(1, t - 1, 1).unwrap()).unwrap();
+    let logits = model
+        .logits(&h.narrow(1, t - 1, 1).unwrap(), Numerics::Differentiable)
+        .unwrap();
     logits.flatten_all().unwrap().to_vec1().unwrap()
 }
 
@@ -369,10 +371,27 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
 fn cached_decoding_in_the_fused_kernels_equals_candles_ops() {
     use roll::model::KvCache;
     let dev = Device::Cpu;
-    for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
+    // Wide enough (256 columns, a few rows) that the projections of prefill, decode steps and
+    // logits take the skinny product (`roll_cpu_kernels::skinny`), with Qwen2's q/k/v biases.
+    let wide = |arch| InitOptions {
+        hidden: 256,
+        intermediate: 512,
+        ..opts(arch)
+    };
+    for (arch, opts) in [Arch::Qwen2, Arch::Qwen3, Arch::Llama]
+        .into_iter()
+        .flat_map(|a| [(a, opts(a)), (a, wide(a))])
+    {
         let dir = tempfile::tempdir().unwrap();
-        let model = init_model_dir(dir.path(), &opts(arch)).unwrap();
+        let model = init_model_dir(dir.path(), &opts).unwrap();
         let m = &model.transformer;
+        // Biases start at zero; give them values so that adding them is checked too.
+        for (name, var) in m.params().named_vars() {
+            if name.ends_with(".bias") {
+                var.set(&Tensor::randn(0f32, 0.5, var.dims(), &dev).unwrap())
+                    .unwrap();
+            }
+        }
         let groups = m.config().kv_groups();
         let layers = m.config().num_hidden_layers;
         let decode = |numerics: Numerics| -> Vec<Vec<f32>> {
@@ -387,7 +406,7 @@ fn cached_decoding_in_the_fused_kernels_equals_candles_ops() {
             let h = m
                 .forward_hidden(&ids, &pos, &mask, Some(&mut cache), numerics)
                 .unwrap();
-            let mut steps = vec![m.logits(&h.narrow(1, 4, 1).unwrap()).unwrap()];
+            let mut steps = vec![m.logits(&h.narrow(1, 4, 1).unwrap(), numerics).unwrap()];
             for step in 0..3u32 {
                 let ids = Tensor::from_vec(vec![10 + step, 12 + step], (2, 1), &dev).unwrap();
                 let pos = Tensor::from_vec(vec![5 + step, 3 + step], (2, 1), &dev).unwrap();
@@ -395,7 +414,7 @@ fn cached_decoding_in_the_fused_kernels_equals_candles_ops() {
                 let h = m
                     .forward_hidden(&ids, &pos, &mask, Some(&mut cache), numerics)
                     .unwrap();
-                steps.push(m.logits(&h).unwrap());
+                steps.push(m.logits(&h, numerics).unwrap());
             }
             steps
                 .iter()
@@ -408,7 +427,8 @@ fn cached_decoding_in_the_fused_kernels_equals_candles_ops() {
             for (x, y) in a.iter().zip(b) {
                 assert!(
                     (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
-                    "{arch:?} step {step}: {x} vs {y}"
+                    "{arch:?} hidden {} step {step}: {x} vs {y}",
+                    opts.hidden
                 );
             }
         }

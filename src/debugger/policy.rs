@@ -385,7 +385,7 @@ impl ModelPolicy {
         .map_err(err)?;
         let hidden = response_hidden(m, &batch, Numerics::Fast).map_err(err)?;
         let logits: Vec<Vec<f32>> = m
-            .logits(&hidden)
+            .logits(&hidden, Numerics::Fast)
             .and_then(|l| l.squeeze(0))
             .and_then(|l| l.to_dtype(DType::F32))
             .and_then(|l| l.to_vec2())

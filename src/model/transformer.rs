@@ -172,7 +172,7 @@ impl Transformer {
         if numerics != Numerics::Reference && fused::applies(&x) {
             for (l, w) in self.layers.iter().enumerate() {
                 let layer_cache = cache.as_deref_mut().map(|c| (c, l));
-                x = self.fused_layer(x, w, &cos, &sin, &mask, layer_cache)?;
+                x = self.fused_layer(x, w, &cos, &sin, &mask, layer_cache, numerics)?;
             }
             return fused::rms_norm::rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps);
         }
@@ -202,12 +202,14 @@ impl Transformer {
     }
 
     /// hidden: (b, t, hidden) -> logits (b, t, vocab), in f32 whatever the weight dtype.
-    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        linear(hidden, &self.lm_head, None)?.to_dtype(DType::F32)
+    /// `Numerics::Fast` (inference) may take the skinny product for a few rows.
+    pub fn logits(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
+        project(hidden, &self.lm_head, None, numerics)?.to_dtype(DType::F32)
     }
 
     /// One layer through the fused CPU kernels, the cache (if any) holding (b, columns, kv_heads,
     /// hd). x: (b, t, hidden) -> (b, t, hidden)
+    #[allow(clippy::too_many_arguments)]
     fn fused_layer(
         &self,
         x: Tensor,
@@ -216,8 +218,10 @@ impl Transformer {
         sin: &Tensor,
         mask: &Tensor,
         cache: Option<(&mut KvCache, usize)>,
+        numerics: Numerics,
     ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
+        let linear = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| project(x, w, b, numerics);
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (
             self.cfg.num_attention_heads,
@@ -322,6 +326,25 @@ impl Transformer {
             .reshape((b, t, nh * hd))?;
         linear(&out, &w.o_w, None)
     }
+}
+
+/// [`linear`], through the skinny product of the CPU kernels at inference when x has few rows
+/// (a decode step): a general GEMM would first copy the whole weight into its packed blocks.
+fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
+    if numerics != Numerics::Fast || !fused::skinny::applies(x, w) {
+        return linear(x, w, b);
+    }
+    let dims = x.dims().to_vec();
+    let inner = dims[dims.len() - 1];
+    let y = fused::skinny::skinny_matmul(&x.reshape(((), inner))?, w)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_dims = dims;
+    let last = out_dims.len() - 1;
+    out_dims[last] = w.dim(0)?;
+    y.reshape(out_dims)
 }
 
 /// x: (..., in) @ w: (out, in)^T + b: (out) -> (..., out)

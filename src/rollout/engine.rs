@@ -274,7 +274,10 @@ impl Lane {
         let mut cache = KvCache::new(layers, valid_from);
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
         let last = hidden.narrow(1, longest - 1, 1)?;
-        let logits = model.logits(&last)?.squeeze(1)?.to_vec2::<f32>()?;
+        let logits = model
+            .logits(&last, Numerics::Fast)?
+            .squeeze(1)?
+            .to_vec2::<f32>()?;
         self.cache
             .get_or_insert_with(|| KvCache::new(layers, vec![]))
             .merge(cache)?;
@@ -316,7 +319,10 @@ impl Lane {
         };
         let mask = attention_mask(cache.valid_from(), cache.len(), 1, groups, device)?;
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(cache), Numerics::Fast)?;
-        let logits = model.logits(&hidden)?.squeeze(1)?.to_vec2::<f32>()?;
+        let logits = model
+            .logits(&hidden, Numerics::Fast)?
+            .squeeze(1)?
+            .to_vec2::<f32>()?;
         for (seq, row) in self.running.iter_mut().zip(logits) {
             let (tok, lp) = sample(&row, &seq.req.params, &mut seq.rng);
             seq.tokens.push(tok);

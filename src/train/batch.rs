@@ -110,7 +110,7 @@ pub fn response_forward(
     with_entropy: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let hidden = response_hidden(model, batch, numerics)?;
-    let mut logits = model.logits(&hidden)?;
+    let mut logits = model.logits(&hidden, numerics)?;
     if temperature > 0.0 && temperature != 1.0 {
         logits = (logits / temperature)?;
     }

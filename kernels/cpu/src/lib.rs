@@ -1,6 +1,7 @@
 //! Fused CPU kernels, each with a hand-written backward pass, for the transformer's hot blocks:
 //! RMSNorm, rotary embedding, SwiGLU and causal GQA attention, and for the policy loss: the
-//! log-softmax, target gather and entropy of [`logprobs`].
+//! log-softmax, target gather and entropy of [`logprobs`]; and [`skinny`], the few-row matrix
+//! product of decoding (no backward: inference only).
 //!
 //! Built from candle's elementwise ops, one layer of the model is about a hundred graph nodes, each
 //! with its own dispatch, allocation and gradient bookkeeping; at the shapes we train on CPU that
@@ -19,6 +20,7 @@ pub mod attention;
 pub mod logprobs;
 pub mod rms_norm;
 pub mod rope;
+pub mod skinny;
 pub mod swiglu;
 
 use candle_core::backend::BackendStorage;

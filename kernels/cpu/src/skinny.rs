@@ -1,0 +1,268 @@
+//! Matrix products with few rows, `y = x wᵀ` for x (m, k) and a weight w (n, k) as the model stores
+//! it, for inference: a decode step multiplies one row per sequence by every weight of the model.
+//!
+//! A general GEMM (candle's `gemm`) first packs the right operand into blocks; with a few rows
+//! on the left that packing copies the whole weight matrix for as little arithmetic as the copy
+//! itself, and at the Qwen2.5-0.5B shape it took more of a decode step than the products
+//! (benches/RESULTS.md). Here every output is a dot product of a row of x with a row of w, both
+//! contiguous in memory, so no packing is needed: a tile of [`MR`] rows of x and [`NR`] rows of w
+//! is accumulated in SIMD registers along k (AVX2 and FMA when `pulp` detects them at run time,
+//! plain scalar code otherwise),
+//! rows of w are streamed from memory once, and x stays in cache.
+//!
+//! Each output is summed in the same order whichever rows share its tile or its batch, so a
+//! sequence's projections do not depend on the other sequences decoded beside it.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
+use pulp::{Arch, Simd, WithSimd};
+use rayon::prelude::*;
+
+use super::f32_data;
+
+const NAME: &str = "skinny matmul";
+/// Rows of x in a register tile.
+const MR: usize = 4;
+/// Rows of w in a register tile: MR x NR accumulators plus the loads fit AVX2's 16 registers.
+const NR: usize = 3;
+/// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
+const TASK_FMAS: usize = 1 << 18;
+
+/// Up to how many rows of x this kernel beats the general GEMM (measured in benches/RESULTS.md,
+/// `cargo bench --bench engine -- skinny`); beyond it, the packing GEMM's blocking pays for its
+/// copies.
+pub const MAX_ROWS: usize = 16;
+/// Shorter rows than this leave too few steps along k to pay for each tile's horizontal sums:
+/// at k = 128 the general GEMM is several times faster.
+pub const MIN_DEPTH: usize = 256;
+
+struct SkinnyMatmul;
+
+impl CustomOp2 for SkinnyMatmul {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32_data(s1, l1, NAME, "x")?;
+        let w = f32_data(s2, l2, NAME, "the weight")?;
+        let (&[m, k], &[n, kw]) = (l1.dims(), l2.dims()) else {
+            bail!(
+                "{NAME}: x {:?} and weight {:?} must be matrices",
+                l1.dims(),
+                l2.dims()
+            );
+        };
+        if k != kw {
+            bail!("{NAME}: x has {k} columns, the weight {kw}");
+        }
+        Ok((
+            CpuStorage::F32(matmul_t(x, w, m, k, n)),
+            Shape::from((m, n)),
+        ))
+    }
+}
+
+/// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
+pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    if m == 0 || n == 0 {
+        return vec![0.0; m * n];
+    }
+    // Each task owns a run of w's rows and writes their columns of y transposed (contiguous),
+    // so tasks share nothing; one transpose at the end costs m * n against m * n * k.
+    let cols = (TASK_FMAS / (m * k).max(1)).max(1).div_ceil(NR) * NR;
+    let mut yt = vec![0f32; n * m];
+    let arch = Arch::new();
+    yt.par_chunks_mut(cols * m)
+        .zip(w.par_chunks(cols * k))
+        .for_each(|(yt, w)| arch.dispatch(Columns { x, w, yt, m, k }));
+    let mut y = vec![0f32; m * n];
+    for (j, col) in yt.chunks_exact(m).enumerate() {
+        for (i, &v) in col.iter().enumerate() {
+            y[i * n + j] = v;
+        }
+    }
+    y
+}
+
+/// One task: every row of x against a run of rows of w, into yt (rows of w, m).
+struct Columns<'a> {
+    x: &'a [f32],
+    w: &'a [f32],
+    yt: &'a mut [f32],
+    m: usize,
+    k: usize,
+}
+
+impl WithSimd for Columns<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Columns { x, w, yt, m, k } = self;
+        for (ws, yt) in w.chunks(NR * k).zip(yt.chunks_mut(NR * m)) {
+            match ws.len() / k {
+                3 => rows_against::<S, 3>(simd, x, ws, yt, m, k),
+                2 => rows_against::<S, 2>(simd, x, ws, yt, m, k),
+                _ => rows_against::<S, 1>(simd, x, ws, yt, m, k),
+            }
+        }
+    }
+}
+
+/// N rows of w against every row of x, MR rows at a time.
+#[inline(always)]
+fn rows_against<S: Simd, const N: usize>(
+    simd: S,
+    x: &[f32],
+    ws: &[f32],
+    yt: &mut [f32],
+    m: usize,
+    k: usize,
+) {
+    let w_rows: [&[f32]; N] = std::array::from_fn(|c| &ws[c * k..(c + 1) * k]);
+    let mut i = 0;
+    while i < m {
+        let rows = (m - i).min(MR);
+        let x_at = |r: usize| &x[(i + r) * k..(i + r + 1) * k];
+        match rows {
+            4 => store(
+                yt,
+                m,
+                i,
+                tile::<S, 4, N>(simd, std::array::from_fn(x_at), w_rows),
+            ),
+            3 => store(
+                yt,
+                m,
+                i,
+                tile::<S, 3, N>(simd, std::array::from_fn(x_at), w_rows),
+            ),
+            2 => store(
+                yt,
+                m,
+                i,
+                tile::<S, 2, N>(simd, std::array::from_fn(x_at), w_rows),
+            ),
+            _ => store(
+                yt,
+                m,
+                i,
+                tile::<S, 1, N>(simd, std::array::from_fn(x_at), w_rows),
+            ),
+        }
+        i += rows;
+    }
+}
+
+/// Writes a tile's dot products (rows of x by rows of w) into yt (rows of w, m) at row `i` of x.
+#[inline(always)]
+fn store<const M: usize, const N: usize>(yt: &mut [f32], m: usize, i: usize, dots: [[f32; N]; M]) {
+    for (r, row) in dots.iter().enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            yt[c * m + i + r] = v;
+        }
+    }
+}
+
+/// The M x N dot products of M rows of x with N rows of w (all of length k).
+#[inline(always)]
+fn tile<S: Simd, const M: usize, const N: usize>(
+    simd: S,
+    xs: [&[f32]; M],
+    ws: [&[f32]; N],
+) -> [[f32; N]; M] {
+    if let (Ok(xs4), Ok(ws3)) = (
+        <[&[f32]; 4]>::try_from(&xs[..]),
+        <[&[f32]; 3]>::try_from(&ws[..]),
+    ) {
+        let full = tile_4x3(simd, xs4, ws3);
+        return std::array::from_fn(|r| std::array::from_fn(|c| full[r][c]));
+    }
+    let xs = xs.map(S::as_simd_f32s);
+    let ws = ws.map(S::as_simd_f32s);
+    let len = xs[0].0.len();
+    let xv = xs.map(|(v, _)| &v[..len]);
+    let wv = ws.map(|(v, _)| &v[..len]);
+    let mut acc = [[simd.splat_f32s(0.0); N]; M];
+    for t in 0..len {
+        for r in 0..M {
+            for c in 0..N {
+                acc[r][c] = simd.mul_add_f32s(xv[r][t], wv[c][t], acc[r][c]);
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            let tail: f32 = xs[r].1.iter().zip(ws[c].1).map(|(a, b)| a * b).sum();
+            simd.reduce_sum_f32s(acc[r][c]) + tail
+        })
+    })
+}
+
+/// The full tile, its twelve accumulators named so that they stay in registers (as an array,
+/// LLVM wrote them back to the stack on every step). Same summation order as [`tile`].
+#[inline(always)]
+fn tile_4x3<S: Simd>(simd: S, xs: [&[f32]; 4], ws: [&[f32]; 3]) -> [[f32; 3]; 4] {
+    let xs = xs.map(S::as_simd_f32s);
+    let ws = ws.map(S::as_simd_f32s);
+    let len = xs[0].0.len();
+    let [x0, x1, x2, x3] = xs.map(|(v, _)| &v[..len]);
+    let [w0, w1, w2] = ws.map(|(v, _)| &v[..len]);
+    let z = simd.splat_f32s(0.0);
+    let (mut a00, mut a01, mut a02, mut a10, mut a11, mut a12) = (z, z, z, z, z, z);
+    let (mut a20, mut a21, mut a22, mut a30, mut a31, mut a32) = (z, z, z, z, z, z);
+    for t in 0..len {
+        let (b0, b1, b2) = (w0[t], w1[t], w2[t]);
+        let x = x0[t];
+        a00 = simd.mul_add_f32s(x, b0, a00);
+        a01 = simd.mul_add_f32s(x, b1, a01);
+        a02 = simd.mul_add_f32s(x, b2, a02);
+        let x = x1[t];
+        a10 = simd.mul_add_f32s(x, b0, a10);
+        a11 = simd.mul_add_f32s(x, b1, a11);
+        a12 = simd.mul_add_f32s(x, b2, a12);
+        let x = x2[t];
+        a20 = simd.mul_add_f32s(x, b0, a20);
+        a21 = simd.mul_add_f32s(x, b1, a21);
+        a22 = simd.mul_add_f32s(x, b2, a22);
+        let x = x3[t];
+        a30 = simd.mul_add_f32s(x, b0, a30);
+        a31 = simd.mul_add_f32s(x, b1, a31);
+        a32 = simd.mul_add_f32s(x, b2, a32);
+    }
+    let acc = [
+        [a00, a01, a02],
+        [a10, a11, a12],
+        [a20, a21, a22],
+        [a30, a31, a32],
+    ];
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            let tail: f32 = xs[r].1.iter().zip(ws[c].1).map(|(a, b)| a * b).sum();
+            simd.reduce_sum_f32s(acc[r][c]) + tail
+        })
+    })
+}
+
+/// Whether [`skinny_matmul`] takes these operands: f32 on the CPU, x with at most [`MAX_ROWS`]
+/// rows (all but its last dimension together) of at least [`MIN_DEPTH`] columns.
+pub fn applies(x: &Tensor, w: &Tensor) -> bool {
+    let k = x.dims().last().copied().unwrap_or(0);
+    super::applies(x) && super::applies(w) && k >= MIN_DEPTH && x.elem_count() / k <= MAX_ROWS
+}
+
+/// x (rows, k) times w (n, k) transposed -> (rows, n), for inference: no gradient flows back.
+pub fn skinny_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    x.contiguous()?
+        .apply_op2_no_bwd(&w.contiguous()?, &SkinnyMatmul)
+}
+
+#[cfg(test)]
+#[path = "skinny_tests.rs"]
+mod tests;
