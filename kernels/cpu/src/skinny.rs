@@ -102,118 +102,83 @@ struct Columns<'a> {
 impl WithSimd for Columns<'_> {
     type Output = ();
 
+    // No closures below: a closure (as in `array::from_fn`) is compiled apart from this
+    // function's AVX2 target features, and its SIMD calls are then not inlined (the horizontal
+    // sums cost more than the products when they were).
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let Columns { x, w, yt, m, k } = self;
         for (ws, yt) in w.chunks(NR * k).zip(yt.chunks_mut(NR * m)) {
-            match ws.len() / k {
-                3 => rows_against::<S, 3>(simd, x, ws, yt, m, k),
-                2 => rows_against::<S, 2>(simd, x, ws, yt, m, k),
-                _ => rows_against::<S, 1>(simd, x, ws, yt, m, k),
+            let cols = ws.len() / k;
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR);
+                let xs = &x[i * k..(i + rows) * k];
+                if rows == MR && cols == NR {
+                    tile_4x3(simd, xs, ws, k, yt, m, i);
+                } else {
+                    tile_any(simd, xs, rows, ws, cols, k, yt, m, i);
+                }
+                i += rows;
             }
         }
     }
 }
 
-/// N rows of w against every row of x, MR rows at a time.
+/// `a · b` from its SIMD part (already multiplied and summed into `acc`) and its scalar tail.
+/// Every dot product of the kernel ends here, so all sum in one order.
 #[inline(always)]
-fn rows_against<S: Simd, const N: usize>(
+fn finish<S: Simd>(simd: S, acc: S::f32s, a_tail: &[f32], b_tail: &[f32]) -> f32 {
+    let mut tail = 0f32;
+    for (a, b) in a_tail.iter().zip(b_tail) {
+        tail += a * b;
+    }
+    simd.reduce_sum_f32s(acc) + tail
+}
+
+/// Any tile of up to MR rows of x (`x`, rows x k) and NR rows of w (`w`, cols x k), one dot
+/// product at a time: the edges of the product. Writes yt[c * m + i + r].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile_any<S: Simd>(
     simd: S,
     x: &[f32],
-    ws: &[f32],
+    rows: usize,
+    w: &[f32],
+    cols: usize,
+    k: usize,
     yt: &mut [f32],
     m: usize,
-    k: usize,
+    i: usize,
 ) {
-    let w_rows: [&[f32]; N] = std::array::from_fn(|c| &ws[c * k..(c + 1) * k]);
-    let mut i = 0;
-    while i < m {
-        let rows = (m - i).min(MR);
-        let x_at = |r: usize| &x[(i + r) * k..(i + r + 1) * k];
-        match rows {
-            4 => store(
-                yt,
-                m,
-                i,
-                tile::<S, 4, N>(simd, std::array::from_fn(x_at), w_rows),
-            ),
-            3 => store(
-                yt,
-                m,
-                i,
-                tile::<S, 3, N>(simd, std::array::from_fn(x_at), w_rows),
-            ),
-            2 => store(
-                yt,
-                m,
-                i,
-                tile::<S, 2, N>(simd, std::array::from_fn(x_at), w_rows),
-            ),
-            _ => store(
-                yt,
-                m,
-                i,
-                tile::<S, 1, N>(simd, std::array::from_fn(x_at), w_rows),
-            ),
-        }
-        i += rows;
-    }
-}
-
-/// Writes a tile's dot products (rows of x by rows of w) into yt (rows of w, m) at row `i` of x.
-#[inline(always)]
-fn store<const M: usize, const N: usize>(yt: &mut [f32], m: usize, i: usize, dots: [[f32; N]; M]) {
-    for (r, row) in dots.iter().enumerate() {
-        for (c, &v) in row.iter().enumerate() {
-            yt[c * m + i + r] = v;
-        }
-    }
-}
-
-/// The M x N dot products of M rows of x with N rows of w (all of length k).
-#[inline(always)]
-fn tile<S: Simd, const M: usize, const N: usize>(
-    simd: S,
-    xs: [&[f32]; M],
-    ws: [&[f32]; N],
-) -> [[f32; N]; M] {
-    if let (Ok(xs4), Ok(ws3)) = (
-        <[&[f32]; 4]>::try_from(&xs[..]),
-        <[&[f32]; 3]>::try_from(&ws[..]),
-    ) {
-        let full = tile_4x3(simd, xs4, ws3);
-        return std::array::from_fn(|r| std::array::from_fn(|c| full[r][c]));
-    }
-    let xs = xs.map(S::as_simd_f32s);
-    let ws = ws.map(S::as_simd_f32s);
-    let len = xs[0].0.len();
-    let xv = xs.map(|(v, _)| &v[..len]);
-    let wv = ws.map(|(v, _)| &v[..len]);
-    let mut acc = [[simd.splat_f32s(0.0); N]; M];
-    for t in 0..len {
-        for r in 0..M {
-            for c in 0..N {
-                acc[r][c] = simd.mul_add_f32s(xv[r][t], wv[c][t], acc[r][c]);
+    for r in 0..rows {
+        let (xv, xt) = S::as_simd_f32s(&x[r * k..(r + 1) * k]);
+        for c in 0..cols {
+            let (wv, wt) = S::as_simd_f32s(&w[c * k..(c + 1) * k]);
+            let mut acc = simd.splat_f32s(0.0);
+            for (&a, &b) in xv.iter().zip(wv) {
+                acc = simd.mul_add_f32s(a, b, acc);
             }
+            yt[c * m + i + r] = finish(simd, acc, xt, wt);
         }
     }
-    std::array::from_fn(|r| {
-        std::array::from_fn(|c| {
-            let tail: f32 = xs[r].1.iter().zip(ws[c].1).map(|(a, b)| a * b).sum();
-            simd.reduce_sum_f32s(acc[r][c]) + tail
-        })
-    })
 }
 
-/// The full tile, its twelve accumulators named so that they stay in registers (as an array,
-/// LLVM wrote them back to the stack on every step). Same summation order as [`tile`].
+/// The full tile, 4 rows of x by 3 rows of w, its twelve accumulators named so that they stay in
+/// registers (as an array, LLVM wrote them back to the stack on every step). Each accumulator
+/// sums in the order of [`tile_any`], so a row's result does not depend on its tile.
 #[inline(always)]
-fn tile_4x3<S: Simd>(simd: S, xs: [&[f32]; 4], ws: [&[f32]; 3]) -> [[f32; 3]; 4] {
-    let xs = xs.map(S::as_simd_f32s);
-    let ws = ws.map(S::as_simd_f32s);
-    let len = xs[0].0.len();
-    let [x0, x1, x2, x3] = xs.map(|(v, _)| &v[..len]);
-    let [w0, w1, w2] = ws.map(|(v, _)| &v[..len]);
+fn tile_4x3<S: Simd>(simd: S, x: &[f32], w: &[f32], k: usize, yt: &mut [f32], m: usize, i: usize) {
+    let (x0, x0t) = S::as_simd_f32s(&x[..k]);
+    let (x1, x1t) = S::as_simd_f32s(&x[k..2 * k]);
+    let (x2, x2t) = S::as_simd_f32s(&x[2 * k..3 * k]);
+    let (x3, x3t) = S::as_simd_f32s(&x[3 * k..4 * k]);
+    let (w0, w0t) = S::as_simd_f32s(&w[..k]);
+    let (w1, w1t) = S::as_simd_f32s(&w[k..2 * k]);
+    let (w2, w2t) = S::as_simd_f32s(&w[2 * k..3 * k]);
+    let len = x0.len();
+    let (x1, x2, x3) = (&x1[..len], &x2[..len], &x3[..len]);
+    let (w0, w1, w2) = (&w0[..len], &w1[..len], &w2[..len]);
     let z = simd.splat_f32s(0.0);
     let (mut a00, mut a01, mut a02, mut a10, mut a11, mut a12) = (z, z, z, z, z, z);
     let (mut a20, mut a21, mut a22, mut a30, mut a31, mut a32) = (z, z, z, z, z, z);
@@ -236,18 +201,18 @@ fn tile_4x3<S: Simd>(simd: S, xs: [&[f32]; 4], ws: [&[f32]; 3]) -> [[f32; 3]; 4]
         a31 = simd.mul_add_f32s(x, b1, a31);
         a32 = simd.mul_add_f32s(x, b2, a32);
     }
-    let acc = [
+    let accs = [
         [a00, a01, a02],
         [a10, a11, a12],
         [a20, a21, a22],
         [a30, a31, a32],
     ];
-    std::array::from_fn(|r| {
-        std::array::from_fn(|c| {
-            let tail: f32 = xs[r].1.iter().zip(ws[c].1).map(|(a, b)| a * b).sum();
-            simd.reduce_sum_f32s(acc[r][c]) + tail
-        })
-    })
+    let (xts, wts) = ([x0t, x1t, x2t, x3t], [w0t, w1t, w2t]);
+    for (r, (row, xt)) in accs.iter().zip(xts).enumerate() {
+        for (c, (&acc, wt)) in row.iter().zip(wts).enumerate() {
+            yt[c * m + i + r] = finish(simd, acc, xt, wt);
+        }
+    }
 }
 
 /// Whether [`skinny_matmul`] takes these operands: f32 on the CPU, x with at most [`MAX_ROWS`]
