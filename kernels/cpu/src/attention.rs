@@ -117,6 +117,7 @@ impl Dims {
 }
 
 /// f32 dot product in 8 lanes, so the compiler can vectorise it.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -135,6 +136,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// y += a x
+#[inline(always)]
 fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     for (y, x) in y.iter_mut().zip(x) {
         *y += a * x;
@@ -153,6 +155,7 @@ struct Inputs<'a> {
 
 impl Inputs<'_> {
     /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`.
+    #[inline(always)]
     fn probs(&self, n: usize, kv: usize, r: usize, i: usize, p: &mut [f32]) {
         let d = &self.d;
         let qi = &self.q[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim];
@@ -178,6 +181,7 @@ impl Inputs<'_> {
     }
 
     /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major.
+    #[inline(always)]
     fn forward_task(&self, n: usize, kv: usize) -> Vec<f32> {
         let d = &self.d;
         let mut out = vec![0f32; d.groups * d.t * d.head_dim];
@@ -195,6 +199,7 @@ impl Inputs<'_> {
     }
 
     /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head).
+    #[inline(always)]
     fn backward_task(
         &self,
         n: usize,
@@ -325,8 +330,11 @@ impl CustomOp3 for Attention {
     ) -> Result<(CpuStorage, Shape)> {
         with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
             let d = x.d;
+            // Each task compiled for AVX2 where the CPU has it (pulp checks at run time; the
+            // crate itself targets baseline x86-64): the 8-lane loops of `dot` and `axpy` then
+            // take one instruction per step. Same operations in the same order: same bits.
             let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| (n, kv, x.forward_task(n, kv)))
+                .map(|(n, kv)| (n, kv, pulp::Arch::new().dispatch(|| x.forward_task(n, kv))))
                 .collect();
             let mut out = vec![0f32; d.q_len()];
             for (n, kv, rows) in parts {
@@ -382,7 +390,11 @@ impl CustomOp3 for AttentionGrad {
                 bail!("{NAME}: output or gradient does not match the queries");
             }
             let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| (n, kv, x.backward_task(n, kv, out, grad)))
+                .map(|(n, kv)| {
+                    // As in the forward pass: compiled for AVX2 where the CPU has it.
+                    let task = || x.backward_task(n, kv, out, grad);
+                    (n, kv, pulp::Arch::new().dispatch(task))
+                })
                 .collect();
             let (ql, kl) = (d.q_len(), d.kv_len());
             let mut packed = vec![0f32; ql + 2 * kl];
