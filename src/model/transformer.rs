@@ -331,28 +331,26 @@ impl Transformer {
 /// [`linear`], through the skinny product of the CPU kernels at inference when x has few rows
 /// (a decode step): a general GEMM would first copy the whole weight into its packed blocks.
 fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
-    if numerics != Numerics::Fast || !fused::skinny::applies(x, w) {
-        return linear(x, w, b);
-    }
-    let dims = x.dims().to_vec();
-    let inner = dims[dims.len() - 1];
-    let y = fused::skinny::skinny_matmul(&x.reshape(((), inner))?, w)?;
-    let y = match b {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out_dims = dims;
-    let last = out_dims.len() - 1;
-    out_dims[last] = w.dim(0)?;
-    y.reshape(out_dims)
+    let skinny = numerics == Numerics::Fast && fused::skinny::applies(x, w);
+    affine(x, w, b, skinny)
 }
 
 /// x: (..., in) @ w: (out, in)^T + b: (out) -> (..., out)
 fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    affine(x, w, b, false)
+}
+
+/// x @ w^T + b over x's rows flattened, by the skinny kernel (no backward) or candle's matmul.
+fn affine(x: &Tensor, w: &Tensor, b: Option<&Tensor>, skinny: bool) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let inner = dims[dims.len() - 1];
     let rows = x.elem_count() / inner.max(1);
-    let y = x.reshape((rows, inner))?.matmul(&w.t()?)?;
+    let x = x.reshape((rows, inner))?;
+    let y = if skinny {
+        fused::skinny::skinny_matmul(&x, w)?
+    } else {
+        x.matmul(&w.t()?)?
+    };
     let y = match b {
         Some(b) => y.broadcast_add(b)?,
         None => y,

@@ -7,8 +7,7 @@
 //! (benches/RESULTS.md). Here every output is a dot product of a row of x with a row of w, both
 //! contiguous in memory, so no packing is needed: a tile of [`MR`] rows of x and [`NR`] rows of w
 //! is accumulated in SIMD registers along k (AVX2 and FMA when `pulp` detects them at run time,
-//! plain scalar code otherwise),
-//! rows of w are streamed from memory once, and x stays in cache.
+//! plain scalar code otherwise), rows of w are streamed from memory once, and x stays in cache.
 //!
 //! Each output is summed in the same order whichever rows share its tile or its batch, so a
 //! sequence's projections do not depend on the other sequences decoded beside it.
@@ -70,7 +69,8 @@ impl CustomOp2 for SkinnyMatmul {
 
 /// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
 pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-    if m == 0 || n == 0 {
+    if m == 0 || n == 0 || k == 0 {
+        // An empty sum: zeros (and no zero-sized chunks below).
         return vec![0.0; m * n];
     }
     // Each task owns a run of w's rows and writes their columns of y transposed (contiguous),

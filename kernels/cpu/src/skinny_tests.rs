@@ -35,6 +35,8 @@ fn equals_the_plain_product_for_every_remainder_of_the_tiles() {
     // number of SIMD vectors, a remainder, shorter than one vector, and long enough that tasks
     // split the columns (n * m * k above TASK_FMAS at the last shape).
     for &(m, k, n) in &[
+        (3, 0, 2),
+        (0, 5, 4),
         (1, 1, 1),
         (1, 7, 5),
         (2, 8, 2),
