@@ -15,7 +15,8 @@ use roll_cpu_kernels as fused;
 
 /// Which kernels to use. candle's fused rms_norm / softmax / rope have no backward pass, so training
 /// must use `Differentiable`; generation and scoring use `Fast` (same values to ~1e-6 in f32). On
-/// the CPU in f32 both take our fused kernels, which have a backward pass.
+/// the CPU in f32 both take our fused kernels, which have a backward pass; `Fast` also takes the
+/// skinny product for few-row projections (decode steps), which has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Numerics {
     Fast,

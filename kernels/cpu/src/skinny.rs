@@ -7,10 +7,11 @@
 //! (benches/RESULTS.md). Here every output is a dot product of a row of x with a row of w, both
 //! contiguous in memory, so no packing is needed: a tile of [`MR`] rows of x and [`NR`] rows of w
 //! is accumulated in SIMD registers along k (AVX2 and FMA when `pulp` detects them at run time,
-//! plain scalar code otherwise), rows of w are streamed from memory once, and x stays in cache.
+//! scalar code otherwise), rows of w are streamed from memory once, and x stays in cache.
 //!
-//! Each output is summed in the same order whichever rows share its tile or its batch, so a
-//! sequence's projections do not depend on the other sequences decoded beside it.
+//! Each output is summed in the same order whichever rows share its tile or its batch: through
+//! this kernel a row's product does not depend on the rows beside it (the transformer takes it
+//! for at most [`MAX_ROWS`] rows; bigger batches go through the general GEMM).
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
 use pulp::{Arch, Simd, WithSimd};

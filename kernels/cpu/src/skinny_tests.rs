@@ -66,7 +66,8 @@ fn equals_the_plain_product_for_every_remainder_of_the_tiles() {
 
 #[test]
 fn a_row_gets_the_same_bits_whatever_rows_are_beside_it() {
-    let (k, n) = (96, 50);
+    // k = 99: a SIMD part and a scalar tail.
+    let (k, n) = (99, 50);
     let w = pseudo(n * k, 3);
     let x = pseudo(11 * k, 4);
     let all = matmul_t(&x, &w, 11, k, n);
@@ -99,12 +100,16 @@ fn through_candle_it_matches_matmul_and_names_bad_shapes() {
     for (g, r) in got.iter().zip(&want) {
         assert!((g - r).abs() <= 1e-5 * (1.0 + r.abs()), "{g} vs {r}");
     }
-    let short = Tensor::zeros((30, 39), candle_core::DType::F32, &dev).unwrap();
+    let short = Tensor::zeros((30, k - 1), candle_core::DType::F32, &dev).unwrap();
     let err = skinny_matmul(&x, &short).unwrap_err().to_string();
+    let says = format!("x has {k} columns, the weight {}", k - 1);
     assert!(
-        err.contains("skinny matmul") && err.contains("40") && err.contains("39"),
+        err.contains("skinny matmul") && err.contains(&says),
         "{err}"
     );
-    let tall = Tensor::zeros((MAX_ROWS + 1, 40), candle_core::DType::F32, &dev).unwrap();
-    assert!(!applies(&tall, &w));
+    // At most MAX_ROWS rows of at least MIN_DEPTH columns; beyond, the general GEMM.
+    let zeros = |rows, cols| Tensor::zeros((rows, cols), candle_core::DType::F32, &dev).unwrap();
+    assert!(applies(&zeros(MAX_ROWS, k), &w));
+    assert!(!applies(&zeros(MAX_ROWS + 1, k), &w));
+    assert!(!applies(&zeros(6, k - 1), &short));
 }
