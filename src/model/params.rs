@@ -309,12 +309,12 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(any)
 }
 
-/// Standard normal sample (Box-Muller): candle's CPU `randn` cannot be seeded, and runs must repeat.
 /// The bytes of a tensor's data, in its dtype.
 pub fn tensor_bytes(t: &Tensor) -> u64 {
     (t.elem_count() * t.dtype().size_in_bytes()) as u64
 }
 
+/// Standard normal sample (Box-Muller): candle's CPU `randn` cannot be seeded, and runs must repeat.
 pub fn normal(rng: &mut StdRng) -> f64 {
     let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
     let u2: f64 = rng.random();

@@ -333,8 +333,9 @@ impl CustomOp3 for Attention {
             // Each task compiled for AVX2 where the CPU has it (pulp checks at run time; the
             // crate itself targets baseline x86-64): the 8-lane loops of `dot` and `axpy` then
             // take one instruction per step. Same operations in the same order: same bits.
+            let arch = pulp::Arch::new();
             let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| (n, kv, pulp::Arch::new().dispatch(|| x.forward_task(n, kv))))
+                .map(|(n, kv)| (n, kv, arch.dispatch(|| x.forward_task(n, kv))))
                 .collect();
             let mut out = vec![0f32; d.q_len()];
             for (n, kv, rows) in parts {
@@ -389,12 +390,10 @@ impl CustomOp3 for AttentionGrad {
             if out.len() != d.q_len() || grad.len() != d.q_len() {
                 bail!("{NAME}: output or gradient does not match the queries");
             }
+            // As in the forward pass: compiled for AVX2 where the CPU has it.
+            let arch = pulp::Arch::new();
             let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| {
-                    // As in the forward pass: compiled for AVX2 where the CPU has it.
-                    let task = || x.backward_task(n, kv, out, grad);
-                    (n, kv, pulp::Arch::new().dispatch(task))
-                })
+                .map(|(n, kv)| (n, kv, arch.dispatch(|| x.backward_task(n, kv, out, grad))))
                 .collect();
             let (ql, kl) = (d.q_len(), d.kv_len());
             let mut packed = vec![0f32; ql + 2 * kl];

@@ -17,23 +17,13 @@ use candle_core::Device;
 use crate::model::LoadedModel;
 use crate::reward::llm_judge::{JudgeSlot, OffloadedJudge, judges};
 use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{read_tensors, tensor_bytes, write_tensors};
+use crate::scheduler::host_copy::{read_tensors, write_tensors};
 
 /// The host copy of the judge from `model` in `dir`: one file per judge directory.
 fn host_copy(dir: &Path, model: &Path) -> PathBuf {
     let mut h = DefaultHasher::new();
     model.hash(&mut h);
     dir.join(format!("judge-{:016x}.safetensors", h.finish()))
-}
-
-fn weight_bytes(model: &LoadedModel) -> u64 {
-    model
-        .transformer
-        .params()
-        .named_tensors()
-        .iter()
-        .map(|(_, t)| tensor_bytes(t))
-        .sum()
 }
 
 /// Move the judges from the directories `models` that are resident to their host copies in `dir`
@@ -50,7 +40,7 @@ pub fn offload(dir: &Path, models: &[PathBuf]) -> Result<u64, String> {
             write_tensors(&path, &loaded.transformer.params().named_tensors())
                 .map_err(|e| format!("offloading the judge '{}': {e}", model.display()))?;
         }
-        bytes += weight_bytes(loaded);
+        bytes += loaded.transformer.params().bytes() as u64;
         // Scoring holds its own reference only while it computes, and never while the reward
         // role is being moved; should one remain, its weights go when it is dropped.
         let offloaded = OffloadedJudge {
@@ -86,7 +76,7 @@ pub fn reload(models: &[PathBuf]) -> Result<u64, String> {
             eos_ids: off.eos_ids.clone(),
             pad_id: off.pad_id,
         };
-        bytes += weight_bytes(&loaded);
+        bytes += loaded.transformer.params().bytes() as u64;
         *slot = JudgeSlot::Resident(Arc::new(loaded));
     }
     Ok(bytes)
