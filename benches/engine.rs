@@ -28,11 +28,32 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use roll::config::{RunConfig, load::from_yaml_str};
 use roll::model::threads::{lane_parts, side_by_side};
-use roll::model::{Arch, InitOptions, Numerics, Transformer, init_model};
+use roll::model::{Arch, InitOptions, Numerics, Tape, Transformer, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
 use roll::rollout::{Request, SamplingParams, generate};
 use roll::train::{AdamW, GradAccumulator, OptimizerConfig, TrainBatch, response_forward};
+
+/// Start a new peak: Linux resets the process's high-water mark of resident memory (`VmHWM`) when
+/// "5" is written to its `clear_refs`. Elsewhere this does nothing and the peak is the process's.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The peak resident memory since the last [`reset_peak_rss`], in GB (`VmHWM`), where Linux tells.
+fn peak_rss_gb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0 / 1e9)
+}
+
+/// " (peak RSS x.xx GB)" where known.
+fn peak_note() -> String {
+    peak_rss_gb()
+        .map(|gb| format!(" (peak RSS {gb:.2} GB)"))
+        .unwrap_or_default()
+}
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -265,6 +286,7 @@ fn qwen05(only: &str) {
         if !(only.is_empty() || only == "fwd_bwd") {
             break;
         }
+        reset_peak_rss();
         let t = Instant::now();
         let vars = model.transformer.params().named_vars();
         let mut acc = GradAccumulator::default();
@@ -273,8 +295,9 @@ fn qwen05(only: &str) {
         }
         let s = t.elapsed().as_secs_f64();
         println!(
-            "qwen2.5-0.5b shape ({layers} layers, {lanes} lanes), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s",
-            1024.0 / s
+            "qwen2.5-0.5b shape ({layers} layers, {lanes} lanes), forward+backward 16 x 64, run {rep}: {s:.2} s, {:.1} tokens/s{}",
+            1024.0 / s,
+            peak_note()
         );
     }
     if !(only.is_empty() || only == "generation") {
@@ -285,6 +308,7 @@ fn qwen05(only: &str) {
         max_new_tokens: 32,
         ..Default::default()
     };
+    reset_peak_rss();
     let t = Instant::now();
     let reqs = (0..16u32)
         .map(|i| Request {
@@ -298,8 +322,9 @@ fn qwen05(only: &str) {
     let tokens: usize = out.iter().map(|c| c.token_ids.len()).sum();
     let s = t.elapsed().as_secs_f64();
     println!(
-        "qwen2.5-0.5b shape ({layers} layers), generation batch 16, 32 new tokens: {s:.2} s, {:.1} tokens/s",
-        tokens as f64 / s
+        "qwen2.5-0.5b shape ({layers} layers), generation batch 16, 32 new tokens: {s:.2} s, {:.1} tokens/s{}",
+        tokens as f64 / s,
+        peak_note()
     );
 }
 
@@ -312,12 +337,22 @@ fn train_batch(pairs: &[(Vec<u32>, Vec<u32>)], kv_groups: usize) -> TrainBatch {
     TrainBatch::new(&pairs, 0, kv_groups, &Device::Cpu).expect("batch")
 }
 
-/// One forward and backward of the negated summed response log-probs.
+/// One forward and backward of the negated summed response log-probs, cut by layer as training
+/// does (`roll::model::Tape`).
 fn forward_backward(model: &Transformer, tb: &TrainBatch) -> GradStore {
-    let (logp, _) = response_forward(model, tb, 1.0, Numerics::Differentiable, false).expect("fwd");
+    let mut tape = Tape::default();
+    let (logp, _) = response_forward(
+        model,
+        tb,
+        1.0,
+        Numerics::Differentiable,
+        false,
+        Some(&mut tape),
+    )
+    .expect("fwd");
     logp.sum_all()
         .and_then(|l| l.neg())
-        .and_then(|l| l.backward())
+        .and_then(|l| tape.backward(&l))
         .expect("bwd")
 }
 

@@ -9,6 +9,7 @@ pub mod config;
 pub mod hf_dir;
 pub mod kv_cache;
 pub mod params;
+pub mod tape;
 pub mod threads;
 pub mod tokenizer;
 pub mod transformer;
@@ -22,6 +23,7 @@ pub use hf_dir::{
 };
 pub use kv_cache::KvCache;
 pub use params::ParamStore;
+pub use tape::Tape;
 pub use transformer::{Numerics, Transformer, attention_mask};
 
 /// Why a model directory could not be read or written. Every variant names the file.

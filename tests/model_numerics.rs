@@ -57,8 +57,15 @@ fn worst_logprob_gap(
         .collect();
     let batch =
         TrainBatch::new(&pairs, model.pad_id, m.config().kv_groups(), &Device::Cpu).unwrap();
-    let (logp, _) =
-        response_forward(m, &batch, temperature, Numerics::Differentiable, false).unwrap();
+    let (logp, _) = response_forward(
+        m,
+        &batch,
+        temperature,
+        Numerics::Differentiable,
+        false,
+        None,
+    )
+    .unwrap();
     let logp = logp.to_vec2::<f32>().unwrap();
     let mut worst = 0f32;
     for (row, c) in out.iter().enumerate() {
@@ -313,8 +320,12 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
             .collect();
         let batch =
             TrainBatch::new(&pairs, model.pad_id, m.config().kv_groups(), &Device::Cpu).unwrap();
-        let run = |numerics: Numerics| {
-            let (lp, h) = response_forward(m, &batch, 0.9, numerics, true).unwrap();
+        // `taped`: the forward cut after every layer and differentiated piece by piece
+        // (`roll::model::Tape`), as training does.
+        let run = |numerics: Numerics, taped: bool| {
+            let mut tape = roll::model::Tape::default();
+            let tape_arg = if taped { Some(&mut tape) } else { None };
+            let (lp, h) = response_forward(m, &batch, 0.9, numerics, true, tape_arg).unwrap();
             let h = h.unwrap();
             // A loss that weights every token's log-prob and entropy differently.
             let (b, r) = lp.dims2().unwrap();
@@ -325,7 +336,16 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
             let loss = ((&lp * &w).unwrap().sum_all().unwrap()
                 + (&h * &w).unwrap().sum_all().unwrap() * 0.3)
                 .unwrap();
-            let grads = loss.backward().unwrap();
+            let grads = if taped {
+                assert_eq!(
+                    tape.len(),
+                    m.config().num_hidden_layers,
+                    "one cut per layer"
+                );
+                tape.backward(&loss).unwrap()
+            } else {
+                loss.backward().unwrap()
+            };
             let named: Vec<(String, Vec<f32>)> = m
                 .params()
                 .named_vars()
@@ -338,8 +358,28 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
             let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             (flat(&lp), flat(&h), named)
         };
-        let (lp, h, grads) = run(Numerics::Differentiable);
-        let (lp_ref, h_ref, grads_ref) = run(Numerics::Reference);
+        let fused = run(Numerics::Differentiable, false);
+        let reference = run(Numerics::Reference, false);
+        // Cutting the graph changes no bit of the values or of the gradients, on either path
+        // (tied embeddings included: Qwen2 and Qwen3 here).
+        for (numerics, whole) in [
+            (Numerics::Differentiable, &fused),
+            (Numerics::Reference, &reference),
+        ] {
+            let cut = run(numerics, true);
+            assert!(
+                cut.0 == whole.0 && cut.1 == whole.1,
+                "{arch:?} {numerics:?}: values"
+            );
+            for ((name, a), (_, b)) in cut.2.iter().zip(&whole.2) {
+                assert!(
+                    a == b,
+                    "{arch:?} {numerics:?} {name}: the taped gradient differs"
+                );
+            }
+        }
+        let (lp, h, grads) = fused;
+        let (lp_ref, h_ref, grads_ref) = reference;
         for (what, a, b) in [("log-probs", &lp, &lp_ref), ("entropy", &h, &h_ref)] {
             for (x, y) in a.iter().zip(b.iter()) {
                 assert!(

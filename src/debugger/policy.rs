@@ -383,7 +383,7 @@ impl ModelPolicy {
             m.device(),
         )
         .map_err(err)?;
-        let hidden = response_hidden(m, &batch, Numerics::Fast).map_err(err)?;
+        let hidden = response_hidden(m, &batch, Numerics::Fast, None).map_err(err)?;
         let logits: Vec<Vec<f32>> = m
             .logits(&hidden, Numerics::Fast)
             .and_then(|l| l.squeeze(0))

@@ -125,9 +125,15 @@ fn a_model_turn_reports_the_samplers_log_probs_and_the_distribution_they_come_fr
         p.model().transformer.device(),
     )
     .unwrap();
-    let (_, entropy) =
-        crate::train::response_forward(&p.model().transformer, &batch, 0.7, Numerics::Fast, true)
-            .unwrap();
+    let (_, entropy) = crate::train::response_forward(
+        &p.model().transformer,
+        &batch,
+        0.7,
+        Numerics::Fast,
+        true,
+        None,
+    )
+    .unwrap();
     let entropy: Vec<f32> = entropy.unwrap().squeeze(0).unwrap().to_vec1().unwrap();
     for (k, e) in turn.tokens.iter().zip(entropy) {
         assert!((k.entropy - e).abs() < 1e-4, "{} vs {e}", k.entropy);

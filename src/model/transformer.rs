@@ -11,6 +11,7 @@ use candle_core::{D, DType, Device, Result, Tensor};
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::params::ParamStore;
+use super::tape::Tape;
 use roll_cpu_kernels as fused;
 
 /// Which kernels to use. candle's fused rms_norm / softmax / rope have no backward pass, so training
@@ -149,14 +150,40 @@ impl Transformer {
         input_ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
         numerics: Numerics,
     ) -> Result<Tensor> {
+        self.hidden_states(input_ids, positions, mask, cache, numerics, None)
+    }
+
+    /// [`Self::forward_hidden`] for training, cut after every layer into `tape`: its backward
+    /// ([`Tape::backward`]) frees each layer's activations once that layer's gradients exist.
+    pub fn forward_hidden_taped(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        numerics: Numerics,
+        tape: &mut Tape,
+    ) -> Result<Tensor> {
+        self.hidden_states(input_ids, positions, mask, None, numerics, Some(tape))
+    }
+
+    fn hidden_states(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<&mut KvCache>,
+        numerics: Numerics,
+        mut tape: Option<&mut Tape>,
+    ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
-        let mut x = self
-            .embed
-            .index_select(&input_ids.flatten_all()?, 0)?
-            .reshape((b, t, ()))?;
+        let rows = match tape.as_deref_mut() {
+            Some(tape) => tape.lookup(&self.embed, input_ids)?,
+            None => self.embed.index_select(&input_ids.flatten_all()?, 0)?,
+        };
+        let mut x = rows.reshape((b, t, ()))?;
         let flat_pos = positions.flatten_all()?;
         let half = self.cfg.head_dim / 2;
         let cos = self
@@ -174,6 +201,9 @@ impl Transformer {
             for (l, w) in self.layers.iter().enumerate() {
                 let layer_cache = cache.as_deref_mut().map(|c| (c, l));
                 x = self.fused_layer(x, w, &cos, &sin, &mask, layer_cache, numerics)?;
+                if let Some(tape) = tape.as_deref_mut() {
+                    x = tape.cut(x)?;
+                }
             }
             return fused::rms_norm::rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps);
         }
@@ -198,8 +228,16 @@ impl Transformer {
                 }
             };
             x = (x + linear(&(gate.silu()? * up)?, &w.down_w, None)?)?;
+            if let Some(tape) = tape.as_deref_mut() {
+                x = tape.cut(x)?;
+            }
         }
         rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps, numerics)
+    }
+
+    /// The output head's weight (vocab, hidden): the embedding when the two are tied.
+    pub fn lm_head(&self) -> &Tensor {
+        &self.lm_head
     }
 
     /// hidden: (b, t, hidden) -> logits (b, t, vocab), in f32 whatever the weight dtype.

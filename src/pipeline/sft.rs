@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::config::{SftConfig, Stage};
 use crate::metrics::Metrics;
 use crate::model::threads::{lane_parts, side_by_side};
-use crate::model::{LoadedModel, Numerics};
+use crate::model::{LoadedModel, Numerics, Tape};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
 use super::setup::{Domains, Tokenizing};
@@ -80,12 +80,14 @@ pub fn run_sft(
                     .collect();
                 let tb = TrainBatch::new(&refs, model.pad_id, groups, model.transformer.device())
                     .during("sft batch")?;
+                let mut tape = Tape::default();
                 let (logp, _) = response_forward(
                     &model.transformer,
                     &tb,
                     1.0,
                     Numerics::Differentiable,
                     false,
+                    Some(&mut tape),
                 )
                 .during("sft forward")?;
                 // Token-mean over the whole batch: each part contributes its token sum / batch tokens.
@@ -97,7 +99,7 @@ pub fn run_sft(
                     / total_tokens as f64)
                     .during("sft loss")?;
                 let value = loss.to_scalar::<f32>().during("sft loss")? as f64;
-                Ok::<_, PipelineError>((value, loss.backward().during("sft backward")?))
+                Ok::<_, PipelineError>((value, tape.backward(&loss).during("sft backward")?))
             });
             for pass in passes {
                 let (value, grads) = pass?;

@@ -231,17 +231,23 @@ fn yes_no(
         t.device(),
     )
     .map_err(|e| format!("batching the judge's prompts: {e}"))?;
-    let (logp, _) =
-        crate::train::batch::response_forward(t, &batch, 1.0, crate::model::Numerics::Fast, false)
-            .and_then(|(l, e)| {
-                Ok((
-                    l.to_dtype(candle_core::DType::F32)?
-                        .flatten_all()?
-                        .to_vec1::<f32>()?,
-                    e,
-                ))
-            })
-            .map_err(|e| format!("the judge's forward pass: {e}"))?;
+    let (logp, _) = crate::train::batch::response_forward(
+        t,
+        &batch,
+        1.0,
+        crate::model::Numerics::Fast,
+        false,
+        None,
+    )
+    .and_then(|(l, e)| {
+        Ok((
+            l.to_dtype(candle_core::DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+            e,
+        ))
+    })
+    .map_err(|e| format!("the judge's forward pass: {e}"))?;
     Ok(logp
         .chunks(2)
         .map(|pair| {

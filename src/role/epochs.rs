@@ -17,7 +17,7 @@ use crate::algo::loss::{entropy_bonus, policy_loss, value_loss};
 use crate::config::RlConfig;
 use crate::data::mix_seed;
 use crate::metrics::Metrics;
-use crate::model::{Numerics, Transformer};
+use crate::model::{Numerics, Tape, Transformer};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
 /// The rows of a step and what decides how they are cut into mini- and micro-batches.
@@ -193,12 +193,14 @@ fn actor_pass(
 ) -> Result<ActorPart, RoleError> {
     let agg = cfg.policy_loss.agg;
     let mut t = ActorTally::default();
+    let mut tape = Tape::default();
     let (logp, entropy) = response_forward(
         policy,
         &mb.tb,
         st.temperature,
         Numerics::Differentiable,
         true,
+        Some(&mut tape),
     )
     .during("actor forward")?;
     let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
@@ -228,7 +230,7 @@ fn actor_pass(
         loss = (loss + (kl * st.kl_coef).during("kl loss")?).during("kl loss")?;
     }
     let loss = (loss * mb.weight).during("loss scaling")?;
-    let grads = loss.backward().during("actor backward")?;
+    let grads = tape.backward(&loss).during("actor backward")?;
     let w = mb.weight;
     t.pg_loss = w * scalar(&out.loss)?;
     t.clip_low = w * out.clip_frac_low as f64;
@@ -348,15 +350,16 @@ impl MiniBatchLearner for CriticLearner<'_> {
         let clip = self.cfg.critic.as_ref().and_then(|c| c.value_clip);
         let (critic, returns, old_values) = (&*self.critic, self.returns, self.old_values);
         let parts = lanes_map(lanes, |mb| {
+            let mut tape = Tape::default();
             let values = critic
-                .values(&mb.tb, Numerics::Differentiable)
+                .values(&mb.tb, Numerics::Differentiable, Some(&mut tape))
                 .during("critic forward")?;
             let (old_v, ret) = (mb.slice(old_values)?, mb.slice(returns)?);
             let vl = (value_loss(&values, &old_v, &ret, &mb.mask, clip, agg)
                 .during("value loss")?
                 * mb.weight)
                 .during("value loss")?;
-            Ok((vl.backward().during("critic backward")?, scalar(&vl)?))
+            Ok((tape.backward(&vl).during("critic backward")?, scalar(&vl)?))
         })?;
         for (grads, vl) in parts {
             self.acc

@@ -57,7 +57,7 @@ pub fn response_logprobs(
     temperature: f64,
 ) -> candle_core::Result<Tensor> {
     chunked(model, pad_id, rows, &|tb| {
-        Ok(response_forward(model, tb, temperature, Numerics::Fast, false)?.0)
+        Ok(response_forward(model, tb, temperature, Numerics::Fast, false, None)?.0)
     })
 }
 

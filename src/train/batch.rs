@@ -6,7 +6,8 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 
-use crate::model::{Numerics, Transformer, attention_mask};
+use crate::model::{Numerics, Tape, Transformer, attention_mask};
+use roll_cpu_kernels::head as fused_head;
 
 pub struct TrainBatch {
     /// (b, P+R-1) u32
@@ -84,35 +85,60 @@ impl TrainBatch {
 }
 
 /// Run the model over a batch and return the hidden states of the positions that predict response
-/// tokens. -> (b, R, hidden)
+/// tokens. -> (b, R, hidden). With a `tape` (training), the forward is cut after every layer and
+/// the loss must be differentiated by [`Tape::backward`], which frees each layer's activations as
+/// it goes.
 pub fn response_hidden(
     model: &Transformer,
     batch: &TrainBatch,
     numerics: Numerics,
+    tape: Option<&mut Tape>,
 ) -> Result<Tensor> {
-    let hidden = model.forward_hidden(
-        &batch.input_ids,
-        &batch.positions,
-        &batch.attn_mask,
-        None,
-        numerics,
-    )?;
+    let (ids, pos, mask) = (&batch.input_ids, &batch.positions, &batch.attn_mask);
+    let hidden = match tape {
+        Some(tape) => model.forward_hidden_taped(ids, pos, mask, numerics, tape)?,
+        None => model.forward_hidden(ids, pos, mask, None, numerics)?,
+    };
     hidden.narrow(1, batch.prompt_width - 1, batch.response_width)
 }
 
 /// Per-token log-probs (b, R) of the response tokens under `logits / temperature`, and optionally the
-/// entropy (b, R) of that distribution. Both are 0-masked outside the response.
+/// entropy (b, R) of that distribution. Both are 0-masked outside the response. `tape` as in
+/// [`response_hidden`].
 pub fn response_forward(
     model: &Transformer,
     batch: &TrainBatch,
     temperature: f64,
     numerics: Numerics,
     with_entropy: bool,
+    tape: Option<&mut Tape>,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let hidden = response_hidden(model, batch, numerics)?;
+    let hidden = response_hidden(model, batch, numerics, tape)?;
+    let scale = if temperature > 0.0 && temperature != 1.0 {
+        1.0 / temperature
+    } else {
+        1.0
+    };
+    // Training on the CPU in f32: the head and the log-probs in one op, whose backward walks the
+    // vocabulary in chunks instead of holding the (rows, vocab) logits' gradient (the peak of a
+    // step at a large vocabulary). The log-probs are the same bits as below.
+    if numerics == Numerics::Differentiable && fused_head::applies(&hidden, model.lm_head()) {
+        let (logp, entropy) = fused_head::head_logprobs(
+            &hidden,
+            model.lm_head(),
+            &batch.targets,
+            scale,
+            with_entropy,
+        )?;
+        let entropy = match with_entropy {
+            true => Some((entropy * &batch.response_mask)?),
+            false => None,
+        };
+        return Ok(((logp * &batch.response_mask)?, entropy));
+    }
     let mut logits = model.logits(&hidden, numerics)?;
-    if temperature > 0.0 && temperature != 1.0 {
-        logits = (logits / temperature)?;
+    if scale != 1.0 {
+        logits = logits.affine(scale, 0.0)?;
     }
     if with_entropy {
         let (logp, entropy) =
@@ -139,6 +165,6 @@ pub fn score_pair(
         model.config().kv_groups(),
         model.device(),
     )?;
-    let (logp, _) = response_forward(model, &batch, 1.0, Numerics::Fast, false)?;
+    let (logp, _) = response_forward(model, &batch, 1.0, Numerics::Fast, false, None)?;
     logp.squeeze(0)?.to_dtype(DType::F32)?.to_vec1()
 }

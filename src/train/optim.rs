@@ -108,7 +108,9 @@ impl GradAccumulator {
     pub fn add(&mut self, vars: &[(String, Var)], grads: &GradStore) -> Result<()> {
         for (name, var) in vars {
             if let Some(g) = grads.get(var.as_tensor()) {
-                let g = g.to_dtype(DType::F32)?;
+                // Detached: candle's gradients keep the forward's graph (its activations) alive,
+                // which would hold every micro-batch's activations until the optimizer step.
+                let g = g.to_dtype(DType::F32)?.detach();
                 let sum = match self.grads.remove(name) {
                     Some(prev) => (prev + g)?,
                     None => g,

@@ -17,9 +17,13 @@ struct LogprobEntropy {
     entropy: bool,
 }
 
-/// The gradient with respect to the logits, from the gradients of both outputs.
-struct LogprobEntropyGrad {
-    entropy: bool,
+/// The gradient with respect to the logits, from the gradients of both outputs, for the columns
+/// `cols` of every row (all of them for [`LogprobEntropy`]; one chunk at a time for the fused head
+/// of [`crate::head`]), times `scale` (the logits' own factor, 1/temperature, for the head).
+pub(crate) struct LogprobEntropyGrad {
+    pub(crate) entropy: bool,
+    pub(crate) cols: std::ops::Range<usize>,
+    pub(crate) scale: f32,
 }
 
 /// The contiguous f32 data of a storage, or why not.
@@ -42,7 +46,7 @@ fn targets_of(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
 }
 
 /// The rows of logits (rows, vocab) and one target per row, checked: what both passes read.
-fn rows_and_targets<'a>(
+pub(crate) fn rows_and_targets<'a>(
     s1: &'a CpuStorage,
     l1: &Layout,
     s2: &CpuStorage,
@@ -79,6 +83,26 @@ fn row_stats(x: &[f32], entropy: bool) -> (f64, f64) {
     (lse, if entropy { sx / s } else { 0.0 })
 }
 
+/// Per row of `logits` (rows, vocab): the log-probability of its target and, when asked, the
+/// entropy (else 0), interleaved (rows, 2).
+pub(crate) fn logprob_entropy_rows(
+    logits: &[f32],
+    vocab: usize,
+    targets: &[usize],
+    entropy: bool,
+) -> Vec<f32> {
+    let mut out = vec![0f32; targets.len() * 2];
+    out.par_chunks_mut(2)
+        .zip(logits.par_chunks(vocab))
+        .zip(targets.par_iter())
+        .for_each(|((o, x), &t)| {
+            let (lse, mean_x) = row_stats(x, entropy);
+            o[0] = (x[t] as f64 - lse) as f32;
+            o[1] = if entropy { (lse - mean_x) as f32 } else { 0.0 };
+        });
+    out
+}
+
 impl CustomOp2 for LogprobEntropy {
     fn name(&self) -> &'static str {
         "logprob-entropy"
@@ -92,21 +116,8 @@ impl CustomOp2 for LogprobEntropy {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (vocab, logits, targets) = rows_and_targets(s1, l1, s2, l2)?;
-        let rows = targets.len();
-        let mut out = vec![0f32; rows * 2];
-        out.par_chunks_mut(2)
-            .zip(logits.par_chunks(vocab))
-            .zip(targets.par_iter())
-            .for_each(|((o, x), &t)| {
-                let (lse, mean_x) = row_stats(x, self.entropy);
-                o[0] = (x[t] as f64 - lse) as f32;
-                o[1] = if self.entropy {
-                    (lse - mean_x) as f32
-                } else {
-                    0.0
-                };
-            });
-        Ok((CpuStorage::F32(out), Shape::from((rows, 2))))
+        let out = logprob_entropy_rows(logits, vocab, &targets, self.entropy);
+        Ok((CpuStorage::F32(out), Shape::from((targets.len(), 2))))
     }
 
     fn bwd(
@@ -124,6 +135,8 @@ impl CustomOp2 for LogprobEntropy {
             &grad_and_res,
             &LogprobEntropyGrad {
                 entropy: self.entropy,
+                cols: 0..logits.dim(1)?,
+                scale: 1.0,
             },
         )?;
         Ok((Some(grad), None))
@@ -146,10 +159,24 @@ impl CustomOp3 for LogprobEntropyGrad {
     ) -> Result<(CpuStorage, Shape)> {
         let (vocab, logits, targets) = rows_and_targets(s1, l1, s2, l2)?;
         let rows = targets.len();
+        let cols = self.cols.clone();
+        if cols.start > cols.end || cols.end > vocab {
+            bail!("fused log-probs: columns {cols:?} outside a vocabulary of {vocab}");
+        }
+        let width = cols.len();
         // Per row: d logp, d H, logp, H.
         let g = f32_slice(s3, l3, "the gradient")?;
-        let mut out = vec![0f32; rows * vocab];
-        out.par_chunks_mut(vocab)
+        if g.len() != rows * 4 {
+            bail!(
+                "fused log-probs: {} gradient values for {rows} rows",
+                g.len()
+            );
+        }
+        let mut out = vec![0f32; rows * width];
+        if width == 0 {
+            return Ok((CpuStorage::F32(out), Shape::from((rows, width))));
+        }
+        out.par_chunks_mut(width)
             .zip(logits.par_chunks(vocab))
             .zip(targets.par_iter().zip(g.par_chunks(4)))
             .for_each(|((d, x), (&t, g))| {
@@ -160,15 +187,20 @@ impl CustomOp3 for LogprobEntropyGrad {
                     (0.0, 0.0)
                 };
                 let lse = x[t] - g[2];
-                for (dv, &xv) in d.iter_mut().zip(x) {
+                for (dv, &xv) in d.iter_mut().zip(&x[cols.clone()]) {
                     let logp = xv - lse;
                     let p = logp.exp();
                     let entropy_term = if p > 0.0 { -p * (logp + h) } else { 0.0 };
                     *dv = -g_lp * p + g_h * entropy_term;
                 }
-                d[t] += g_lp;
+                if cols.contains(&t) {
+                    d[t - cols.start] += g_lp;
+                }
+                if self.scale != 1.0 {
+                    d.iter_mut().for_each(|dv| *dv *= self.scale);
+                }
             });
-        Ok((CpuStorage::F32(out), Shape::from((rows, vocab))))
+        Ok((CpuStorage::F32(out), Shape::from((rows, width))))
     }
 }
 

@@ -288,8 +288,15 @@ fn every_policy_token_of_a_multi_turn_episode_has_its_training_log_prob() {
         .collect();
     let groups = m.transformer.config().kv_groups();
     let batch = TrainBatch::new(&pairs, m.pad_id, groups, &Device::Cpu).expect("a batch");
-    let (logp, _) = response_forward(&m.transformer, &batch, 0.8, Numerics::Differentiable, false)
-        .expect("a forward");
+    let (logp, _) = response_forward(
+        &m.transformer,
+        &batch,
+        0.8,
+        Numerics::Differentiable,
+        false,
+        None,
+    )
+    .expect("a forward");
     let logp = logp.to_vec2::<f32>().expect("log-probs");
     let mut worst = 0f32;
     let mut checked = 0;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use candle_core::{Tensor, Var};
 
-use crate::model::{LoadError, LoadedModel, ModelConfig, Numerics, ParamStore, Transformer};
+use crate::model::{LoadError, LoadedModel, ModelConfig, Numerics, ParamStore, Tape, Transformer};
 use crate::role::rows::{Rows, chunked};
 use crate::role::{RoleError, TensorContext};
 use crate::train::batch::response_hidden;
@@ -21,20 +21,22 @@ pub struct CriticNet {
 }
 
 impl CriticNet {
-    /// values: (b, R) for the positions that predict response tokens.
+    /// values: (b, R) for the positions that predict response tokens; `tape` as in
+    /// [`response_hidden`] (training).
     pub(crate) fn values(
         &self,
         tb: &TrainBatch,
         numerics: Numerics,
+        tape: Option<&mut Tape>,
     ) -> candle_core::Result<Tensor> {
-        let hidden = response_hidden(&self.model, tb, numerics)?;
+        let hidden = response_hidden(&self.model, tb, numerics, tape)?;
         self.head.forward(&hidden)? * &tb.response_mask
     }
 
     /// The value of every response token of `rows`, (n, width): the GAE baseline of a step.
     pub fn row_values(&self, pad_id: u32, rows: &Rows<'_>) -> candle_core::Result<Tensor> {
         chunked(&self.model, pad_id, rows, &|tb| {
-            self.values(tb, Numerics::Fast)
+            self.values(tb, Numerics::Fast, None)
         })
     }
 

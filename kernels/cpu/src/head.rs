@@ -1,0 +1,157 @@
+//! The output head and the policy loss's log-probs in one differentiable op: from the last hidden
+//! states and the head's weight, per token the target's log-probability and the entropy of
+//! `softmax(hidden @ weightᵀ * scale)`, with a backward that never holds the whole logits'
+//! gradient.
+//!
+//! Composed from candle's ops (a matmul, then [`crate::logprobs`]), the backward materialises the
+//! (rows, vocab) gradient of the logits, candle adds it into a zero-filled copy, and the matmul's
+//! backward transposes the weight's gradient twice more: at the Qwen2.5-0.5B shape (1024 rows x
+//! 151,936 tokens) that is ~2.7 GB of transient memory, the peak of a training step. Here the
+//! backward walks the vocabulary in chunks of columns: a chunk's logit gradient (a few tens of
+//! MB) is computed from the forward's logits, multiplied into the hidden states' gradient and
+//! written into its rows of the weight's gradient, then dropped. The arithmetic is the same.
+//!
+//! The forward's logits are kept for the backward (they are computed once, by candle's matmul, so
+//! the log-probs equal the unfused path's bit for bit); only the gradients' summation order over
+//! chunks differs (tested to 1e-5 relative).
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor, bail};
+
+use crate::logprobs::{LogprobEntropyGrad, logprob_entropy_rows, rows_and_targets};
+
+/// How many logit gradients one chunk of the backward holds at most (32 MB of f32).
+const CHUNK_VALUES: usize = 8 << 20;
+
+/// Per row (log-probability of the target, entropy) of the head's scaled logits, which it reads as
+/// its third operand; the first two (hidden, weight) are what the backward differentiates.
+struct HeadLogprobs {
+    /// (rows) u32 or i64, contiguous.
+    targets: Tensor,
+    scale: f64,
+    entropy: bool,
+    /// At most this many logit gradients per chunk of the backward.
+    chunk_values: usize,
+}
+
+impl CustomOp3 for HeadLogprobs {
+    fn name(&self) -> &'static str {
+        "head-logprobs"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _hidden: &CpuStorage,
+        l1: &Layout,
+        _weight: &CpuStorage,
+        l2: &Layout,
+        logits: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (rows, dim) = l1.shape().dims2()?;
+        let (vocab, w_dim) = l2.shape().dims2()?;
+        if (w_dim, l3.shape().dims2()?) != (dim, (rows, vocab)) {
+            bail!(
+                "fused head: hidden {:?}, weight {:?} and logits {:?} do not fit",
+                l1.shape(),
+                l2.shape(),
+                l3.shape()
+            );
+        }
+        let (targets, lt) = self.targets.storage_and_layout();
+        let Storage::Cpu(targets) = &*targets else {
+            bail!("fused head: the targets must be on the CPU");
+        };
+        let (vocab, logits, targets) = rows_and_targets(logits, l3, targets, lt)?;
+        let out = logprob_entropy_rows(logits, vocab, &targets, self.entropy);
+        Ok((CpuStorage::F32(out), Shape::from((rows, 2))))
+    }
+
+    fn bwd(
+        &self,
+        hidden: &Tensor,
+        weight: &Tensor,
+        logits: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        // The products below are arithmetic on values, not part of any graph: detached, the
+        // gradients hold no reference to the forward's tensors.
+        let (hidden, weight) = (hidden.detach(), weight.detach());
+        let (rows, dim) = hidden.dims2()?;
+        let vocab = weight.dim(0)?;
+        // As in `logprobs`: the forward's outputs ride along, giving each row's log-sum-exp.
+        let grad_and_res = Tensor::cat(&[grad_res, res], 1)?.contiguous()?;
+        let chunk = (self.chunk_values / rows.max(1)).clamp(1, vocab.max(1));
+        let mut grad_hidden = Tensor::zeros((rows, dim), DType::F32, hidden.device())?;
+        let grad_weight = Tensor::zeros((vocab, dim), DType::F32, weight.device())?;
+        for start in (0..vocab).step_by(chunk) {
+            let len = chunk.min(vocab - start);
+            let d_logits = logits.apply_op3_no_bwd(
+                &self.targets,
+                &grad_and_res,
+                &LogprobEntropyGrad {
+                    entropy: self.entropy,
+                    cols: start..start + len,
+                    scale: self.scale as f32,
+                },
+            )?;
+            grad_hidden = (grad_hidden + d_logits.matmul(&weight.narrow(0, start, len)?)?)?;
+            grad_weight.slice_set(&d_logits.t()?.matmul(&hidden)?, 0, start)?;
+        }
+        Ok((Some(grad_hidden), Some(grad_weight), None))
+    }
+}
+
+/// Whether [`head_logprobs`] runs here: f32 hidden states and weight on the CPU.
+pub fn applies(hidden: &Tensor, weight: &Tensor) -> bool {
+    crate::applies(hidden) && crate::applies(weight)
+}
+
+/// hidden: (batch, seq, dim) f32, weight: (vocab, dim) f32, targets: (batch, seq) u32/i64 ->
+/// (log-prob of each target, entropy of each position) under `softmax(hidden @ weightᵀ * scale)`:
+/// two (batch, seq) tensors, the entropy all zero unless `entropy`. Differentiable in `hidden`
+/// and `weight`.
+pub fn head_logprobs(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    scale: f64,
+    entropy: bool,
+) -> Result<(Tensor, Tensor)> {
+    head_logprobs_in_chunks(hidden, weight, targets, scale, entropy, CHUNK_VALUES)
+}
+
+/// [`head_logprobs`] with chunks of at most `chunk_values` logit gradients (the tests make them
+/// small, so that several chunks and a short last one are exercised on small shapes).
+fn head_logprobs_in_chunks(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    scale: f64,
+    entropy: bool,
+    chunk_values: usize,
+) -> Result<(Tensor, Tensor)> {
+    let (b, s, dim) = hidden.dims3()?;
+    let hidden = hidden.reshape((b * s, dim))?.contiguous()?;
+    let weight = weight.contiguous()?;
+    // candle's matmul, as the unfused head computes it, so the log-probs are the same bits.
+    let mut logits = hidden.detach().matmul(&weight.detach().t()?)?;
+    if scale != 1.0 {
+        // `affine(s, 0)` is what `logits / temperature` runs (with s = 1 / temperature).
+        logits = logits.affine(scale, 0.0)?;
+    }
+    let op = HeadLogprobs {
+        targets: targets.flatten_all()?.contiguous()?,
+        scale,
+        entropy,
+        chunk_values,
+    };
+    let rows = hidden.apply_op3(&weight, &logits, op)?;
+    let lp = rows.narrow(1, 0, 1)?.reshape((b, s))?;
+    let h = rows.narrow(1, 1, 1)?.reshape((b, s))?;
+    Ok((lp, h))
+}
+
+#[cfg(test)]
+#[path = "head_tests.rs"]
+mod tests;

@@ -1,0 +1,208 @@
+use candle_core::{D, Device, Var};
+
+use super::*;
+
+/// The unfused composition the head replaces, from candle's differentiable ops: logits by matmul,
+/// scaled, then log-softmax, gather and entropy.
+fn reference(hidden: &Tensor, weight: &Tensor, targets: &Tensor, scale: f64) -> (Tensor, Tensor) {
+    let (b, s, dim) = hidden.dims3().unwrap();
+    let logits = hidden
+        .reshape((b * s, dim))
+        .unwrap()
+        .matmul(&weight.t().unwrap())
+        .unwrap()
+        .affine(scale, 0.0)
+        .unwrap();
+    let logp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+    let lp = logp
+        .gather(&targets.flatten_all().unwrap().unsqueeze(1).unwrap(), 1)
+        .unwrap()
+        .reshape((b, s))
+        .unwrap();
+    let h = (logp.exp().unwrap() * &logp)
+        .unwrap()
+        .sum(D::Minus1)
+        .unwrap()
+        .neg()
+        .unwrap()
+        .reshape((b, s))
+        .unwrap();
+    (lp, h)
+}
+
+fn flat(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+/// |a - b| <= tol * max |b| elementwise: gradients are compared at the scale of the largest one.
+fn close_at_scale(what: &str, a: &Tensor, b: &Tensor, tol: f32) {
+    let (a, b) = (flat(a), flat(b));
+    assert_eq!(a.len(), b.len(), "{what}");
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0, "{what}: all zero");
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * scale,
+            "{what} {i}: {x} vs {y} (scale {scale})"
+        );
+    }
+}
+
+struct Case {
+    hidden: Var,
+    weight: Var,
+    targets: Tensor,
+    /// Per-token weights of the loss `sum(w * lp) + 0.3 sum(w * h)`.
+    w: Tensor,
+}
+
+fn case(b: usize, s: usize, dim: usize, vocab: usize) -> Case {
+    let dev = Device::Cpu;
+    let targets: Vec<u32> = (0..b * s).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
+    let w: Vec<f32> = (0..b * s)
+        .map(|i| ((i * 5) % 7) as f32 / 3.0 - 1.0)
+        .collect();
+    Case {
+        hidden: Var::randn(0f32, 1.0, (b, s, dim), &dev).unwrap(),
+        weight: Var::randn(0f32, 0.7, (vocab, dim), &dev).unwrap(),
+        targets: Tensor::from_vec(targets, (b, s), &dev).unwrap(),
+        w: Tensor::from_vec(w, (b, s), &dev).unwrap(),
+    }
+}
+
+/// The loss's gradients (hidden, weight) for the log-probs and entropies `lp`, `h`.
+fn grads(c: &Case, lp: &Tensor, h: &Tensor) -> (Tensor, Tensor) {
+    let loss = ((lp * &c.w).unwrap().sum_all().unwrap()
+        + ((h * &c.w).unwrap().sum_all().unwrap() * 0.3).unwrap())
+    .unwrap();
+    let g = loss.backward().unwrap();
+    (
+        g.get(c.hidden.as_tensor()).unwrap().clone(),
+        g.get(c.weight.as_tensor()).unwrap().clone(),
+    )
+}
+
+/// Values and gradients against candle's ops, over chunkings that split the vocabulary of 29 into
+/// one chunk, chunks of 8 columns (a short last one of 5) and single columns, with and without a
+/// temperature.
+#[test]
+fn values_and_gradients_equal_candles_ops_for_every_chunking() {
+    let c = case(2, 3, 16, 29);
+    let rows = 6;
+    for scale in [1.0, 1.0 / 0.7] {
+        let (lp_ref, h_ref) = reference(
+            c.hidden.as_tensor(),
+            c.weight.as_tensor(),
+            &c.targets,
+            scale,
+        );
+        let (gh_ref, gw_ref) = grads(&c, &lp_ref, &h_ref);
+        for chunk_values in [rows * 29, rows * 8, rows] {
+            let (lp, h) = head_logprobs_in_chunks(
+                c.hidden.as_tensor(),
+                c.weight.as_tensor(),
+                &c.targets,
+                scale,
+                true,
+                chunk_values,
+            )
+            .unwrap();
+            close_at_scale("log-probs", &lp, &lp_ref, 1e-5);
+            close_at_scale("entropy", &h, &h_ref, 1e-5);
+            let (gh, gw) = grads(&c, &lp, &h);
+            close_at_scale("d hidden", &gh, &gh_ref, 1e-5);
+            close_at_scale("d weight", &gw, &gw_ref, 1e-5);
+        }
+    }
+}
+
+/// The log-probs are the unfused path's bits: the same matmul, the same scaling, the same rows.
+#[test]
+fn logprobs_equal_the_unfused_kernels_bit_for_bit() {
+    let c = case(3, 4, 24, 50);
+    let scale = 1.0 / 0.9;
+    let (lp, h) = head_logprobs(
+        c.hidden.as_tensor(),
+        c.weight.as_tensor(),
+        &c.targets,
+        scale,
+        true,
+    )
+    .unwrap();
+    let logits = c
+        .hidden
+        .as_tensor()
+        .reshape((12, 24))
+        .unwrap()
+        .matmul(&c.weight.as_tensor().t().unwrap())
+        .unwrap();
+    let logits = (logits / 0.9).unwrap().reshape((3, 4, 50)).unwrap();
+    let (lp_unfused, h_unfused) =
+        crate::logprobs::logprobs_and_entropy(&logits, &c.targets, true).unwrap();
+    assert_eq!(flat(&lp), flat(&lp_unfused));
+    assert_eq!(flat(&h), flat(&h_unfused));
+}
+
+/// Without the entropy, the entropy output is zero and the gradient is the log-probs' alone:
+/// the option changes the gradient exactly by the entropy's share.
+#[test]
+fn without_entropy_the_gradient_is_the_logprobs_alone() {
+    let c = case(1, 5, 8, 13);
+    let (lp, h) = head_logprobs_in_chunks(
+        c.hidden.as_tensor(),
+        c.weight.as_tensor(),
+        &c.targets,
+        1.0,
+        false,
+        20,
+    )
+    .unwrap();
+    assert!(flat(&h).iter().all(|&v| v == 0.0));
+    let (_, gw) = grads(&c, &lp, &h);
+    let (lp_ref, _) = reference(c.hidden.as_tensor(), c.weight.as_tensor(), &c.targets, 1.0);
+    let g = (&lp_ref * &c.w)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    close_at_scale("d weight", &gw, g.get(c.weight.as_tensor()).unwrap(), 1e-5);
+    let (lp2, h2) = head_logprobs(
+        c.hidden.as_tensor(),
+        c.weight.as_tensor(),
+        &c.targets,
+        1.0,
+        true,
+    )
+    .unwrap();
+    let (_, gw_with) = grads(&c, &lp2, &h2);
+    let differ = flat(&gw)
+        .iter()
+        .zip(flat(&gw_with))
+        .any(|(a, b)| (a - b).abs() > 1e-4);
+    assert!(differ, "the entropy term must change the gradient");
+}
+
+/// Bad operands are errors that say what is wrong, not panics.
+#[test]
+fn bad_operands_are_named() {
+    let dev = Device::Cpu;
+    let hidden = Tensor::zeros((1, 2, 4), DType::F32, &dev).unwrap();
+    let weight = Tensor::zeros((6, 4), DType::F32, &dev).unwrap();
+    let far = Tensor::new(&[[1u32, 6]], &dev).unwrap();
+    let err = head_logprobs(&hidden, &weight, &far, 1.0, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("target 6 is outside the vocabulary of 6"),
+        "{err}"
+    );
+    let narrow = Tensor::zeros((6, 3), DType::F32, &dev).unwrap();
+    let ok_targets = Tensor::new(&[[1u32, 2]], &dev).unwrap();
+    assert!(head_logprobs(&hidden, &narrow, &ok_targets, 1.0, false).is_err());
+    let few = Tensor::new(&[[1u32]], &dev).unwrap();
+    let err = head_logprobs(&hidden, &weight, &few, 1.0, false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("1 targets for 2 rows"), "{err}");
+}
