@@ -141,7 +141,7 @@ fn main() {
             let t = Instant::now();
             let grads = side_by_side(&tbs, |tb| forward_backward(&model.transformer, tb));
             let mut acc = GradAccumulator::default();
-            for g in &grads {
+            for g in grads {
                 acc.add(&vars, g).expect("acc");
             }
             times.push(t.elapsed().as_secs_f64());
@@ -291,7 +291,7 @@ fn qwen05(only: &str) {
         let vars = model.transformer.params().named_vars();
         let mut acc = GradAccumulator::default();
         for g in side_by_side(&tbs, |tb| forward_backward(&model.transformer, tb)) {
-            acc.add(&vars, &g).expect("acc");
+            acc.add(&vars, g).expect("acc");
         }
         let s = t.elapsed().as_secs_f64();
         println!(

@@ -24,7 +24,7 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, Var};
-use roll_cpu_kernels::rows_add as add_rows;
+use roll_cpu_kernels::accumulate;
 
 /// The pieces of one training forward, top-most last. Built by
 /// [`super::Transformer::forward_hidden_taped`]; spent by [`Tape::backward`].
@@ -114,8 +114,8 @@ impl Tape {
                 Some(sum) => sum,
                 None => table.zeros_like()?,
             };
-            let sum = if add_rows::applies(&sum, &g) {
-                add_rows::add_rows_in_place(&sum, &ids, &g)?;
+            let sum = if accumulate::applies(&sum, &g) {
+                accumulate::add_rows_in_place(&sum, &ids, &g)?;
                 sum
             } else {
                 sum.index_add(&ids, &g, 0)?

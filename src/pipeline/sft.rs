@@ -104,7 +104,7 @@ pub fn run_sft(
             for pass in passes {
                 let (value, grads) = pass?;
                 loss_sum += value;
-                acc.add(opt.vars(), &grads).during("sft backward")?;
+                acc.add(opt.vars(), grads).during("sft backward")?;
             }
         }
         let stats = opt.step(acc).during("sft optimizer step")?;

@@ -256,7 +256,7 @@ impl MiniBatchLearner for ActorLearner<'_> {
         // Summed in lane order, so a run is repeatable whatever thread finishes first.
         for part in lanes_map(lanes, |mb| actor_pass(cfg, st, policy, mb))? {
             self.acc
-                .add(self.opt.vars(), &part.grads)
+                .add(self.opt.vars(), part.grads)
                 .during("actor backward")?;
             self.t.pg_loss += part.t.pg_loss;
             self.t.clip_low += part.t.clip_low;
@@ -363,7 +363,7 @@ impl MiniBatchLearner for CriticLearner<'_> {
         })?;
         for (grads, vl) in parts {
             self.acc
-                .add(self.critic.opt.vars(), &grads)
+                .add(self.critic.opt.vars(), grads)
                 .during("critic backward")?;
             self.value_loss += vl;
         }

@@ -265,7 +265,7 @@ mod tests {
             .sum_all()
             .unwrap();
         let mut acc = GradAccumulator::default();
-        acc.add(&vars, &loss.backward().unwrap()).unwrap();
+        acc.add(&vars, loss.backward().unwrap()).unwrap();
         opt.step(acc).unwrap();
 
         let dir = tempfile::tempdir().unwrap();

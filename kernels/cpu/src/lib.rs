@@ -17,12 +17,12 @@
 //! A package of its own so that it is compiled optimised in every profile: the test suite trains
 //! and decodes through these loops, which run 10-50x slower unoptimised.
 
+pub mod accumulate;
 pub mod attention;
 pub mod head;
 pub mod logprobs;
 pub mod rms_norm;
 pub mod rope;
-pub mod rows_add;
 pub mod skinny;
 pub mod swiglu;
 

@@ -1,11 +1,15 @@
-//! `dst[ids[i]] += src[i]` for every row i, in place: the gradient of an embedding lookup added into
-//! the embedding's gradient where it already is (a tied head's), with no zero-filled copy and no
-//! new tensor of the table's size (544 MB at a 151,936-token vocabulary of width 896).
-//!
-//! Rows are added in order, one after the other, as candle's `index_add` adds them, so the sums
-//! are the same bits.
+//! Gradients accumulated in place, where candle would allocate a new tensor for every sum (and,
+//! in its backward, a zero-filled one before it):
+//! - [`add_rows_in_place`]: `dst[ids[i]] += src[i]` for every row i, the gradient of an embedding
+//!   lookup added into the embedding's gradient where it already is (a tied head's), with no
+//!   zero-filled copy and no new tensor of the table's size (544 MB at a 151,936-token vocabulary
+//!   of width 896). Rows are added in order, one after the other, as candle's `index_add` adds
+//!   them, so the sums are the same bits.
+//! - [`add_in_place`]: `dst += src`, the next micro-batch's gradient added into the running sum
+//!   (the same bits as `dst + src`).
 
-use candle_core::{CpuStorage, InplaceOp3, Layout, Result, Tensor, bail};
+use candle_core::{CpuStorage, InplaceOp2, InplaceOp3, Layout, Result, Tensor, bail};
+use rayon::prelude::*;
 
 use super::f32_data;
 
@@ -63,7 +67,44 @@ impl InplaceOp3 for AddRows {
     }
 }
 
-/// Whether [`add_rows_in_place`] can take these: an f32 contiguous table and f32 rows on the CPU.
+struct AddInto;
+
+impl InplaceOp2 for AddInto {
+    fn name(&self) -> &'static str {
+        "add-into"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        l1: &Layout,
+        src: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        if l1.shape() != l2.shape() {
+            bail!(
+                "add into: shapes {:?} and {:?} differ",
+                l1.shape(),
+                l2.shape()
+            );
+        }
+        let src = f32_data(src, l2, "add into", "the addend")?;
+        let Some((a, b)) = l1.contiguous_offsets() else {
+            bail!("add into: the sum must be contiguous");
+        };
+        let CpuStorage::F32(dst) = dst else {
+            bail!("add into: the sum must be f32");
+        };
+        // Large gradients (a model's worth) in parallel blocks; each element's sum is the same.
+        dst[a..b]
+            .par_chunks_mut(1 << 16)
+            .zip(src.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, s)| *d += s));
+        Ok(())
+    }
+}
+
+/// Whether [`add_rows_in_place`] and [`add_in_place`] can take these: an f32 contiguous table and f32 rows on the CPU.
 pub fn applies(table: &Tensor, rows: &Tensor) -> bool {
     crate::applies(table) && crate::applies(rows) && table.is_contiguous()
 }
@@ -72,6 +113,12 @@ pub fn applies(table: &Tensor, rows: &Tensor) -> bool {
 /// f32. The caller must own `table`'s storage: every tensor sharing it sees the change.
 pub fn add_rows_in_place(table: &Tensor, ids: &Tensor, rows: &Tensor) -> Result<()> {
     table.inplace_op3(&ids.contiguous()?, &rows.contiguous()?, &AddRows)
+}
+
+/// `sum += addend` in place. Both f32 on the CPU, the same shape, `sum` contiguous ([`applies`]).
+/// The caller must own `sum`'s storage: every tensor sharing it sees the change.
+pub fn add_in_place(sum: &Tensor, addend: &Tensor) -> Result<()> {
+    sum.inplace_op2(&addend.contiguous()?, &AddInto)
 }
 
 #[cfg(test)]
@@ -98,6 +145,24 @@ mod tests {
             got.get(4).unwrap().to_vec1::<f32>().unwrap(),
             table.get(4).unwrap().to_vec1::<f32>().unwrap()
         );
+    }
+
+    #[test]
+    fn add_in_place_equals_the_sum_bit_for_bit() {
+        let dev = Device::Cpu;
+        // More than one parallel block (1 << 16 values) and a short last one.
+        let a = Tensor::randn(0f32, 1.0, (3, 70_001), &dev).unwrap();
+        let b = Tensor::randn(0f32, 1.0, (3, 70_001), &dev).unwrap();
+        let want = (&a + &b).unwrap();
+        let sum = a.copy().unwrap();
+        add_in_place(&sum, &b).unwrap();
+        assert_eq!(
+            sum.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            want.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        );
+        let other = Tensor::zeros((3, 7), candle_core::DType::F32, &dev).unwrap();
+        let err = add_in_place(&sum, &other).unwrap_err().to_string();
+        assert!(err.contains("add into: shapes"), "{err}");
     }
 
     #[test]
