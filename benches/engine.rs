@@ -350,10 +350,10 @@ fn forward_backward(model: &Transformer, tb: &TrainBatch) -> GradStore {
         Some(&mut tape),
     )
     .expect("fwd");
-    logp.sum_all()
-        .and_then(|l| l.neg())
-        .and_then(|l| tape.backward(&l))
-        .expect("bwd")
+    let loss = logp.sum_all().and_then(|l| l.neg()).expect("loss");
+    // As training does: the loss alone holds the head's piece, which its backward then frees.
+    drop(logp);
+    tape.backward(loss).expect("bwd")
 }
 
 /// Run this bench's forward+backward in `n` processes at once (`RAYON_NUM_THREADS=threads` when

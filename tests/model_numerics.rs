@@ -342,7 +342,7 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
                     m.config().num_hidden_layers,
                     "one cut per layer"
                 );
-                tape.backward(&loss).unwrap()
+                tape.backward(loss).unwrap()
             } else {
                 loss.backward().unwrap()
             };

@@ -99,7 +99,8 @@ pub fn run_sft(
                     / total_tokens as f64)
                     .during("sft loss")?;
                 let value = loss.to_scalar::<f32>().during("sft loss")? as f64;
-                Ok::<_, PipelineError>((value, tape.backward(&loss).during("sft backward")?))
+                drop(logp);
+                Ok::<_, PipelineError>((value, tape.backward(loss).during("sft backward")?))
             });
             for pass in passes {
                 let (value, grads) = pass?;

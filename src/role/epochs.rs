@@ -230,13 +230,16 @@ fn actor_pass(
         loss = (loss + (kl * st.kl_coef).during("kl loss")?).during("kl loss")?;
     }
     let loss = (loss * mb.weight).during("loss scaling")?;
-    let grads = tape.backward(&loss).during("actor backward")?;
     let w = mb.weight;
     t.pg_loss = w * scalar(&out.loss)?;
     t.clip_low = w * out.clip_frac_low as f64;
     t.clip_high = w * out.clip_frac_high as f64;
     t.approx_kl = w * out.approx_kl as f64;
     t.entropy = w * mean_of(&entropy.detach(), &mb.mask)?;
+    // The loss alone holds the head's piece now, so the backward frees it (the logits) before
+    // the layers' gradients pile up.
+    drop((logp, entropy, out));
+    let grads = tape.backward(loss).during("actor backward")?;
     Ok(ActorPart { grads, t })
 }
 
@@ -359,7 +362,9 @@ impl MiniBatchLearner for CriticLearner<'_> {
                 .during("value loss")?
                 * mb.weight)
                 .during("value loss")?;
-            Ok((tape.backward(&vl).during("critic backward")?, scalar(&vl)?))
+            let value = scalar(&vl)?;
+            drop(values);
+            Ok((tape.backward(vl).during("critic backward")?, value))
         })?;
         for (grads, vl) in parts {
             self.acc

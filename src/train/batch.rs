@@ -113,6 +113,7 @@ pub fn response_forward(
     with_entropy: bool,
     tape: Option<&mut Tape>,
 ) -> Result<(Tensor, Option<Tensor>)> {
+    let sink = tape.as_deref().map(Tape::head_sink);
     let hidden = response_hidden(model, batch, numerics, tape)?;
     let scale = if temperature > 0.0 && temperature != 1.0 {
         1.0 / temperature
@@ -129,6 +130,7 @@ pub fn response_forward(
             &batch.targets,
             scale,
             with_entropy,
+            sink.as_ref(),
         )?;
         let entropy = match with_entropy {
             true => Some((entropy * &batch.response_mask)?),

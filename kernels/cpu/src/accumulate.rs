@@ -104,9 +104,14 @@ impl InplaceOp2 for AddInto {
     }
 }
 
-/// Whether [`add_rows_in_place`] and [`add_in_place`] can take these: an f32 contiguous table and f32 rows on the CPU.
-pub fn applies(table: &Tensor, rows: &Tensor) -> bool {
-    crate::applies(table) && crate::applies(rows) && table.is_contiguous()
+/// Whether [`add_rows_in_place`] can take these: [`applies`] to the table and its rows, and u32 ids.
+pub fn rows_apply(table: &Tensor, ids: &Tensor, rows: &Tensor) -> bool {
+    applies(table, rows) && ids.dtype() == candle_core::DType::U32
+}
+
+/// Whether [`add_in_place`] can take these: a contiguous f32 sum and an f32 addend on the CPU.
+pub fn applies(sum: &Tensor, addend: &Tensor) -> bool {
+    crate::applies(sum) && crate::applies(addend) && sum.is_contiguous()
 }
 
 /// `table[ids[i]] += rows[i]` in place. table: (n, width) f32, ids: (rows) u32, rows: (rows, width)

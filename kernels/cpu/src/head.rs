@@ -14,10 +14,37 @@
 //! The forward's logits are kept for the backward (they are computed once, by candle's matmul, so
 //! the log-probs equal the unfused path's bit for bit); only the gradients' summation order over
 //! chunks differs (tested to 1e-5 relative).
+//!
+//! Given a [`WeightGradSink`], the backward leaves the weight's gradient there instead of handing
+//! it to candle, which would add it into a zero-filled tensor of the weight's size (two more
+//! copies at the moment the step's memory peaks); whoever owns the sink (roll-tui's `Tape`) must
+//! then put it into the gradient store itself.
+
+use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor, bail};
 
 use crate::logprobs::{LogprobEntropyGrad, logprob_entropy_rows, rows_and_targets};
+
+/// Where the head's backward leaves the gradients of its weight (a variable) for its owner to
+/// collect after candle's backward: (the weight, its gradient) per backward.
+#[derive(Clone, Default)]
+pub struct WeightGradSink(Arc<Mutex<Vec<(Tensor, Tensor)>>>);
+
+impl WeightGradSink {
+    /// Everything left so far, emptying the sink.
+    pub fn take(&self) -> Vec<(Tensor, Tensor)> {
+        // A poisoned lock only means a backward panicked midway; its entries are whole tensors.
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn put(&self, weight: Tensor, grad: Tensor) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((weight, grad));
+    }
+}
 
 /// How many logit gradients one chunk of the backward holds at most (32 MB of f32).
 const CHUNK_VALUES: usize = 8 << 20;
@@ -31,6 +58,8 @@ struct HeadLogprobs {
     entropy: bool,
     /// At most this many logit gradients per chunk of the backward.
     chunk_values: usize,
+    /// Where the weight's gradient goes instead of candle's store, when given.
+    sink: Option<WeightGradSink>,
 }
 
 impl CustomOp3 for HeadLogprobs {
@@ -74,6 +103,7 @@ impl CustomOp3 for HeadLogprobs {
         res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let weight_var = weight;
         // The products below are arithmetic on values, not part of any graph: detached, the
         // gradients hold no reference to the forward's tensors.
         let (hidden, weight) = (hidden.detach(), weight.detach());
@@ -98,7 +128,15 @@ impl CustomOp3 for HeadLogprobs {
             grad_hidden = (grad_hidden + d_logits.matmul(&weight.narrow(0, start, len)?)?)?;
             grad_weight.slice_set(&d_logits.t()?.matmul(&hidden)?, 0, start)?;
         }
-        Ok((Some(grad_hidden), Some(grad_weight), None))
+        match &self.sink {
+            // Only a variable's gradient can wait outside the graph: a weight computed from
+            // something else must pass its gradient on through candle.
+            Some(sink) if weight_var.is_variable() => {
+                sink.put(weight_var.clone(), grad_weight);
+                Ok((Some(grad_hidden), None, None))
+            }
+            _ => Ok((Some(grad_hidden), Some(grad_weight), None)),
+        }
     }
 }
 
@@ -110,15 +148,17 @@ pub fn applies(hidden: &Tensor, weight: &Tensor) -> bool {
 /// hidden: (batch, seq, dim) f32, weight: (vocab, dim) f32, targets: (batch, seq) u32/i64 ->
 /// (log-prob of each target, entropy of each position) under `softmax(hidden @ weightᵀ * scale)`:
 /// two (batch, seq) tensors, the entropy all zero unless `entropy`. Differentiable in `hidden`
-/// and `weight`.
+/// and `weight`; with a `sink`, a variable weight's gradient is left there (see
+/// [`WeightGradSink`]), not in the backward's store.
 pub fn head_logprobs(
     hidden: &Tensor,
     weight: &Tensor,
     targets: &Tensor,
     scale: f64,
     entropy: bool,
+    sink: Option<&WeightGradSink>,
 ) -> Result<(Tensor, Tensor)> {
-    head_logprobs_in_chunks(hidden, weight, targets, scale, entropy, CHUNK_VALUES)
+    head_logprobs_in_chunks(hidden, weight, targets, scale, entropy, CHUNK_VALUES, sink)
 }
 
 /// [`head_logprobs`] with chunks of at most `chunk_values` logit gradients (the tests make them
@@ -130,8 +170,16 @@ fn head_logprobs_in_chunks(
     scale: f64,
     entropy: bool,
     chunk_values: usize,
+    sink: Option<&WeightGradSink>,
 ) -> Result<(Tensor, Tensor)> {
     let (b, s, dim) = hidden.dims3()?;
+    if targets.dims() != [b, s] {
+        bail!(
+            "fused head: targets {:?} for hidden states {:?}",
+            targets.shape(),
+            hidden.shape()
+        );
+    }
     let hidden = hidden.reshape((b * s, dim))?.contiguous()?;
     let weight = weight.contiguous()?;
     // candle's matmul, as the unfused head computes it, so the log-probs are the same bits.
@@ -145,6 +193,7 @@ fn head_logprobs_in_chunks(
         scale,
         entropy,
         chunk_values,
+        sink: sink.cloned(),
     };
     let rows = hidden.apply_op3(&weight, &logits, op)?;
     let lp = rows.narrow(1, 0, 1)?.reshape((b, s))?;

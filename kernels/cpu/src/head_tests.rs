@@ -105,6 +105,7 @@ fn values_and_gradients_equal_candles_ops_for_every_chunking() {
                 scale,
                 true,
                 chunk_values,
+                None,
             )
             .unwrap();
             close_at_scale("log-probs", &lp, &lp_ref, 1e-5);
@@ -127,6 +128,7 @@ fn logprobs_equal_the_unfused_kernels_bit_for_bit() {
         &c.targets,
         scale,
         true,
+        None,
     )
     .unwrap();
     let logits = c
@@ -155,6 +157,7 @@ fn without_entropy_the_gradient_is_the_logprobs_alone() {
         1.0,
         false,
         20,
+        None,
     )
     .unwrap();
     assert!(flat(&h).iter().all(|&v| v == 0.0));
@@ -173,6 +176,7 @@ fn without_entropy_the_gradient_is_the_logprobs_alone() {
         &c.targets,
         1.0,
         true,
+        None,
     )
     .unwrap();
     let (_, gw_with) = grads(&c, &lp2, &h2);
@@ -183,6 +187,42 @@ fn without_entropy_the_gradient_is_the_logprobs_alone() {
     assert!(differ, "the entropy term must change the gradient");
 }
 
+/// With a sink, the weight's gradient waits there (the same values) and candle's store has none;
+/// a weight that is not a variable passes its gradient through candle as usual.
+#[test]
+fn a_sink_takes_the_weights_gradient() {
+    let c = case(2, 3, 8, 11);
+    let run = |sink: Option<&WeightGradSink>, weight: &Tensor| {
+        let (lp, h) =
+            head_logprobs(c.hidden.as_tensor(), weight, &c.targets, 1.0, true, sink).unwrap();
+        let loss = ((&lp * &c.w).unwrap().sum_all().unwrap()
+            + ((&h * &c.w).unwrap().sum_all().unwrap() * 0.3).unwrap())
+        .unwrap();
+        loss.backward().unwrap()
+    };
+    let plain = run(None, c.weight.as_tensor());
+    let sink = WeightGradSink::default();
+    let sunk = run(Some(&sink), c.weight.as_tensor());
+    assert!(sunk.get(c.weight.as_tensor()).is_none());
+    let left = sink.take();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].0.id(), c.weight.as_tensor().id());
+    assert_eq!(
+        flat(&left[0].1),
+        flat(plain.get(c.weight.as_tensor()).unwrap())
+    );
+    assert_eq!(
+        flat(sunk.get(c.hidden.as_tensor()).unwrap()),
+        flat(plain.get(c.hidden.as_tensor()).unwrap())
+    );
+    assert!(sink.take().is_empty(), "taking empties the sink");
+    // A derived weight (here a scaled copy of the variable) keeps candle's path to the variable.
+    let derived = (c.weight.as_tensor() * 1.0).unwrap();
+    let through = run(Some(&sink), &derived);
+    assert!(sink.take().is_empty());
+    assert!(through.get(c.weight.as_tensor()).is_some());
+}
+
 /// Bad operands are errors that say what is wrong, not panics.
 #[test]
 fn bad_operands_are_named() {
@@ -190,7 +230,7 @@ fn bad_operands_are_named() {
     let hidden = Tensor::zeros((1, 2, 4), DType::F32, &dev).unwrap();
     let weight = Tensor::zeros((6, 4), DType::F32, &dev).unwrap();
     let far = Tensor::new(&[[1u32, 6]], &dev).unwrap();
-    let err = head_logprobs(&hidden, &weight, &far, 1.0, false)
+    let err = head_logprobs(&hidden, &weight, &far, 1.0, false, None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -199,10 +239,16 @@ fn bad_operands_are_named() {
     );
     let narrow = Tensor::zeros((6, 3), DType::F32, &dev).unwrap();
     let ok_targets = Tensor::new(&[[1u32, 2]], &dev).unwrap();
-    assert!(head_logprobs(&hidden, &narrow, &ok_targets, 1.0, false).is_err());
+    assert!(head_logprobs(&hidden, &narrow, &ok_targets, 1.0, false, None).is_err());
     let few = Tensor::new(&[[1u32]], &dev).unwrap();
-    let err = head_logprobs(&hidden, &weight, &few, 1.0, false)
+    let err = head_logprobs(&hidden, &weight, &few, 1.0, false, None)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("1 targets for 2 rows"), "{err}");
+    assert!(
+        err.contains("targets [1, 1] for hidden states [1, 2, 4]"),
+        "{err}"
+    );
+    // The right count in the wrong shape is refused too.
+    let flat = Tensor::new(&[1u32, 2], &dev).unwrap();
+    assert!(head_logprobs(&hidden, &weight, &flat, 1.0, false, None).is_err());
 }
