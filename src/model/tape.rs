@@ -27,7 +27,7 @@ use candle_core::{Result, Tensor, Var};
 use roll_cpu_kernels::accumulate;
 use roll_cpu_kernels::head::WeightGradSink;
 
-/// The pieces of one training forward, top-most last. Built by
+/// The pieces of a training forward (or of several whose outputs one loss combines), top-most last. Built by
 /// [`super::Transformer::forward_hidden_taped`]; spent by [`Tape::backward`].
 #[derive(Default)]
 pub struct Tape {
@@ -108,7 +108,7 @@ impl Tape {
     pub fn backward(mut self, loss: Tensor) -> Result<GradStore> {
         let mut grads = detached(loss.backward()?);
         drop(loss);
-        for (weight, g) in self.head_grads.take() {
+        for (weight, g) in self.head_grads.close() {
             // Before any piece below adds to it, as candle's order would have it (the head's part
             // of a tied embedding first).
             let sum = match grads.remove(&weight) {
@@ -129,7 +129,11 @@ impl Tape {
             };
             // candle's gradients may carry graphs of their own (a product's gradient is built
             // from the other factor, a variable): the surrogate must see `g` as a constant.
-            let piece = detached((below * g.detach())?.sum_all()?.backward()?);
+            let g = g.detach();
+            let mut piece = detached((below * &g)?.sum_all()?.backward()?);
+            // candle also differentiates the surrogate with respect to `g`: a hidden state's worth
+            // per layer that nobody reads.
+            piece.remove(&g);
             // Only a variable used on both sides of a cut (tied embeddings: the input lookup and
             // the output head) is in both stores; `extend` adds those.
             grads.extend(piece)?;

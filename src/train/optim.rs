@@ -111,8 +111,8 @@ pub struct GradAccumulator {
 
 impl GradAccumulator {
     /// Add one micro-batch's gradients. The store is taken, so its tensors are the accumulator's
-    /// alone (a gradient is a tensor candle made for the store, shared with nothing else): adding
-    /// into them in place cannot change a tensor someone else holds.
+    /// alone (every gradient in a store is a tensor made for it, by candle or by the tape, shared
+    /// with nothing else): adding into them in place cannot change a tensor someone else holds.
     pub fn add(&mut self, vars: &[(String, Var)], grads: GradStore) -> Result<()> {
         for (name, var) in vars {
             if let Some(g) = grads.get(var.as_tensor()) {

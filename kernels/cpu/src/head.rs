@@ -27,22 +27,41 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, 
 use crate::logprobs::{LogprobEntropyGrad, logprob_entropy_rows, rows_and_targets};
 
 /// Where the head's backward leaves the gradients of its weight (a variable) for its owner to
-/// collect after candle's backward: (the weight, its gradient) per backward.
-#[derive(Clone, Default)]
-pub struct WeightGradSink(Arc<Mutex<Vec<(Tensor, Tensor)>>>);
+/// collect after candle's backward: (the weight, its gradient) per backward. Once collected with
+/// [`WeightGradSink::close`], the sink is shut: a later backward through the same graph hands the
+/// gradient to candle as usual rather than leave it where nobody reads.
+#[derive(Clone)]
+pub struct WeightGradSink(Arc<Mutex<Option<Vec<WeightGrad>>>>);
+
+/// A weight and its gradient.
+pub type WeightGrad = (Tensor, Tensor);
+
+impl Default for WeightGradSink {
+    fn default() -> Self {
+        WeightGradSink(Arc::new(Mutex::new(Some(Vec::new()))))
+    }
+}
 
 impl WeightGradSink {
-    /// Everything left so far, emptying the sink.
-    pub fn take(&self) -> Vec<(Tensor, Tensor)> {
-        // A poisoned lock only means a backward panicked midway; its entries are whole tensors.
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    /// Everything left so far; the sink takes no more.
+    pub fn close(&self) -> Vec<WeightGrad> {
+        self.lock().take().unwrap_or_default()
     }
 
-    fn put(&self, weight: Tensor, grad: Tensor) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((weight, grad));
+    /// Leave `grad` here, or give it back when the sink is closed.
+    fn put(&self, weight: Tensor, grad: Tensor) -> Option<Tensor> {
+        match self.lock().as_mut() {
+            Some(left) => {
+                left.push((weight, grad));
+                None
+            }
+            None => Some(grad),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<WeightGrad>>> {
+        // A poisoned lock only means a backward panicked midway; its entries are whole tensors.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -132,8 +151,8 @@ impl CustomOp3 for HeadLogprobs {
             // Only a variable's gradient can wait outside the graph: a weight computed from
             // something else must pass its gradient on through candle.
             Some(sink) if weight_var.is_variable() => {
-                sink.put(weight_var.clone(), grad_weight);
-                Ok((Some(grad_hidden), None, None))
+                let back = sink.put(weight_var.clone(), grad_weight);
+                Ok((Some(grad_hidden), back, None))
             }
             _ => Ok((Some(grad_hidden), Some(grad_weight), None)),
         }

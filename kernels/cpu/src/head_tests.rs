@@ -204,7 +204,7 @@ fn a_sink_takes_the_weights_gradient() {
     let sink = WeightGradSink::default();
     let sunk = run(Some(&sink), c.weight.as_tensor());
     assert!(sunk.get(c.weight.as_tensor()).is_none());
-    let left = sink.take();
+    let left = sink.close();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].0.id(), c.weight.as_tensor().id());
     assert_eq!(
@@ -215,11 +215,18 @@ fn a_sink_takes_the_weights_gradient() {
         flat(sunk.get(c.hidden.as_tensor()).unwrap()),
         flat(plain.get(c.hidden.as_tensor()).unwrap())
     );
-    assert!(sink.take().is_empty(), "taking empties the sink");
+    // Closed, the sink hands later gradients back to candle.
+    let after = run(Some(&sink), c.weight.as_tensor());
+    assert!(sink.close().is_empty());
+    assert_eq!(
+        flat(after.get(c.weight.as_tensor()).unwrap()),
+        flat(plain.get(c.weight.as_tensor()).unwrap())
+    );
     // A derived weight (here a scaled copy of the variable) keeps candle's path to the variable.
+    let open = WeightGradSink::default();
     let derived = (c.weight.as_tensor() * 1.0).unwrap();
-    let through = run(Some(&sink), &derived);
-    assert!(sink.take().is_empty());
+    let through = run(Some(&open), &derived);
+    assert!(open.close().is_empty());
     assert!(through.get(c.weight.as_tensor()).is_some());
 }
 
