@@ -111,14 +111,7 @@ impl Tape {
         for (weight, g) in self.head_grads.close() {
             // Before any piece below adds to it, as candle's order would have it (the head's part
             // of a tied embedding first).
-            let sum = match grads.remove(&weight) {
-                Some(sum) if accumulate::applies(&sum, &g) => {
-                    accumulate::add_in_place(&sum, &g)?;
-                    sum
-                }
-                Some(sum) => (sum + g)?,
-                None => g,
-            };
+            let sum = accumulate::summed(grads.remove(&weight), g)?;
             grads.insert(&weight, sum);
         }
         while let Some(Cut { below, above }) = self.cuts.pop() {

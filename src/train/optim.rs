@@ -119,14 +119,7 @@ impl GradAccumulator {
                 // Detached: candle's gradients keep the forward's graph (its activations) alive,
                 // which would hold every micro-batch's activations until the optimizer step.
                 let g = g.to_dtype(DType::F32)?.detach();
-                let sum = match self.grads.remove(name) {
-                    Some(prev) if accumulate::applies(&prev, &g) => {
-                        accumulate::add_in_place(&prev, &g)?;
-                        prev
-                    }
-                    Some(prev) => (prev + g)?,
-                    None => g,
-                };
+                let sum = accumulate::summed(self.grads.remove(name), g)?;
                 self.grads.insert(name.clone(), sum);
             }
         }

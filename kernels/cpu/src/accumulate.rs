@@ -126,6 +126,19 @@ pub fn add_in_place(sum: &Tensor, addend: &Tensor) -> Result<()> {
     sum.inplace_op2(&addend.contiguous()?, &AddInto)
 }
 
+/// `sum + addend`: added into `sum` in place where [`applies`] (the caller must own `sum`'s
+/// storage), else a new tensor; `addend` itself when there is no sum yet.
+pub fn summed(sum: Option<Tensor>, addend: Tensor) -> Result<Tensor> {
+    match sum {
+        Some(sum) if applies(&sum, &addend) => {
+            add_in_place(&sum, &addend)?;
+            Ok(sum)
+        }
+        Some(sum) => sum + addend,
+        None => Ok(addend),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +181,23 @@ mod tests {
         let other = Tensor::zeros((3, 7), candle_core::DType::F32, &dev).unwrap();
         let err = add_in_place(&sum, &other).unwrap_err().to_string();
         assert!(err.contains("add into: shapes"), "{err}");
+    }
+
+    /// The first addend is the sum; f32 sums grow in place; others (f64 here) get a new sum.
+    #[test]
+    fn summed_starts_adds_in_place_or_falls_back() {
+        let dev = Device::Cpu;
+        let a = Tensor::new(&[1f32, 2.0], &dev).unwrap();
+        let first = summed(None, a.clone()).unwrap();
+        assert_eq!(first.id(), a.id());
+        let grown = summed(Some(first), Tensor::new(&[0.5f32, -1.0], &dev).unwrap()).unwrap();
+        assert_eq!(grown.id(), a.id(), "added into the same tensor");
+        assert_eq!(a.to_vec1::<f32>().unwrap(), vec![1.5, 1.0]);
+        let d = Tensor::new(&[1f64, 2.0], &dev).unwrap();
+        let new = summed(Some(d.clone()), Tensor::new(&[3f64, 4.0], &dev).unwrap()).unwrap();
+        assert_ne!(new.id(), d.id());
+        assert_eq!(new.to_vec1::<f64>().unwrap(), vec![4.0, 6.0]);
+        assert_eq!(d.to_vec1::<f64>().unwrap(), vec![1.0, 2.0]);
     }
 
     #[test]

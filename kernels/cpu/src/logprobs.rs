@@ -230,4 +230,4 @@ pub fn logprobs_and_entropy(
 
 #[cfg(test)]
 #[path = "logprobs_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -2,8 +2,9 @@ use candle_core::{D, Device, Var};
 
 use super::*;
 
-/// The same quantities from candle's differentiable ops (what the loss used before).
-fn reference(logits: &Tensor, targets: &Tensor) -> (Tensor, Tensor) {
+/// The same quantities from candle's differentiable ops (what the loss used before); also the
+/// reference of the fused head's tests.
+pub(crate) fn reference(logits: &Tensor, targets: &Tensor) -> (Tensor, Tensor) {
     let logp = candle_nn::ops::log_softmax(logits, D::Minus1).unwrap();
     let lp = logp
         .gather(&targets.unsqueeze(2).unwrap().contiguous().unwrap(), 2)
