@@ -401,14 +401,24 @@ fn cosched() {
     );
 }
 
-/// GFLOP/s of `y = x wᵀ` through candle's GEMM and through the skinny kernel, x (m, k), w (n, k).
+/// GFLOP/s of `y = x wᵀ` through candle's GEMM, the skinny kernel and the streamed kernel, x (m,
+/// k), w (n, k): on the whole pool, and on one thread as inside a lane of a small model.
 fn skinny() {
     use roll_cpu_kernels::skinny::skinny_matmul;
+    use roll_cpu_kernels::streamed::streamed_matmul;
     let dev = Device::Cpu;
-    // (m, k, n): a tiny decode lane (32 rows, k = 128: too shallow); the 0.5B decode at batch 16
-    // (q/k/v, gate or up, down, the vocabulary); around the row bound.
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    // (m, k, n): tiny decode lanes (32 rows, k = 128 or 512) and prefills (up to 96 rows); the
+    // 0.5B decode at batch 16 (q/k/v, gate or up, down, the vocabulary); around the row bounds.
     for (m, k, n) in [
         (32, 128, 512),
+        (32, 128, 128),
+        (32, 512, 128),
+        (64, 128, 512),
+        (96, 128, 512),
         (16, 896, 1152),
         (16, 896, 4864),
         (16, 4864, 896),
@@ -416,11 +426,12 @@ fn skinny() {
         (8, 896, 4864),
         (24, 896, 4864),
         (32, 896, 4864),
+        (64, 896, 4864),
     ] {
         let x = Tensor::randn(0f32, 1.0, (m, k), &dev).expect("x");
         let w = Tensor::randn(0f32, 1.0, (n, k), &dev).expect("w");
         let reps = (2e9 / (2.0 * (m * k * n) as f64)).clamp(3.0, 2000.0) as usize;
-        let time = |f: &dyn Fn() -> Tensor| {
+        let time = |f: &(dyn Fn() -> Tensor + Sync)| {
             f();
             let t = Instant::now();
             for _ in 0..reps {
@@ -428,11 +439,15 @@ fn skinny() {
             }
             2.0 * (m * k * n) as f64 * reps as f64 / t.elapsed().as_secs_f64() / 1e9
         };
-        let gemm = time(&|| x.matmul(&w.t().expect("t")).expect("gemm"));
-        let ours = time(&|| skinny_matmul(&x, &w).expect("skinny"));
+        let gemm = || x.matmul(&w.t().expect("t")).expect("gemm");
+        let skinny = || skinny_matmul(&x, &w).expect("skinny");
+        let streamed = || streamed_matmul(&x, &w).expect("streamed");
+        let [g, s, t] = [&gemm as &(dyn Fn() -> Tensor + Sync), &skinny, &streamed].map(time);
+        let [g1, s1, t1] = [&gemm as &(dyn Fn() -> Tensor + Sync), &skinny, &streamed]
+            .map(|f| one.install(|| time(f)));
         println!(
-            "skinny product {m} x {k} x {n}: candle gemm {gemm:.1} GFLOP/s, skinny {ours:.1} GFLOP/s ({:.2}x)",
-            ours / gemm
+            "product {m} x {k} x {n} (GFLOP/s, pool / one thread): gemm {g:.1} / {g1:.1}, \
+             skinny {s:.1} / {s1:.1}, streamed {t:.1} / {t1:.1}"
         );
     }
 }

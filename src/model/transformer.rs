@@ -17,7 +17,7 @@ use roll_cpu_kernels as fused;
 /// Which kernels to use. candle's fused rms_norm / softmax / rope have no backward pass, so training
 /// must use `Differentiable`; generation and scoring use `Fast` (same values to ~1e-6 in f32). On
 /// the CPU in f32 both take our fused kernels, which have a backward pass; `Fast` also takes the
-/// skinny product for few-row projections (decode steps), which has none.
+/// few-row products (skinny, streamed) for decode steps and small prefills, which have none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Numerics {
     Fast,
@@ -241,7 +241,7 @@ impl Transformer {
     }
 
     /// hidden: (b, t, hidden) -> logits (b, t, vocab), in f32 whatever the weight dtype.
-    /// `Numerics::Fast` (inference) may take the skinny product for a few rows.
+    /// `Numerics::Fast` (inference) may take a few-row product of the CPU kernels.
     pub fn logits(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
         project(hidden, &self.lm_head, None, numerics)?.to_dtype(DType::F32)
     }
@@ -367,28 +367,46 @@ impl Transformer {
     }
 }
 
-/// [`linear`], through the skinny product of the CPU kernels at inference when x has few rows
-/// (a decode step): a general GEMM would first copy the whole weight into its packed blocks.
+/// [`linear`], at inference (`Numerics::Fast`, f32 on the CPU) through one of the CPU kernels'
+/// few-row products when x has few rows (a decode step, a small prefill): a general GEMM would
+/// first copy the whole weight into its packed blocks, one strided element at a time. The skinny
+/// product (dot products) for deep rows, else the streamed one (x packed, the weight broadcast
+/// where it lies); bounds from `cargo bench --bench engine -- skinny`.
 fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
-    let skinny = numerics == Numerics::Fast && fused::skinny::applies(x, w);
-    affine(x, w, b, skinny)
+    let product = match numerics {
+        Numerics::Fast if fused::skinny::applies(x, w) => Product::Skinny,
+        Numerics::Fast if fused::streamed::applies(x, w) => Product::Streamed,
+        _ => Product::Gemm,
+    };
+    affine(x, w, b, product)
 }
 
 /// x: (..., in) @ w: (out, in)^T + b: (out) -> (..., out)
 fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    affine(x, w, b, false)
+    affine(x, w, b, Product::Gemm)
 }
 
-/// x @ w^T + b over x's rows flattened, by the skinny kernel (no backward) or candle's matmul.
-fn affine(x: &Tensor, w: &Tensor, b: Option<&Tensor>, skinny: bool) -> Result<Tensor> {
+/// Which matrix product [`affine`] takes.
+#[derive(Clone, Copy)]
+enum Product {
+    /// candle's matmul (differentiable).
+    Gemm,
+    /// `fused::skinny` (inference only).
+    Skinny,
+    /// `fused::streamed` (inference only).
+    Streamed,
+}
+
+/// x @ w^T + b over x's rows flattened.
+fn affine(x: &Tensor, w: &Tensor, b: Option<&Tensor>, product: Product) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let inner = dims[dims.len() - 1];
     let rows = x.elem_count() / inner.max(1);
     let x = x.reshape((rows, inner))?;
-    let y = if skinny {
-        fused::skinny::skinny_matmul(&x, w)?
-    } else {
-        x.matmul(&w.t()?)?
+    let y = match product {
+        Product::Skinny => fused::skinny::skinny_matmul(&x, w)?,
+        Product::Streamed => fused::streamed::streamed_matmul(&x, w)?,
+        Product::Gemm => x.matmul(&w.t()?)?,
     };
     let y = match b {
         Some(b) => y.broadcast_add(b)?,

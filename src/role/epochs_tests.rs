@@ -129,8 +129,11 @@ fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
         moved(&two_lanes, &before) > 1e-3,
         "the step changed the weights"
     );
+    // AdamW's first step moves each weight by about lr * sign(g) = 1e-2; only a weight whose
+    // gradient nearly cancels to eps's size moves by an amount that a reordered sum shifts
+    // (measured up to 1.2e-5). A lane trained wrong would be off by the step itself.
     assert!(
-        moved(&two_lanes, &whole) < 1e-5,
+        moved(&two_lanes, &whole) < 1e-4,
         "lanes only reorder sums: {}",
         moved(&two_lanes, &whole)
     );

@@ -12,9 +12,10 @@
 //! the uniform distribution the additive mask gives it.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, bail};
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::{f32_data, storage_f32, unpack};
+use super::{f32_data, storage_f32, unpack, vexp};
 
 const NAME: &str = "fused attention";
 
@@ -170,9 +171,12 @@ impl Inputs<'_> {
             };
             max = max.max(*p);
         }
-        let mut sum = 0f32;
         for p in p.iter_mut() {
-            *p = (*p - max).exp();
+            *p -= max;
+        }
+        vexp::exp_in_place(p);
+        let mut sum = 0f32;
+        for p in p.iter() {
             sum += *p;
         }
         for p in p.iter_mut() {
@@ -314,6 +318,43 @@ fn tasks(d: &Dims) -> impl IndexedParallelIterator<Item = (usize, usize)> {
         .map(move |task| (task / kv_heads, task % kv_heads))
 }
 
+// Each (batch row, kv head) task is compiled for AVX2 where the CPU has it (pulp checks at run
+// time; the crate itself targets baseline x86-64), so the 8-lane loops of `dot` and `axpy` take
+// one instruction per step. The task is a `WithSimd` struct whose `with_simd` is inlined into
+// pulp's target-feature function: a closure handed to `Arch::dispatch` is compiled apart from
+// those features (its body ran as SSE halves). Same operations in the same order: same bits.
+struct ForwardTask<'a, 'x> {
+    x: &'a Inputs<'x>,
+    n: usize,
+    kv: usize,
+}
+
+impl WithSimd for ForwardTask<'_, '_> {
+    type Output = Vec<f32>;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) -> Vec<f32> {
+        self.x.forward_task(self.n, self.kv)
+    }
+}
+
+struct BackwardTask<'a, 'x> {
+    x: &'a Inputs<'x>,
+    n: usize,
+    kv: usize,
+    out: &'a [f32],
+    grad: &'a [f32],
+}
+
+impl WithSimd for BackwardTask<'_, '_> {
+    type Output = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) -> Self::Output {
+        self.x.backward_task(self.n, self.kv, self.out, self.grad)
+    }
+}
+
 impl CustomOp3 for Attention {
     fn name(&self) -> &'static str {
         NAME
@@ -330,12 +371,9 @@ impl CustomOp3 for Attention {
     ) -> Result<(CpuStorage, Shape)> {
         with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
             let d = x.d;
-            // Each task compiled for AVX2 where the CPU has it (pulp checks at run time; the
-            // crate itself targets baseline x86-64): the 8-lane loops of `dot` and `axpy` then
-            // take one instruction per step. Same operations in the same order: same bits.
             let arch = pulp::Arch::new();
             let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| (n, kv, arch.dispatch(|| x.forward_task(n, kv))))
+                .map(|(n, kv)| (n, kv, arch.dispatch(ForwardTask { x, n, kv })))
                 .collect();
             let mut out = vec![0f32; d.q_len()];
             for (n, kv, rows) in parts {
@@ -390,10 +428,18 @@ impl CustomOp3 for AttentionGrad {
             if out.len() != d.q_len() || grad.len() != d.q_len() {
                 bail!("{NAME}: output or gradient does not match the queries");
             }
-            // As in the forward pass: compiled for AVX2 where the CPU has it.
             let arch = pulp::Arch::new();
             let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| (n, kv, arch.dispatch(|| x.backward_task(n, kv, out, grad))))
+                .map(|(n, kv)| {
+                    let task = BackwardTask {
+                        x,
+                        n,
+                        kv,
+                        out,
+                        grad,
+                    };
+                    (n, kv, arch.dispatch(task))
+                })
                 .collect();
             let (ql, kl) = (d.q_len(), d.kv_len());
             let mut packed = vec![0f32; ql + 2 * kl];

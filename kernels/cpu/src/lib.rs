@@ -24,7 +24,9 @@ pub mod logprobs;
 pub mod rms_norm;
 pub mod rope;
 pub mod skinny;
+pub mod streamed;
 pub mod swiglu;
+pub mod vexp;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Layout, Result, Storage, Tensor, bail};

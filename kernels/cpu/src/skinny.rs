@@ -231,4 +231,4 @@ pub fn skinny_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 
 #[cfg(test)]
 #[path = "skinny_tests.rs"]
-mod tests;
+pub(crate) mod tests;

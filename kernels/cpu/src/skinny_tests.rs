@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor};
 use super::*;
 
 /// Deterministic values in [-1, 1): a multiplicative hash of the index, so no RNG is needed.
-fn pseudo(n: usize, salt: u64) -> Vec<f32> {
+pub(crate) fn pseudo(n: usize, salt: u64) -> Vec<f32> {
     (0..n as u64)
         .map(|i| {
             let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -17,7 +17,7 @@ fn pseudo(n: usize, salt: u64) -> Vec<f32> {
 }
 
 /// y[i][j] = sum_t x[i][t] w[j][t], in f64.
-fn reference(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+pub(crate) fn reference(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
     let mut y = vec![0f64; m * n];
     for i in 0..m {
         for j in 0..n {

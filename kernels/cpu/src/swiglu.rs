@@ -5,7 +5,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
-use super::{f32_data, unpack};
+use super::{f32_data, unpack, vexp};
 
 const NAME: &str = "fused swiglu";
 /// Elements per parallel task: large enough that a task outweighs its scheduling.
@@ -14,8 +14,12 @@ const CHUNK: usize = 4096;
 struct SwiGlu;
 struct SwiGluGrad;
 
-fn sigmoid(g: f32) -> f32 {
-    1.0 / (1.0 + (-g).exp())
+/// `exp(-g)` of every gate into `e` (vectorised); `sigmoid(g) = 1 / (1 + exp(-g))`.
+fn exp_neg(e: &mut [f32], g: &[f32]) {
+    for (e, &g) in e.iter_mut().zip(g) {
+        *e = -g;
+    }
+    vexp::exp_in_place(e);
 }
 
 fn same_len<'a>(
@@ -53,8 +57,10 @@ impl CustomOp2 for SwiGlu {
         y.par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
             .for_each(|(y, (g, u))| {
+                exp_neg(y, g);
                 for ((y, &g), &u) in y.iter_mut().zip(g).zip(u) {
-                    *y = g * sigmoid(g) * u;
+                    let s = 1.0 / (1.0 + *y);
+                    *y = g * s * u;
                 }
             });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
@@ -101,8 +107,9 @@ impl CustomOp3 for SwiGluGrad {
             .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
             .zip(dy.par_chunks(CHUNK))
             .for_each(|(((dg, du), (g, u)), dy)| {
+                exp_neg(dg, g);
                 for k in 0..g.len() {
-                    let s = sigmoid(g[k]);
+                    let s = 1.0 / (1.0 + dg[k]);
                     dg[k] = dy[k] * u[k] * s * (1.0 + g[k] * (1.0 - s));
                     du[k] = dy[k] * g[k] * s;
                 }

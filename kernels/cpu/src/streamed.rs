@@ -1,0 +1,286 @@
+//! Matrix products with a few rows, `y = x wᵀ` for x (m, k) and a weight w (n, k) as the model
+//! stores it, with the weight read in place: for inference at shallow depths (a small model's
+//! decode step: 32 rows per lane by k = 128), where [`super::skinny`]'s dot products are too short
+//! to pay for their horizontal sums.
+//!
+//! A general GEMM (candle's `gemm`) copies w into packed blocks first, one strided element at a
+//! time, and with a few rows on the left that copy was about as long as the products themselves
+//! (26% of a tiny model's generation against 35% of arithmetic, benches/RESULTS.md). Here x is the
+//! operand that gets packed, and it is small: each block of `2 * lanes` rows of x is laid out
+//! column by column, so that one step along k loads those rows as two SIMD vectors. Each element
+//! of w is then broadcast from where it lies, six rows of w at a time, into 2 x 6 accumulators:
+//! w is streamed from memory once per block of x, and never copied.
+//!
+//! Every output is summed in one order, `acc = x[i][t] * w[j][t] + acc` for t = 0, 1, ... (fused
+//! multiply-adds), whichever block, tile or task it falls in: through this kernel a row's product
+//! does not depend on the rows beside it.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
+use pulp::{Arch, Simd, WithSimd};
+use rayon::prelude::*;
+
+use super::f32_data;
+
+const NAME: &str = "streamed matmul";
+/// Rows of w in a register tile: 2 x 6 accumulators, two loads of x and a broadcast fit AVX2's
+/// 16 registers.
+const NR: usize = 6;
+/// Columns of y per band of the final transpose: 16 f32, one cache line.
+const TRANSPOSE_BAND: usize = 16;
+/// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
+const TASK_FMAS: usize = 1 << 18;
+
+/// Up to how many rows of x this kernel beats the general GEMM (`cargo bench --bench engine --
+/// skinny`, benches/RESULTS.md); beyond it the GEMM's packed blocks are reused by enough rows.
+pub const MAX_ROWS: usize = 64;
+
+struct StreamedMatmul;
+
+impl CustomOp2 for StreamedMatmul {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32_data(s1, l1, NAME, "x")?;
+        let w = f32_data(s2, l2, NAME, "the weight")?;
+        let (&[m, k], &[n, kw]) = (l1.dims(), l2.dims()) else {
+            bail!(
+                "{NAME}: x {:?} and weight {:?} must be matrices",
+                l1.dims(),
+                l2.dims()
+            );
+        };
+        if k != kw {
+            bail!("{NAME}: x has {k} columns, the weight {kw}");
+        }
+        Ok((
+            CpuStorage::F32(matmul_t(x, w, m, k, n)),
+            Shape::from((m, n)),
+        ))
+    }
+}
+
+/// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
+pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    Arch::new().dispatch(Product { x, w, m, k, n })
+}
+
+struct Product<'a> {
+    x: &'a [f32],
+    w: &'a [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+impl WithSimd for Product<'_> {
+    type Output = Vec<f32>;
+
+    // Dispatched only for the vector width, which fixes the block's rows; the tasks below
+    // dispatch again (the same `Arch`, so the same width) inside their rayon closures.
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) -> Vec<f32> {
+        let Product { x, w, m, k, n } = self;
+        if m == 0 || n == 0 || k == 0 {
+            // An empty sum: zeros (and no zero-sized chunks below).
+            return vec![0.0; m * n];
+        }
+        // x packed block by block: block b, step t holds rows b * mb .. b * mb + mb at t, as two
+        // vectors; rows past m are zeros (their outputs are dropped).
+        let mb = 2 * S::F32_LANES;
+        let blocks = m.div_ceil(mb);
+        let mut xp = vec![0f32; blocks * k * mb];
+        // Written in order, read across the block's rows (which stay in cache): strided
+        // stores, one cache line each, made this copy a fifth of the product at k = 128.
+        for (b, block) in xp.chunks_exact_mut(k * mb).enumerate() {
+            let rows = &x[b * mb * k..((b + 1) * mb).min(m) * k];
+            for (t, step) in block.chunks_exact_mut(mb).enumerate() {
+                for (v, row) in step.iter_mut().zip(rows.chunks_exact(k)) {
+                    *v = row[t];
+                }
+            }
+        }
+        // Each task owns a run of w's rows and writes their outputs transposed (rows of w by
+        // the padded rows of x, contiguous), so tasks share nothing.
+        let mp = blocks * mb;
+        let cols = (TASK_FMAS / (mp * k)).max(1).div_ceil(NR) * NR;
+        let mut yt = vec![0f32; n * mp];
+        let arch = Arch::new();
+        yt.par_chunks_mut(cols * mp)
+            .zip(w.par_chunks(cols * k))
+            .for_each(|(yt, w)| {
+                let xp = &xp;
+                arch.dispatch(Columns {
+                    xp,
+                    w,
+                    yt,
+                    k,
+                    mp,
+                    mb,
+                });
+            });
+        // yt back to rows, a band of TRANSPOSE_BAND columns at a time: each row's part of the
+        // band is one cache line written whole, and the band's rows of yt stay in cache.
+        let mut y = vec![0f32; m * n];
+        for (band, rows) in yt.chunks(TRANSPOSE_BAND * mp).enumerate() {
+            let j0 = band * TRANSPOSE_BAND;
+            for (i, out) in y.chunks_exact_mut(n).enumerate() {
+                for (o, col) in out[j0..].iter_mut().zip(rows.chunks_exact(mp)) {
+                    *o = col[i];
+                }
+            }
+        }
+        y
+    }
+}
+
+/// One task: every block of x against a run of rows of w, into yt (rows of w, mp).
+struct Columns<'a> {
+    xp: &'a [f32],
+    w: &'a [f32],
+    yt: &'a mut [f32],
+    k: usize,
+    mp: usize,
+    /// Rows of x per block, 2 * the vector width of the dispatch that packed x.
+    mb: usize,
+}
+
+impl WithSimd for Columns<'_> {
+    type Output = ();
+
+    // No closures below: a closure is compiled apart from this function's target features.
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Columns {
+            xp,
+            w,
+            yt,
+            k,
+            mp,
+            mb,
+        } = self;
+        assert_eq!(
+            mb,
+            2 * S::F32_LANES,
+            "{NAME}: one Arch dispatches one vector width"
+        );
+        for (b, block) in xp.chunks_exact(k * mb).enumerate() {
+            let (xv, _) = S::as_simd_f32s(block);
+            let mut j = 0;
+            let cols = w.len() / k;
+            while j < cols {
+                let take = (cols - j).min(NR);
+                let ws = &w[j * k..(j + take) * k];
+                let out = &mut yt[j * mp..(j + take) * mp];
+                if take == NR {
+                    tile_6(simd, xv, ws, k, out, mp, b * mb);
+                } else {
+                    for c in 0..take {
+                        column(
+                            simd,
+                            xv,
+                            &ws[c * k..][..k],
+                            &mut out[c * mp..][..mp],
+                            b * mb,
+                        );
+                    }
+                }
+                j += take;
+            }
+        }
+    }
+}
+
+/// One row of w against one block of x, into `out[at..at + 2 * lanes]`: the edge of the product,
+/// summed in the order of [`tile_6`].
+#[inline(always)]
+fn column<S: Simd>(simd: S, xv: &[S::f32s], w: &[f32], out: &mut [f32], at: usize) {
+    let z = simd.splat_f32s(0.0);
+    let (mut a, mut b) = (z, z);
+    for (t, &wt) in w.iter().enumerate() {
+        let v = simd.splat_f32s(wt);
+        a = simd.mul_add_f32s(xv[2 * t], v, a);
+        b = simd.mul_add_f32s(xv[2 * t + 1], v, b);
+    }
+    store(simd, out, at, a, b);
+}
+
+/// Six rows of w against one block of x, their twelve accumulators named so that they stay in
+/// registers; writes `out[c * mp + at..][..2 * lanes]` for c in 0..6.
+#[inline(always)]
+fn tile_6<S: Simd>(
+    simd: S,
+    xv: &[S::f32s],
+    w: &[f32],
+    k: usize,
+    out: &mut [f32],
+    mp: usize,
+    at: usize,
+) {
+    let (w0, w1, w2) = (&w[..k], &w[k..2 * k], &w[2 * k..3 * k]);
+    let (w3, w4, w5) = (&w[3 * k..4 * k], &w[4 * k..5 * k], &w[5 * k..6 * k]);
+    let xv = &xv[..2 * k];
+    let z = simd.splat_f32s(0.0);
+    let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
+    let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
+    for t in 0..k {
+        let (xa, xb) = (xv[2 * t], xv[2 * t + 1]);
+        let v = simd.splat_f32s(w0[t]);
+        a0 = simd.mul_add_f32s(xa, v, a0);
+        b0 = simd.mul_add_f32s(xb, v, b0);
+        let v = simd.splat_f32s(w1[t]);
+        a1 = simd.mul_add_f32s(xa, v, a1);
+        b1 = simd.mul_add_f32s(xb, v, b1);
+        let v = simd.splat_f32s(w2[t]);
+        a2 = simd.mul_add_f32s(xa, v, a2);
+        b2 = simd.mul_add_f32s(xb, v, b2);
+        let v = simd.splat_f32s(w3[t]);
+        a3 = simd.mul_add_f32s(xa, v, a3);
+        b3 = simd.mul_add_f32s(xb, v, b3);
+        let v = simd.splat_f32s(w4[t]);
+        a4 = simd.mul_add_f32s(xa, v, a4);
+        b4 = simd.mul_add_f32s(xb, v, b4);
+        let v = simd.splat_f32s(w5[t]);
+        a5 = simd.mul_add_f32s(xa, v, a5);
+        b5 = simd.mul_add_f32s(xb, v, b5);
+    }
+    for (c, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)]
+        .into_iter()
+        .enumerate()
+    {
+        store(simd, &mut out[c * mp..][..mp], at, a, b);
+    }
+}
+
+/// The two vectors of one output column of a block, at `out[at..]`.
+#[inline(always)]
+fn store<S: Simd>(simd: S, out: &mut [f32], at: usize, a: S::f32s, b: S::f32s) {
+    let _ = simd;
+    let (v, _) = S::as_mut_simd_f32s(&mut out[at..at + 2 * S::F32_LANES]);
+    v[0] = a;
+    v[1] = b;
+}
+
+/// Whether [`streamed_matmul`] takes these operands: f32 on the CPU, x with at most
+/// [`MAX_ROWS`] rows (all but its last dimension together).
+pub fn applies(x: &Tensor, w: &Tensor) -> bool {
+    let k = x.dims().last().copied().unwrap_or(0);
+    super::applies(x) && super::applies(w) && k > 0 && x.elem_count() / k <= MAX_ROWS
+}
+
+/// x (rows, k) times w (n, k) transposed -> (rows, n), for inference: no gradient flows back.
+pub fn streamed_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    x.contiguous()?
+        .apply_op2_no_bwd(&w.contiguous()?, &StreamedMatmul)
+}
+
+#[cfg(test)]
+#[path = "streamed_tests.rs"]
+mod tests;
