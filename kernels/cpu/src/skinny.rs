@@ -27,10 +27,11 @@ const NR: usize = 3;
 /// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
 const TASK_FMAS: usize = 1 << 18;
 
-/// Up to how many rows of x this kernel beats the general GEMM (measured in benches/RESULTS.md,
-/// `cargo bench --bench engine -- skinny`); beyond it, the packing GEMM's blocking pays for its
-/// copies.
-pub const MAX_ROWS: usize = 16;
+/// Up to how many rows of x this kernel beats the other products (measured in
+/// benches/RESULTS.md, `cargo bench --bench engine -- skinny`). It beats the general GEMM up to
+/// 16 rows, but from 9 rows on [`super::streamed`] (whose blocks of 16 rows are then mostly
+/// filled) beats it too.
+pub const MAX_ROWS: usize = 8;
 /// Shorter rows than this leave too few steps along k to pay for each tile's horizontal sums:
 /// at k = 128 the general GEMM is several times faster.
 pub const MIN_DEPTH: usize = 256;
