@@ -371,7 +371,11 @@ impl Transformer {
 /// few-row products when x has few rows (a decode step, a small prefill): a general GEMM would
 /// first copy the whole weight into its packed blocks, one strided element at a time. The skinny
 /// product (dot products) for deep rows, else the streamed one (x packed, the weight broadcast
-/// where it lies); bounds from `cargo bench --bench engine -- skinny`.
+/// where it lies); bounds from `cargo bench --bench engine -- skinny`. Each kernel sums a row's
+/// products in one order whatever rows share its call, but which kernel runs depends on the
+/// call's row count, so a sequence's logits can differ in the last bits between batch sizes (as
+/// they did between candle's GEMM and the skinny product before); greedy tokens and log-probs
+/// agree to 1e-5 whatever the lanes (tests/model_numerics.rs).
 fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
     let product = match numerics {
         Numerics::Fast if fused::skinny::applies(x, w) => Product::Skinny,

@@ -11,7 +11,8 @@
 //!
 //! Each output is summed in the same order whichever rows share its tile or its batch: through
 //! this kernel a row's product does not depend on the rows beside it (the transformer takes it
-//! for at most [`MAX_ROWS`] rows; bigger batches go through the general GEMM).
+//! for at most [`MAX_ROWS`] rows; bigger batches go through [`super::streamed`] or the general
+//! GEMM).
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
 use pulp::{Arch, Simd, WithSimd};

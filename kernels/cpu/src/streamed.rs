@@ -30,8 +30,10 @@ const TRANSPOSE_BAND: usize = 16;
 /// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
 const TASK_FMAS: usize = 1 << 18;
 
-/// Up to how many rows of x this kernel beats the general GEMM (`cargo bench --bench engine --
-/// skinny`, benches/RESULTS.md); beyond it the GEMM's packed blocks are reused by enough rows.
+/// Up to how many rows of x the transformer takes this kernel (`cargo bench --bench engine --
+/// skinny`, benches/RESULTS.md): up to 32 rows it beats the general GEMM at the products that
+/// weigh (1.1-2.9x), except a 128 x 128 weight on a whole pool, where it only has two tasks; at 64
+/// rows the two are even; beyond, the GEMM's packed blocks are reused by enough rows.
 pub const MAX_ROWS: usize = 64;
 
 struct StreamedMatmul;
@@ -68,7 +70,22 @@ impl CustomOp2 for StreamedMatmul {
 }
 
 /// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
+///
+/// # Panics
+/// If x does not hold m * k values or w n * k (through candle, the op checks the shapes first).
 pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    assert_eq!(
+        x.len(),
+        m * k,
+        "{NAME}: x holds {} values, not {m} x {k}",
+        x.len()
+    );
+    assert_eq!(
+        w.len(),
+        n * k,
+        "{NAME}: w holds {} values, not {n} x {k}",
+        w.len()
+    );
     Arch::new().dispatch(Product { x, w, m, k, n })
 }
 

@@ -8,15 +8,20 @@
 //!
 //! The same operations run in every lane and in the scalar [`exp`]: fused multiply-adds
 //! (`f32::mul_add` in scalar code is fused too), so a value's exponential has the same bits
-//! whether it sits in a vector or in the tail, on any CPU. Inputs outside the reduction's range
-//! (very negative, overflowing, NaN) take libm's `expf`: exact 0 far below, infinity above, NaN
-//! through.
+//! whether it sits in a vector or in the tail, on any CPU. Below [`ZERO_BELOW`] the result is
+//! exactly 0, as libm's: masked attention scores (-1e9) stay in the vector path. The few inputs
+//! left outside the reduction's range (near the underflow, overflowing, NaN) take libm's `expf`.
+//!
+//! On a CPU without FMA, `f32::mul_add` is a software call: correct, but slower than libm.
 
 use pulp::{Arch, Simd, WithSimd};
 
-/// Below this the result is subnormal or 0, above it infinite: libm handles those.
+/// The reduction's range: n = round(x / ln 2) stays in [-126, 127], so 2^n is a normal f32 and
+/// so is the result (exp(-87) = 1.6e-38; exp(88) = 1.7e38). Outside it, libm.
 const LO: f32 = -87.0;
 const HI: f32 = 88.0;
+/// At and below this, exp(x) < 2^-150 rounds to +0 (libm's `expf` gives +0 there too).
+const ZERO_BELOW: f32 = -104.0;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two, so that `x - n ln 2` is exact to f32 precision for |n| <= 127.
 const LN2_HI: f32 = 0.693_359_4;
@@ -79,9 +84,13 @@ impl WithSimd for ExpInPlace<'_> {
 #[inline(always)]
 fn exp_lanes<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
     let lanes = S::F32_LANES;
+    let zero = simd.less_than_or_equal_f32s(x, simd.splat_f32s(ZERO_BELOW));
     // NaN compares false both ways, so it counts as out of range.
     let outside = simd.or_m32s(
-        simd.less_than_f32s(x, simd.splat_f32s(LO)),
+        simd.and_m32s(
+            simd.less_than_f32s(x, simd.splat_f32s(LO)),
+            simd.not_m32s(zero),
+        ),
         simd.not_m32s(simd.less_than_or_equal_f32s(x, simd.splat_f32s(HI))),
     );
     if simd.first_true_m32s(outside) < lanes {
@@ -94,6 +103,9 @@ fn exp_lanes<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
         }
         return simd.partial_load_f32s(buf);
     }
+    // Lanes at or below ZERO_BELOW are computed from LO (keeping the exponent in range) and
+    // replaced by 0 at the end.
+    let x = simd.max_f32s(x, simd.splat_f32s(LO));
     let round = simd.splat_f32s(ROUND);
     let t = simd.mul_add_f32s(x, simd.splat_f32s(LOG2E), round);
     let n = simd.sub_f32s(t, round);
@@ -110,7 +122,8 @@ fn exp_lanes<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
         simd.splat_u32s(ROUND.to_bits() - 127),
     );
     let scale = simd.wrapping_dyn_shl_u32s(bits, simd.splat_u32s(23));
-    simd.mul_f32s(y, simd.transmute_f32s_u32s(scale))
+    let y = simd.mul_f32s(y, simd.transmute_f32s_u32s(scale));
+    simd.select_f32s(zero, simd.splat_f32s(0.0), y)
 }
 
 #[cfg(test)]
@@ -120,7 +133,7 @@ mod tests {
     /// Within 1 ulp of the correctly rounded exp (computed in f64) over the whole range, and
     /// libm's results (0, infinity, NaN) outside it.
     #[test]
-    fn exp_matches_f64_within_two_ulp() {
+    fn exp_matches_f64_within_one_ulp() {
         let mut worst = 0u32;
         let mut x = LO;
         while x <= HI {
@@ -143,6 +156,24 @@ mod tests {
         assert!((exp(88.0) / 1.651_6e38 - 1.0).abs() < 1e-4);
     }
 
+    /// Every f32 of the reduction's range, not a sample: `cargo test -p roll-cpu-kernels --release
+    /// -- --ignored` (about 2.2e9 values; run when the polynomial or the reduction changes).
+    #[test]
+    #[ignore]
+    fn exp_is_within_one_ulp_at_every_f32_of_the_range() {
+        let (from, to) = (LO.to_bits(), HI.to_bits());
+        // Negative floats count down in bits from -0.0 (0x8000_0000) to LO; positive up to HI.
+        let negatives = (0x8000_0000..=from).map(f32::from_bits);
+        let positives = (0..=to).map(f32::from_bits);
+        let mut worst = 0u32;
+        for x in negatives.chain(positives) {
+            let want = f64::from(x).exp() as f32;
+            let ulp = (exp(x).to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
+            worst = worst.max(ulp);
+        }
+        assert!(worst <= 1, "worst error {worst} ulp");
+    }
+
     /// The vector lanes give the scalar function's bits, in range and out of it, whatever the
     /// slice's length (tails) and wherever a value sits among its neighbours.
     #[test]
@@ -151,6 +182,11 @@ mod tests {
         xs[13] = f32::NEG_INFINITY;
         xs[200] = f32::NAN;
         xs[517] = 1e4;
+        // A masked score among ordinary ones, and the edges of the zero and libm ranges.
+        xs[300] = -1e9;
+        xs[301] = ZERO_BELOW;
+        xs[302] = ZERO_BELOW + 0.5;
+        xs[303] = LO - 0.001;
         for len in [0, 1, 7, 8, 9, 31, 1000] {
             let mut got = xs[..len].to_vec();
             exp_in_place(&mut got);
