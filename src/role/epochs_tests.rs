@@ -117,7 +117,7 @@ fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
     assert_eq!(m2, m1);
     // And the step did move the weights, to about where whole micro-batches take them.
     let before = weights(&model().transformer.params().named_vars());
-    let (whole, _) = train(4, 1);
+    let (whole, whole_metrics) = train(4, 1);
     let moved = |a: &[Vec<f32>], b: &[Vec<f32>]| {
         a.iter()
             .flatten()
@@ -137,4 +137,17 @@ fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
         "lanes only reorder sums: {}",
         moved(&two_lanes, &whole)
     );
+    // AdamW's step hides the gradient's scale (about lr * sign(g)); the metrics do not: a lane
+    // weighted wrong would show in the loss and the gradient norm.
+    assert_eq!(
+        m2.keys().collect::<Vec<_>>(),
+        whole_metrics.keys().collect::<Vec<_>>()
+    );
+    for (key, v) in &m2 {
+        let w = whole_metrics[key];
+        assert!(
+            key.starts_with("time/") || (v - w).abs() <= 1e-4 * (1.0 + w.abs()),
+            "{key}: lanes {v}, whole micro-batches {w}"
+        );
+    }
 }
