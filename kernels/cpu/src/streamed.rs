@@ -32,7 +32,7 @@ const TASK_FMAS: usize = 1 << 18;
 
 /// Up to how many rows of x the transformer takes this kernel (`cargo bench --bench engine --
 /// skinny`, benches/RESULTS.md): up to 32 rows it beats the general GEMM at the products that
-/// weigh (1.1-2.9x), except a 128 x 128 weight on a whole pool, where it only has two tasks; at 64
+/// weigh (1.1-2.8x), except a 128 x 128 weight on a whole pool, where it only has two tasks; at 64
 /// rows the two are even; beyond, the GEMM's packed blocks are reused by enough rows.
 pub const MAX_ROWS: usize = 64;
 
