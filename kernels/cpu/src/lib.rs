@@ -29,7 +29,7 @@ pub mod swiglu;
 pub mod vexp;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Layout, Result, Storage, Tensor, bail};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor, bail};
 
 /// Whether the fused kernels can take this tensor: f32 on the CPU.
 pub fn applies(t: &Tensor) -> bool {
@@ -66,6 +66,60 @@ fn unpack(packed: &Tensor, shapes: &[&[usize]]) -> Result<Vec<Tensor>> {
         at += n;
     }
     Ok(out)
+}
+
+/// A few-row product's slice function: x (m, k) and w (n, k), both row-major, to y = x wᵀ (m, n).
+pub(crate) type RowProduct = fn(&[f32], &[f32], usize, usize, usize) -> Vec<f32>;
+
+/// The candle op of the few-row products ([`skinny`], [`streamed`]): checks that x and w are
+/// matrices of one depth, naming the kernel, and runs its slice function. No backward.
+struct RowsTimesWeight {
+    name: &'static str,
+    product: RowProduct,
+}
+
+impl CustomOp2 for RowsTimesWeight {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let name = self.name;
+        let x = f32_data(s1, l1, name, "x")?;
+        let w = f32_data(s2, l2, name, "the weight")?;
+        let (&[m, k], &[n, kw]) = (l1.dims(), l2.dims()) else {
+            bail!(
+                "{name}: x {:?} and weight {:?} must be matrices",
+                l1.dims(),
+                l2.dims()
+            );
+        };
+        if k != kw {
+            bail!("{name}: x has {k} columns, the weight {kw}");
+        }
+        Ok((
+            CpuStorage::F32((self.product)(x, w, m, k, n)),
+            Shape::from((m, n)),
+        ))
+    }
+}
+
+/// x (rows, k) times w (n, k) transposed -> (rows, n) through a few-row product, for inference:
+/// no gradient flows back.
+fn rows_times_weight(
+    x: &Tensor,
+    w: &Tensor,
+    name: &'static str,
+    product: RowProduct,
+) -> Result<Tensor> {
+    x.contiguous()?
+        .apply_op2_no_bwd(&w.contiguous()?, &RowsTimesWeight { name, product })
 }
 
 #[cfg(test)]

@@ -14,11 +14,9 @@
 //! for at most [`MAX_ROWS`] rows; bigger batches go through [`super::streamed`] or the general
 //! GEMM).
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
+use candle_core::{Result, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
-
-use super::f32_data;
 
 const NAME: &str = "skinny matmul";
 /// Rows of x in a register tile.
@@ -36,39 +34,6 @@ pub const MAX_ROWS: usize = 8;
 /// Shorter rows than this leave too few steps along k to pay for each tile's horizontal sums:
 /// at k = 128 the general GEMM is several times faster.
 pub const MIN_DEPTH: usize = 256;
-
-struct SkinnyMatmul;
-
-impl CustomOp2 for SkinnyMatmul {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let x = f32_data(s1, l1, NAME, "x")?;
-        let w = f32_data(s2, l2, NAME, "the weight")?;
-        let (&[m, k], &[n, kw]) = (l1.dims(), l2.dims()) else {
-            bail!(
-                "{NAME}: x {:?} and weight {:?} must be matrices",
-                l1.dims(),
-                l2.dims()
-            );
-        };
-        if k != kw {
-            bail!("{NAME}: x has {k} columns, the weight {kw}");
-        }
-        Ok((
-            CpuStorage::F32(matmul_t(x, w, m, k, n)),
-            Shape::from((m, n)),
-        ))
-    }
-}
 
 /// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
 pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
@@ -227,8 +192,7 @@ pub fn applies(x: &Tensor, w: &Tensor) -> bool {
 
 /// x (rows, k) times w (n, k) transposed -> (rows, n), for inference: no gradient flows back.
 pub fn skinny_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.contiguous()?
-        .apply_op2_no_bwd(&w.contiguous()?, &SkinnyMatmul)
+    super::rows_times_weight(x, w, NAME, matmul_t)
 }
 
 #[cfg(test)]

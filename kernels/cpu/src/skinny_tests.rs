@@ -34,7 +34,7 @@ fn equals_the_plain_product_for_every_remainder_of_the_tiles() {
     // m covers tiles of 4, 3, 2 and 1 rows of x; n tiles of 3, 2 and 1 rows of w; k a whole
     // number of SIMD vectors, a remainder, shorter than one vector, and long enough that tasks
     // split the columns (n * m * k above TASK_FMAS at the last shape).
-    for &(m, k, n) in &[
+    let shapes = &[
         (3, 0, 2),
         (0, 5, 4),
         (1, 1, 1),
@@ -46,22 +46,8 @@ fn equals_the_plain_product_for_every_remainder_of_the_tiles() {
         (7, 100, 8),
         (16, 896, 97),
         (9, 64, 2000),
-    ] {
-        let x = pseudo(m * k, 1);
-        let w = pseudo(n * k, 2);
-        let got = matmul_t(&x, &w, m, k, n);
-        let want = reference(&x, &w, m, k, n);
-        for (idx, (g, r)) in got.iter().zip(&want).enumerate() {
-            // f32 sums of k products of magnitude <= 1: error grows like sqrt(k) ulps.
-            let tol = 1e-6 * (k as f64).sqrt() * (1.0 + r.abs());
-            assert!(
-                (*g as f64 - r).abs() <= tol,
-                "m {m} k {k} n {n}: y[{}][{}] = {g}, want {r}",
-                idx / n,
-                idx % n
-            );
-        }
-    }
+    ];
+    assert_product_matches_reference(matmul_t, shapes);
 }
 
 #[test]
@@ -79,12 +65,55 @@ fn a_row_gets_the_same_bits_whatever_rows_are_beside_it() {
 
 #[test]
 fn through_candle_it_matches_matmul_and_names_bad_shapes() {
-    let dev = Device::Cpu;
-    let k = MIN_DEPTH;
-    let x = Tensor::from_vec(pseudo(6 * k, 5), (6, k), &dev).unwrap();
-    let w = Tensor::from_vec(pseudo(30 * k, 6), (30, k), &dev).unwrap();
+    let (x, w) =
+        assert_op_matches_matmul_and_names_bad_shapes(skinny_matmul, NAME, 6, MIN_DEPTH, 30);
     assert!(applies(&x, &w));
-    let got: Vec<f32> = skinny_matmul(&x, &w)
+    // At most MAX_ROWS rows of at least MIN_DEPTH columns; beyond, another product.
+    let k = MIN_DEPTH;
+    let zeros =
+        |rows, cols| Tensor::zeros((rows, cols), candle_core::DType::F32, &Device::Cpu).unwrap();
+    assert!(applies(&zeros(MAX_ROWS, k), &w));
+    assert!(!applies(&zeros(MAX_ROWS + 1, k), &w));
+    assert!(!applies(&zeros(6, k - 1), &zeros(30, k - 1)));
+}
+
+/// A few-row product (x (m, k), w (n, k) -> y (m, n)) against [`reference`] at each (m, k, n).
+pub(crate) fn assert_product_matches_reference(
+    product: crate::RowProduct,
+    shapes: &[(usize, usize, usize)],
+) {
+    for &(m, k, n) in shapes {
+        let x = pseudo(m * k, 1);
+        let w = pseudo(n * k, 2);
+        let got = product(&x, &w, m, k, n);
+        let want = reference(&x, &w, m, k, n);
+        assert_eq!(got.len(), m * n);
+        for (idx, (g, r)) in got.iter().zip(&want).enumerate() {
+            // f32 sums of k products of magnitude <= 1: error grows like sqrt(k) ulps.
+            let tol = 1e-6 * (k as f64).sqrt() * (1.0 + r.abs());
+            assert!(
+                (*g as f64 - r).abs() <= tol,
+                "m {m} k {k} n {n}: y[{}][{}] = {g}, want {r}",
+                idx / n,
+                idx % n
+            );
+        }
+    }
+}
+
+/// A few-row product's candle op on x (rows, k) and w (n, k): the values of candle's matmul
+/// (1e-5), and a weight of another depth refused with an error naming the kernel. Returns x, w.
+pub(crate) fn assert_op_matches_matmul_and_names_bad_shapes(
+    op: fn(&Tensor, &Tensor) -> candle_core::Result<Tensor>,
+    name: &str,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> (Tensor, Tensor) {
+    let dev = Device::Cpu;
+    let x = Tensor::from_vec(pseudo(rows * k, 5), (rows, k), &dev).unwrap();
+    let w = Tensor::from_vec(pseudo(n * k, 6), (n, k), &dev).unwrap();
+    let got: Vec<f32> = op(&x, &w)
         .unwrap()
         .flatten_all()
         .unwrap()
@@ -100,16 +129,9 @@ fn through_candle_it_matches_matmul_and_names_bad_shapes() {
     for (g, r) in got.iter().zip(&want) {
         assert!((g - r).abs() <= 1e-5 * (1.0 + r.abs()), "{g} vs {r}");
     }
-    let short = Tensor::zeros((30, k - 1), candle_core::DType::F32, &dev).unwrap();
-    let err = skinny_matmul(&x, &short).unwrap_err().to_string();
+    let short = Tensor::zeros((n, k - 1), candle_core::DType::F32, &dev).unwrap();
+    let err = op(&x, &short).unwrap_err().to_string();
     let says = format!("x has {k} columns, the weight {}", k - 1);
-    assert!(
-        err.contains("skinny matmul") && err.contains(&says),
-        "{err}"
-    );
-    // At most MAX_ROWS rows of at least MIN_DEPTH columns; beyond, the general GEMM.
-    let zeros = |rows, cols| Tensor::zeros((rows, cols), candle_core::DType::F32, &dev).unwrap();
-    assert!(applies(&zeros(MAX_ROWS, k), &w));
-    assert!(!applies(&zeros(MAX_ROWS + 1, k), &w));
-    assert!(!applies(&zeros(6, k - 1), &short));
+    assert!(err.contains(name) && err.contains(&says), "{err}");
+    (x, w)
 }

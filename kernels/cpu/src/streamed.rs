@@ -15,11 +15,9 @@
 //! multiply-adds), whichever block, tile or task it falls in: through this kernel a row's product
 //! does not depend on the rows beside it.
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
+use candle_core::{Result, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
-
-use super::f32_data;
 
 const NAME: &str = "streamed matmul";
 /// Rows of w in a register tile: 2 x 6 accumulators, two loads of x and a broadcast fit AVX2's
@@ -35,39 +33,6 @@ const TASK_FMAS: usize = 1 << 18;
 /// weigh (1.1-2.8x), except a 128 x 128 weight on a whole pool, where it only has two tasks; at 64
 /// rows the two are even; beyond, the GEMM's packed blocks are reused by enough rows.
 pub const MAX_ROWS: usize = 64;
-
-struct StreamedMatmul;
-
-impl CustomOp2 for StreamedMatmul {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let x = f32_data(s1, l1, NAME, "x")?;
-        let w = f32_data(s2, l2, NAME, "the weight")?;
-        let (&[m, k], &[n, kw]) = (l1.dims(), l2.dims()) else {
-            bail!(
-                "{NAME}: x {:?} and weight {:?} must be matrices",
-                l1.dims(),
-                l2.dims()
-            );
-        };
-        if k != kw {
-            bail!("{NAME}: x has {k} columns, the weight {kw}");
-        }
-        Ok((
-            CpuStorage::F32(matmul_t(x, w, m, k, n)),
-            Shape::from((m, n)),
-        ))
-    }
-}
 
 /// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
 ///
@@ -294,8 +259,7 @@ pub fn applies(x: &Tensor, w: &Tensor) -> bool {
 
 /// x (rows, k) times w (n, k) transposed -> (rows, n), for inference: no gradient flows back.
 pub fn streamed_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.contiguous()?
-        .apply_op2_no_bwd(&w.contiguous()?, &StreamedMatmul)
+    super::rows_times_weight(x, w, NAME, matmul_t)
 }
 
 #[cfg(test)]

@@ -4,14 +4,16 @@
 use candle_core::{Device, Tensor};
 
 use super::*;
-use crate::skinny::tests::{pseudo, reference};
+use crate::skinny::tests::{
+    assert_op_matches_matmul_and_names_bad_shapes, assert_product_matches_reference, pseudo,
+};
 
 #[test]
 fn equals_the_plain_product_at_every_edge_of_blocks_and_tiles() {
     // m: less than one block of x, exactly one (16 rows with AVX2), one and a bit, several; n:
     // whole tiles of 6 rows of w and remainders of 1-5; k from 1 up, and large enough that tasks
     // split w's rows (n * mp * k above TASK_FMAS at the last shapes).
-    for &(m, k, n) in &[
+    let shapes = &[
         (3, 0, 2),
         (0, 5, 4),
         (1, 1, 1),
@@ -23,23 +25,8 @@ fn equals_the_plain_product_at_every_edge_of_blocks_and_tiles() {
         (32, 128, 64),
         (40, 100, 2000),
         (64, 512, 130),
-    ] {
-        let x = pseudo(m * k, 1);
-        let w = pseudo(n * k, 2);
-        let got = matmul_t(&x, &w, m, k, n);
-        let want = reference(&x, &w, m, k, n);
-        assert_eq!(got.len(), m * n);
-        for (idx, (g, r)) in got.iter().zip(&want).enumerate() {
-            // f32 sums of k products of magnitude <= 1: error grows like sqrt(k) ulps.
-            let tol = 1e-6 * (k as f64).sqrt() * (1.0 + r.abs());
-            assert!(
-                (*g as f64 - r).abs() <= tol,
-                "m {m} k {k} n {n}: y[{}][{}] = {g}, want {r}",
-                idx / n,
-                idx % n
-            );
-        }
-    }
+    ];
+    assert_product_matches_reference(matmul_t, shapes);
 }
 
 #[test]
@@ -57,36 +44,11 @@ fn a_row_gets_the_same_bits_whatever_rows_are_beside_it() {
 
 #[test]
 fn through_candle_it_matches_matmul_and_names_bad_shapes() {
-    let dev = Device::Cpu;
-    let k = 128;
-    let x = Tensor::from_vec(pseudo(32 * k, 5), (32, k), &dev).unwrap();
-    let w = Tensor::from_vec(pseudo(40 * k, 6), (40, k), &dev).unwrap();
+    let (x, w) = assert_op_matches_matmul_and_names_bad_shapes(streamed_matmul, NAME, 32, 128, 40);
     assert!(applies(&x, &w));
-    let got: Vec<f32> = streamed_matmul(&x, &w)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let want: Vec<f32> = x
-        .matmul(&w.t().unwrap())
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    for (g, r) in got.iter().zip(&want) {
-        assert!((g - r).abs() <= 1e-5 * (1.0 + r.abs()), "{g} vs {r}");
-    }
-    let short = Tensor::zeros((40, k - 1), candle_core::DType::F32, &dev).unwrap();
-    let err = streamed_matmul(&x, &short).unwrap_err().to_string();
-    let says = format!("x has {k} columns, the weight {}", k - 1);
-    assert!(
-        err.contains("streamed matmul") && err.contains(&says),
-        "{err}"
-    );
     // At most MAX_ROWS rows; beyond, the general GEMM.
-    let zeros = |rows, cols| Tensor::zeros((rows, cols), candle_core::DType::F32, &dev).unwrap();
-    assert!(applies(&zeros(MAX_ROWS, k), &w));
-    assert!(!applies(&zeros(MAX_ROWS + 1, k), &w));
+    let zeros =
+        |rows, cols| Tensor::zeros((rows, cols), candle_core::DType::F32, &Device::Cpu).unwrap();
+    assert!(applies(&zeros(MAX_ROWS, 128), &w));
+    assert!(!applies(&zeros(MAX_ROWS + 1, 128), &w));
 }
