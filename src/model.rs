@@ -8,6 +8,7 @@ pub mod chat_template;
 pub mod config;
 pub mod hf_dir;
 pub mod kv_cache;
+mod layer_grad;
 pub mod params;
 pub mod tape;
 pub mod threads;

@@ -12,10 +12,15 @@
 //! is pushed into the piece below through the surrogate `sum(below * g)` (whose gradient with
 //! respect to `below` is exactly `g`), and that piece is dropped once its gradients are taken.
 //!
+//! On the CPU in f32 a layer of the fused kernels is a piece of its own kind: the forward keeps its
+//! activations in a record ([`super::layer_grad`]) and the backward differentiates it by hand,
+//! with no graph of candle's; its output is a leaf like a cut's.
+//!
 //! The embedding lookup at the bottom is a piece of the tape's own ([`Tape::lookup`]): its rows'
 //! gradients are added into the table's gradient in place.
 //!
-//! The gradients are the ones of the uncut graph, bit for bit (tested in tests/model_numerics.rs):
+//! Across cuts the gradients are the ones of the uncut graph, bit for bit (tested in
+//! tests/model_numerics.rs; the hand-differentiated layers match candle's backward to the last bits):
 //! within a piece candle adds the same contributions in the same order; a layer's output has two
 //! users (the next norm and the residual), whose sum does not depend on their order; and a tied
 //! embedding gets its head's gradient first and then the lookup's rows one by one, as candle adds
@@ -27,11 +32,13 @@ use candle_core::{Result, Tensor, Var};
 use roll_cpu_kernels::accumulate;
 use roll_cpu_kernels::head::WeightGradSink;
 
+use super::layer_grad::LayerRecord;
+
 /// The pieces of a training forward (or of several whose outputs one loss combines), top-most last. Built by
 /// [`super::Transformer::forward_hidden_taped`]; spent by [`Tape::backward`].
 #[derive(Default)]
 pub struct Tape {
-    cuts: Vec<Cut>,
+    cuts: Vec<Piece>,
     /// One per taped forward (a loss may span several, e.g. a preference pair's two).
     lookups: Vec<Lookup>,
     /// Where the fused output head leaves its weight's gradient (see [`Tape::head_sink`]).
@@ -45,6 +52,23 @@ pub struct Tape {
 struct Lookup {
     table: Tensor,
     ids: Tensor,
+    above: Var,
+}
+
+/// A piece of the forward: a graph of candle's, or a layer differentiated by hand.
+enum Piece {
+    Graph(Cut),
+    // Boxed: a record holds a layer's worth of tensor handles, a cut two.
+    Layer(Box<Layer>),
+}
+
+/// A layer of the fused CPU kernels, recorded by [`layer_grad::forward`]: its backward needs no
+/// graph of candle's.
+struct Layer {
+    /// The layer's input, where its gradient goes: the leaf of the piece below (or the lookup's).
+    input: Tensor,
+    record: LayerRecord,
+    /// A leaf holding the layer's output: the input of the piece above.
     above: Var,
 }
 
@@ -62,7 +86,25 @@ impl Tape {
     pub fn cut(&mut self, x: Tensor) -> Result<Tensor> {
         let above = Var::from_tensor(&x.detach())?;
         let next = above.as_tensor().clone();
-        self.cuts.push(Cut { below: x, above });
+        self.cuts.push(Piece::Graph(Cut { below: x, above }));
+        Ok(next)
+    }
+
+    /// A layer differentiated by hand, from `input` to `output` (detached): a leaf holding the
+    /// output, as the input of the piece above.
+    pub(super) fn layer(
+        &mut self,
+        input: Tensor,
+        output: Tensor,
+        record: LayerRecord,
+    ) -> Result<Tensor> {
+        let above = Var::from_tensor(&output)?;
+        let next = above.as_tensor().clone();
+        self.cuts.push(Piece::Layer(Box::new(Layer {
+            input,
+            record,
+            above,
+        })));
         Ok(next)
     }
 
@@ -114,22 +156,22 @@ impl Tape {
             let sum = accumulate::summed(grads.remove(&weight), g)?;
             grads.insert(&weight, sum);
         }
-        while let Some(Cut { below, above }) = self.cuts.pop() {
+        while let Some(piece) = self.cuts.pop() {
+            let (below, above) = match piece {
+                Piece::Graph(Cut { below, above }) => (below, above),
+                Piece::Layer(layer) => {
+                    layer.backward(&mut grads)?;
+                    continue;
+                }
+            };
             // A piece whose output the loss does not reach adds nothing (pieces only reach down,
             // so every leaf's gradient is complete when its cut comes off the stack).
             let Some(g) = grads.remove(above.as_tensor()) else {
                 continue;
             };
-            // candle's gradients may carry graphs of their own (a product's gradient is built
-            // from the other factor, a variable): the surrogate must see `g` as a constant.
-            let g = g.detach();
-            let mut piece = detached((below * &g)?.sum_all()?.backward()?);
-            // candle also differentiates the surrogate with respect to `g`: a hidden state's worth
-            // per layer that nobody reads.
-            piece.remove(&g);
             // Only a variable used on both sides of a cut (tied embeddings: the input lookup and
             // the output head) is in both stores; `extend` adds those.
-            grads.extend(piece)?;
+            grads.extend(push_below(&below, &g)?)?;
         }
         while let Some(Lookup { table, ids, above }) = self.lookups.pop() {
             let Some(g) = grads.remove(above.as_tensor()) else {
@@ -150,6 +192,44 @@ impl Tape {
             grads.insert(&table, sum);
         }
         Ok(grads)
+    }
+}
+
+/// The gradients of the graph that computed `below`, given `g`, the gradient that reached it:
+/// candle's backward of the surrogate `sum(below * g)`, whose gradient with respect to `below` is
+/// exactly `g`.
+fn push_below(below: &Tensor, g: &Tensor) -> Result<GradStore> {
+    // candle's gradients may carry graphs of their own (a product's gradient is built from the
+    // other factor, a variable): the surrogate must see `g` as a constant.
+    let g = g.detach();
+    let mut piece = detached((below * &g)?.sum_all()?.backward()?);
+    // candle also differentiates the surrogate with respect to `g`: a hidden state's worth per
+    // layer that nobody reads.
+    piece.remove(&g);
+    Ok(piece)
+}
+
+impl Layer {
+    /// Takes the gradient that reached the layer's output from `grads` and adds the layer's
+    /// input's and weights' gradients into it (nothing when the loss does not reach the layer).
+    fn backward(self, grads: &mut GradStore) -> Result<()> {
+        let Some(g) = grads.remove(self.above.as_tensor()) else {
+            return Ok(());
+        };
+        let (dx, weights) = self.record.backward(&g.detach())?;
+        for (weight, g) in weights {
+            let sum = accumulate::summed(grads.remove(&weight), g)?;
+            grads.insert(&weight, sum);
+        }
+        if self.input.is_variable() {
+            let sum = accumulate::summed(grads.remove(&self.input), dx)?;
+            grads.insert(&self.input, sum);
+        } else if self.input.track_op() {
+            // The input was computed from a leaf below (the first layer's is the lookup's rows
+            // reshaped): candle carries dx down that graph.
+            grads.extend(push_below(&self.input, &dx)?)?;
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,7 @@ use candle_core::{D, DType, Device, Result, Tensor};
 
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
+use super::layer_grad;
 use super::params::ParamStore;
 use super::tape::Tape;
 use roll_cpu_kernels as fused;
@@ -32,18 +33,44 @@ pub const MASKED: f32 = -1e9;
 // The fused attention kernel skips the keys masked below its threshold.
 const _: () = assert!(MASKED < fused::attention::MASK_SKIP);
 
-struct LayerWeights {
-    input_norm: Tensor,
-    post_norm: Tensor,
-    q_w: Tensor,
-    k_w: Tensor,
-    v_w: Tensor,
-    o_w: Tensor,
-    qkv_b: Option<(Tensor, Tensor, Tensor)>,
-    qk_norm: Option<(Tensor, Tensor)>,
-    gate_w: Tensor,
-    up_w: Tensor,
-    down_w: Tensor,
+/// One layer's weights (cloning shares them).
+#[derive(Clone)]
+pub(super) struct LayerWeights {
+    pub(super) input_norm: Tensor,
+    pub(super) post_norm: Tensor,
+    pub(super) q_w: Tensor,
+    pub(super) k_w: Tensor,
+    pub(super) v_w: Tensor,
+    pub(super) o_w: Tensor,
+    pub(super) qkv_b: Option<(Tensor, Tensor, Tensor)>,
+    pub(super) qk_norm: Option<(Tensor, Tensor)>,
+    pub(super) gate_w: Tensor,
+    pub(super) up_w: Tensor,
+    pub(super) down_w: Tensor,
+}
+
+impl LayerWeights {
+    /// Every weight of the layer.
+    pub(super) fn all(&self) -> Vec<&Tensor> {
+        let mut all = vec![
+            &self.input_norm,
+            &self.post_norm,
+            &self.q_w,
+            &self.k_w,
+            &self.v_w,
+            &self.o_w,
+            &self.gate_w,
+            &self.up_w,
+            &self.down_w,
+        ];
+        if let Some((q, k, v)) = &self.qkv_b {
+            all.extend([q, k, v]);
+        }
+        if let Some((q, k)) = &self.qk_norm {
+            all.extend([q, k]);
+        }
+        all
+    }
 }
 
 /// A model: config, parameters, and rotary tables. Cloning is cheap (tensors are shared).
@@ -199,11 +226,24 @@ impl Transformer {
         let mask = mask.to_dtype(self.dtype)?;
         if numerics != Numerics::Reference && fused::applies(&x) {
             for (l, w) in self.layers.iter().enumerate() {
-                let layer_cache = cache.as_deref_mut().map(|c| (c, l));
-                x = self.fused_layer(x, w, &cos, &sin, &mask, layer_cache, numerics)?;
-                if let Some(tape) = tape.as_deref_mut() {
-                    x = tape.cut(x)?;
-                }
+                x = match tape.as_deref_mut() {
+                    // Training: each layer differentiated by hand (`layer_grad`).
+                    Some(tape)
+                        if numerics == Numerics::Differentiable && layer_grad::applies(w) =>
+                    {
+                        let (out, record) =
+                            layer_grad::forward(&x, w, &self.cfg, &cos, &sin, &mask)?;
+                        tape.layer(x, out, record)?
+                    }
+                    Some(tape) => {
+                        let out = self.fused_layer(x, w, &cos, &sin, &mask, None, numerics)?;
+                        tape.cut(out)?
+                    }
+                    None => {
+                        let layer_cache = cache.as_deref_mut().map(|c| (c, l));
+                        self.fused_layer(x, w, &cos, &sin, &mask, layer_cache, numerics)?
+                    }
+                };
             }
             return fused::rms_norm::rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps);
         }
@@ -386,7 +426,7 @@ fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Re
 }
 
 /// x: (..., in) @ w: (out, in)^T + b: (out) -> (..., out)
-fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     affine(x, w, b, Product::Gemm)
 }
 

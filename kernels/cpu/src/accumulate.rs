@@ -7,11 +7,13 @@
 //!   them, so the sums are the same bits.
 //! - [`add_in_place`]: `dst += src`, the next micro-batch's gradient added into the running sum
 //!   (the same bits as `dst + src`).
+//! - [`column_sums`]: a bias's gradient, its output's gradient summed over rows, one contiguous
+//!   row after the other (candle's sum over the first axis walks the matrix down its columns).
 
 use candle_core::{CpuStorage, InplaceOp2, InplaceOp3, Layout, Result, Tensor, bail};
 use rayon::prelude::*;
 
-use super::f32_data;
+use super::{f32_data, storage_f32};
 
 struct AddRows;
 
@@ -139,6 +141,23 @@ pub fn summed(sum: Option<Tensor>, addend: Tensor) -> Result<Tensor> {
     }
 }
 
+/// x: (rows, n) f32 on the CPU -> (n), each column summed over the rows, top to bottom.
+pub fn column_sums(x: &Tensor) -> Result<Tensor> {
+    let (_, n) = x.dims2()?;
+    let x = x.contiguous()?;
+    let mut sums = vec![0f32; n];
+    {
+        let (storage, layout) = x.storage_and_layout();
+        let data = storage_f32(&storage, layout, "column sums", "the matrix")?;
+        for row in data.chunks_exact(n.max(1)) {
+            for (sum, v) in sums.iter_mut().zip(row) {
+                *sum += v;
+            }
+        }
+    }
+    Tensor::from_vec(sums, n, x.device())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +217,31 @@ mod tests {
         assert_ne!(new.id(), d.id());
         assert_eq!(new.to_vec1::<f64>().unwrap(), vec![4.0, 6.0]);
         assert_eq!(d.to_vec1::<f64>().unwrap(), vec![1.0, 2.0]);
+    }
+
+    /// Column sums of a 3 x 2 matrix by hand, and of a wide one against candle's sum (the same
+    /// additions in another order: to a rounding).
+    #[test]
+    fn column_sums_add_each_column_over_the_rows() {
+        let dev = Device::Cpu;
+        let x = Tensor::new(&[[1f32, -2.0], [0.5, 4.0], [3.0, 0.25]], &dev).unwrap();
+        assert_eq!(
+            column_sums(&x).unwrap().to_vec1::<f32>().unwrap(),
+            vec![4.5, 2.25]
+        );
+        let x = Tensor::randn(0f32, 1.0, (37, 130), &dev).unwrap();
+        let want = x.sum(0).unwrap().to_vec1::<f32>().unwrap();
+        let got = column_sums(&x).unwrap().to_vec1::<f32>().unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
+        // A transposed view is read as the matrix it shows.
+        let t = x.t().unwrap();
+        let want = t.sum(0).unwrap().to_vec1::<f32>().unwrap();
+        let got = column_sums(&t).unwrap().to_vec1::<f32>().unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
     }
 
     #[test]

@@ -392,15 +392,8 @@ impl CustomOp3 for Attention {
         res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let op = AttentionGrad {
-            mask: self.mask.clone(),
-            scale: self.scale,
-            out: res.contiguous()?,
-            grad: grad.contiguous()?,
-        };
-        let packed = q.apply_op3_no_bwd(k, v, &op)?;
-        let g = unpack(&packed, &[q.dims(), k.dims(), v.dims()])?;
-        Ok((Some(g[0].clone()), Some(g[1].clone()), Some(g[2].clone())))
+        let (dq, dk, dv) = backward(q, k, v, &self.mask, self.scale, res, grad)?;
+        Ok((Some(dq), Some(dk), Some(dv)))
     }
 }
 
@@ -479,4 +472,48 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) 
             scale: scale as f32,
         },
     )
+}
+
+/// The gradients of [`attention`] with respect to q, k and v, given its output `out` and the
+/// output's gradient dy: (dq, dk, dv) in the shapes of q, k and v. q, k, v and mask as
+/// [`attention`] took them (keys and values contiguous). What candle's backward of [`attention`]
+/// runs, for a caller differentiating by hand.
+pub fn attention_backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    scale: f64,
+    out: &Tensor,
+    dy: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    backward(
+        &q.contiguous()?,
+        &k.contiguous()?,
+        &v.contiguous()?,
+        &mask.contiguous()?,
+        scale as f32,
+        out,
+        dy,
+    )
+}
+
+fn backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    scale: f32,
+    out: &Tensor,
+    dy: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = AttentionGrad {
+        mask: mask.clone(),
+        scale,
+        out: out.contiguous()?,
+        grad: dy.contiguous()?,
+    };
+    let packed = q.apply_op3_no_bwd(k, v, &op)?;
+    let [dq, dk, dv] = unpack(&packed, [q.dims(), k.dims(), v.dims()])?;
+    Ok((dq, dk, dv))
 }

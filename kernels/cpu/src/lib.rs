@@ -56,16 +56,22 @@ fn storage_f32<'a>(s: &'a Storage, l: &Layout, op: &str, what: &str) -> Result<&
     f32_data(cpu, l, op, what)
 }
 
-/// Splits a packed 1-D result of a backward kernel into tensors of the given shapes.
-fn unpack(packed: &Tensor, shapes: &[&[usize]]) -> Result<Vec<Tensor>> {
-    let mut out = Vec::with_capacity(shapes.len());
+/// Splits a packed 1-D result of a backward kernel into tensors of the given shapes (views of
+/// its storage, no copies).
+fn unpack<const N: usize>(packed: &Tensor, shapes: [&[usize]; N]) -> Result<[Tensor; N]> {
     let mut at = 0;
-    for shape in shapes {
+    let mut part = |shape: &[usize]| -> Result<Tensor> {
         let n: usize = shape.iter().product();
-        out.push(packed.narrow(0, at, n)?.reshape(*shape)?);
+        let t = packed.narrow(0, at, n)?.reshape(shape)?;
         at += n;
+        Ok(t)
+    };
+    let mut out = Vec::with_capacity(N);
+    for shape in shapes {
+        out.push(part(shape)?);
     }
-    Ok(out)
+    out.try_into()
+        .map_err(|_| candle_core::Error::Msg("unpack: part count".into()))
 }
 
 /// A few-row product's slice function: x (m, k) and w (n, k), both row-major, to y = x wᵀ (m, n).

@@ -74,11 +74,8 @@ impl CustomOp2 for RmsNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
-        let packed = x.apply_op3_no_bwd(w, &grad, &RmsNormGrad { eps: self.eps })?;
-        let d = w.elem_count();
-        let grads = unpack(&packed, &[x.dims(), &[d]])?;
-        Ok((Some(grads[0].clone()), Some(grads[1].clone())))
+        let (dx, dw) = backward(x, w, grad, self.eps)?;
+        Ok((Some(dx), Some(dw)))
     }
 }
 
@@ -141,4 +138,22 @@ impl CustomOp3 for RmsNormGrad {
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     x.contiguous()?
         .apply_op2(&weight.contiguous()?, RmsNorm { eps: eps as f32 })
+}
+
+/// The gradients of [`rms_norm`]: x (..., d), weight (d) and dy (x's shape) -> (dx, dweight).
+/// What candle's backward of [`rms_norm`] runs, for a caller differentiating by hand.
+pub fn rms_norm_backward(
+    x: &Tensor,
+    weight: &Tensor,
+    dy: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    backward(&x.contiguous()?, &weight.contiguous()?, dy, eps as f32)
+}
+
+fn backward(x: &Tensor, w: &Tensor, dy: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &RmsNormGrad { eps })?;
+    let d = w.elem_count();
+    let [dx, dw] = unpack(&packed, [x.dims(), &[d]])?;
+    Ok((dx, dw))
 }

@@ -78,13 +78,7 @@ impl CustomOp3 for Rope {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dx = grad.contiguous()?.apply_op3_no_bwd(
-            cos,
-            sin,
-            &Rope {
-                inverse: !self.inverse,
-            },
-        )?;
+        let dx = rotate(grad, cos, sin, !self.inverse)?;
         Ok((Some(dx), None, None))
     }
 }
@@ -96,4 +90,15 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         &sin.contiguous()?,
         Rope { inverse: false },
     )
+}
+
+/// The gradient of [`rope`] with respect to x, given dy (x's shape): the inverse rotation of dy.
+/// What candle's backward of [`rope`] runs, for a caller differentiating by hand.
+pub fn rope_backward(dy: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    rotate(dy, &cos.contiguous()?, &sin.contiguous()?, true)
+}
+
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, inverse: bool) -> Result<Tensor> {
+    x.contiguous()?
+        .apply_op3_no_bwd(cos, sin, &Rope { inverse })
 }

@@ -73,9 +73,8 @@ impl CustomOp2 for SwiGlu {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let packed = gate.apply_op3_no_bwd(up, &grad.contiguous()?, &SwiGluGrad)?;
-        let grads = unpack(&packed, &[gate.dims(), up.dims()])?;
-        Ok((Some(grads[0].clone()), Some(grads[1].clone())))
+        let (dgate, dup) = backward(gate, up, grad)?;
+        Ok((Some(dgate), Some(dup)))
     }
 }
 
@@ -121,4 +120,16 @@ impl CustomOp3 for SwiGluGrad {
 /// gate, up: the same shape, f32 on CPU -> silu(gate) * up.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+}
+
+/// The gradients of [`swiglu`]: gate, up and dy of one shape -> (dgate, dup). What candle's
+/// backward of [`swiglu`] runs, for a caller differentiating by hand.
+pub fn swiglu_backward(gate: &Tensor, up: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
+    backward(&gate.contiguous()?, &up.contiguous()?, dy)
+}
+
+fn backward(gate: &Tensor, up: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
+    let packed = gate.apply_op3_no_bwd(up, &dy.contiguous()?, &SwiGluGrad)?;
+    let [dgate, dup] = unpack(&packed, [gate.dims(), up.dims()])?;
+    Ok((dgate, dup))
 }

@@ -1,0 +1,237 @@
+//! One transformer layer on the fused CPU kernels, differentiated by hand: the training forward
+//! keeps the activations its backward needs, and [`LayerRecord::backward`] runs the kernels'
+//! backward functions and the matrix products of the chain rule directly.
+//!
+//! candle's `backward` over the same layer walks about thirty graph nodes (reshapes, the weights'
+//! transposes, the products, the kernels, the residual sums) and gives each input's gradient a
+//! zero-filled tensor plus a sum, even where there is one contribution: at the tiny shape that
+//! bookkeeping (memset, elementwise sums, page faults of the fresh buffers) was a quarter of a
+//! forward+backward (benches/RESULTS.md). Here each gradient is made once, in the weight's own
+//! layout (no transposed sum), and the few true sums (the residual stream, the three projections
+//! reading one normed input) are added in place.
+//!
+//! The values are the fused forward's bit for bit (the same kernels and products in the same
+//! order); the gradients are candle's to the last bits (sums taken in another order; tested
+//! against candle's backward of the same forward in tests/model_numerics.rs).
+
+use candle_core::{Result, Tensor};
+use roll_cpu_kernels as fused;
+
+use super::config::ModelConfig;
+use super::transformer::{LayerWeights, linear};
+
+/// A layer's forward as its backward needs it. Holds the layer's activations (freed with it) and
+/// its weights as the model holds them: their gradients are keyed by them.
+pub(super) struct LayerRecord {
+    w: LayerWeights,
+    eps: f64,
+    scale: f64,
+    mask: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    /// The layer's input (b, t, hidden), detached.
+    x: Tensor,
+    /// Normed input (b, t, hidden): what q, k and v read.
+    h1: Tensor,
+    /// q and k before their norms (b, t, heads, hd), with q/k norms (Qwen3).
+    qk_lin: Option<(Tensor, Tensor)>,
+    /// After the rotary embedding: q (b, t, heads, hd), k and v (b, t, kv_heads, hd).
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    /// Attention's output (b, t, heads * hd).
+    attn: Tensor,
+    /// The residual stream after attention, and its norm (b, t, hidden).
+    x2: Tensor,
+    h2: Tensor,
+    /// The MLP's gate and up projections and their SwiGLU (b, t, intermediate).
+    gate: Tensor,
+    up: Tensor,
+    mlp: Tensor,
+}
+
+/// Whether this layer can be differentiated here: its weights are the model's variables (or
+/// frozen), not tensors computed from others, whose gradients candle would carry further.
+pub(super) fn applies(w: &LayerWeights) -> bool {
+    w.all().iter().all(|t| t.is_variable() || !t.track_op())
+}
+
+/// The layer's output (b, t, hidden), detached, and its record. The same operations as
+/// `Transformer::fused_layer` at `Numerics::Differentiable` without a cache, so the same bits.
+pub(super) fn forward(
+    x: &Tensor,
+    w: &LayerWeights,
+    cfg: &ModelConfig,
+    cos: &Tensor,
+    sin: &Tensor,
+    mask: &Tensor,
+) -> Result<(Tensor, LayerRecord)> {
+    let eps = cfg.rms_norm_eps;
+    let (b, t, _) = x.dims3()?;
+    let (nh, nkv, hd) = (
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+    );
+    let d = Tensor::detach;
+    let x = x.detach();
+    let h1 = fused::rms_norm::rms_norm(&x, &d(&w.input_norm), eps)?;
+    let bias = |i: usize| w.qkv_b.as_ref().map(|(q, k, v)| d([q, k, v][i]));
+    let q_lin = linear(&h1, &d(&w.q_w), bias(0).as_ref())?.reshape((b, t, nh, hd))?;
+    let k_lin = linear(&h1, &d(&w.k_w), bias(1).as_ref())?.reshape((b, t, nkv, hd))?;
+    let v = linear(&h1, &d(&w.v_w), bias(2).as_ref())?.reshape((b, t, nkv, hd))?;
+    let (q_in, k_in, qk_lin) = match &w.qk_norm {
+        Some((qn, kn)) => (
+            fused::rms_norm::rms_norm(&q_lin, &d(qn), eps)?,
+            fused::rms_norm::rms_norm(&k_lin, &d(kn), eps)?,
+            Some((q_lin, k_lin)),
+        ),
+        None => (q_lin, k_lin, None),
+    };
+    let q = fused::rope::rope(&q_in, cos, sin)?;
+    let k = fused::rope::rope(&k_in, cos, sin)?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
+    let x2 = (&x + linear(&attn, &d(&w.o_w), None)?)?;
+    let h2 = fused::rms_norm::rms_norm(&x2, &d(&w.post_norm), eps)?;
+    let gate = linear(&h2, &d(&w.gate_w), None)?;
+    let up = linear(&h2, &d(&w.up_w), None)?;
+    let mlp = fused::swiglu::swiglu(&gate, &up)?;
+    let out = (&x2 + linear(&mlp, &d(&w.down_w), None)?)?;
+    let record = LayerRecord {
+        w: w.clone(),
+        eps,
+        scale,
+        mask: mask.clone(),
+        cos: cos.clone(),
+        sin: sin.clone(),
+        x,
+        h1,
+        qk_lin,
+        q,
+        k,
+        v,
+        attn,
+        x2,
+        h2,
+        gate,
+        up,
+        mlp,
+    };
+    Ok((out, record))
+}
+
+/// `t` (b, t, ...) as a matrix of one row per token: (b * t, the rest). Heads are flattened into
+/// their row, as the projections lay them out.
+fn rows(t: &Tensor) -> Result<Tensor> {
+    let tokens = t.dims().iter().take(2).product::<usize>().max(1);
+    t.contiguous()?.reshape((tokens, t.elem_count() / tokens))
+}
+
+/// A norm weight's gradient in storage of its own: the backward kernel packs it behind the
+/// input's gradient, which would otherwise stay alive with it until the optimizer step.
+fn own(g: &Tensor) -> Result<Tensor> {
+    g.copy()
+}
+
+/// For y = x wᵀ over rows, given dy (rows, out): w's gradient dyᵀ x in its own (out, in) layout,
+/// with w; none for a frozen weight.
+fn product_grad(weight: &Tensor, dy: &Tensor, x: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    if !weight.track_op() {
+        return Ok(None);
+    }
+    Ok(Some((weight.clone(), dy.t()?.matmul(&rows(x)?)?)))
+}
+
+/// The gradients of a layer's weights, each with the weight it belongs to.
+pub(super) type WeightGrads = Vec<(Tensor, Tensor)>;
+
+impl LayerRecord {
+    /// Given dy, the gradient of the layer's output (b, t, hidden): the gradient of its input
+    /// (b, t, hidden) and those of its weights that are trained (see [`applies`]).
+    pub(super) fn backward(self, dy: &Tensor) -> Result<(Tensor, WeightGrads)> {
+        let w = &self.w;
+        let d = Tensor::detach;
+        let mut grads: WeightGrads = Vec::new();
+        let shape = self.x.dims().to_vec();
+        let dy = rows(dy)?;
+
+        // out = x2 + down(swiglu(gate(h2), up(h2)))
+        grads.extend(product_grad(&w.down_w, &dy, &self.mlp)?);
+        let d_mlp = dy.matmul(&d(&w.down_w))?;
+        let (d_gate, d_up) = fused::swiglu::swiglu_backward(
+            &self.gate,
+            &self.up,
+            &d_mlp.reshape(self.gate.dims())?,
+        )?;
+        drop(d_mlp);
+        let (d_gate, d_up) = (rows(&d_gate)?, rows(&d_up)?);
+        grads.extend(product_grad(&w.gate_w, &d_gate, &self.h2)?);
+        grads.extend(product_grad(&w.up_w, &d_up, &self.h2)?);
+        let d_h2 = fused::accumulate::summed(
+            Some(d_gate.matmul(&d(&w.gate_w))?),
+            d_up.matmul(&d(&w.up_w))?,
+        )?;
+        drop((d_gate, d_up));
+        let (d_x2, d_post) = fused::rms_norm::rms_norm_backward(
+            &self.x2,
+            &d(&w.post_norm),
+            &d_h2.reshape(shape.as_slice())?,
+            self.eps,
+        )?;
+        if w.post_norm.track_op() {
+            grads.push((w.post_norm.clone(), own(&d_post)?));
+        }
+        // The residual: the output's gradient reaches x2 directly too.
+        let d_x2 = rows(&fused::accumulate::summed(
+            Some(d_x2),
+            dy.reshape(shape.as_slice())?,
+        )?)?;
+
+        // x2 = x + o(attention(rope(q), rope(k), v))
+        grads.extend(product_grad(&w.o_w, &d_x2, &self.attn)?);
+        let d_attn = d_x2.matmul(&d(&w.o_w))?.reshape(self.attn.dims())?;
+        let (dq, dk, dv) = fused::attention::attention_backward(
+            &self.q, &self.k, &self.v, &self.mask, self.scale, &self.attn, &d_attn,
+        )?;
+        drop(d_attn);
+        let mut dq = fused::rope::rope_backward(&dq, &self.cos, &self.sin)?;
+        let mut dk = fused::rope::rope_backward(&dk, &self.cos, &self.sin)?;
+        if let (Some((qn, kn)), Some((q_lin, k_lin))) = (&w.qk_norm, &self.qk_lin) {
+            let (dq_lin, d_qn) = fused::rms_norm::rms_norm_backward(q_lin, &d(qn), &dq, self.eps)?;
+            let (dk_lin, d_kn) = fused::rms_norm::rms_norm_backward(k_lin, &d(kn), &dk, self.eps)?;
+            for (norm, g) in [(qn, d_qn), (kn, d_kn)] {
+                if norm.track_op() {
+                    grads.push((norm.clone(), own(&g)?));
+                }
+            }
+            (dq, dk) = (dq_lin, dk_lin);
+        }
+        let (dq, dk, dv) = (rows(&dq)?, rows(&dk)?, rows(&dv)?);
+        if let Some((qb, kb, vb)) = &w.qkv_b {
+            for (bias, g) in [(qb, &dq), (kb, &dk), (vb, &dv)] {
+                if bias.track_op() {
+                    grads.push((bias.clone(), fused::accumulate::column_sums(g)?));
+                }
+            }
+        }
+        grads.extend(product_grad(&w.q_w, &dq, &self.h1)?);
+        grads.extend(product_grad(&w.k_w, &dk, &self.h1)?);
+        grads.extend(product_grad(&w.v_w, &dv, &self.h1)?);
+        let mut d_h1 = dq.matmul(&d(&w.q_w))?;
+        for (g, weight) in [(&dk, &w.k_w), (&dv, &w.v_w)] {
+            d_h1 = fused::accumulate::summed(Some(d_h1), g.matmul(&d(weight))?)?;
+        }
+        let (dx, d_in) = fused::rms_norm::rms_norm_backward(
+            &self.x,
+            &d(&w.input_norm),
+            &d_h1.reshape(shape.as_slice())?,
+            self.eps,
+        )?;
+        if w.input_norm.track_op() {
+            grads.push((w.input_norm.clone(), own(&d_in)?));
+        }
+        let dx = fused::accumulate::summed(Some(dx), d_x2.reshape(shape.as_slice())?)?;
+        Ok((dx, grads))
+    }
+}
