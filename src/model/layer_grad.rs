@@ -7,8 +7,9 @@
 //! zero-filled tensor plus a sum, even where there is one contribution: at the tiny shape that
 //! bookkeeping (memset, elementwise sums, page faults of the fresh buffers) was a quarter of a
 //! forward+backward (benches/RESULTS.md). Here each gradient is made once, in the weight's own
-//! layout (no transposed sum), and the few true sums (the residual stream, the three projections
-//! reading one normed input) are added in place.
+//! layout (no transposed sum), the products' outputs are not zero-filled first
+//! (`roll_cpu_kernels::product`), and the few true sums (the residual stream, the projections
+//! reading one normed input) are added in place, the projections' by gemm as it multiplies.
 //!
 //! The values are the fused forward's bit for bit (the same kernels and products in the same
 //! order); the gradients are candle's to the last bits (sums taken in another order; tested
@@ -18,7 +19,7 @@ use candle_core::{Result, Tensor};
 use roll_cpu_kernels as fused;
 
 use super::config::ModelConfig;
-use super::transformer::{LayerWeights, linear};
+use super::transformer::LayerWeights;
 
 /// A layer's forward as its backward needs it. Holds the layer's activations (freed with it) and
 /// its weights as the model holds them: their gradients are keyed by them.
@@ -57,7 +58,8 @@ pub(super) fn applies(w: &LayerWeights) -> bool {
 }
 
 /// The layer's output (b, t, hidden), detached, and its record. The same operations as
-/// `Transformer::fused_layer` at `Numerics::Differentiable` without a cache, so the same bits.
+/// `Transformer::fused_layer` at `Numerics::Differentiable` without a cache (its products
+/// through the same gemm call), so the same bits.
 pub(super) fn forward(
     x: &Tensor,
     w: &LayerWeights,
@@ -77,9 +79,9 @@ pub(super) fn forward(
     let x = x.detach();
     let h1 = fused::rms_norm::rms_norm(&x, &d(&w.input_norm), eps)?;
     let bias = |i: usize| w.qkv_b.as_ref().map(|(q, k, v)| d([q, k, v][i]));
-    let q_lin = linear(&h1, &d(&w.q_w), bias(0).as_ref())?.reshape((b, t, nh, hd))?;
-    let k_lin = linear(&h1, &d(&w.k_w), bias(1).as_ref())?.reshape((b, t, nkv, hd))?;
-    let v = linear(&h1, &d(&w.v_w), bias(2).as_ref())?.reshape((b, t, nkv, hd))?;
+    let q_lin = project(&h1, &d(&w.q_w), bias(0).as_ref())?.reshape((b, t, nh, hd))?;
+    let k_lin = project(&h1, &d(&w.k_w), bias(1).as_ref())?.reshape((b, t, nkv, hd))?;
+    let v = project(&h1, &d(&w.v_w), bias(2).as_ref())?.reshape((b, t, nkv, hd))?;
     let (q_in, k_in, qk_lin) = match &w.qk_norm {
         Some((qn, kn)) => (
             fused::rms_norm::rms_norm(&q_lin, &d(qn), eps)?,
@@ -92,12 +94,12 @@ pub(super) fn forward(
     let k = fused::rope::rope(&k_in, cos, sin)?;
     let scale = 1.0 / (hd as f64).sqrt();
     let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
-    let x2 = (&x + linear(&attn, &d(&w.o_w), None)?)?;
+    let x2 = (&x + project(&attn, &d(&w.o_w), None)?)?;
     let h2 = fused::rms_norm::rms_norm(&x2, &d(&w.post_norm), eps)?;
-    let gate = linear(&h2, &d(&w.gate_w), None)?;
-    let up = linear(&h2, &d(&w.up_w), None)?;
+    let gate = project(&h2, &d(&w.gate_w), None)?;
+    let up = project(&h2, &d(&w.up_w), None)?;
     let mlp = fused::swiglu::swiglu(&gate, &up)?;
-    let out = (&x2 + linear(&mlp, &d(&w.down_w), None)?)?;
+    let out = (&x2 + project(&mlp, &d(&w.down_w), None)?)?;
     let record = LayerRecord {
         w: w.clone(),
         eps,
@@ -121,6 +123,18 @@ pub(super) fn forward(
     Ok((out, record))
 }
 
+/// x (b, t, in) times w (out, in) transposed, plus b (out): (b, t, out). The transformer's
+/// `linear` (candle's matmul, then the bias) but for the output's zero fill: the same bits.
+fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let (batch, t, _) = x.dims3()?;
+    let y = fused::product::matmul(&rows(x)?, &w.t()?)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    y.reshape((batch, t, ()))
+}
+
 /// `t` (b, t, ...) as a matrix of one row per token: (b * t, the rest). Heads are flattened into
 /// their row, as the projections lay them out.
 fn rows(t: &Tensor) -> Result<Tensor> {
@@ -140,7 +154,10 @@ fn product_grad(weight: &Tensor, dy: &Tensor, x: &Tensor) -> Result<Option<(Tens
     if !weight.track_op() {
         return Ok(None);
     }
-    Ok(Some((weight.clone(), dy.t()?.matmul(&rows(x)?)?)))
+    Ok(Some((
+        weight.clone(),
+        fused::product::matmul(&dy.t()?, &rows(x)?)?,
+    )))
 }
 
 /// The gradients of a layer's weights, each with the weight it belongs to.
@@ -158,7 +175,7 @@ impl LayerRecord {
 
         // out = x2 + down(swiglu(gate(h2), up(h2)))
         grads.extend(product_grad(&w.down_w, &dy, &self.mlp)?);
-        let d_mlp = dy.matmul(&d(&w.down_w))?;
+        let d_mlp = fused::product::matmul(&dy, &d(&w.down_w))?;
         let (d_gate, d_up) = fused::swiglu::swiglu_backward(
             &self.gate,
             &self.up,
@@ -168,10 +185,8 @@ impl LayerRecord {
         let (d_gate, d_up) = (rows(&d_gate)?, rows(&d_up)?);
         grads.extend(product_grad(&w.gate_w, &d_gate, &self.h2)?);
         grads.extend(product_grad(&w.up_w, &d_up, &self.h2)?);
-        let d_h2 = fused::accumulate::summed(
-            Some(d_gate.matmul(&d(&w.gate_w))?),
-            d_up.matmul(&d(&w.up_w))?,
-        )?;
+        let d_h2 = fused::product::matmul(&d_gate, &d(&w.gate_w))?;
+        fused::product::matmul_add(&d_h2, &d_up, &d(&w.up_w))?;
         drop((d_gate, d_up));
         let (d_x2, d_post) = fused::rms_norm::rms_norm_backward(
             &self.x2,
@@ -190,7 +205,7 @@ impl LayerRecord {
 
         // x2 = x + o(attention(rope(q), rope(k), v))
         grads.extend(product_grad(&w.o_w, &d_x2, &self.attn)?);
-        let d_attn = d_x2.matmul(&d(&w.o_w))?.reshape(self.attn.dims())?;
+        let d_attn = fused::product::matmul(&d_x2, &d(&w.o_w))?.reshape(self.attn.dims())?;
         let (dq, dk, dv) = fused::attention::attention_backward(
             &self.q, &self.k, &self.v, &self.mask, self.scale, &self.attn, &d_attn,
         )?;
@@ -218,10 +233,9 @@ impl LayerRecord {
         grads.extend(product_grad(&w.q_w, &dq, &self.h1)?);
         grads.extend(product_grad(&w.k_w, &dk, &self.h1)?);
         grads.extend(product_grad(&w.v_w, &dv, &self.h1)?);
-        let mut d_h1 = dq.matmul(&d(&w.q_w))?;
-        for (g, weight) in [(&dk, &w.k_w), (&dv, &w.v_w)] {
-            d_h1 = fused::accumulate::summed(Some(d_h1), g.matmul(&d(weight))?)?;
-        }
+        let d_h1 = fused::product::matmul(&dq, &d(&w.q_w))?;
+        fused::product::matmul_add(&d_h1, &dk, &d(&w.k_w))?;
+        fused::product::matmul_add(&d_h1, &dv, &d(&w.v_w))?;
         let (dx, d_in) = fused::rms_norm::rms_norm_backward(
             &self.x,
             &d(&w.input_norm),

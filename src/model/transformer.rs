@@ -426,7 +426,7 @@ fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Re
 }
 
 /// x: (..., in) @ w: (out, in)^T + b: (out) -> (..., out)
-pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     affine(x, w, b, Product::Gemm)
 }
 

@@ -21,6 +21,7 @@ pub mod accumulate;
 pub mod attention;
 pub mod head;
 pub mod logprobs;
+pub mod product;
 pub mod rms_norm;
 pub mod rope;
 pub mod skinny;
