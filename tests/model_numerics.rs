@@ -27,6 +27,38 @@ fn opts(arch: Arch) -> InitOptions {
     }
 }
 
+/// (prompt, response) pairs as a training batch of `model`.
+fn batch_of(model: &roll::model::LoadedModel, pairs: &[(Vec<u32>, Vec<u32>)]) -> TrainBatch {
+    let pairs: Vec<(&[u32], &[u32])> = pairs
+        .iter()
+        .map(|(p, r)| (p.as_slice(), r.as_slice()))
+        .collect();
+    let groups = model.transformer.config().kv_groups();
+    TrainBatch::new(&pairs, model.pad_id, groups, &Device::Cpu).unwrap()
+}
+
+/// Every parameter's gradient in `grads`, flattened, with its name, in the store's order.
+fn named_grads(
+    model: &roll::model::Transformer,
+    grads: &candle_core::backprop::GradStore,
+) -> Vec<(String, Vec<f32>)> {
+    model
+        .params()
+        .named_vars()
+        .into_iter()
+        .map(|(name, var)| {
+            let g = grads.get(var.as_tensor()).unwrap();
+            (name, g.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        })
+        .collect()
+}
+
+/// The largest |a - b| over the elements, and the largest |b|.
+fn worst_and_scale(a: &[f32], b: &[f32]) -> (f32, f32) {
+    let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    (worst, b.iter().fold(0f32, |m, v| m.max(v.abs())))
+}
+
 /// Logits of the last position for one unpadded sequence, computed without any cache.
 fn full_last_logits(model: &roll::model::Transformer, ids: &[u32]) -> Vec<f32> {
     let dev = Device::Cpu;
@@ -314,12 +346,7 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
                 (prompt, response)
             })
             .collect();
-        let pairs: Vec<(&[u32], &[u32])> = pairs
-            .iter()
-            .map(|(p, r)| (p.as_slice(), r.as_slice()))
-            .collect();
-        let batch =
-            TrainBatch::new(&pairs, model.pad_id, m.config().kv_groups(), &Device::Cpu).unwrap();
+        let batch = batch_of(&model, &pairs);
         // `taped`: the forward cut after every layer and differentiated piece by piece
         // (`roll::model::Tape`), as training does.
         let run = |numerics: Numerics, taped: bool| {
@@ -346,15 +373,7 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
             } else {
                 loss.backward().unwrap()
             };
-            let named: Vec<(String, Vec<f32>)> = m
-                .params()
-                .named_vars()
-                .into_iter()
-                .map(|(name, var)| {
-                    let g = grads.get(var.as_tensor()).unwrap();
-                    (name, g.flatten_all().unwrap().to_vec1::<f32>().unwrap())
-                })
-                .collect();
+            let named = named_grads(m, &grads);
             let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             (flat(&lp), flat(&h), named)
         };
@@ -382,8 +401,7 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
                     );
                     continue;
                 }
-                let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                let (worst, scale) = worst_and_scale(a, b);
                 assert!(
                     worst <= 1e-6 * scale,
                     "{arch:?} {name}: the hand-differentiated layers' gradient is {worst} off candle's (of {scale})"
@@ -402,17 +420,62 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
         }
         assert_eq!(grads.len(), grads_ref.len());
         for ((name, g), (_, g_ref)) in grads.iter().zip(&grads_ref) {
-            let scale = g_ref.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let worst = g
-                .iter()
-                .zip(g_ref)
-                .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            let (worst, scale) = worst_and_scale(g, g_ref);
             assert!(scale > 0.0, "{arch:?} {name}: no gradient");
             assert!(
                 worst <= 1e-4 * scale,
                 "{arch:?} {name}: worst {worst} of {scale}"
             );
         }
+    }
+}
+
+/// One loss over two forwards on one tape (a preference pair's chosen and rejected), through the
+/// hand-differentiated layers: each weight's gradient is the sum of both forwards', as candle's
+/// backward of the same two forwards gives it (to 1e-6 of its largest value). A layer that added
+/// its second forward's part in place of the first's, or dropped it, would be off by a whole part.
+#[test]
+fn two_forwards_on_one_tape_sum_their_layers_gradients() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    let m = &model.transformer;
+    let batch = |seed: u32| {
+        let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..3u32)
+            .map(|i| {
+                let prompt = (0..2 + i % 2)
+                    .map(|k| 3 + (seed + i * 5 + k) % 18)
+                    .collect();
+                let response = (0..3 + i)
+                    .map(|k| 3 + (seed * 3 + i + k * 7) % 18)
+                    .collect();
+                (prompt, response)
+            })
+            .collect();
+        batch_of(&model, &pairs)
+    };
+    let (a, b) = (batch(1), batch(7));
+    let grads_of = |taped: bool| {
+        let mut tape = roll::model::Tape::default();
+        let mut loss = Tensor::zeros((), candle_core::DType::F32, &Device::Cpu).unwrap();
+        for (batch, weight) in [(&a, 1.0), (&b, -0.5)] {
+            let t = if taped { Some(&mut tape) } else { None };
+            let (lp, _) =
+                response_forward(m, batch, 1.0, Numerics::Differentiable, false, t).unwrap();
+            loss = (loss + (lp.sum_all().unwrap() * weight).unwrap()).unwrap();
+        }
+        let grads = if taped {
+            assert_eq!(tape.len(), 2 * m.config().num_hidden_layers);
+            tape.backward(loss).unwrap()
+        } else {
+            loss.backward().unwrap()
+        };
+        named_grads(m, &grads)
+    };
+    let (taped, whole) = (grads_of(true), grads_of(false));
+    for ((name, g), (_, want)) in taped.iter().zip(&whole) {
+        let (worst, scale) = worst_and_scale(g, want);
+        assert!(scale > 0.0, "{name}: no gradient");
+        assert!(worst <= 1e-6 * scale, "{name}: worst {worst} of {scale}");
     }
 }
 
