@@ -13,7 +13,7 @@
 //! respect to `below` is exactly `g`), and that piece is dropped once its gradients are taken.
 //!
 //! On the CPU in f32 a layer of the fused kernels is a piece of its own kind: the forward keeps its
-//! activations in a record ([`super::layer_grad`]) and the backward differentiates it by hand,
+//! activations in a record (`model::layer_grad`) and the backward differentiates it by hand,
 //! with no graph of candle's; its output is a leaf like a cut's.
 //!
 //! The embedding lookup at the bottom is a piece of the tape's own ([`Tape::lookup`]): its rows'
@@ -62,7 +62,7 @@ enum Piece {
     Layer(Box<Layer>),
 }
 
-/// A layer of the fused CPU kernels, recorded by [`layer_grad::forward`]: its backward needs no
+/// A layer of the fused CPU kernels, recorded by `layer_grad::forward`: its backward needs no
 /// graph of candle's.
 struct Layer {
     /// The layer's input, where its gradient goes: the leaf of the piece below (or the lookup's).
