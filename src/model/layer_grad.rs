@@ -19,7 +19,7 @@ use candle_core::{Result, Tensor};
 use roll_cpu_kernels as fused;
 
 use super::config::ModelConfig;
-use super::transformer::LayerWeights;
+use super::transformer::{LayerWeights, Product, affine};
 
 /// A layer's forward as its backward needs it. Holds the layer's activations (freed with it) and
 /// its weights as the model holds them: their gradients are keyed by them.
@@ -124,15 +124,9 @@ pub(super) fn forward(
 }
 
 /// x (b, t, in) times w (out, in) transposed, plus b (out): (b, t, out). The transformer's
-/// `linear` (candle's matmul, then the bias) but for the output's zero fill: the same bits.
+/// `linear` but for the output's zero fill: the same bits.
 fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let (batch, t, _) = x.dims3()?;
-    let y = fused::product::matmul(&rows(x)?, &w.t()?)?;
-    let y = match b {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    y.reshape((batch, t, ()))
+    affine(x, w, b, Product::Direct)
 }
 
 /// `t` (b, t, ...) as a matrix of one row per token: (b * t, the rest). Heads are flattened into

@@ -153,8 +153,7 @@ impl Tape {
         for (weight, g) in self.head_grads.close() {
             // Before any piece below adds to it, as candle's order would have it (the head's part
             // of a tied embedding first).
-            let sum = accumulate::summed(grads.remove(&weight), g)?;
-            grads.insert(&weight, sum);
+            add_into(&mut grads, &weight, g)?;
         }
         while let Some(piece) = self.cuts.pop() {
             let (below, above) = match piece {
@@ -195,6 +194,13 @@ impl Tape {
     }
 }
 
+/// `g` added into the gradient `grads` holds for `t` (in place where it can), or stored as it.
+fn add_into(grads: &mut GradStore, t: &Tensor, g: Tensor) -> Result<()> {
+    let sum = accumulate::summed(grads.remove(t), g)?;
+    grads.insert(t, sum);
+    Ok(())
+}
+
 /// The gradients of the graph that computed `below`, given `g`, the gradient that reached it:
 /// candle's backward of the surrogate `sum(below * g)`, whose gradient with respect to `below` is
 /// exactly `g`.
@@ -218,12 +224,10 @@ impl Layer {
         };
         let (dx, weights) = self.record.backward(&g.detach())?;
         for (weight, g) in weights {
-            let sum = accumulate::summed(grads.remove(&weight), g)?;
-            grads.insert(&weight, sum);
+            add_into(grads, &weight, g)?;
         }
         if self.input.is_variable() {
-            let sum = accumulate::summed(grads.remove(&self.input), dx)?;
-            grads.insert(&self.input, sum);
+            add_into(grads, &self.input, dx)?;
         } else if self.input.track_op() {
             // The input was computed from a leaf below (the first layer's is the lookup's rows
             // reshaped): candle carries dx down that graph.

@@ -432,9 +432,12 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 
 /// Which matrix product [`affine`] takes.
 #[derive(Clone, Copy)]
-enum Product {
+pub(super) enum Product {
     /// candle's matmul (differentiable).
     Gemm,
+    /// `fused::product`: the same gemm call as candle's, so the same bits, without zero-filling
+    /// the output first; no backward (the hand-differentiated layers of `layer_grad`).
+    Direct,
     /// `fused::skinny` (inference only).
     Skinny,
     /// `fused::streamed` (inference only).
@@ -442,7 +445,12 @@ enum Product {
 }
 
 /// x @ w^T + b over x's rows flattened.
-fn affine(x: &Tensor, w: &Tensor, b: Option<&Tensor>, product: Product) -> Result<Tensor> {
+pub(super) fn affine(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    product: Product,
+) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let inner = dims[dims.len() - 1];
     let rows = x.elem_count() / inner.max(1);
@@ -451,6 +459,7 @@ fn affine(x: &Tensor, w: &Tensor, b: Option<&Tensor>, product: Product) -> Resul
         Product::Skinny => fused::skinny::skinny_matmul(&x, w)?,
         Product::Streamed => fused::streamed::streamed_matmul(&x, w)?,
         Product::Gemm => x.matmul(&w.t()?)?,
+        Product::Direct => fused::product::matmul(&x, &w.t()?)?,
     };
     let y = match b {
         Some(b) => y.broadcast_add(b)?,
