@@ -16,6 +16,9 @@
 //! Generation and forward+backward split their batches into the model's lanes, as the engine and
 //! training do (`roll::model::threads::lanes`); `ROLL_LANES=1` measures them in one lane.
 //!
+//! `BENCH_DTYPE=bfloat16` builds both models in bf16 (the fused kernels take f32 only, so bf16
+//! runs candle's ops).
+//!
 //! Run: `cargo bench --bench engine` (prints medians; record them in benches/RESULTS.md).
 
 use std::time::Instant;
@@ -55,6 +58,11 @@ fn peak_note() -> String {
         .unwrap_or_default()
 }
 
+/// The models' dtype: `BENCH_DTYPE` (`float32` by default, or `bfloat16`).
+fn bench_dtype() -> String {
+    std::env::var("BENCH_DTYPE").unwrap_or_else(|_| "float32".into())
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -81,10 +89,13 @@ fn main() {
         max_positions: 64,
         rope_theta: 10_000.0,
         chars: "0123456789+=abcdefgh>".into(),
-        dtype: "float32".into(),
+        dtype: bench_dtype(),
         seed: 1,
     })
     .expect("init");
+    if bench_dtype() != "float32" {
+        println!("models in {}", bench_dtype());
+    }
     let vocab = model.config().vocab_size as u32;
     let prompt =
         |i: u32| -> Vec<u32> { (0..6).map(|k| 3 + (i * 7 + k * 3) % (vocab - 3)).collect() };
@@ -265,7 +276,7 @@ fn qwen05(only: &str) {
         max_positions: 256,
         rope_theta: 1e6,
         chars,
-        dtype: "float32".into(),
+        dtype: bench_dtype(),
         seed: 1,
     })
     .expect("init");

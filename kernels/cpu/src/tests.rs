@@ -103,32 +103,36 @@ fn compare(
 
 #[test]
 fn rms_norm_equals_candles_ops() {
-    let x = randn(&[3, 5, 24], 2.0);
-    let w = randn(&[24], 1.0);
-    let eps = 1e-6;
-    compare(
-        &["x", "weight"],
-        &[&x, &w],
-        &[3, 5, 24],
-        |t| rms_norm::rms_norm(t[0], t[1], eps).unwrap(),
-        |t| {
-            let inv = (t[0].sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + eps)
-                .unwrap()
-                .sqrt()
-                .unwrap()
-                .recip()
-                .unwrap();
-            t[0].broadcast_mul(&inv)
-                .unwrap()
-                .broadcast_mul(t[1])
-                .unwrap()
-        },
-    );
+    // Rows of 24 are whole chunks of the kernel's eight partial sums; rows of 13 end in a tail.
+    for d in [24, 13] {
+        let x = randn(&[3, 5, d], 2.0);
+        let w = randn(&[d], 1.0);
+        let eps = 1e-6;
+        compare(
+            &["x", "weight"],
+            &[&x, &w],
+            &[3, 5, d],
+            |t| rms_norm::rms_norm(t[0], t[1], eps).unwrap(),
+            |t| {
+                let inv = (t[0].sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + eps)
+                    .unwrap()
+                    .sqrt()
+                    .unwrap()
+                    .recip()
+                    .unwrap();
+                t[0].broadcast_mul(&inv)
+                    .unwrap()
+                    .broadcast_mul(t[1])
+                    .unwrap()
+            },
+        );
+    }
 }
 
 #[test]
 fn rope_equals_rotate_half_and_its_backward_rotates_back() {
-    let (b, t, h, d) = (2, 5, 3, 8);
+    // 21 (batch, position) rows: more than one of the kernel's blocks of 16, the last one short.
+    let (b, t, h, d) = (3, 7, 3, 8);
     let x = randn(&[b, t, h, d], 1.0);
     let angles = randn(&[b, t, d / 2], 3.0);
     let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());

@@ -70,13 +70,20 @@ impl WithSimd for ExpInPlace<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let (head, tail) = S::as_mut_simd_f32s(self.0);
-        for v in head {
-            *v = exp_lanes(simd, *v);
-        }
-        for x in tail {
-            *x = exp(*x);
-        }
+        exp_in_place_with(simd, self.0);
+    }
+}
+
+/// [`exp_in_place`] for a caller already running under `simd` (a kernel's own `WithSimd` task):
+/// no second dispatch.
+#[inline(always)]
+pub(crate) fn exp_in_place_with<S: Simd>(simd: S, xs: &mut [f32]) {
+    let (head, tail) = S::as_mut_simd_f32s(xs);
+    for v in head {
+        *v = exp_lanes(simd, *v);
+    }
+    for x in tail {
+        *x = exp(*x);
     }
 }
 
