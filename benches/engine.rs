@@ -9,7 +9,8 @@
 //!   5. only when asked (`-- qwen05`, minutes): the Qwen2.5-0.5B shape (hidden 896, intermediate
 //!      4864, 14 heads, 2 KV heads, tied 151,936-token vocabulary; `QWEN05_LAYERS` of its 24
 //!      layers, default 24), forward+backward at 16 x 64 and generation at batch 16
-//!      (`-- qwen05-fwd_bwd` or `-- qwen05-generation` for one of them).
+//!      and an AdamW step over its parameters (`-- qwen05-fwd_bwd`, `-- qwen05-generation` or
+//!      `-- qwen05-adamw` for one of them).
 //!   6. the skinny product of decoding (few rows times a weight) against candle's GEMM, at the
 //!      shapes of a decode step and a prefill of both models: where `skinny::MAX_ROWS` comes from.
 //!
@@ -311,6 +312,9 @@ fn qwen05(only: &str) {
             peak_note()
         );
     }
+    if only.is_empty() || only == "adamw" {
+        adamw_steps(&model);
+    }
     if !(only.is_empty() || only == "generation") {
         return;
     }
@@ -337,6 +341,35 @@ fn qwen05(only: &str) {
         tokens as f64 / s,
         peak_note()
     );
+}
+
+/// Two AdamW steps over every parameter of `model` (random gradients, clipped), as the actor's
+/// optimizer takes them after a batch: seconds and peak memory per step.
+fn adamw_steps(model: &roll::model::LoadedModel) {
+    let vars = model.transformer.params().named_vars();
+    let params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
+    let mut opt = AdamW::new(vars.clone(), OptimizerConfig::default(), 100).expect("adamw");
+    for rep in 0..2 {
+        // A gradient store (an empty backward's), filled with one random gradient per variable.
+        let mut store = Tensor::zeros((), candle_core::DType::F32, &Device::Cpu)
+            .and_then(|t| t.backward())
+            .expect("store");
+        for (_, v) in &vars {
+            let g = Tensor::randn(0f32, 1e-3, v.shape(), &Device::Cpu).expect("grad");
+            store.insert(v.as_tensor(), g);
+        }
+        let mut acc = GradAccumulator::default();
+        acc.add(&vars, store).expect("acc");
+        reset_peak_rss();
+        let t = Instant::now();
+        opt.step(acc).expect("step");
+        println!(
+            "adamw step over {:.0}M parameters, run {rep}: {:.2} s{}",
+            params as f64 / 1e6,
+            t.elapsed().as_secs_f64(),
+            peak_note()
+        );
+    }
 }
 
 /// (prompt, response) pairs as a training batch for a model with `kv_groups`.

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use candle_core::{DType, Result, Tensor, Var, backprop::GradStore};
-use roll_cpu_kernels::accumulate;
+use roll_cpu_kernels::{accumulate, adamw};
 use serde::{Deserialize, Serialize};
 
 /// Learning-rate schedule after warmup.
@@ -180,7 +180,11 @@ impl AdamW {
     pub fn step(&mut self, acc: GradAccumulator) -> Result<StepStats> {
         let mut sq = 0f64;
         for g in acc.grads.values() {
-            sq += g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+            sq += if roll_cpu_kernels::applies(g) {
+                adamw::sum_of_squares(g)?
+            } else {
+                g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64
+            };
         }
         let grad_norm = sq.sqrt();
         let clip = match self.cfg.max_grad_norm {
@@ -200,6 +204,26 @@ impl AdamW {
             let Some(g) = acc.grads.get(name) else {
                 continue;
             };
+            let decay = self.cfg.weight_decay > 0.0 && var.rank() >= 2;
+            if adamw::applies(var.as_tensor(), &self.m[i], &self.v[i])
+                && roll_cpu_kernels::applies(g)
+            {
+                // On the CPU in f32: two passes (`kernels/cpu/src/adamw.rs`), the same bits.
+                let step = adamw::Step {
+                    clip,
+                    beta1: b1,
+                    beta2: b2,
+                    correction1: c1,
+                    correction2: c2,
+                    eps: self.cfg.eps,
+                    lr,
+                    weight_decay: decay.then_some(self.cfg.weight_decay),
+                };
+                let (m, v) = adamw::moments(&self.m[i], &self.v[i], g, &step)?;
+                adamw::apply(var.as_tensor(), &m, &v, &step)?;
+                (self.m[i], self.v[i]) = (m, v);
+                continue;
+            }
             let g = (g * clip)?;
             self.m[i] = ((&self.m[i] * b1)? + (&g * (1.0 - b1))?)?;
             self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
@@ -207,7 +231,7 @@ impl AdamW {
             let v_hat = (&self.v[i] / c2)?;
             let mut update = (m_hat / (v_hat.sqrt()? + self.cfg.eps)?)?;
             let theta = var.as_tensor().to_dtype(DType::F32)?;
-            if self.cfg.weight_decay > 0.0 && var.rank() >= 2 {
+            if decay {
                 update = (update + (&theta * self.cfg.weight_decay)?)?;
             }
             let new = (theta - (update * lr)?)?.to_dtype(var.dtype())?;
@@ -370,6 +394,70 @@ mod tests {
         let sum = &acc.grads["w"];
         assert!(!sum.track_op());
         assert_eq!(sum.to_vec1::<f32>().unwrap(), want);
+    }
+
+    /// The CPU's two-pass step (`roll_cpu_kernels::adamw`) against candle's elementwise ops, the
+    /// optimizer's code before it (written out here): the same bits for a matrix (decayed) and a
+    /// vector (not), over three steps with the gradient clipped.
+    #[test]
+    fn the_fused_step_gives_candles_bits() {
+        let dev = Device::Cpu;
+        let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (5, 7), &dev).unwrap()).unwrap();
+        let b = Var::from_tensor(&Tensor::randn(0f32, 1.0, 7, &dev).unwrap()).unwrap();
+        let vars = vec![("w".to_string(), w.clone()), ("b".to_string(), b.clone())];
+        let cfg = OptimizerConfig {
+            lr: 0.05,
+            weight_decay: 0.1,
+            max_grad_norm: Some(0.5),
+            ..Default::default()
+        };
+        let mut opt = AdamW::new(vars.clone(), cfg.clone(), 10).unwrap();
+        // The reference: each variable's value and moments, stepped by candle's ops.
+        let mut refs: Vec<(Tensor, Tensor, Tensor)> = vars
+            .iter()
+            .map(|(_, v)| {
+                let z = Tensor::zeros(v.shape(), DType::F32, &dev).unwrap();
+                (v.as_tensor().copy().unwrap(), z.clone(), z)
+            })
+            .collect();
+        for t in 1..=3 {
+            let grads: Vec<Tensor> = vars
+                .iter()
+                .map(|(_, v)| Tensor::randn(0f32, 2.0, v.shape(), &dev).unwrap())
+                .collect();
+            let mut acc = GradAccumulator::default();
+            for ((name, _), g) in vars.iter().zip(&grads) {
+                acc.grads.insert(name.clone(), g.copy().unwrap());
+            }
+            let stats = opt.step(acc).unwrap();
+            assert!(stats.grad_norm > 0.5, "the gradient is clipped");
+            let clip = 0.5 / (stats.grad_norm + 1e-6);
+            let [b1, b2] = cfg.betas;
+            let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+            for (k, ((theta, m, v), g)) in refs.iter_mut().zip(&grads).enumerate() {
+                let g = (g * clip).unwrap();
+                *m = ((&*m * b1).unwrap() + (&g * (1.0 - b1)).unwrap()).unwrap();
+                *v = ((&*v * b2).unwrap() + (g.sqr().unwrap() * (1.0 - b2)).unwrap()).unwrap();
+                let m_hat = (&*m / c1).unwrap();
+                let v_hat = (&*v / c2).unwrap();
+                let mut update = (m_hat / (v_hat.sqrt().unwrap() + cfg.eps).unwrap()).unwrap();
+                if k == 0 {
+                    update = (update + (&*theta * cfg.weight_decay).unwrap()).unwrap();
+                }
+                *theta = (&*theta - (update * stats.lr).unwrap()).unwrap();
+            }
+            let bits = |t: &Tensor| -> Vec<u32> {
+                let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                v.iter().map(|x| x.to_bits()).collect()
+            };
+            let (_, moments) = opt.state();
+            for (k, (name, var)) in vars.iter().enumerate() {
+                let (theta, m, v) = &refs[k];
+                assert_eq!(bits(var.as_tensor()), bits(theta), "{name} at step {t}");
+                assert_eq!(bits(&moments[k].1), bits(m), "m of {name} at step {t}");
+                assert_eq!(bits(&moments[k].2), bits(v), "v of {name} at step {t}");
+            }
+        }
     }
 
     #[test]

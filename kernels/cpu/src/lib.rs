@@ -1,8 +1,9 @@
 //! Fused CPU kernels, each with a hand-written backward pass, for the transformer's hot blocks:
 //! RMSNorm, rotary embedding, SwiGLU and causal GQA attention, and for the policy loss: the
 //! log-softmax, target gather and entropy of [`logprobs`], also fused with the output head's
-//! product in [`head`] (whose backward never holds the whole logits' gradient); and [`skinny`], the
-//! few-row matrix product of decoding (no backward: inference only).
+//! product in [`head`] (whose backward never holds the whole logits' gradient); [`skinny`], the
+//! few-row matrix product of decoding (no backward: inference only); and [`adamw`], the
+//! optimizer's step in two passes over memory.
 //!
 //! Built from candle's elementwise ops, one layer of the model is about a hundred graph nodes, each
 //! with its own dispatch, allocation and gradient bookkeeping; at the shapes we train on CPU that
@@ -18,6 +19,7 @@
 //! and decodes through these loops, which run 10-50x slower unoptimised.
 
 pub mod accumulate;
+pub mod adamw;
 pub mod attention;
 pub mod head;
 pub mod logprobs;
