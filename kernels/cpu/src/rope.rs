@@ -92,6 +92,10 @@ impl CustomOp3 for Rope {
         let mut y = vec![0f32; x.len()];
         let arch = pulp::Arch::new();
         let row = h * d;
+        if row == 0 {
+            // No heads: nothing to rotate (and no chunks of zero length to ask rayon for).
+            return Ok((CpuStorage::F32(y), l1.shape().clone()));
+        }
         // Blocks of (batch, position) rows; all heads of a row share its angles.
         y.par_chunks_mut(POSITIONS_PER_TASK * row)
             .zip(x.par_chunks(POSITIONS_PER_TASK * row))
