@@ -159,6 +159,10 @@ fn rope_equals_rotate_half_and_its_backward_rotates_back() {
             y.transpose(1, 2).unwrap()
         },
     );
+    // No heads: an empty result, not a panic.
+    let none = Tensor::zeros((b, t, 0, d), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let y = rope::rope(&none, &cos, &sin).unwrap();
+    assert_eq!(y.dims(), [b, t, 0, d]);
 }
 
 #[test]
