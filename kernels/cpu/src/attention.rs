@@ -144,7 +144,7 @@ fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// The operands a batch row's task reads.
+/// The operands a (batch row, kv head) task reads.
 struct Inputs<'a> {
     d: Dims,
     q: &'a [f32],
