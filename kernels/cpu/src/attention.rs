@@ -157,10 +157,11 @@ struct Inputs<'a> {
 impl Inputs<'_> {
     /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`.
     #[inline(always)]
-    fn probs<S: Simd>(&self, simd: S, n: usize, kv: usize, r: usize, i: usize, p: &mut [f32]) {
+    fn probs(&self, n: usize, kv: usize, r: usize, i: usize, p: &mut [f32]) {
         let d = &self.d;
         let qi = &self.q[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim];
         let mask = &self.mask[d.mask_at(n, r, i)..][..d.tk];
+        let mut max = f32::NEG_INFINITY;
         for (j, p) in p.iter_mut().enumerate() {
             *p = if mask[j] < MASK_SKIP {
                 mask[j]
@@ -168,12 +169,12 @@ impl Inputs<'_> {
                 let kj = &self.k[d.kv_in(n, j, kv)..][..d.head_dim];
                 dot(qi, kj) * self.scale + mask[j]
             };
+            max = max.max(*p);
         }
-        let max = p.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         for p in p.iter_mut() {
             *p -= max;
         }
-        vexp::exp_in_place_with(simd, p);
+        vexp::exp_in_place(p);
         let mut sum = 0f32;
         for p in p.iter() {
             sum += *p;
@@ -183,67 +184,73 @@ impl Inputs<'_> {
         }
     }
 
-    /// The outputs of batch row `n`, all its heads, into `out`: its (t, heads, head_dim) block of
-    /// the output, zero on entry. `p` is room for one row of probabilities (tk).
+    /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major.
     #[inline(always)]
-    fn forward_row<S: Simd>(&self, simd: S, n: usize, out: &mut [f32], p: &mut [f32]) {
+    fn forward_task(&self, n: usize, kv: usize) -> Vec<f32> {
         let d = &self.d;
-        let hd = d.head_dim;
-        for kv in 0..d.kv_heads {
-            for r in 0..d.groups {
-                for i in 0..d.t {
-                    self.probs(simd, n, kv, r, i, p);
-                    let o = &mut out[d.q_at(0, i, kv * d.groups + r)..][..hd];
-                    for (j, &pj) in p.iter().enumerate() {
-                        if pj != 0.0 {
-                            axpy(o, pj, &self.v[d.kv_in(n, j, kv)..][..hd]);
-                        }
-                    }
+        let mut out = vec![0f32; d.groups * d.t * d.head_dim];
+        let mut p = vec![0f32; d.tk];
+        for (row, o) in out.chunks_mut(d.head_dim).enumerate() {
+            let (r, i) = (row / d.t, row % d.t);
+            self.probs(n, kv, r, i, &mut p);
+            for (j, &pj) in p.iter().enumerate() {
+                if pj != 0.0 {
+                    axpy(o, pj, &self.v[d.kv_in(n, j, kv)..][..d.head_dim]);
                 }
             }
         }
+        out
     }
 
-    /// The gradients of batch row `n` into its blocks of dq (t, heads, head_dim), dk and dv (tk,
-    /// kv_heads, head_dim), zero on entry; `out` and `grad` are the whole forward output and its
-    /// gradient. `p` is room for one row of probabilities (tk).
+    /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn backward_row<S: Simd>(
+    fn backward_task(
         &self,
-        simd: S,
         n: usize,
+        kv: usize,
         out: &[f32],
         grad: &[f32],
-        dq: &mut [f32],
-        dk: &mut [f32],
-        dv: &mut [f32],
-        p: &mut [f32],
-    ) {
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let d = &self.d;
         let hd = d.head_dim;
-        for kv in 0..d.kv_heads {
-            for r in 0..d.groups {
-                for i in 0..d.t {
-                    let h = kv * d.groups + r;
-                    let at = d.q_at(n, i, h);
-                    let (qi, doi) = (&self.q[at..][..hd], &grad[at..][..hd]);
-                    let dqi = &mut dq[d.q_at(0, i, h)..][..hd];
-                    self.probs(simd, n, kv, r, i, p);
-                    let di = dot(doi, &out[at..][..hd]);
-                    for (j, &pj) in p.iter().enumerate() {
-                        if pj == 0.0 {
-                            continue;
-                        }
-                        let kvj = d.kv_in(n, j, kv);
-                        let ds = pj * (dot(doi, &self.v[kvj..][..hd]) - di) * self.scale;
-                        axpy(dqi, ds, &self.k[kvj..][..hd]);
-                        let own = d.kv_at(0, j, kv);
-                        axpy(&mut dk[own..][..hd], ds, qi);
-                        axpy(&mut dv[own..][..hd], pj, doi);
-                    }
+        let mut dq = vec![0f32; d.groups * d.t * hd];
+        let mut dk = vec![0f32; d.tk * hd];
+        let mut dv = vec![0f32; d.tk * hd];
+        let mut p = vec![0f32; d.tk];
+        for (row, dqi) in dq.chunks_mut(hd).enumerate() {
+            let (r, i) = (row / d.t, row % d.t);
+            let at = d.q_at(n, i, kv * d.groups + r);
+            let (qi, doi) = (&self.q[at..][..hd], &grad[at..][..hd]);
+            self.probs(n, kv, r, i, &mut p);
+            let di = dot(doi, &out[at..][..hd]);
+            for (j, &pj) in p.iter().enumerate() {
+                if pj == 0.0 {
+                    continue;
                 }
+                let kvj = d.kv_in(n, j, kv);
+                let ds = pj * (dot(doi, &self.v[kvj..][..hd]) - di) * self.scale;
+                axpy(dqi, ds, &self.k[kvj..][..hd]);
+                axpy(&mut dk[j * hd..][..hd], ds, qi);
+                axpy(&mut dv[j * hd..][..hd], pj, doi);
             }
+        }
+        (dq, dk, dv)
+    }
+
+    /// Copies a task's query-shaped rows (groups * t, head_dim) to their places in (b, t, heads, hd).
+    fn scatter_q(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
+        let d = &self.d;
+        for (row, src) in rows.chunks(d.head_dim).enumerate() {
+            let (r, i) = (row / d.t, row % d.t);
+            dst[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim].copy_from_slice(src);
+        }
+    }
+
+    /// Copies a task's key-shaped rows (tk, head_dim) to their places in (b, tk, kv_heads, hd).
+    fn scatter_kv(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
+        let d = &self.d;
+        for (j, src) in rows.chunks(d.head_dim).enumerate() {
+            dst[d.kv_at(n, j, kv)..][..d.head_dim].copy_from_slice(src);
         }
     }
 }
@@ -303,55 +310,48 @@ fn rows_data<'a>(s: &'a CpuStorage, l: &Layout, d: &Dims, what: &str) -> Result<
     Ok(data)
 }
 
-// Each batch row is a task, compiled for AVX2 where the CPU has it (pulp checks at run time; the
-// crate itself targets baseline x86-64), so the 8-lane loops of `dot` and `axpy` take one
-// instruction per step. The task is a `WithSimd` struct whose `with_simd` is inlined into pulp's
-// target-feature function: a closure handed to `Arch::dispatch` is compiled apart from those
-// features (its body ran as SSE halves). A task writes its batch row's block of the output (or
-// of the gradients) in place: no per-task buffers to allocate and copy into place. Same
-// operations in the same order whatever the CPU: same bits.
-struct ForwardRow<'a, 'x> {
-    x: &'a Inputs<'x>,
-    n: usize,
-    out: &'a mut [f32],
+/// Every (batch row, kv head) pair: the units of parallel work.
+fn tasks(d: &Dims) -> impl IndexedParallelIterator<Item = (usize, usize)> {
+    let kv_heads = d.kv_heads;
+    (0..d.b * kv_heads)
+        .into_par_iter()
+        .map(move |task| (task / kv_heads, task % kv_heads))
 }
 
-impl WithSimd for ForwardRow<'_, '_> {
-    type Output = ();
+// Each (batch row, kv head) task is compiled for AVX2 where the CPU has it (pulp checks at run
+// time; the crate itself targets baseline x86-64), so the 8-lane loops of `dot` and `axpy` take
+// one instruction per step. The task is a `WithSimd` struct whose `with_simd` is inlined into
+// pulp's target-feature function: a closure handed to `Arch::dispatch` is compiled apart from
+// those features (its body ran as SSE halves). Same operations in the same order: same bits.
+struct ForwardTask<'a, 'x> {
+    x: &'a Inputs<'x>,
+    n: usize,
+    kv: usize,
+}
+
+impl WithSimd for ForwardTask<'_, '_> {
+    type Output = Vec<f32>;
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) {
-        let mut p = vec![0f32; self.x.d.tk];
-        self.x.forward_row(simd, self.n, self.out, &mut p);
+    fn with_simd<S: Simd>(self, _: S) -> Vec<f32> {
+        self.x.forward_task(self.n, self.kv)
     }
 }
 
-struct BackwardRow<'a, 'x> {
+struct BackwardTask<'a, 'x> {
     x: &'a Inputs<'x>,
     n: usize,
+    kv: usize,
     out: &'a [f32],
     grad: &'a [f32],
-    dq: &'a mut [f32],
-    dk: &'a mut [f32],
-    dv: &'a mut [f32],
 }
 
-impl WithSimd for BackwardRow<'_, '_> {
-    type Output = ();
+impl WithSimd for BackwardTask<'_, '_> {
+    type Output = (Vec<f32>, Vec<f32>, Vec<f32>);
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) {
-        let mut p = vec![0f32; self.x.d.tk];
-        let BackwardRow {
-            x,
-            n,
-            out,
-            grad,
-            dq,
-            dk,
-            dv,
-        } = self;
-        x.backward_row(simd, n, out, grad, dq, dk, dv, &mut p);
+    fn with_simd<S: Simd>(self, _: S) -> Self::Output {
+        self.x.backward_task(self.n, self.kv, self.out, self.grad)
     }
 }
 
@@ -372,12 +372,12 @@ impl CustomOp3 for Attention {
         with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
             let d = x.d;
             let arch = pulp::Arch::new();
+            let parts: Vec<_> = tasks(&d)
+                .map(|(n, kv)| (n, kv, arch.dispatch(ForwardTask { x, n, kv })))
+                .collect();
             let mut out = vec![0f32; d.q_len()];
-            let q_row = d.t * d.heads * d.head_dim;
-            if q_row > 0 {
-                out.par_chunks_mut(q_row)
-                    .enumerate()
-                    .for_each(|(n, out)| arch.dispatch(ForwardRow { x, n, out }));
+            for (n, kv, rows) in parts {
+                x.scatter_q(&mut out, n, kv, &rows);
             }
             let shape = Shape::from((d.b, d.t, d.heads * d.head_dim));
             Ok((CpuStorage::F32(out), shape))
@@ -422,26 +422,26 @@ impl CustomOp3 for AttentionGrad {
                 bail!("{NAME}: output or gradient does not match the queries");
             }
             let arch = pulp::Arch::new();
+            let parts: Vec<_> = tasks(&d)
+                .map(|(n, kv)| {
+                    let task = BackwardTask {
+                        x,
+                        n,
+                        kv,
+                        out,
+                        grad,
+                    };
+                    (n, kv, arch.dispatch(task))
+                })
+                .collect();
             let (ql, kl) = (d.q_len(), d.kv_len());
             let mut packed = vec![0f32; ql + 2 * kl];
             let (dq, rest) = packed.split_at_mut(ql);
             let (dk, dv) = rest.split_at_mut(kl);
-            let (q_row, kv_row) = (ql / d.b.max(1), kl / d.b.max(1));
-            if q_row > 0 && kv_row > 0 {
-                dq.par_chunks_mut(q_row)
-                    .zip(dk.par_chunks_mut(kv_row).zip(dv.par_chunks_mut(kv_row)))
-                    .enumerate()
-                    .for_each(|(n, (dq, (dk, dv)))| {
-                        arch.dispatch(BackwardRow {
-                            x,
-                            n,
-                            out,
-                            grad,
-                            dq,
-                            dk,
-                            dv,
-                        })
-                    });
+            for (n, kv, (q_rows, k_rows, v_rows)) in parts {
+                x.scatter_q(dq, n, kv, &q_rows);
+                x.scatter_kv(dk, n, kv, &k_rows);
+                x.scatter_kv(dv, n, kv, &v_rows);
             }
             Ok((CpuStorage::F32(packed), Shape::from(ql + 2 * kl)))
         })
