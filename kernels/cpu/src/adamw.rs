@@ -16,7 +16,7 @@
 use candle_core::{CpuStorage, CustomOp3, InplaceOp3, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
-use super::{f32_data, storage_f32};
+use super::{f32_data, storage_f32, sum_of_squares_f64, unpack};
 
 const NAME: &str = "adamw";
 /// Elements per parallel task.
@@ -188,11 +188,8 @@ pub fn applies(param: &Tensor, m: &Tensor, v: &Tensor) -> bool {
 /// clip g`, `v' = b2 v + (1 - b2) (clip g)²`. New tensors: m and v are left as they are.
 pub fn moments(m: &Tensor, v: &Tensor, g: &Tensor, step: &Step) -> Result<(Tensor, Tensor)> {
     let packed = m.apply_op3_no_bwd(&v.contiguous()?, &g.contiguous()?, &Moments(*step))?;
-    let n = m.elem_count();
-    Ok((
-        packed.narrow(0, 0, n)?.reshape(m.dims())?,
-        packed.narrow(0, n, n)?.reshape(v.dims())?,
-    ))
+    let [m_new, v_new] = unpack(&packed, [m.dims(), v.dims()])?;
+    Ok((m_new, v_new))
 }
 
 /// `param -= lr (m̂ / (sqrt(v̂) + eps) + decay param)` in place, with m̂ = m / c1 and v̂ = v / c2
@@ -202,30 +199,14 @@ pub fn apply(param: &Tensor, m: &Tensor, v: &Tensor, step: &Step) -> Result<()> 
     param.inplace_op3(&m.contiguous()?, &v.contiguous()?, &Apply(*step))
 }
 
-/// The sum of the squares of every element (f32 on the CPU), in f64: eight partial sums per
-/// block of elements, the blocks' sums added in order, so the result does not depend on the
+/// The sum of the squares of every element (f32 on the CPU), in f64: each block's sum as
+/// RMSNorm sums a row, the blocks' sums added in order, so the result does not depend on the
 /// number of threads.
 pub fn sum_of_squares(g: &Tensor) -> Result<f64> {
     let g = g.contiguous()?;
     let (s, l) = g.storage_and_layout();
     let data = storage_f32(&s, l, NAME, "the gradient")?;
-    let blocks: Vec<f64> = data
-        .par_chunks(CHUNK)
-        .map(|block| {
-            let mut acc = [0f64; 8];
-            let chunks = block.chunks_exact(8);
-            let tail = chunks.remainder();
-            for c in chunks {
-                for (a, &x) in acc.iter_mut().zip(c) {
-                    *a += f64::from(x) * f64::from(x);
-                }
-            }
-            for (a, &x) in acc.iter_mut().zip(tail) {
-                *a += f64::from(x) * f64::from(x);
-            }
-            acc.iter().sum::<f64>()
-        })
-        .collect();
+    let blocks: Vec<f64> = data.par_chunks(CHUNK).map(sum_of_squares_f64).collect();
     Ok(blocks.iter().sum())
 }
 

@@ -59,6 +59,26 @@ fn storage_f32<'a>(s: &'a Storage, l: &Layout, op: &str, what: &str) -> Result<&
     f32_data(cpu, l, op, what)
 }
 
+/// The sum of the squares of `x` in f64, in eight independent partial sums added in a fixed order:
+/// one running sum made every addition wait for the one before (a 4-cycle latency per element),
+/// while eight fill the vector lanes; the order fixed here makes the result the same on any CPU.
+/// RMSNorm's mean square and the optimizer's gradient norm.
+#[inline(always)]
+fn sum_of_squares_f64(x: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f64::from(v) * f64::from(v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a += f64::from(v) * f64::from(v);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 /// Splits a packed 1-D result of a backward kernel into tensors of the given shapes (views of
 /// its storage, no copies).
 fn unpack<const N: usize>(packed: &Tensor, shapes: [&[usize]; N]) -> Result<[Tensor; N]> {

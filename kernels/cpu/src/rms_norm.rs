@@ -7,7 +7,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tenso
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::{f32_data, unpack};
+use super::{f32_data, sum_of_squares_f64, unpack};
 
 const NAME: &str = "fused rms_norm";
 
@@ -19,26 +19,11 @@ struct RmsNormGrad {
     eps: f32,
 }
 
-/// `1 / sqrt(mean(x^2) + eps)` of one row, summed in f64 so long rows do not lose precision, in
-/// eight independent partial sums: one running sum made every addition wait for the one before
-/// (a 4-cycle latency per element, ~4% of a tiny model's forward+backward), while eight fill
-/// the vector lanes. The partial sums are added in a fixed order: the result does not depend
-/// on the CPU.
+/// `1 / sqrt(mean(x^2) + eps)` of one row, summed in f64 so long rows do not lose precision (in
+/// eight partial sums: a running sum was ~4% of a tiny model's forward+backward).
 #[inline(always)]
 fn inv_rms(x: &[f32], eps: f32) -> f32 {
-    let mut acc = [0f64; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f64::from(v) * f64::from(v);
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(tail) {
-        *a += f64::from(v) * f64::from(v);
-    }
-    let ss = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    let mean = (ss / x.len() as f64) as f32;
+    let mean = (sum_of_squares_f64(x) / x.len() as f64) as f32;
     1.0 / (mean + eps).sqrt()
 }
 
