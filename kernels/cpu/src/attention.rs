@@ -117,30 +117,105 @@ impl Dims {
     }
 }
 
-/// f32 dot product in 8 lanes, so the compiler can vectorise it.
+/// a · b: fused multiply-adds in vector lanes (two accumulators, so consecutive steps need not
+/// wait for each other), the lanes then summed by the CPU's shuffles, where an 8-lane array
+/// summed element by element took a store and seven dependent scalar adds per key.
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
+fn dot<S: Simd>(simd: S, a: &[f32], b: &[f32]) -> f32 {
+    let (ah, at) = S::as_simd_f32s(a);
+    let (bh, bt) = S::as_simd_f32s(b);
+    let (mut even, mut odd) = (simd.splat_f32s(0.0), simd.splat_f32s(0.0));
+    let mut pairs_a = ah.chunks_exact(2);
+    let mut pairs_b = bh.chunks_exact(2);
+    for (x, y) in pairs_a.by_ref().zip(pairs_b.by_ref()) {
+        even = simd.mul_add_f32s(x[0], y[0], even);
+        odd = simd.mul_add_f32s(x[1], y[1], odd);
     }
-    acc.iter().sum::<f32>() + tail
+    for (x, y) in pairs_a.remainder().iter().zip(pairs_b.remainder()) {
+        even = simd.mul_add_f32s(*x, *y, even);
+    }
+    let mut sum = simd.reduce_sum_f32s(simd.add_f32s(even, odd));
+    for (x, y) in at.iter().zip(bt) {
+        sum = x.mul_add(*y, sum);
+    }
+    sum
 }
 
-/// y += a x
+/// y += a x, fused multiply-adds.
 #[inline(always)]
-fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += a * x;
+fn axpy<S: Simd>(simd: S, y: &mut [f32], a: f32, x: &[f32]) {
+    let (yh, yt) = S::as_mut_simd_f32s(y);
+    let (xh, xt) = S::as_simd_f32s(x);
+    let av = simd.splat_f32s(a);
+    for (y, x) in yh.iter_mut().zip(xh) {
+        *y = simd.mul_add_f32s(av, *x, *y);
+    }
+    for (y, x) in yt.iter_mut().zip(xt) {
+        *y = a.mul_add(*x, *y);
+    }
+}
+
+/// Σ xs, in vector lanes and then across them.
+#[inline(always)]
+fn sum<S: Simd>(simd: S, xs: &[f32]) -> f32 {
+    let (head, tail) = S::as_simd_f32s(xs);
+    let mut acc = simd.splat_f32s(0.0);
+    for x in head {
+        acc = simd.add_f32s(acc, *x);
+    }
+    tail.iter().fold(simd.reduce_sum_f32s(acc), |s, x| s + x)
+}
+
+/// o = Σ_j w_j row_j over the rows whose weight is not zero (o (head_dim) overwritten; `rows`
+/// gives the rows afresh, in the weights' order). Four vectors of o at a time stay in registers
+/// across the rows, where adding each row into o in memory (`axpy`) made every row wait for the
+/// last one's store to reach its load.
+#[inline(always)]
+fn weighted_sum<'r, S: Simd, I: Iterator<Item = &'r [f32]>>(
+    simd: S,
+    o: &mut [f32],
+    w: &[f32],
+    rows: impl Fn() -> I,
+) {
+    let lanes = S::F32_LANES;
+    let (oh, ot) = S::as_mut_simd_f32s(o);
+    let zero = simd.splat_f32s(0.0);
+    let full = oh.len() / 4 * 4;
+    for at in (0..full).step_by(4) {
+        let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
+        for (&wj, row) in w.iter().zip(rows()) {
+            if wj == 0.0 {
+                continue;
+            }
+            let wv = simd.splat_f32s(wj);
+            let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 4) * lanes]);
+            a0 = simd.mul_add_f32s(wv, rh[0], a0);
+            a1 = simd.mul_add_f32s(wv, rh[1], a1);
+            a2 = simd.mul_add_f32s(wv, rh[2], a2);
+            a3 = simd.mul_add_f32s(wv, rh[3], a3);
+        }
+        oh[at] = a0;
+        oh[at + 1] = a1;
+        oh[at + 2] = a2;
+        oh[at + 3] = a3;
+    }
+    for (at, o) in oh.iter_mut().enumerate().skip(full) {
+        let mut a = zero;
+        for (&wj, row) in w.iter().zip(rows()) {
+            if wj != 0.0 {
+                let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 1) * lanes]);
+                a = simd.mul_add_f32s(simd.splat_f32s(wj), rh[0], a);
+            }
+        }
+        *o = a;
+    }
+    for (c, o) in ot.iter_mut().enumerate() {
+        let col = oh.len() * lanes + c;
+        *o = w
+            .iter()
+            .zip(rows())
+            .filter(|(wj, _)| **wj != 0.0)
+            .fold(0.0, |s, (wj, row)| wj.mul_add(row[col], s));
     }
 }
 
@@ -154,85 +229,124 @@ struct Inputs<'a> {
     scale: f32,
 }
 
-impl Inputs<'_> {
+impl<'x> Inputs<'x> {
+    /// The `tk` key (or value) rows (`hd` = the head dim) of kv head `kv` in batch row `n` of
+    /// `data` (the keys or the values), in order.
+    #[inline(always)]
+    fn kv_rows(
+        &self,
+        data: &'x [f32],
+        n: usize,
+        kv: usize,
+        hd: usize,
+    ) -> impl Iterator<Item = &'x [f32]> {
+        let d = &self.d;
+        let row = d.kv_heads * hd;
+        data[d.kv_in(n, 0, kv)..]
+            .chunks(row)
+            .take(d.tk)
+            .map(move |r| &r[..hd])
+    }
+
     /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`.
     #[inline(always)]
-    fn probs(&self, n: usize, kv: usize, r: usize, i: usize, p: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn probs<S: Simd>(
+        &self,
+        simd: S,
+        n: usize,
+        kv: usize,
+        hd: usize,
+        r: usize,
+        i: usize,
+        p: &mut [f32],
+    ) {
         let d = &self.d;
-        let qi = &self.q[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim];
+        let qi = &self.q[d.q_at(n, i, kv * d.groups + r)..][..hd];
         let mask = &self.mask[d.mask_at(n, r, i)..][..d.tk];
         let mut max = f32::NEG_INFINITY;
-        for (j, p) in p.iter_mut().enumerate() {
-            *p = if mask[j] < MASK_SKIP {
-                mask[j]
+        for ((p, &m), kj) in p.iter_mut().zip(mask).zip(self.kv_rows(self.k, n, kv, hd)) {
+            *p = if m < MASK_SKIP {
+                m
             } else {
-                let kj = &self.k[d.kv_in(n, j, kv)..][..d.head_dim];
-                dot(qi, kj) * self.scale + mask[j]
+                dot(simd, qi, kj) * self.scale + m
             };
             max = max.max(*p);
         }
-        for p in p.iter_mut() {
-            *p -= max;
+        {
+            let (head, tail) = S::as_mut_simd_f32s(p);
+            let shift = simd.splat_f32s(max);
+            for v in head {
+                *v = simd.sub_f32s(*v, shift);
+            }
+            for x in tail {
+                *x -= max;
+            }
         }
-        vexp::exp_in_place(p);
-        let mut sum = 0f32;
-        for p in p.iter() {
-            sum += *p;
+        vexp::exp_in_place_with(simd, p);
+        let total = sum(simd, p);
+        let (head, tail) = S::as_mut_simd_f32s(p);
+        let div = simd.splat_f32s(total);
+        for v in head {
+            *v = simd.div_f32s(*v, div);
         }
-        for p in p.iter_mut() {
-            *p /= sum;
+        for x in tail {
+            *x /= total;
         }
     }
 
-    /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major.
+    /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major. `hd` is the
+    /// head dim, a constant where [`ForwardTask`] calls this for a common one.
     #[inline(always)]
-    fn forward_task(&self, n: usize, kv: usize) -> Vec<f32> {
+    fn forward_task<S: Simd>(&self, simd: S, n: usize, kv: usize, hd: usize) -> Vec<f32> {
         let d = &self.d;
-        let mut out = vec![0f32; d.groups * d.t * d.head_dim];
+        let mut out = vec![0f32; d.groups * d.t * hd];
         let mut p = vec![0f32; d.tk];
-        for (row, o) in out.chunks_mut(d.head_dim).enumerate() {
+        for (row, o) in out.chunks_mut(hd).enumerate() {
             let (r, i) = (row / d.t, row % d.t);
-            self.probs(n, kv, r, i, &mut p);
-            for (j, &pj) in p.iter().enumerate() {
-                if pj != 0.0 {
-                    axpy(o, pj, &self.v[d.kv_in(n, j, kv)..][..d.head_dim]);
-                }
-            }
+            self.probs(simd, n, kv, hd, r, i, &mut p);
+            weighted_sum(simd, o, &p, || self.kv_rows(self.v, n, kv, hd));
         }
         out
     }
 
-    /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head).
+    /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head); `hd` as
+    /// for [`Inputs::forward_task`].
     #[inline(always)]
-    fn backward_task(
+    fn backward_task<S: Simd>(
         &self,
-        n: usize,
-        kv: usize,
+        simd: S,
+        (n, kv, hd): (usize, usize, usize),
         out: &[f32],
         grad: &[f32],
     ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let d = &self.d;
-        let hd = d.head_dim;
         let mut dq = vec![0f32; d.groups * d.t * hd];
         let mut dk = vec![0f32; d.tk * hd];
         let mut dv = vec![0f32; d.tk * hd];
         let mut p = vec![0f32; d.tk];
+        let mut ds = vec![0f32; d.tk];
         for (row, dqi) in dq.chunks_mut(hd).enumerate() {
             let (r, i) = (row / d.t, row % d.t);
             let at = d.q_at(n, i, kv * d.groups + r);
             let (qi, doi) = (&self.q[at..][..hd], &grad[at..][..hd]);
-            self.probs(n, kv, r, i, &mut p);
-            let di = dot(doi, &out[at..][..hd]);
-            for (j, &pj) in p.iter().enumerate() {
+            self.probs(simd, n, kv, hd, r, i, &mut p);
+            let di = dot(simd, doi, &out[at..][..hd]);
+            let rows = p
+                .iter()
+                .zip(ds.iter_mut())
+                .zip(self.kv_rows(self.v, n, kv, hd))
+                .zip(dk.chunks_exact_mut(hd).zip(dv.chunks_exact_mut(hd)));
+            for (((&pj, dsj), vj), (dkj, dvj)) in rows {
+                *dsj = 0.0;
                 if pj == 0.0 {
                     continue;
                 }
-                let kvj = d.kv_in(n, j, kv);
-                let ds = pj * (dot(doi, &self.v[kvj..][..hd]) - di) * self.scale;
-                axpy(dqi, ds, &self.k[kvj..][..hd]);
-                axpy(&mut dk[j * hd..][..hd], ds, qi);
-                axpy(&mut dv[j * hd..][..hd], pj, doi);
+                *dsj = pj * (dot(simd, doi, vj) - di) * self.scale;
+                axpy(simd, dkj, *dsj, qi);
+                axpy(simd, dvj, pj, doi);
             }
+            weighted_sum(simd, dqi, &ds, || self.kv_rows(self.k, n, kv, hd));
         }
         (dq, dk, dv)
     }
@@ -333,8 +447,14 @@ impl WithSimd for ForwardTask<'_, '_> {
     type Output = Vec<f32>;
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, _: S) -> Vec<f32> {
-        self.x.forward_task(self.n, self.kv)
+    fn with_simd<S: Simd>(self, simd: S) -> Vec<f32> {
+        let (x, n, kv) = (self.x, self.n, self.kv);
+        match x.d.head_dim {
+            32 => x.forward_task(simd, n, kv, 32),
+            64 => x.forward_task(simd, n, kv, 64),
+            128 => x.forward_task(simd, n, kv, 128),
+            hd => x.forward_task(simd, n, kv, hd),
+        }
     }
 }
 
@@ -350,8 +470,15 @@ impl WithSimd for BackwardTask<'_, '_> {
     type Output = (Vec<f32>, Vec<f32>, Vec<f32>);
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, _: S) -> Self::Output {
-        self.x.backward_task(self.n, self.kv, self.out, self.grad)
+    fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
+        let (x, n, kv) = (self.x, self.n, self.kv);
+        let (out, grad) = (self.out, self.grad);
+        match x.d.head_dim {
+            32 => x.backward_task(simd, (n, kv, 32), out, grad),
+            64 => x.backward_task(simd, (n, kv, 64), out, grad),
+            128 => x.backward_task(simd, (n, kv, 128), out, grad),
+            hd => x.backward_task(simd, (n, kv, hd), out, grad),
+        }
     }
 }
 

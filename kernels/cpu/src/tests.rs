@@ -204,20 +204,23 @@ fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale:
 fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
     // 3 rows, left padding of 0, 2 and all 6 columns (a row of padding queries only: uniform
     // probabilities, which the reference gives too), 6 query heads on 2 kv heads, and 2 earlier
-    // key columns so that keys outnumber queries.
-    let (b, t, past, nh, nkv, hd) = (3, 4, 2, 6, 2, 8);
-    let mask = attention_mask(&[0, 2, 6], past, t, nh / nkv);
-    let q = randn(&[b, t, nh, hd], 1.0);
-    let k = randn(&[b, past + t, nkv, hd], 1.0);
-    let v = randn(&[b, past + t, nkv, hd], 1.0);
-    let scale = 1.0 / (hd as f64).sqrt();
-    compare(
-        &["q", "k", "v"],
-        &[&q, &k, &v],
-        &[b, t, nh * hd],
-        |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
-        |x| attention_reference(x[0], x[1], x[2], &mask, scale),
-    );
+    // key columns so that keys outnumber queries. Head dims: 8 and 12 (one vector, a vector and a
+    // tail), and 32 and 64, which the kernel compiles with the head dim as a constant.
+    for hd in [8, 12, 32, 64] {
+        let (b, t, past, nh, nkv) = (3, 4, 2, 6, 2);
+        let mask = attention_mask(&[0, 2, 6], past, t, nh / nkv);
+        let q = randn(&[b, t, nh, hd], 1.0);
+        let k = randn(&[b, past + t, nkv, hd], 1.0);
+        let v = randn(&[b, past + t, nkv, hd], 1.0);
+        let scale = 1.0 / (hd as f64).sqrt();
+        compare(
+            &["q", "k", "v"],
+            &[&q, &k, &v],
+            &[b, t, nh * hd],
+            |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
+            |x| attention_reference(x[0], x[1], x[2], &mask, scale),
+        );
+    }
 }
 
 #[test]
