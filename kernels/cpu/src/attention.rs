@@ -242,7 +242,9 @@ impl<'x> Inputs<'x> {
     ) -> impl Iterator<Item = &'x [f32]> {
         let d = &self.d;
         let row = d.kv_heads * hd;
-        data[d.kv_in(n, 0, kv)..]
+        // With no keys the first row's offset may lie past the data: then there are no rows.
+        data.get(d.kv_in(n, 0, kv)..)
+            .unwrap_or_default()
             .chunks(row)
             .take(d.tk)
             .map(move |r| &r[..hd])

@@ -269,3 +269,15 @@ fn attention_takes_keys_and_values_in_any_layout() {
     let got = values(&attention::attention(&q, &k_view, &v, &mask, 0.3).unwrap());
     assert_eq!(got, want);
 }
+
+/// No keys at all (a mask of zero columns): zeros out, not a slice past the keys' storage (the
+/// second KV head's rows start past the end of an empty operand).
+#[test]
+fn attention_over_no_keys_is_zeros() {
+    let (b, t, nh, nkv, hd) = (1, 2, 4, 2, 8);
+    let q = randn(&[b, t, nh, hd], 1.0);
+    let k = Tensor::zeros((b, 0, nkv, hd), DType::F32, &Device::Cpu).unwrap();
+    let mask = Tensor::zeros((b, 1, (nh / nkv) * t, 0), DType::F32, &Device::Cpu).unwrap();
+    let out = attention::attention(&q, &k, &k, &mask, 0.3).unwrap();
+    assert_eq!(values(&out), vec![0.0; b * t * nh * hd]);
+}
