@@ -4,10 +4,11 @@
 //! Keys and values of a decode step are views of a cache with room for 64 positions, as
 //! `KvCache` holds them.
 //!
-//! Prints the least time per call (best of 15 batches) and per (query row, key) pair, on one thread (a lane's view of
-//! the kernel: the other cores run lanes of their own) and on the whole pool.
+//! Prints the least time per call (best of 15 batches) and per (query row, key) pair, on one
+//! thread (a lane's view of the kernel: the other cores run lanes of their own) and on the pool.
 //!
-//! Run: `cargo bench -p roll-cpu-kernels --bench attention [-- NAME]` (record figures in benches/RESULTS.md).
+//! Run: `cargo bench -p roll-cpu-kernels --bench attention [-- NAME]` (record figures in
+//! benches/RESULTS.md).
 
 use std::time::Instant;
 
@@ -82,7 +83,7 @@ const SHAPES: [Shape; 5] = [
 /// is shared, and other work only ever adds time.
 fn time(iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
     f();
-    let times: Vec<f64> = (0..reps)
+    (0..reps)
         .map(|_| {
             let t = Instant::now();
             for _ in 0..iters {
@@ -90,8 +91,7 @@ fn time(iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
             }
             t.elapsed().as_secs_f64() / iters as f64
         })
-        .collect();
-    times.into_iter().fold(f64::INFINITY, f64::min)
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn main() -> candle_core::Result<()> {

@@ -87,9 +87,10 @@ impl Dims {
         })
     }
 
-    /// Key (or value) row `j` of kv head `kv` in batch row `n` of the operands.
-    fn kv_in(&self, n: usize, j: usize, kv: usize) -> usize {
-        n * self.kv_stride + (j * self.kv_heads + kv) * self.head_dim
+    /// Where the first key (or value) row of kv head `kv` in batch row `n` starts in the
+    /// operands; the next rows follow `kv_heads * head_dim` apart.
+    fn kv_start(&self, n: usize, kv: usize) -> usize {
+        n * self.kv_stride + kv * self.head_dim
     }
 
     /// Query (or output) row `i` of head `h` in batch row `n`.
@@ -243,7 +244,7 @@ impl<'x> Inputs<'x> {
         let d = &self.d;
         let row = d.kv_heads * hd;
         // With no keys the first row's offset may lie past the data: then there are no rows.
-        data.get(d.kv_in(n, 0, kv)..)
+        data.get(d.kv_start(n, kv)..)
             .unwrap_or_default()
             .chunks(row)
             .take(d.tk)
