@@ -202,24 +202,29 @@ fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale:
 
 #[test]
 fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
-    // 3 rows, left padding of 0, 2 and all 6 columns (a row of padding queries only: uniform
-    // probabilities, which the reference gives too), 6 query heads on 2 kv heads, and 2 earlier
-    // key columns so that keys outnumber queries. Head dims: 8 and 12 (one vector, a vector and a
-    // tail), and 32 and 64, which the kernel compiles with the head dim as a constant.
+    // 3 rows with left padding from column 0, 2 and 6 (with 4 queries after 2 earlier columns,
+    // the third row is padding only: uniform probabilities, which the reference gives too), 6
+    // query heads on 2 kv heads, and earlier key columns so that keys outnumber queries. Head
+    // dims: 8 and 12 (one vector, a vector and a tail), and 32 and 64, which the kernel compiles
+    // with the head dim as a constant. Keys: 6 (a tail only), 18 and 27 (two and three vectors of
+    // scores and a tail, in blocks of 9 and 7 query rows: an odd count of rows summed in pairs),
+    // and 10 behind a single query (a decode step, which reads its keys row by row).
     for hd in [8, 12, 32, 64] {
-        let (b, t, past, nh, nkv) = (3, 4, 2, 6, 2);
-        let mask = attention_mask(&[0, 2, 6], past, t, nh / nkv);
-        let q = randn(&[b, t, nh, hd], 1.0);
-        let k = randn(&[b, past + t, nkv, hd], 1.0);
-        let v = randn(&[b, past + t, nkv, hd], 1.0);
-        let scale = 1.0 / (hd as f64).sqrt();
-        compare(
-            &["q", "k", "v"],
-            &[&q, &k, &v],
-            &[b, t, nh * hd],
-            |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
-            |x| attention_reference(x[0], x[1], x[2], &mask, scale),
-        );
+        for (t, past) in [(4, 2), (9, 9), (7, 20), (1, 9)] {
+            let (b, nh, nkv) = (3, 6, 2);
+            let mask = attention_mask(&[0, 2, 6], past, t, nh / nkv);
+            let q = randn(&[b, t, nh, hd], 1.0);
+            let k = randn(&[b, past + t, nkv, hd], 1.0);
+            let v = randn(&[b, past + t, nkv, hd], 1.0);
+            let scale = 1.0 / (hd as f64).sqrt();
+            compare(
+                &["q", "k", "v"],
+                &[&q, &k, &v],
+                &[b, t, nh * hd],
+                |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
+                |x| attention_reference(x[0], x[1], x[2], &mask, scale),
+            );
+        }
     }
 }
 
