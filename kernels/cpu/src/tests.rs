@@ -206,9 +206,9 @@ fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
     // the third row is padding only: uniform probabilities, which the reference gives too), 6
     // query heads on 2 kv heads, and earlier key columns so that keys outnumber queries. Head
     // dims: 8 and 12 (one vector, a vector and a tail), and 32 and 64, which the kernel compiles
-    // with the head dim as a constant. Keys: 6 (a tail only), 18 and 27 (two and three vectors of
-    // scores and a tail, in blocks of 9 and 7 query rows: an odd count of rows summed in pairs),
-    // and 10 behind a single query (a decode step, which reads its keys row by row).
+    // with the head dim as a constant. Keys: 6 (a softmax row of a tail only), 18 and 27 (rows of
+    // two and three vectors and a tail, behind 9 and 7 queries), and 10 behind a single query (a
+    // decode step's shape, here through the backward too).
     for hd in [8, 12, 32, 64] {
         for (t, past) in [(4, 2), (9, 9), (7, 20), (1, 9)] {
             let (b, nh, nkv) = (3, 6, 2);
