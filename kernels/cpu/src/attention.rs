@@ -156,15 +156,15 @@ fn axpy<S: Simd>(simd: S, y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// Σ xs, in vector lanes and then across them.
+/// Σ xs, in vector lanes (the tail a partial vector, its padding zeros) and then across them.
 #[inline(always)]
 fn sum<S: Simd>(simd: S, xs: &[f32]) -> f32 {
     let (head, tail) = S::as_simd_f32s(xs);
-    let mut acc = simd.splat_f32s(0.0);
+    let mut acc = simd.partial_load_f32s(tail);
     for x in head {
         acc = simd.add_f32s(acc, *x);
     }
-    tail.iter().fold(simd.reduce_sum_f32s(acc), |s, x| s + x)
+    simd.reduce_sum_f32s(acc)
 }
 
 /// o = Σ_j w_j row_j over the rows whose weight is not zero (o (head_dim) overwritten; `rows`
@@ -200,7 +200,24 @@ fn weighted_sum<'r, S: Simd, I: Iterator<Item = &'r [f32]>>(
         oh[at + 2] = a2;
         oh[at + 3] = a3;
     }
-    for (at, o) in oh.iter_mut().enumerate().skip(full) {
+    // Two vectors left (head dim 32 in AVX-512's 16 lanes, 16 or 48 in AVX2's 8): both at once,
+    // where one at a time walked the rows twice, each multiply-add waiting on the one before.
+    let pairs = full + (oh.len() - full) / 2 * 2;
+    for at in (full..pairs).step_by(2) {
+        let (mut a0, mut a1) = (zero, zero);
+        for (&wj, row) in w.iter().zip(rows()) {
+            if wj == 0.0 {
+                continue;
+            }
+            let wv = simd.splat_f32s(wj);
+            let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 2) * lanes]);
+            a0 = simd.mul_add_f32s(wv, rh[0], a0);
+            a1 = simd.mul_add_f32s(wv, rh[1], a1);
+        }
+        oh[at] = a0;
+        oh[at + 1] = a1;
+    }
+    for (at, o) in oh.iter_mut().enumerate().skip(pairs) {
         let mut a = zero;
         for (&wj, row) in w.iter().zip(rows()) {
             if wj != 0.0 {
@@ -276,14 +293,17 @@ impl<'x> Inputs<'x> {
             };
             max = max.max(*p);
         }
+        // The row's tail as one partial vector in each pass: at the tiny training shape (15 keys)
+        // a row is all tail in AVX-512's 16 lanes.
         {
             let (head, tail) = S::as_mut_simd_f32s(p);
             let shift = simd.splat_f32s(max);
             for v in head {
                 *v = simd.sub_f32s(*v, shift);
             }
-            for x in tail {
-                *x -= max;
+            if !tail.is_empty() {
+                let t = simd.sub_f32s(simd.partial_load_f32s(tail), shift);
+                simd.partial_store_f32s(tail, t);
             }
         }
         vexp::exp_in_place_with(simd, p);
@@ -293,8 +313,9 @@ impl<'x> Inputs<'x> {
         for v in head {
             *v = simd.div_f32s(*v, div);
         }
-        for x in tail {
-            *x /= total;
+        if !tail.is_empty() {
+            let t = simd.div_f32s(simd.partial_load_f32s(tail), div);
+            simd.partial_store_f32s(tail, t);
         }
     }
 
