@@ -11,11 +11,17 @@
 //! probability is exactly zero, it is skipped in the products. A row masked everywhere still gets
 //! the uniform distribution the additive mask gives it.
 
+mod backward;
+mod lanes;
+
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::{f32_data, storage_f32, unpack, vexp};
+pub use backward::attention_backward;
+use lanes::{dot, sum, weighted_sum};
+
+use super::{f32_data, storage_f32, vexp};
 
 const NAME: &str = "fused attention";
 
@@ -118,125 +124,6 @@ impl Dims {
     }
 }
 
-/// a · b: fused multiply-adds in vector lanes (two accumulators, so consecutive steps need not
-/// wait for each other), the lanes then summed by the CPU's shuffles, where an 8-lane array
-/// summed element by element took a store and seven dependent scalar adds per key.
-#[inline(always)]
-fn dot<S: Simd>(simd: S, a: &[f32], b: &[f32]) -> f32 {
-    let (ah, at) = S::as_simd_f32s(a);
-    let (bh, bt) = S::as_simd_f32s(b);
-    let (mut even, mut odd) = (simd.splat_f32s(0.0), simd.splat_f32s(0.0));
-    let mut pairs_a = ah.chunks_exact(2);
-    let mut pairs_b = bh.chunks_exact(2);
-    for (x, y) in pairs_a.by_ref().zip(pairs_b.by_ref()) {
-        even = simd.mul_add_f32s(x[0], y[0], even);
-        odd = simd.mul_add_f32s(x[1], y[1], odd);
-    }
-    for (x, y) in pairs_a.remainder().iter().zip(pairs_b.remainder()) {
-        even = simd.mul_add_f32s(*x, *y, even);
-    }
-    let mut sum = simd.reduce_sum_f32s(simd.add_f32s(even, odd));
-    for (x, y) in at.iter().zip(bt) {
-        sum = x.mul_add(*y, sum);
-    }
-    sum
-}
-
-/// y += a x, fused multiply-adds.
-#[inline(always)]
-fn axpy<S: Simd>(simd: S, y: &mut [f32], a: f32, x: &[f32]) {
-    let (yh, yt) = S::as_mut_simd_f32s(y);
-    let (xh, xt) = S::as_simd_f32s(x);
-    let av = simd.splat_f32s(a);
-    for (y, x) in yh.iter_mut().zip(xh) {
-        *y = simd.mul_add_f32s(av, *x, *y);
-    }
-    for (y, x) in yt.iter_mut().zip(xt) {
-        *y = a.mul_add(*x, *y);
-    }
-}
-
-/// Σ xs, in vector lanes (the tail a partial vector, its padding zeros) and then across them.
-#[inline(always)]
-fn sum<S: Simd>(simd: S, xs: &[f32]) -> f32 {
-    let (head, tail) = S::as_simd_f32s(xs);
-    let mut acc = simd.partial_load_f32s(tail);
-    for x in head {
-        acc = simd.add_f32s(acc, *x);
-    }
-    simd.reduce_sum_f32s(acc)
-}
-
-/// o = Σ_j w_j row_j over the rows whose weight is not zero (o (head_dim) overwritten; `rows`
-/// gives the rows afresh, in the weights' order). Four vectors of o at a time stay in registers
-/// across the rows, where adding each row into o in memory (`axpy`) made every row wait for the
-/// last one's store to reach its load.
-#[inline(always)]
-fn weighted_sum<'r, S: Simd, I: Iterator<Item = &'r [f32]>>(
-    simd: S,
-    o: &mut [f32],
-    w: &[f32],
-    rows: impl Fn() -> I,
-) {
-    let lanes = S::F32_LANES;
-    let (oh, ot) = S::as_mut_simd_f32s(o);
-    let zero = simd.splat_f32s(0.0);
-    let full = oh.len() / 4 * 4;
-    for at in (0..full).step_by(4) {
-        let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
-        for (&wj, row) in w.iter().zip(rows()) {
-            if wj == 0.0 {
-                continue;
-            }
-            let wv = simd.splat_f32s(wj);
-            let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 4) * lanes]);
-            a0 = simd.mul_add_f32s(wv, rh[0], a0);
-            a1 = simd.mul_add_f32s(wv, rh[1], a1);
-            a2 = simd.mul_add_f32s(wv, rh[2], a2);
-            a3 = simd.mul_add_f32s(wv, rh[3], a3);
-        }
-        oh[at] = a0;
-        oh[at + 1] = a1;
-        oh[at + 2] = a2;
-        oh[at + 3] = a3;
-    }
-    // Two vectors left (head dim 32 in AVX-512's 16 lanes, 16 or 48 in AVX2's 8): both at once,
-    // where one at a time walked the rows twice, each multiply-add waiting on the one before.
-    let pairs = full + (oh.len() - full) / 2 * 2;
-    for at in (full..pairs).step_by(2) {
-        let (mut a0, mut a1) = (zero, zero);
-        for (&wj, row) in w.iter().zip(rows()) {
-            if wj == 0.0 {
-                continue;
-            }
-            let wv = simd.splat_f32s(wj);
-            let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 2) * lanes]);
-            a0 = simd.mul_add_f32s(wv, rh[0], a0);
-            a1 = simd.mul_add_f32s(wv, rh[1], a1);
-        }
-        oh[at] = a0;
-        oh[at + 1] = a1;
-    }
-    for (at, o) in oh.iter_mut().enumerate().skip(pairs) {
-        let mut a = zero;
-        for (&wj, row) in w.iter().zip(rows()) {
-            if wj != 0.0 {
-                let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 1) * lanes]);
-                a = simd.mul_add_f32s(simd.splat_f32s(wj), rh[0], a);
-            }
-        }
-        *o = a;
-    }
-    for (c, o) in ot.iter_mut().enumerate() {
-        let col = oh.len() * lanes + c;
-        *o = w
-            .iter()
-            .zip(rows())
-            .filter(|(wj, _)| **wj != 0.0)
-            .fold(0.0, |s, (wj, row)| wj.mul_add(row[col], s));
-    }
-}
-
 /// The operands a (batch row, kv head) task reads.
 struct Inputs<'a> {
     d: Dims,
@@ -334,47 +221,6 @@ impl<'x> Inputs<'x> {
         out
     }
 
-    /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head); `hd` as
-    /// for [`Inputs::forward_task`].
-    #[inline(always)]
-    fn backward_task<S: Simd>(
-        &self,
-        simd: S,
-        (n, kv, hd): (usize, usize, usize),
-        out: &[f32],
-        grad: &[f32],
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let d = &self.d;
-        let mut dq = vec![0f32; d.groups * d.t * hd];
-        let mut dk = vec![0f32; d.tk * hd];
-        let mut dv = vec![0f32; d.tk * hd];
-        let mut p = vec![0f32; d.tk];
-        let mut ds = vec![0f32; d.tk];
-        for (row, dqi) in dq.chunks_mut(hd).enumerate() {
-            let (r, i) = (row / d.t, row % d.t);
-            let at = d.q_at(n, i, kv * d.groups + r);
-            let (qi, doi) = (&self.q[at..][..hd], &grad[at..][..hd]);
-            self.probs(simd, n, kv, hd, r, i, &mut p);
-            let di = dot(simd, doi, &out[at..][..hd]);
-            let rows = p
-                .iter()
-                .zip(ds.iter_mut())
-                .zip(self.kv_rows(self.v, n, kv, hd))
-                .zip(dk.chunks_exact_mut(hd).zip(dv.chunks_exact_mut(hd)));
-            for (((&pj, dsj), vj), (dkj, dvj)) in rows {
-                *dsj = 0.0;
-                if pj == 0.0 {
-                    continue;
-                }
-                *dsj = pj * (dot(simd, doi, vj) - di) * self.scale;
-                axpy(simd, dkj, *dsj, qi);
-                axpy(simd, dvj, pj, doi);
-            }
-            weighted_sum(simd, dqi, &ds, || self.kv_rows(self.k, n, kv, hd));
-        }
-        (dq, dk, dv)
-    }
-
     /// Copies a task's query-shaped rows (groups * t, head_dim) to their places in (b, t, heads, hd).
     fn scatter_q(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
         let d = &self.d;
@@ -396,14 +242,6 @@ impl<'x> Inputs<'x> {
 struct Attention {
     mask: Tensor,
     scale: f32,
-}
-
-/// The backward kernel: its operands are q, k, v; the forward's output and its gradient ride along.
-struct AttentionGrad {
-    mask: Tensor,
-    scale: f32,
-    out: Tensor,
-    grad: Tensor,
 }
 
 /// Runs `f` with the checked operands of one call.
@@ -456,11 +294,12 @@ fn tasks(d: &Dims) -> impl IndexedParallelIterator<Item = (usize, usize)> {
         .map(move |task| (task / kv_heads, task % kv_heads))
 }
 
-// Each (batch row, kv head) task is compiled for AVX2 where the CPU has it (pulp checks at run
-// time; the crate itself targets baseline x86-64), so the 8-lane loops of `dot` and `axpy` take
-// one instruction per step. The task is a `WithSimd` struct whose `with_simd` is inlined into
-// pulp's target-feature function: a closure handed to `Arch::dispatch` is compiled apart from
-// those features (its body ran as SSE halves). Same operations in the same order: same bits.
+// Each (batch row, kv head) task is compiled for AVX-512 or AVX2, whichever the CPU has (pulp
+// checks at run time; the crate itself targets baseline x86-64), so the 16- or 8-lane loops of
+// `lanes` take one instruction per step. The task is a `WithSimd` struct whose `with_simd` is
+// inlined into pulp's target-feature function: a closure handed to `Arch::dispatch` is compiled
+// apart from those features (its body ran as SSE halves). The head dims matched here (and in
+// `backward::BackwardTask`) reach the loops as constants.
 struct ForwardTask<'a, 'x> {
     x: &'a Inputs<'x>,
     n: usize,
@@ -478,30 +317,6 @@ impl WithSimd for ForwardTask<'_, '_> {
             64 => x.forward_task(simd, n, kv, 64),
             128 => x.forward_task(simd, n, kv, 128),
             hd => x.forward_task(simd, n, kv, hd),
-        }
-    }
-}
-
-struct BackwardTask<'a, 'x> {
-    x: &'a Inputs<'x>,
-    n: usize,
-    kv: usize,
-    out: &'a [f32],
-    grad: &'a [f32],
-}
-
-impl WithSimd for BackwardTask<'_, '_> {
-    type Output = (Vec<f32>, Vec<f32>, Vec<f32>);
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
-        let (x, n, kv) = (self.x, self.n, self.kv);
-        let (out, grad) = (self.out, self.grad);
-        match x.d.head_dim {
-            32 => x.backward_task(simd, (n, kv, 32), out, grad),
-            64 => x.backward_task(simd, (n, kv, 64), out, grad),
-            128 => x.backward_task(simd, (n, kv, 128), out, grad),
-            hd => x.backward_task(simd, (n, kv, hd), out, grad),
         }
     }
 }
@@ -543,59 +358,8 @@ impl CustomOp3 for Attention {
         res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dq, dk, dv) = backward(q, k, v, &self.mask, self.scale, res, grad)?;
+        let (dq, dk, dv) = backward::backward(q, k, v, &self.mask, self.scale, res, grad)?;
         Ok((Some(dq), Some(dk), Some(dv)))
-    }
-}
-
-impl CustomOp3 for AttentionGrad {
-    fn name(&self) -> &'static str {
-        "fused attention backward"
-    }
-
-    /// q, k, v -> [dq | dk | dv] flat.
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (os, ol) = self.out.storage_and_layout();
-        let (gs, gl) = self.grad.storage_and_layout();
-        let out = storage_f32(&os, ol, NAME, "the output")?;
-        let grad = storage_f32(&gs, gl, NAME, "the gradient")?;
-        with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
-            let d = x.d;
-            if out.len() != d.q_len() || grad.len() != d.q_len() {
-                bail!("{NAME}: output or gradient does not match the queries");
-            }
-            let arch = pulp::Arch::new();
-            let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| {
-                    let task = BackwardTask {
-                        x,
-                        n,
-                        kv,
-                        out,
-                        grad,
-                    };
-                    (n, kv, arch.dispatch(task))
-                })
-                .collect();
-            let (ql, kl) = (d.q_len(), d.kv_len());
-            let mut packed = vec![0f32; ql + 2 * kl];
-            let (dq, rest) = packed.split_at_mut(ql);
-            let (dk, dv) = rest.split_at_mut(kl);
-            for (n, kv, (q_rows, k_rows, v_rows)) in parts {
-                x.scatter_q(dq, n, kv, &q_rows);
-                x.scatter_kv(dk, n, kv, &k_rows);
-                x.scatter_kv(dv, n, kv, &v_rows);
-            }
-            Ok((CpuStorage::F32(packed), Shape::from(ql + 2 * kl)))
-        })
     }
 }
 
@@ -623,48 +387,4 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) 
             scale: scale as f32,
         },
     )
-}
-
-/// The gradients of [`attention`] with respect to q, k and v, given its output `out` and the
-/// output's gradient dy: (dq, dk, dv) in the shapes of q, k and v. q, k, v and mask as
-/// [`attention`] took them (keys and values contiguous). What candle's backward of [`attention`]
-/// runs, for a caller differentiating by hand.
-pub fn attention_backward(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: &Tensor,
-    scale: f64,
-    out: &Tensor,
-    dy: &Tensor,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    backward(
-        &q.contiguous()?,
-        &k.contiguous()?,
-        &v.contiguous()?,
-        &mask.contiguous()?,
-        scale as f32,
-        out,
-        dy,
-    )
-}
-
-fn backward(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: &Tensor,
-    scale: f32,
-    out: &Tensor,
-    dy: &Tensor,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    let op = AttentionGrad {
-        mask: mask.clone(),
-        scale,
-        out: out.contiguous()?,
-        grad: dy.contiguous()?,
-    };
-    let packed = q.apply_op3_no_bwd(k, v, &op)?;
-    let [dq, dk, dv] = unpack(&packed, [q.dims(), k.dims(), v.dims()])?;
-    Ok((dq, dk, dv))
 }
