@@ -205,11 +205,12 @@ fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
     // 3 rows with left padding from column 0, 2 and 6 (with 4 queries after 2 earlier columns,
     // the third row is padding only: uniform probabilities, which the reference gives too), 6
     // query heads on 2 kv heads, and earlier key columns so that keys outnumber queries. Head
-    // dims: 8 and 12 (one vector, a vector and a tail), 16 and 48 (two vectors after any blocks of
-    // four, in AVX2's 8 lanes; 48 is one block of two and one vector in AVX-512's 16), and 32 and
-    // 64, which the kernel compiles with the head dim as a constant. Keys: 6 (a softmax row of a tail only), 18 and 27 (rows of
-    // two and three vectors and a tail, behind 9 and 7 queries), and 10 behind a single query (a
-    // decode step's shape, here through the backward too).
+    // dims: 8 and 12 (one vector, a vector and a tail), 16 and 48 (two vectors after any blocks
+    // of four, in AVX2's 8 lanes; 48 is one block of two and one vector in AVX-512's 16), and 32
+    // and 64, which the kernel compiles with the head dim as a constant. Keys: 6 (a softmax row
+    // of a tail only), 18 and 27 (rows of two and three vectors and a tail, behind 9 and 7
+    // queries), and 10 behind a single query (a decode step's shape, here through the backward
+    // too).
     for hd in [8, 12, 16, 32, 48, 64] {
         for (t, past) in [(4, 2), (9, 9), (7, 20), (1, 9)] {
             let (b, nh, nkv) = (3, 6, 2);

@@ -199,8 +199,9 @@ mod tests {
         xs[301] = ZERO_BELOW;
         xs[302] = ZERO_BELOW + 0.5;
         xs[303] = LO - 0.001;
-        // Slices whose tails (after 8 or 16 lanes) hold the -inf at 13, the values at 300-303 and
-        // the NaN at 200, as well as slices of ordinary values.
+        // Slices whose tails (after 8 or 16 lanes) hold the -inf at 13, the values at 300-303 or
+        // the NaN at 200 ((0, 14), (0, 15), (298, 7), (198, 5)), slices with them in whole vectors,
+        // and slices of ordinary values.
         for (start, len) in [
             (0, 0),
             (0, 1),
