@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The engine against Hugging Face transformers and TRL, back to back in one sitting, with the ratios.
 #
-#   benches/vs_peers.sh [--qwen05] [--rounds N]
+#   benches/vs_peers.sh [--qwen05] [--rounds N] [--cpus LIST] [--torch-isa ISA]
+#
+# --cpus LIST pins every run, theirs and ours, to those CPUs (`taskset -c LIST`, e.g. 0,1: two
+# cores of a bigger machine standing for this project's 2-core kind) and gives the peers that many
+# threads; ours reads the pinned count itself. --torch-isa ISA (e.g. avx2) holds PyTorch's own
+# kernels, oneDNN and MKL to that instruction set, to compare like with like on an AVX-512 machine.
 #
 # Each round runs the peers' tiny-model workloads, then ours (`cargo bench --bench engine`), so
 # both sides see the same machine state; the ratios are ours / theirs (for the GRPO step, whose
@@ -18,17 +23,32 @@ PEER_PYTHON=${PEER_PYTHON:-/tmp/peervenv/bin/python}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 ROUNDS=1
 QWEN05=0
+CPUS=
+TORCH_ISA=
 while [ $# -gt 0 ]; do
     case "$1" in
         --qwen05) QWEN05=1 ;;
         --rounds) ROUNDS=$2; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        --cpus) CPUS=$2; shift ;;
+        --torch-isa) TORCH_ISA=$2; shift ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
 done
 [ -x "$PEER_PYTHON" ] || { echo "vs_peers.sh: no peer python at '$PEER_PYTHON' (see the header)" >&2; exit 1; }
 [ -f "$PEERS/hf_generate_bench.py" ] || { echo "vs_peers.sh: no peer scripts in '$PEERS'" >&2; exit 1; }
+# PIN prefixes every run; PEER_ARGS and PEER_ENV go to the peers alone.
+PIN=(); PEER_ARGS=(); PEER_ENV=()
+if [ -n "$CPUS" ]; then
+    n=$(taskset -c "$CPUS" nproc) || { echo "vs_peers.sh: --cpus '$CPUS' is not a CPU list taskset takes" >&2; exit 2; }
+    PIN=(taskset -c "$CPUS"); PEER_ARGS=(--threads "$n")
+fi
+if [ -n "$TORCH_ISA" ]; then
+    isa=$(echo "$TORCH_ISA" | tr '[:upper:]' '[:lower:]')
+    PEER_ENV=("ATEN_CPU_CAPABILITY=$isa" "ONEDNN_MAX_CPU_ISA=${isa^^}" "MKL_ENABLE_INSTRUCTIONS=${isa^^}")
+fi
+peer() { (cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" "$PEER_PYTHON" "$@" "${PEER_ARGS[@]}"); }
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -37,19 +57,19 @@ json() { "$PEER_PYTHON" -c "import json,sys; print(json.loads(sys.stdin.read().s
 ours() { grep -m1 "^$1" "$WORK/${WORK_FILE:-ours.txt}" | grep -oE "[0-9.]+ $2" | head -1 | cut -d' ' -f1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}"
 cargo bench --bench engine --no-run >/dev/null 2>&1 || cargo bench --bench engine --no-run
 "$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1
 
 for round in $(seq 1 "$ROUNDS"); do
-    hf=$(cd "$PEERS" && "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/tiny" 2>/dev/null)
-    trl=$(cd "$PEERS" && "$PEER_PYTHON" grpo_trl.py --lr 1e-3 --beta 0.0 --steps 30 2>/dev/null | tail -1)
-    cargo bench --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
-    cargo bench --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
-    cargo bench --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
+    hf=$(peer hf_generate_bench.py --model "$WORK/tiny" 2>/dev/null)
+    trl=$(peer grpo_trl.py --model "$WORK/tiny" --lr 1e-3 --beta 0.0 --steps 30 2>/dev/null | tail -1)
+    "${PIN[@]}" cargo bench --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" cargo bench --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" cargo bench --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
     # Ours again in one lane (the engine before lanes), for the slice's own ratio.
     for w in generation fwd_bwd grpo; do
-        ROLL_LANES=1 cargo bench --bench engine -- $w 2>/dev/null
+        ROLL_LANES=1 "${PIN[@]}" cargo bench --bench engine -- $w 2>/dev/null
     done >"$WORK/one_lane.txt"
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
@@ -68,8 +88,8 @@ done
 
 if [ "$QWEN05" = 1 ]; then
     "$PEER_PYTHON" "$PEERS/make_tiny.py" --shape qwen2.5-0.5b --out "$WORK/qwen05" >/dev/null 2>&1
-    hf=$(cd "$PEERS" && /usr/bin/time -f '%M' -o "$WORK/hf_rss" "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 2>/dev/null)
-    /usr/bin/time -f '%M' -o "$WORK/our_rss" cargo bench --bench engine -- qwen05 >"$WORK/ours.txt" 2>/dev/null
+    hf=$(cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" /usr/bin/time -f '%M' -o "$WORK/hf_rss" "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 "${PEER_ARGS[@]}" 2>/dev/null)
+    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss" cargo bench --bench engine -- qwen05 >"$WORK/ours.txt" 2>/dev/null
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
     our_gen=$(grep "generation" "$WORK/ours.txt" | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
