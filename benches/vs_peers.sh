@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The engine against Hugging Face transformers and TRL, back to back in one sitting, with the ratios.
 #
-#   benches/vs_peers.sh [--qwen05] [--rounds N] [--cpus LIST] [--torch-isa ISA]
+#   benches/vs_peers.sh [--qwen05] [--rounds N] [--cpus LIST] [--torch-isa avx2]
 #
 # --cpus LIST pins every run, theirs and ours, to those CPUs (`taskset -c LIST`, e.g. 0,1: two
 # cores of a bigger machine standing for this project's 2-core kind) and gives the peers that many
-# threads; ours reads the pinned count itself. --torch-isa ISA (e.g. avx2) holds PyTorch's own
-# kernels, oneDNN and MKL to that instruction set, to compare like with like on an AVX-512 machine.
+# threads; ours reads the pinned count itself. --torch-isa avx2 holds PyTorch's own kernels,
+# oneDNN and MKL to AVX2, to compare like with like on an AVX-512 machine.
 #
 # Each round runs the peers' tiny-model workloads, then ours (`cargo bench --bench engine`), so
 # both sides see the same machine state; the ratios are ours / theirs (for the GRPO step, whose
@@ -28,9 +28,9 @@ TORCH_ISA=
 while [ $# -gt 0 ]; do
     case "$1" in
         --qwen05) QWEN05=1 ;;
-        --rounds) ROUNDS=$2; shift ;;
-        --cpus) CPUS=$2; shift ;;
-        --torch-isa) TORCH_ISA=$2; shift ;;
+        --rounds) ROUNDS=${2:?"--rounds needs a count"}; shift ;;
+        --cpus) CPUS=${2:?"--cpus needs a CPU list, e.g. 0,1"}; shift ;;
+        --torch-isa) TORCH_ISA=${2:?"--torch-isa needs an instruction set: avx2"}; shift ;;
         -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
@@ -44,10 +44,12 @@ if [ -n "$CPUS" ]; then
     n=$(taskset -c "$CPUS" nproc) || { echo "vs_peers.sh: --cpus '$CPUS' is not a CPU list taskset takes" >&2; exit 2; }
     PIN=(taskset -c "$CPUS"); PEER_ARGS=(--threads "$n")
 fi
-if [ -n "$TORCH_ISA" ]; then
-    isa=$(echo "$TORCH_ISA" | tr '[:upper:]' '[:lower:]')
-    PEER_ENV=("ATEN_CPU_CAPABILITY=$isa" "ONEDNN_MAX_CPU_ISA=${isa^^}" "MKL_ENABLE_INSTRUCTIONS=${isa^^}")
-fi
+case "${TORCH_ISA,,}" in
+    "") ;;
+    # The names each library takes for AVX2 (each names AVX-512's variants its own way).
+    avx2) PEER_ENV=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) ;;
+    *) echo "vs_peers.sh: --torch-isa takes avx2, not '$TORCH_ISA'" >&2; exit 2 ;;
+esac
 peer() { (cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" "$PEER_PYTHON" "$@" "${PEER_ARGS[@]}"); }
 
 WORK=$(mktemp -d)
