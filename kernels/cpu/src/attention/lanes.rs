@@ -41,6 +41,19 @@ pub(super) fn axpy<S: Simd>(simd: S, y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// Each element of xs replaced by `f` of it, in vector lanes, the tail as one partial vector (at
+/// the tiny training shape a softmax row of 15 keys is all tail in AVX-512's 16 lanes).
+#[inline(always)]
+pub(super) fn map_in_place<S: Simd>(simd: S, xs: &mut [f32], f: impl Fn(S::f32s) -> S::f32s) {
+    let (head, tail) = S::as_mut_simd_f32s(xs);
+    for v in head {
+        *v = f(*v);
+    }
+    if !tail.is_empty() {
+        simd.partial_store_f32s(tail, f(simd.partial_load_f32s(tail)));
+    }
+}
+
 /// Σ xs, in vector lanes (the tail a partial vector, its padding zeros) and then across them.
 #[inline(always)]
 pub(super) fn sum<S: Simd>(simd: S, xs: &[f32]) -> f32 {

@@ -19,7 +19,7 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 pub use backward::attention_backward;
-use lanes::{dot, sum, weighted_sum};
+use lanes::{dot, map_in_place, sum, weighted_sum};
 
 use super::{f32_data, storage_f32, vexp};
 
@@ -180,30 +180,11 @@ impl<'x> Inputs<'x> {
             };
             max = max.max(*p);
         }
-        // The row's tail as one partial vector in each pass: at the tiny training shape (15 keys)
-        // a row is all tail in AVX-512's 16 lanes.
-        {
-            let (head, tail) = S::as_mut_simd_f32s(p);
-            let shift = simd.splat_f32s(max);
-            for v in head {
-                *v = simd.sub_f32s(*v, shift);
-            }
-            if !tail.is_empty() {
-                let t = simd.sub_f32s(simd.partial_load_f32s(tail), shift);
-                simd.partial_store_f32s(tail, t);
-            }
-        }
+        let shift = simd.splat_f32s(max);
+        map_in_place(simd, p, |v| simd.sub_f32s(v, shift));
         vexp::exp_in_place_with(simd, p);
-        let total = sum(simd, p);
-        let (head, tail) = S::as_mut_simd_f32s(p);
-        let div = simd.splat_f32s(total);
-        for v in head {
-            *v = simd.div_f32s(*v, div);
-        }
-        if !tail.is_empty() {
-            let t = simd.div_f32s(simd.partial_load_f32s(tail), div);
-            simd.partial_store_f32s(tail, t);
-        }
+        let total = simd.splat_f32s(sum(simd, p));
+        map_in_place(simd, p, |v| simd.div_f32s(v, total));
     }
 
     /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major. `hd` is the
