@@ -68,7 +68,9 @@ pub(super) fn sum<S: Simd>(simd: S, xs: &[f32]) -> f32 {
 /// o = Σ_j w_j row_j over the rows whose weight is not zero (o (head_dim) overwritten; `rows`
 /// gives the rows afresh, in the weights' order). Four vectors of o at a time stay in registers
 /// across the rows, where adding each row into o in memory (`axpy`) made every row wait for the
-/// last one's store to reach its load.
+/// last one's store to reach its load; then two (head dim 32 in AVX-512's 16 lanes, 16 or 48 in
+/// AVX2's 8), where one at a time walked the rows twice, each multiply-add waiting on the one
+/// before; then one.
 #[inline(always)]
 pub(super) fn weighted_sum<'r, S: Simd, I: Iterator<Item = &'r [f32]>>(
     simd: S,
@@ -78,59 +80,49 @@ pub(super) fn weighted_sum<'r, S: Simd, I: Iterator<Item = &'r [f32]>>(
 ) {
     let lanes = S::F32_LANES;
     let (oh, ot) = S::as_mut_simd_f32s(o);
-    let zero = simd.splat_f32s(0.0);
-    let full = oh.len() / 4 * 4;
-    for at in (0..full).step_by(4) {
-        let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
-        for (&wj, row) in w.iter().zip(rows()) {
-            if wj == 0.0 {
-                continue;
-            }
-            let wv = simd.splat_f32s(wj);
-            let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 4) * lanes]);
-            a0 = simd.mul_add_f32s(wv, rh[0], a0);
-            a1 = simd.mul_add_f32s(wv, rh[1], a1);
-            a2 = simd.mul_add_f32s(wv, rh[2], a2);
-            a3 = simd.mul_add_f32s(wv, rh[3], a3);
-        }
-        oh[at] = a0;
-        oh[at + 1] = a1;
-        oh[at + 2] = a2;
-        oh[at + 3] = a3;
+    let n = oh.len();
+    let fours = n / 4 * 4;
+    let twos = fours + (n - fours) / 2 * 2;
+    for at in (0..fours).step_by(4) {
+        weighted_block::<4, S, I>(simd, &mut oh[at..at + 4], at, w, &rows);
     }
-    // Two vectors left (head dim 32 in AVX-512's 16 lanes, 16 or 48 in AVX2's 8): both at once,
-    // where one at a time walked the rows twice, each multiply-add waiting on the one before.
-    let pairs = full + (oh.len() - full) / 2 * 2;
-    for at in (full..pairs).step_by(2) {
-        let (mut a0, mut a1) = (zero, zero);
-        for (&wj, row) in w.iter().zip(rows()) {
-            if wj == 0.0 {
-                continue;
-            }
-            let wv = simd.splat_f32s(wj);
-            let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 2) * lanes]);
-            a0 = simd.mul_add_f32s(wv, rh[0], a0);
-            a1 = simd.mul_add_f32s(wv, rh[1], a1);
-        }
-        oh[at] = a0;
-        oh[at + 1] = a1;
+    for at in (fours..twos).step_by(2) {
+        weighted_block::<2, S, I>(simd, &mut oh[at..at + 2], at, w, &rows);
     }
-    for (at, o) in oh.iter_mut().enumerate().skip(pairs) {
-        let mut a = zero;
-        for (&wj, row) in w.iter().zip(rows()) {
-            if wj != 0.0 {
-                let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + 1) * lanes]);
-                a = simd.mul_add_f32s(simd.splat_f32s(wj), rh[0], a);
-            }
-        }
-        *o = a;
+    for at in twos..n {
+        weighted_block::<1, S, I>(simd, &mut oh[at..at + 1], at, w, &rows);
     }
     for (c, o) in ot.iter_mut().enumerate() {
-        let col = oh.len() * lanes + c;
+        let col = n * lanes + c;
         *o = w
             .iter()
             .zip(rows())
             .filter(|(wj, _)| **wj != 0.0)
             .fold(0.0, |s, (wj, row)| wj.mul_add(row[col], s));
     }
+}
+
+/// Vectors `at..at + N` of [`weighted_sum`]'s o into `out`, summed over the rows in their order
+/// in N accumulators (N a constant, so they stay in registers).
+#[inline(always)]
+fn weighted_block<'r, const N: usize, S: Simd, I: Iterator<Item = &'r [f32]>>(
+    simd: S,
+    out: &mut [S::f32s],
+    at: usize,
+    w: &[f32],
+    rows: &impl Fn() -> I,
+) {
+    let lanes = S::F32_LANES;
+    let mut acc = [simd.splat_f32s(0.0); N];
+    for (&wj, row) in w.iter().zip(rows()) {
+        if wj == 0.0 {
+            continue;
+        }
+        let wv = simd.splat_f32s(wj);
+        let (rh, _) = S::as_simd_f32s(&row[at * lanes..(at + N) * lanes]);
+        for (a, r) in acc.iter_mut().zip(rh) {
+            *a = simd.mul_add_f32s(wv, *r, *a);
+        }
+    }
+    out.copy_from_slice(&acc);
 }
