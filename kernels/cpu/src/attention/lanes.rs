@@ -42,7 +42,10 @@ pub(super) fn axpy<S: Simd>(simd: S, y: &mut [f32], a: f32, x: &[f32]) {
 }
 
 /// Each element of xs replaced by `f` of it, in vector lanes, the tail as one partial vector (at
-/// the tiny training shape a softmax row of 15 keys is all tail in AVX-512's 16 lanes).
+/// the tiny training shape a softmax row of 15 keys is all tail in AVX-512's 16 lanes). For a
+/// single operation only: `f`'s body runs with the task's target features only where it is
+/// inlined, and `vexp::exp_in_place_with` through this helper (`f` calling `exp_lanes`) made
+/// the attention kernel four times slower, so vexp keeps its own loop.
 #[inline(always)]
 pub(super) fn map_in_place<S: Simd>(simd: S, xs: &mut [f32], f: impl Fn(S::f32s) -> S::f32s) {
     let (head, tail) = S::as_mut_simd_f32s(xs);
