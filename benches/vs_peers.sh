@@ -11,8 +11,11 @@
 # Each round runs the peers' tiny-model workloads, then ours (`cargo bench --bench engine`), so
 # both sides see the same machine state; the ratios are ours / theirs (for the GRPO step, whose
 # figure is a time, theirs / ours), so above 1 means we are faster; ours in one lane
-# (`ROLL_LANES=1`, the engine before lanes) is shown beside. `--qwen05` adds the
-# Qwen2.5-0.5B shape (minutes, ~11 GB of memory each side).
+# (`ROLL_LANES=1`, the engine before lanes) is shown beside. With several rounds the median
+# ratio and the range follow: on a shared machine one round says little. Each round also times
+# the tiny forward+backward's matrix products alone (kernels/cpu/benches/ceiling.rs), the
+# fastest that step could be with gemm as it is, and shows both sides as a share of it.
+# `--qwen05` adds the Qwen2.5-0.5B shape (minutes, ~11 GB of memory each side).
 #
 # Needs the peers' venv (../shared/peers/README.md):
 #   python3 -m venv /tmp/peervenv && /tmp/peervenv/bin/pip install -r ../shared/peers/requirements-lock.txt
@@ -31,11 +34,12 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS=${2:?"--rounds needs a count"}; shift ;;
         --cpus) CPUS=${2:?"--cpus needs a CPU list, e.g. 0,1"}; shift ;;
         --torch-isa) TORCH_ISA=${2:?"--torch-isa needs an instruction set: avx2"}; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
 done
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "vs_peers.sh: --rounds takes a count of 1 or more, not '$ROUNDS'" >&2; exit 2; }
 [ -x "$PEER_PYTHON" ] || { echo "vs_peers.sh: no peer python at '$PEER_PYTHON' (see the header)" >&2; exit 1; }
 [ -f "$PEERS/hf_generate_bench.py" ] || { echo "vs_peers.sh: no peer scripts in '$PEERS'" >&2; exit 1; }
 # PIN prefixes every run; PEER_ARGS and PEER_ENV go to the peers alone.
@@ -58,9 +62,14 @@ json() { "$PEER_PYTHON" -c "import json,sys; print(json.loads(sys.stdin.read().s
 # The number before a unit in our bench's line for a workload: `ours WORKLOAD 'tokens/s'`.
 ours() { grep -m1 "^$1" "$WORK/${WORK_FILE:-ours.txt}" | grep -oE "[0-9.]+ $2" | head -1 | cut -d' ' -f1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+# The median of its arguments (ratios such as 1.92x), and their range: one round on a shared
+# machine says little, the rounds' median more.
+median() { printf '%s\n' "$@" | tr -d x | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
+GEN=(); FB=(); STEP=(); GEN1=(); FB1=(); STEP1=()
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}"
 cargo bench --bench engine --no-run >/dev/null 2>&1 || cargo bench --bench engine --no-run
+cargo bench -p roll-cpu-kernels --bench ceiling --no-run >/dev/null 2>&1 || cargo bench -p roll-cpu-kernels --bench ceiling --no-run
 "$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1
 
 for round in $(seq 1 "$ROUNDS"); do
@@ -73,6 +82,8 @@ for round in $(seq 1 "$ROUNDS"); do
     for w in generation fwd_bwd grpo; do
         ROLL_LANES=1 "${PIN[@]}" cargo bench --bench engine -- $w 2>/dev/null
     done >"$WORK/one_lane.txt"
+    # What the step's matrix products alone would allow in this round (kernels/cpu/benches/ceiling.rs).
+    "${PIN[@]}" cargo bench -p roll-cpu-kernels --bench ceiling -- products >"$WORK/ceiling.txt" 2>/dev/null
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
     trl_step=$(echo "$trl" | json median_step_s)
@@ -82,11 +93,22 @@ for round in $(seq 1 "$ROUNDS"); do
     one_gen=$(WORK_FILE=one_lane.txt ours generation "tokens/s")
     one_fb=$(WORK_FILE=one_lane.txt ours forward "tokens/s")
     one_step=$(WORK_FILE=one_lane.txt ours grpo "s median")
+    ceiling=$(grep -oE "[0-9.]+ tokens/s" "$WORK/ceiling.txt" | tail -1 | cut -d' ' -f1)
+    GEN+=("$(ratio "$our_gen" "$hf_gen")"); FB+=("$(ratio "$our_fb" "$hf_fb")"); STEP+=("$(ratio "$trl_step" "$our_step")")
+    GEN1+=("$(ratio "$one_gen" "$hf_gen")"); FB1+=("$(ratio "$one_fb" "$hf_fb")"); STEP1+=("$(ratio "$trl_step" "$one_step")")
     echo "round $round, tiny model:"
     echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen") (one lane: $one_gen, $(ratio "$one_gen" "$hf_gen"))"
     echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb") (one lane: $one_fb, $(ratio "$one_fb" "$hf_fb"))"
     echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> $(ratio "$trl_step" "$our_step") (one lane: $one_step s, $(ratio "$trl_step" "$one_step"))"
+    echo "  forward+backward's ceiling, its matrix products alone: $ceiling tokens/s (ours at $(ratio "$our_fb" "$ceiling"), HF at $(ratio "$hf_fb" "$ceiling") of it)"
 done
+
+if [ "$ROUNDS" -gt 1 ]; then
+    echo "median of the rounds' ratios, tiny model (one lane in brackets):"
+    echo "  generation:       $(median "${GEN[@]}")  [$(median "${GEN1[@]}")]"
+    echo "  forward+backward: $(median "${FB[@]}")  [$(median "${FB1[@]}")]"
+    echo "  GRPO step:        $(median "${STEP[@]}")  [$(median "${STEP1[@]}")]"
+fi
 
 if [ "$QWEN05" = 1 ]; then
     "$PEER_PYTHON" "$PEERS/make_tiny.py" --shape qwen2.5-0.5b --out "$WORK/qwen05" >/dev/null 2>&1

@@ -1,0 +1,262 @@
+//! The arithmetic ceiling of a tiny forward+backward on one core, to tell how far the engine is
+//! from what the machine can do at all:
+//!
+//! - `fma`: the core's rate of fused multiply-adds, in the widest vectors pulp finds, twelve
+//!   independent chains (enough to cover the instructions' latency on the cores we run on);
+//! - `products`: the matrix products of one lane's step of `engine fwd_bwd` (tiny Qwen2: hidden
+//!   128, intermediate 512, 4 heads of 32, 2 KV heads, 4 layers; 32 rows of 15 positions, so 480
+//!   rows a product), each on operands of its own in the layouts `roll::model::layer_grad` gives
+//!   gemm, through `product::matmul` and `matmul_add` as the engine calls them, one thread. These
+//!   84 products are the whole of the step's arithmetic but for a few per cent (attention's
+//!   scores, the norms, the head over a 24-token vocabulary), so their time is a floor for the
+//!   step's, and two lanes can at best halve a 960-row step to it.
+//!
+//! - `shapes`: each distinct product of that list alone, repeated on the same operands (so in
+//!   cache): what gemm reaches at that shape and layout when nothing else competes for the
+//!   caches.
+//!
+//! Prints the least time of 9 (the machine is shared: other work only adds time), the rates, and
+//! the tokens per second a 64 x 16 step would reach on the cores this process may use if it were
+//! its products alone.
+//!
+//! Run: `cargo bench -p roll-cpu-kernels --bench ceiling` (record figures in benches/RESULTS.md).
+
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+use pulp::{Arch, Simd, WithSimd};
+use roll_cpu_kernels::product::{matmul, matmul_add};
+
+/// Twelve chains of `FMA_STEPS` fused multiply-adds each; returns their sum so that nothing is
+/// optimised away.
+struct FmaChains;
+
+const FMA_STEPS: usize = 20_000_000;
+const CHAINS: usize = 12;
+
+impl WithSimd for FmaChains {
+    type Output = (f32, usize);
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> (f32, usize) {
+        let mut acc = [simd.splat_f32s(1.0); CHAINS];
+        // x * 0.999999 + 1e-7 stays near 1: no overflow, no denormals.
+        let (b, c) = (simd.splat_f32s(0.999_999), simd.splat_f32s(1e-7));
+        for _ in 0..FMA_STEPS {
+            for a in acc.iter_mut() {
+                *a = simd.mul_add_f32s(*a, b, c);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(simd.splat_f32s(0.0), |s, &a| simd.add_f32s(s, a));
+        let lanes = size_of::<S::f32s>() / size_of::<f32>();
+        (simd.reduce_sum_f32s(sum), lanes)
+    }
+}
+
+/// Least seconds of `f` over 9 runs, after one to warm up.
+fn least(mut f: impl FnMut()) -> f64 {
+    f();
+    (0..9)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// One product of the step: (m, k) times (k, n). `a_t`: the left factor is a transposed view of a
+/// (k, m) matrix (a gradient read as dyᵀ); `b_t`: the right one of an (n, k) matrix (a weight
+/// read as wᵀ). `add`: summed into an existing (m, n) result.
+struct Product {
+    m: usize,
+    k: usize,
+    n: usize,
+    a_t: bool,
+    b_t: bool,
+    add: bool,
+}
+
+impl Product {
+    fn flops(&self) -> f64 {
+        2.0 * (self.m * self.k * self.n) as f64
+    }
+
+    /// Its operands, random, in its layouts, and the sum it adds into when `add`.
+    fn operands(&self, dev: &Device) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let a = if self.a_t {
+            Tensor::randn(0f32, 1.0, (self.k, self.m), dev)?.t()?
+        } else {
+            Tensor::randn(0f32, 1.0, (self.m, self.k), dev)?
+        };
+        let b = if self.b_t {
+            Tensor::randn(0f32, 1.0, (self.n, self.k), dev)?.t()?
+        } else {
+            Tensor::randn(0f32, 1.0, (self.k, self.n), dev)?
+        };
+        let sum = Tensor::zeros((self.m, self.n), candle_core::DType::F32, dev)?;
+        Ok((a, b, sum))
+    }
+
+    /// How gemm is asked for it, e.g. "(480, 128) x (128, 512)ᵀ".
+    fn label(&self) -> String {
+        let t = |yes: bool| if yes { "ᵀ" } else { "" };
+        format!(
+            "({}, {}){} x ({}, {}){}{}",
+            self.m,
+            self.k,
+            t(self.a_t),
+            self.k,
+            self.n,
+            t(self.b_t),
+            if self.add { ", summed" } else { "" }
+        )
+    }
+}
+
+/// The products of one layer's forward and backward as `layer_grad` makes them, for `rows` rows.
+fn layer_products(rows: usize) -> Vec<Product> {
+    let (h, kv, ff) = (128, 64, 512);
+    let p = |m, k, n, a_t, b_t, add| Product {
+        m,
+        k,
+        n,
+        a_t,
+        b_t,
+        add,
+    };
+    vec![
+        // Forward: q, k, v, o, gate, up, down, each x wᵀ.
+        p(rows, h, h, false, true, false),
+        p(rows, h, kv, false, true, false),
+        p(rows, h, kv, false, true, false),
+        p(rows, h, h, false, true, false),
+        p(rows, h, ff, false, true, false),
+        p(rows, h, ff, false, true, false),
+        p(rows, ff, h, false, true, false),
+        // Backward, in `LayerRecord::backward`'s order: down's weight dyᵀ mlp, the MLP's input
+        // dy w; gate's and up's weights; h2's gradient, the second summed in.
+        p(h, rows, ff, true, false, false),
+        p(rows, h, ff, false, false, false),
+        p(ff, rows, h, true, false, false),
+        p(ff, rows, h, true, false, false),
+        p(rows, ff, h, false, false, false),
+        p(rows, ff, h, false, false, true),
+        // o's weight and attention's gradient; q's, k's and v's weights; h1's gradient.
+        p(h, rows, h, true, false, false),
+        p(rows, h, h, false, false, false),
+        p(h, rows, h, true, false, false),
+        p(kv, rows, h, true, false, false),
+        p(kv, rows, h, true, false, false),
+        p(rows, h, h, false, false, false),
+        p(rows, kv, h, false, false, true),
+        p(rows, kv, h, false, false, true),
+    ]
+}
+
+fn main() -> candle_core::Result<()> {
+    let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a one-thread pool");
+
+    if wants("fma") {
+        let mut lanes = 0;
+        let secs = least(|| {
+            let (sum, l) = Arch::new().dispatch(FmaChains);
+            lanes = l;
+            std::hint::black_box(sum);
+        });
+        let flops = (2 * FMA_STEPS * CHAINS * lanes) as f64;
+        println!(
+            "fma: {CHAINS} chains of {lanes}-lane fused multiply-adds, one core: {:.1} GFLOP/s",
+            flops / secs / 1e9
+        );
+    }
+
+    if wants("products") {
+        let dev = Device::Cpu;
+        let rows = 32 * 15;
+        let layers = 4;
+        let products: Vec<Product> = (0..layers).flat_map(|_| layer_products(rows)).collect();
+        // Each product its own operands, as the step's are distinct tensors.
+        let operands = products
+            .iter()
+            .map(|p| p.operands(&dev))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let flops: f64 = products.iter().map(Product::flops).sum();
+        let secs = one.install(|| {
+            least(|| {
+                // The step keeps its products' results alive until its end (activations and
+                // gradients), so the allocator hands each a buffer of its own.
+                let mut kept = Vec::with_capacity(products.len());
+                for (p, (a, b, sum)) in products.iter().zip(&operands) {
+                    if p.add {
+                        matmul_add(sum, a, b).expect("product");
+                    } else {
+                        kept.push(matmul(a, b).expect("product"));
+                    }
+                }
+                std::hint::black_box(kept);
+            })
+        });
+        // The step's 64 rows are two such lanes' worth, shared out over the cores this process
+        // may use (as `engine fwd_bwd` does; its lanes scale almost perfectly).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let step_secs = 2.0 * secs / cores as f64;
+        println!(
+            "products of one lane's tiny step ({} of them, {rows} rows, {:.2} GFLOP), one thread: \
+             {:.1} ms, {:.1} GFLOP/s; a 64 x 16 step of these alone on {} core(s): {:.0} tokens/s",
+            products.len(),
+            flops / 1e9,
+            secs * 1e3,
+            flops / secs / 1e9,
+            cores,
+            64.0 * 16.0 / step_secs
+        );
+    }
+
+    if wants("shapes") {
+        let dev = Device::Cpu;
+        // Each distinct product timed once; the step's 84 summed at those rates.
+        let mut rates = std::collections::HashMap::new();
+        let layer = layer_products(32 * 15);
+        for p in &layer {
+            if rates.contains_key(&p.label()) {
+                continue;
+            }
+            let (a, b, sum) = p.operands(&dev)?;
+            let secs = one.install(|| {
+                least(|| {
+                    if p.add {
+                        matmul_add(&sum, &a, &b).expect("product");
+                    } else {
+                        std::hint::black_box(matmul(&a, &b).expect("product"));
+                    }
+                })
+            });
+            println!(
+                "{:36} one thread: {:6.1} us, {:5.1} GFLOP/s",
+                p.label(),
+                secs * 1e6,
+                p.flops() / secs / 1e9
+            );
+            rates.insert(p.label(), secs);
+        }
+        let lane_secs: f64 = 4.0 * layer.iter().map(|p| rates[&p.label()]).sum::<f64>();
+        let flops: f64 = 4.0 * layer.iter().map(Product::flops).sum::<f64>();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        println!(
+            "one lane's step at those rates: {:.1} ms, {:.1} GFLOP/s; a 64 x 16 step on {cores} \
+             core(s): {:.0} tokens/s",
+            lane_secs * 1e3,
+            flops / lane_secs / 1e9,
+            64.0 * 16.0 * cores as f64 / (2.0 * lane_secs)
+        );
+    }
+    Ok(())
+}
