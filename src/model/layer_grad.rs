@@ -19,7 +19,7 @@ use candle_core::{Result, Tensor};
 use roll_cpu_kernels as fused;
 
 use super::config::ModelConfig;
-use super::transformer::{LayerWeights, Product, affine};
+use super::transformer::{LayerWeights, Product, affine, residual};
 
 /// A layer's forward as its backward needs it. Holds the layer's activations (freed with it) and
 /// its weights as the model holds them: their gradients are keyed by them.
@@ -94,12 +94,12 @@ pub(super) fn forward(
     let k = fused::rope::rope(&k_in, cos, sin)?;
     let scale = 1.0 / (hd as f64).sqrt();
     let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
-    let x2 = (&x + project(&attn, &d(&w.o_w), None)?)?;
+    let x2 = residual(&x, project(&attn, &d(&w.o_w), None)?)?;
     let h2 = fused::rms_norm::rms_norm(&x2, &d(&w.post_norm), eps)?;
     let gate = project(&h2, &d(&w.gate_w), None)?;
     let up = project(&h2, &d(&w.up_w), None)?;
     let mlp = fused::swiglu::swiglu(&gate, &up)?;
-    let out = (&x2 + project(&mlp, &d(&w.down_w), None)?)?;
+    let out = residual(&x2, project(&mlp, &d(&w.down_w), None)?)?;
     let record = LayerRecord {
         w: w.clone(),
         eps,

@@ -325,11 +325,11 @@ impl Transformer {
         };
         let scale = 1.0 / (hd as f64).sqrt();
         let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
-        let x = (x + linear(&attn, &w.o_w, None)?)?;
+        let x = residual(&x, linear(&attn, &w.o_w, None)?)?;
         let h = fused::rms_norm::rms_norm(&x, &w.post_norm, eps)?;
         let mlp =
             fused::swiglu::swiglu(&linear(&h, &w.gate_w, None)?, &linear(&h, &w.up_w, None)?)?;
-        x + linear(&mlp, &w.down_w, None)?
+        residual(&x, linear(&mlp, &w.down_w, None)?)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -469,6 +469,20 @@ pub(super) fn affine(
     let last = out_dims.len() - 1;
     out_dims[last] = w.dim(0)?;
     y.reshape(out_dims)
+}
+
+/// `x + y` for a residual connection, `y` a layer's output projection just made (its storage
+/// this caller's alone). On the CPU in f32, where neither is in candle's graph, `x` is added into
+/// `y` in place: no third tensor, and no pass of candle's elementwise op over two inputs and an
+/// output. The same bits either way: each element is one addition, and addition commutes.
+pub(super) fn residual(x: &Tensor, y: Tensor) -> Result<Tensor> {
+    if !x.track_op() && !y.track_op() && x.shape() == y.shape() && fused::accumulate::applies(&y, x)
+    {
+        fused::accumulate::add_in_place(&y, x)?;
+        Ok(y)
+    } else {
+        x + y
+    }
 }
 
 /// RMSNorm over the last dim, computed in f32 like HF (`weight * normed.to(input_dtype)`).
