@@ -13,9 +13,10 @@
 # figure is a time, theirs / ours), so above 1 means we are faster; ours in one lane
 # (`ROLL_LANES=1`, the engine before lanes) is shown beside. With several rounds the median
 # ratio and the range follow: on a shared machine one round says little. Each round also times
-# the tiny forward+backward's matrix products alone (kernels/cpu/benches/ceiling.rs), the
-# fastest that step could be with gemm as it is, and shows both sides as a share of it.
-# `--qwen05` adds the Qwen2.5-0.5B shape (minutes, ~11 GB of memory each side).
+# the tiny forward+backward's matrix products alone, on cold operands
+# (kernels/cpu/benches/ceiling.rs: an estimate of what the step's arithmetic costs with gemm as
+# it is, not a strict bound), and shows both sides as a share of it.
+# `--qwen05` adds the Qwen2.5-0.5B shape (minutes, 5-8 GB of memory each side).
 #
 # Needs the peers' venv (../shared/peers/README.md):
 #   python3 -m venv /tmp/peervenv && /tmp/peervenv/bin/pip install -r ../shared/peers/requirements-lock.txt
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS=${2:?"--rounds needs a count"}; shift ;;
         --cpus) CPUS=${2:?"--cpus needs a CPU list, e.g. 0,1"}; shift ;;
         --torch-isa) TORCH_ISA=${2:?"--torch-isa needs an instruction set: avx2"}; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -61,10 +62,10 @@ trap 'rm -rf "$WORK"' EXIT
 json() { "$PEER_PYTHON" -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 # The number before a unit in our bench's line for a workload: `ours WORKLOAD 'tokens/s'`.
 ours() { grep -m1 "^$1" "$WORK/${WORK_FILE:-ours.txt}" | grep -oE "[0-9.]+ $2" | head -1 | cut -d' ' -f1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
 # The median of its arguments (ratios such as 1.92x), and their range: one round on a shared
 # machine says little, the rounds' median more.
-median() { printf '%s\n' "$@" | tr -d x | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
+median() { printf '%s\n' "$@" | grep -v n/a | tr -d x | sort -g | awk '{ v[NR] = $1 } END { if (!NR) { printf "n/a"; exit } m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
 GEN=(); FB=(); STEP=(); GEN1=(); FB1=(); STEP1=()
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}"
@@ -82,8 +83,9 @@ for round in $(seq 1 "$ROUNDS"); do
     for w in generation fwd_bwd grpo; do
         ROLL_LANES=1 "${PIN[@]}" cargo bench --bench engine -- $w 2>/dev/null
     done >"$WORK/one_lane.txt"
-    # What the step's matrix products alone would allow in this round (kernels/cpu/benches/ceiling.rs).
-    "${PIN[@]}" cargo bench -p roll-cpu-kernels --bench ceiling -- products >"$WORK/ceiling.txt" 2>/dev/null
+    # The step's matrix products alone in this round, on cold operands (kernels/cpu/benches/ceiling.rs).
+    "${PIN[@]}" cargo bench -p roll-cpu-kernels --bench ceiling -- products >"$WORK/ceiling.txt" 2>/dev/null \
+        || { echo "vs_peers.sh: the ceiling bench failed (cargo bench -p roll-cpu-kernels --bench ceiling)" >&2; exit 1; }
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
     trl_step=$(echo "$trl" | json median_step_s)
@@ -93,14 +95,14 @@ for round in $(seq 1 "$ROUNDS"); do
     one_gen=$(WORK_FILE=one_lane.txt ours generation "tokens/s")
     one_fb=$(WORK_FILE=one_lane.txt ours forward "tokens/s")
     one_step=$(WORK_FILE=one_lane.txt ours grpo "s median")
-    ceiling=$(grep -oE "[0-9.]+ tokens/s" "$WORK/ceiling.txt" | tail -1 | cut -d' ' -f1)
+    ceiling=$(grep -oE "[0-9.]+ tokens/s" "$WORK/ceiling.txt" | tail -1 | cut -d' ' -f1 || true)
     GEN+=("$(ratio "$our_gen" "$hf_gen")"); FB+=("$(ratio "$our_fb" "$hf_fb")"); STEP+=("$(ratio "$trl_step" "$our_step")")
     GEN1+=("$(ratio "$one_gen" "$hf_gen")"); FB1+=("$(ratio "$one_fb" "$hf_fb")"); STEP1+=("$(ratio "$trl_step" "$one_step")")
     echo "round $round, tiny model:"
     echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen") (one lane: $one_gen, $(ratio "$one_gen" "$hf_gen"))"
     echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb") (one lane: $one_fb, $(ratio "$one_fb" "$hf_fb"))"
     echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> $(ratio "$trl_step" "$our_step") (one lane: $one_step s, $(ratio "$trl_step" "$one_step"))"
-    echo "  forward+backward's ceiling, its matrix products alone: $ceiling tokens/s (ours at $(ratio "$our_fb" "$ceiling"), HF at $(ratio "$hf_fb" "$ceiling") of it)"
+    echo "  forward+backward's matrix products alone, cold operands: ${ceiling:-n/a} tokens/s (ours at $(ratio "$our_fb" "$ceiling"), HF at $(ratio "$hf_fb" "$ceiling") of it)"
 done
 
 if [ "$ROUNDS" -gt 1 ]; then
@@ -127,5 +129,7 @@ if [ "$QWEN05" = 1 ]; then
     echo "Qwen2.5-0.5B shape:"
     echo "  generation, batch 16, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
     echo "  forward+backward 16 x 64:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
-    echo "  peak RSS: ours $(($(cat "$WORK/our_rss" | tail -1) / 1024)) MB (forward+backward $(($(tail -1 "$WORK/our_rss_fb") / 1024)), generation $(($(tail -1 "$WORK/our_rss_gen") / 1024))), HF $(($(cat "$WORK/hf_rss" | tail -1) / 1024)) MB"
+    # /usr/bin/time's %M is in kB; GB here are 10^6 kB, as benches/RESULTS.md counts them.
+    gb() { awk -v k="$(tail -1 "$1")" 'BEGIN { printf "%.2f GB", k / 1e6 }'; }
+    echo "  peak RSS: ours $(gb "$WORK/our_rss") (forward+backward $(gb "$WORK/our_rss_fb"), generation $(gb "$WORK/our_rss_gen")), HF $(gb "$WORK/hf_rss") -> $(ratio "$(tail -1 "$WORK/our_rss")" "$(tail -1 "$WORK/hf_rss")") HF's"
 fi

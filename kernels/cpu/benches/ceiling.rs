@@ -8,12 +8,13 @@
 //!   rows a product), each on operands of its own in the layouts `roll::model::layer_grad` gives
 //!   gemm, through `product::matmul` and `matmul_add` as the engine calls them, one thread. These
 //!   84 products are the whole of the step's arithmetic but for a few per cent (attention's
-//!   scores, the norms, the head over a 24-token vocabulary), so their time is a floor for the
-//!   step's, and two lanes can at best halve a 960-row step to it.
-//!
+//!   scores, the norms, the head over a 24-token vocabulary). Their operands (~50 MB) outrun the
+//!   caches, so each product starts cold, where the step's read activations a kernel has just
+//!   written: an estimate of what the step's products cost, not a strict bound (a step has come
+//!   within 1% of it);
 //! - `shapes`: each distinct product of that list alone, repeated on the same operands (so in
 //!   cache): what gemm reaches at that shape and layout when nothing else competes for the
-//!   caches.
+//!   caches, and the step's 84 at those rates: the optimistic end.
 //!
 //! Prints the least time of 9 (the machine is shared: other work only adds time), the rates, and
 //! the tokens per second a 64 x 16 step would reach on the cores this process may use if it were
