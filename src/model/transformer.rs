@@ -18,7 +18,8 @@ use roll_cpu_kernels as fused;
 /// Which kernels to use. candle's fused rms_norm / softmax / rope have no backward pass, so training
 /// must use `Differentiable`; generation and scoring use `Fast` (same values to ~1e-6 in f32). On
 /// the CPU in f32 both take our fused kernels, which have a backward pass; `Fast` also takes the
-/// few-row products (skinny, streamed) for decode steps and small prefills, which have none.
+/// few-row products (skinny, streamed) for decode steps and small prefills, which have none, and
+/// gemm without candle's op (`Product::Direct`) for larger products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Numerics {
     Fast,
@@ -420,6 +421,9 @@ fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Re
     let product = match numerics {
         Numerics::Fast if fused::skinny::applies(x, w) => Product::Skinny,
         Numerics::Fast if fused::streamed::applies(x, w) => Product::Streamed,
+        // Inference needs no graph: gemm's bits without candle's zero-filled output (a memset
+        // or fresh pages the size of it: with the streamed product's, ~9% of a tiny generation).
+        Numerics::Fast if fused::applies(x) && fused::applies(w) => Product::Direct,
         _ => Product::Gemm,
     };
     affine(x, w, b, product)
@@ -436,7 +440,8 @@ pub(super) enum Product {
     /// candle's matmul (differentiable).
     Gemm,
     /// `fused::product`: the same gemm call as candle's, so the same bits, without zero-filling
-    /// the output first; no backward (the hand-differentiated layers of `layer_grad`).
+    /// the output first; no backward (the hand-differentiated layers of `layer_grad`, and
+    /// inference's products of more rows than the few-row ones take).
     Direct,
     /// `fused::skinny` (inference only).
     Skinny,

@@ -16,6 +16,8 @@
 //! does not depend on the rows beside it.
 
 use candle_core::{Result, Tensor};
+use std::cell::RefCell;
+
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -74,53 +76,100 @@ impl WithSimd for Product<'_> {
             // An empty sum: zeros (and no zero-sized chunks below).
             return vec![0.0; m * n];
         }
-        // x packed block by block: block b, step t holds rows b * mb .. b * mb + mb at t, as two
-        // vectors; rows past m are zeros (their outputs are dropped).
         let mb = 2 * S::F32_LANES;
         let blocks = m.div_ceil(mb);
-        let mut xp = vec![0f32; blocks * k * mb];
-        // Written in order, read across the block's rows (which stay in cache): strided
-        // stores, one cache line each, made this copy a fifth of the product at k = 128.
-        for (b, block) in xp.chunks_exact_mut(k * mb).enumerate() {
-            let rows = &x[b * mb * k..((b + 1) * mb).min(m) * k];
-            for (t, step) in block.chunks_exact_mut(mb).enumerate() {
-                for (v, row) in step.iter_mut().zip(rows.chunks_exact(k)) {
-                    *v = row[t];
-                }
-            }
-        }
-        // Each task owns a run of w's rows and writes their outputs transposed (rows of w by
-        // the padded rows of x, contiguous), so tasks share nothing.
         let mp = blocks * mb;
-        let cols = (TASK_FMAS / (mp * k)).max(1).div_ceil(NR) * NR;
-        let mut yt = vec![0f32; n * mp];
-        let arch = Arch::new();
-        yt.par_chunks_mut(cols * mp)
-            .zip(w.par_chunks(cols * k))
-            .for_each(|(yt, w)| {
-                let xp = &xp;
-                arch.dispatch(Columns {
-                    xp,
-                    w,
-                    yt,
-                    k,
-                    mp,
-                    mb,
-                });
-            });
-        // yt back to rows, a band of TRANSPOSE_BAND columns at a time: each row's part of the
-        // band is one cache line written whole, and the band's rows of yt stay in cache.
-        let mut y = vec![0f32; m * n];
-        for (band, rows) in yt.chunks(TRANSPOSE_BAND * mp).enumerate() {
-            let j0 = band * TRANSPOSE_BAND;
-            for (i, out) in y.chunks_exact_mut(n).enumerate() {
-                for (o, col) in out[j0..].iter_mut().zip(rows.chunks_exact(mp)) {
-                    *o = col[i];
+        with_scratch(blocks * k * mb, n * mp, |xp, yt| {
+            transposed_products(x, w, (m, k, n), mb, xp, yt)
+        })
+    }
+}
+
+thread_local! {
+    /// The packed rows and the transposed products of the last call on this thread, kept for the
+    /// next: a decode step makes a few hundred of these products, and zero-filling two fresh
+    /// buffers for each was ~1.5% of a tiny model's generation. Nothing stale reaches an output:
+    /// both are written whole before they are read.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Scratch beyond this many f32 (4 MB) is not kept: a product that large (the Qwen2.5-0.5B
+/// head's, 9.7 MB of it at 16 rows) outweighs its buffers' zero fill by far, and a thread should
+/// not hold it after. The tiny model's take up to 256 kB, the 0.5B layers' up to 0.6 MB.
+const SCRATCH_MAX: usize = 1 << 20;
+
+/// `f` over scratch buffers of `xp_len` and `yt_len` f32: this thread's kept ones, or fresh ones
+/// for a product too large to keep or run while this thread's are lent out (rayon may run a
+/// stolen job on a thread waiting inside a product).
+fn with_scratch<R>(xp_len: usize, yt_len: usize, f: impl FnOnce(&mut [f32], &mut [f32]) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) if xp_len + yt_len <= SCRATCH_MAX => {
+            let (xp, yt) = &mut *kept;
+            for (v, len) in [(&mut *xp, xp_len), (&mut *yt, yt_len)] {
+                if v.len() < len {
+                    v.resize(len, 0.0);
                 }
             }
+            f(&mut xp[..xp_len], &mut yt[..yt_len])
         }
-        y
+        _ => f(&mut vec![0f32; xp_len], &mut vec![0f32; yt_len]),
+    })
+}
+
+/// y (m, n) = x wᵀ through `xp` (blocks of mb rows of x, packed) and `yt` (y transposed, its
+/// rows padded to a whole block), both overwritten whole.
+fn transposed_products(
+    x: &[f32],
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+    mb: usize,
+    xp: &mut [f32],
+    yt: &mut [f32],
+) -> Vec<f32> {
+    let mp = xp.len() / k;
+    // x packed block by block: block b, step t holds rows b * mb .. b * mb + mb at t, as two
+    // vectors; rows past m are zeros (their outputs are dropped). Written in order, read across
+    // the block's rows (which stay in cache): strided stores, one cache line each, made this
+    // copy a fifth of the product at k = 128.
+    for (b, block) in xp.chunks_exact_mut(k * mb).enumerate() {
+        let rows = &x[b * mb * k..((b + 1) * mb).min(m) * k];
+        for (t, step) in block.chunks_exact_mut(mb).enumerate() {
+            let (real, padding) = step.split_at_mut(rows.len() / k);
+            for (v, row) in real.iter_mut().zip(rows.chunks_exact(k)) {
+                *v = row[t];
+            }
+            padding.fill(0.0);
+        }
     }
+    // Each task owns a run of w's rows and writes their outputs transposed (rows of w by the
+    // padded rows of x, contiguous), so tasks share nothing.
+    let cols = (TASK_FMAS / (mp * k)).max(1).div_ceil(NR) * NR;
+    let arch = Arch::new();
+    let xp = &*xp;
+    yt.par_chunks_mut(cols * mp)
+        .zip(w.par_chunks(cols * k))
+        .for_each(|(yt, w)| {
+            arch.dispatch(Columns {
+                xp,
+                w,
+                yt,
+                k,
+                mp,
+                mb,
+            });
+        });
+    // yt back to rows, a band of TRANSPOSE_BAND columns at a time: each row's part of the band
+    // is one cache line written whole, and the band's rows of yt stay in cache.
+    let mut y = vec![0f32; m * n];
+    for (band, rows) in yt.chunks(TRANSPOSE_BAND * mp).enumerate() {
+        let j0 = band * TRANSPOSE_BAND;
+        for (i, out) in y.chunks_exact_mut(n).enumerate() {
+            for (o, col) in out[j0..].iter_mut().zip(rows.chunks_exact(mp)) {
+                *o = col[i];
+            }
+        }
+    }
+    y
 }
 
 /// One task: every block of x against a run of rows of w, into yt (rows of w, mp).

@@ -52,3 +52,37 @@ fn through_candle_it_matches_matmul_and_names_bad_shapes() {
     assert!(applies(&zeros(MAX_ROWS, 128), &w));
     assert!(!applies(&zeros(MAX_ROWS + 1, 128), &w));
 }
+
+#[test]
+fn a_product_run_while_this_threads_scratch_is_lent_gets_buffers_of_its_own() {
+    // Rayon may run a stolen job on a thread that is waiting inside a product, that is while
+    // the thread's scratch is borrowed: the inner product must neither panic on the borrow nor
+    // write into the outer one's buffers. The same product outside, then inside a borrow of
+    // this thread's scratch (filled with NaN, which would poison any output that read it).
+    let (m, k, n) = (20, 40, 30);
+    let w = pseudo(n * k, 5);
+    let x = pseudo(m * k, 6);
+    let outside = matmul_t(&x, &w, m, k, n);
+    let inside = with_scratch(64 * k, 64 * n, |xp, yt| {
+        xp.fill(f32::NAN);
+        yt.fill(f32::NAN);
+        let inner = matmul_t(&x, &w, m, k, n);
+        assert!(
+            xp.iter().chain(yt.iter()).all(|v| v.is_nan()),
+            "the lent buffers were written"
+        );
+        inner
+    });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&inside), bits(&outside));
+}
+
+#[test]
+fn kept_scratch_from_a_larger_product_does_not_reach_a_smaller_one() {
+    // A large product leaves its values in this thread's scratch; a smaller one with a partial
+    // block of rows (padding) must still equal its own plain product.
+    let (k, n) = (33, 25);
+    let big = matmul_t(&pseudo(64 * k, 7), &pseudo(n * k, 8), 64, k, n);
+    assert_eq!(big.len(), 64 * n);
+    assert_product_matches_reference(matmul_t, &[(5, k, n), (19, k, 7)]);
+}
