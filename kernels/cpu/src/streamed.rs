@@ -15,9 +15,9 @@
 //! multiply-adds), whichever block, tile or task it falls in: through this kernel a row's product
 //! does not depend on the rows beside it.
 
-use candle_core::{Result, Tensor};
 use std::cell::RefCell;
 
+use candle_core::{Result, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
