@@ -99,9 +99,9 @@ for round in $(seq 1 "$ROUNDS"); do
     GEN+=("$(ratio "$our_gen" "$hf_gen")"); FB+=("$(ratio "$our_fb" "$hf_fb")"); STEP+=("$(ratio "$trl_step" "$our_step")")
     GEN1+=("$(ratio "$one_gen" "$hf_gen")"); FB1+=("$(ratio "$one_fb" "$hf_fb")"); STEP1+=("$(ratio "$trl_step" "$one_step")")
     echo "round $round, tiny model:"
-    echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen") (one lane: $one_gen, $(ratio "$one_gen" "$hf_gen"))"
-    echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb") (one lane: $one_fb, $(ratio "$one_fb" "$hf_fb"))"
-    echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> $(ratio "$trl_step" "$our_step") (one lane: $one_step s, $(ratio "$trl_step" "$one_step"))"
+    echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> ${GEN[-1]} (one lane: $one_gen, ${GEN1[-1]})"
+    echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> ${FB[-1]} (one lane: $one_fb, ${FB1[-1]})"
+    echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> ${STEP[-1]} (one lane: $one_step s, ${STEP1[-1]})"
     echo "  forward+backward's matrix products alone, cold operands: ${ceiling:-n/a} tokens/s (ours at $(ratio "$our_fb" "$ceiling"), HF at $(ratio "$hf_fb" "$ceiling") of it)"
 done
 

@@ -51,9 +51,21 @@ impl WithSimd for FmaChains {
         let sum = acc
             .iter()
             .fold(simd.splat_f32s(0.0), |s, &a| simd.add_f32s(s, a));
-        let lanes = size_of::<S::f32s>() / size_of::<f32>();
-        (simd.reduce_sum_f32s(sum), lanes)
+        (simd.reduce_sum_f32s(sum), S::F32_LANES)
     }
+}
+
+/// Rows of a product in one lane's step: 32 sequences of 15 positions.
+const LANE_ROWS: usize = 32 * 15;
+/// The tiny model's layers.
+const LAYERS: usize = 4;
+
+/// The cores this process may use, and the tokens per second of a 64 x 16 step made of two lanes
+/// that take `lane_secs` each, shared out over those cores (as `engine fwd_bwd` does; its lanes
+/// scale almost perfectly).
+fn step_tokens_per_s(lane_secs: f64) -> (usize, f64) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores, 64.0 * 16.0 * cores as f64 / (2.0 * lane_secs))
 }
 
 /// Least seconds of `f` over 9 runs, after one to warm up.
@@ -181,9 +193,9 @@ fn main() -> candle_core::Result<()> {
 
     if wants("products") {
         let dev = Device::Cpu;
-        let rows = 32 * 15;
-        let layers = 4;
-        let products: Vec<Product> = (0..layers).flat_map(|_| layer_products(rows)).collect();
+        let products: Vec<Product> = (0..LAYERS)
+            .flat_map(|_| layer_products(LANE_ROWS))
+            .collect();
         // Each product its own operands, as the step's are distinct tensors.
         let operands = products
             .iter()
@@ -205,19 +217,15 @@ fn main() -> candle_core::Result<()> {
                 std::hint::black_box(kept);
             })
         });
-        // The step's 64 rows are two such lanes' worth, shared out over the cores this process
-        // may use (as `engine fwd_bwd` does; its lanes scale almost perfectly).
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let step_secs = 2.0 * secs / cores as f64;
+        let (cores, tokens) = step_tokens_per_s(secs);
         println!(
-            "products of one lane's tiny step ({} of them, {rows} rows, {:.2} GFLOP), one thread: \
-             {:.1} ms, {:.1} GFLOP/s; a 64 x 16 step of these alone on {} core(s): {:.0} tokens/s",
+            "products of one lane's tiny step ({} of them, {LANE_ROWS} rows, {:.2} GFLOP), one \
+             thread: {:.1} ms, {:.1} GFLOP/s; a 64 x 16 step of these alone on {cores} core(s): \
+             {tokens:.0} tokens/s",
             products.len(),
             flops / 1e9,
             secs * 1e3,
             flops / secs / 1e9,
-            cores,
-            64.0 * 16.0 / step_secs
         );
     }
 
@@ -225,9 +233,10 @@ fn main() -> candle_core::Result<()> {
         let dev = Device::Cpu;
         // Each distinct product timed once; the step's 84 summed at those rates.
         let mut rates = std::collections::HashMap::new();
-        let layer = layer_products(32 * 15);
+        let layer = layer_products(LANE_ROWS);
         for p in &layer {
-            if rates.contains_key(&p.label()) {
+            let label = p.label();
+            if rates.contains_key(&label) {
                 continue;
             }
             let (a, b, sum) = p.operands(&dev)?;
@@ -241,22 +250,21 @@ fn main() -> candle_core::Result<()> {
                 })
             });
             println!(
-                "{:36} one thread: {:6.1} us, {:5.1} GFLOP/s",
-                p.label(),
+                "{label:36} one thread: {:6.1} us, {:5.1} GFLOP/s",
                 secs * 1e6,
                 p.flops() / secs / 1e9
             );
-            rates.insert(p.label(), secs);
+            rates.insert(label, secs);
         }
-        let lane_secs: f64 = 4.0 * layer.iter().map(|p| rates[&p.label()]).sum::<f64>();
-        let flops: f64 = 4.0 * layer.iter().map(Product::flops).sum::<f64>();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let layers = LAYERS as f64;
+        let lane_secs: f64 = layers * layer.iter().map(|p| rates[&p.label()]).sum::<f64>();
+        let flops: f64 = layers * layer.iter().map(Product::flops).sum::<f64>();
+        let (cores, tokens) = step_tokens_per_s(lane_secs);
         println!(
             "one lane's step at those rates: {:.1} ms, {:.1} GFLOP/s; a 64 x 16 step on {cores} \
-             core(s): {:.0} tokens/s",
+             core(s): {tokens:.0} tokens/s",
             lane_secs * 1e3,
             flops / lane_secs / 1e9,
-            64.0 * 16.0 * cores as f64 / (2.0 * lane_secs)
         );
     }
     Ok(())
