@@ -182,20 +182,19 @@ impl LayerRecord {
         let d_h2 = fused::product::matmul(&d_gate, &d(&w.gate_w))?;
         fused::product::matmul_add(&d_h2, &d_up, &d(&w.up_w))?;
         drop((d_gate, d_up));
-        let (d_x2, d_post) = fused::rms_norm::rms_norm_backward(
+        // The residual: the output's gradient reaches x2 directly too, added as the norm's
+        // backward writes its part.
+        let (d_x2, d_post) = fused::rms_norm::rms_norm_backward_plus(
             &self.x2,
             &d(&w.post_norm),
             &d_h2.reshape(shape.as_slice())?,
             self.eps,
+            &dy.reshape(shape.as_slice())?,
         )?;
         if w.post_norm.track_op() {
             grads.push((w.post_norm.clone(), own(&d_post)?));
         }
-        // The residual: the output's gradient reaches x2 directly too.
-        let d_x2 = rows(&fused::accumulate::summed(
-            Some(d_x2),
-            dy.reshape(shape.as_slice())?,
-        )?)?;
+        let d_x2 = rows(&d_x2)?;
 
         // x2 = x + o(attention(rope(q), rope(k), v))
         grads.extend(product_grad(&w.o_w, &d_x2, &self.attn)?);
@@ -230,16 +229,17 @@ impl LayerRecord {
         let d_h1 = fused::product::matmul(&dq, &d(&w.q_w))?;
         fused::product::matmul_add(&d_h1, &dk, &d(&w.k_w))?;
         fused::product::matmul_add(&d_h1, &dv, &d(&w.v_w))?;
-        let (dx, d_in) = fused::rms_norm::rms_norm_backward(
+        // And x2's gradient reaches x directly too.
+        let (dx, d_in) = fused::rms_norm::rms_norm_backward_plus(
             &self.x,
             &d(&w.input_norm),
             &d_h1.reshape(shape.as_slice())?,
             self.eps,
+            &d_x2.reshape(shape.as_slice())?,
         )?;
         if w.input_norm.track_op() {
             grads.push((w.input_norm.clone(), own(&d_in)?));
         }
-        let dx = fused::accumulate::summed(Some(dx), d_x2.reshape(shape.as_slice())?)?;
         Ok((dx, grads))
     }
 }

@@ -468,6 +468,13 @@ pub(super) fn affine(
         Product::Direct => fused::product::matmul(&x, &w.t()?)?,
     };
     let y = match b {
+        // Where neither side is in candle's graph (the hand-differentiated layers' products),
+        // the bias goes into the product's fresh output in place: the same bits as the
+        // broadcast add, without its third tensor.
+        Some(b) if !y.track_op() && !b.track_op() && fused::accumulate::applies(&y, b) => {
+            fused::accumulate::add_row_in_place(&y, b)?;
+            y
+        }
         Some(b) => y.broadcast_add(b)?,
         None => y,
     };

@@ -106,6 +106,54 @@ impl InplaceOp2 for AddInto {
     }
 }
 
+struct AddRow;
+
+impl InplaceOp2 for AddRow {
+    fn name(&self) -> &'static str {
+        "add row into"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        l1: &Layout,
+        src: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        let width = l2.shape().elem_count();
+        if l1.dims().last() != Some(&width) || l2.dims().len() != 1 {
+            bail!(
+                "add row into: a row {:?} for rows of {:?}",
+                l2.dims(),
+                l1.dims()
+            );
+        }
+        let row = f32_data(src, l2, "add row into", "the row")?;
+        let Some((a, b)) = l1.contiguous_offsets() else {
+            bail!("add row into: the sum must be contiguous");
+        };
+        let CpuStorage::F32(dst) = dst else {
+            bail!("add row into: the sum must be f32");
+        };
+        if width > 0 {
+            for sum in dst[a..b].chunks_exact_mut(width) {
+                for (d, s) in sum.iter_mut().zip(row) {
+                    *d += s;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `sum[i] += row` for every row i of `sum` (..., n), in place: a bias added to a product's
+/// fresh output without candle's broadcast add into a third tensor. The same bits (one addition
+/// per element). Both f32 on the CPU, `sum` contiguous ([`applies`]), `row` of n. The caller must
+/// own `sum`'s storage: every tensor sharing it sees the change.
+pub fn add_row_in_place(sum: &Tensor, row: &Tensor) -> Result<()> {
+    sum.inplace_op2(&row.contiguous()?, &AddRow)
+}
+
 /// Whether [`add_rows_in_place`] can take these: [`applies`] to the table and its rows, and u32 ids.
 pub fn rows_apply(table: &Tensor, ids: &Tensor, rows: &Tensor) -> bool {
     applies(table, rows) && ids.dtype() == candle_core::DType::U32
@@ -162,6 +210,26 @@ pub fn column_sums(x: &Tensor) -> Result<Tensor> {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    /// A bias row added in place equals candle's broadcast add, bit for bit, on a 3-d sum; a row
+    /// of the wrong width is an error and leaves the sum as it was.
+    #[test]
+    fn a_row_added_in_place_equals_candles_broadcast_add() {
+        let dev = Device::Cpu;
+        let sum = Tensor::randn(0f32, 1.0, (2, 3, 5), &dev).unwrap();
+        let row = Tensor::randn(0f32, 1.0, 5, &dev).unwrap();
+        let expected = sum.broadcast_add(&row).unwrap();
+        let before = sum.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let bad = Tensor::randn(0f32, 1.0, 4, &dev).unwrap();
+        assert!(add_row_in_place(&sum, &bad).is_err());
+        assert_eq!(sum.flatten_all().unwrap().to_vec1::<f32>().unwrap(), before);
+        add_row_in_place(&sum, &row).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        assert_eq!(bits(&sum), bits(&expected));
+    }
 
     /// Against candle's `index_add`, bit for bit, with a repeated id (summed in order) and an id
     /// never seen (its row unchanged).

@@ -21,6 +21,7 @@
 pub mod accumulate;
 pub mod adamw;
 pub mod attention;
+mod fresh;
 pub mod head;
 pub mod logprobs;
 pub mod product;

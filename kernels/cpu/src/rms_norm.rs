@@ -7,7 +7,10 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tenso
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::{f32_data, sum_of_squares_f64, unpack};
+use std::mem::MaybeUninit;
+
+use super::fresh::{assume_written, unwritten, write_all};
+use super::{f32_data, storage_f32, sum_of_squares_f64, unpack};
 
 const NAME: &str = "fused rms_norm";
 
@@ -17,6 +20,9 @@ struct RmsNorm {
 
 struct RmsNormGrad {
     eps: f32,
+    /// Added to dx as it is written (x's shape): the gradient the norm's input gets by another
+    /// path, a residual connection's, summed in the same pass instead of one of its own.
+    plus: Option<Tensor>,
 }
 
 /// `1 / sqrt(mean(x^2) + eps)` of one row, summed in f64 so long rows do not lose precision (in
@@ -71,7 +77,8 @@ const ROWS_PER_TASK: usize = 64;
 struct Normed<'a> {
     x: &'a [f32],
     w: &'a [f32],
-    y: &'a mut [f32],
+    /// Written whole: as long as x, rows of d.
+    y: &'a mut [MaybeUninit<f32>],
     d: usize,
     eps: f32,
 }
@@ -84,7 +91,7 @@ impl WithSimd for Normed<'_> {
         for (y, x) in self.y.chunks_mut(self.d).zip(self.x.chunks(self.d)) {
             let r = inv_rms(x, self.eps);
             for ((y, &x), &w) in y.iter_mut().zip(x).zip(self.w) {
-                *y = x * r * w;
+                y.write(x * r * w);
             }
         }
     }
@@ -95,7 +102,10 @@ struct NormGradRows<'a> {
     x: &'a [f32],
     w: &'a [f32],
     dy: &'a [f32],
-    dx: &'a mut [f32],
+    /// Written whole: as long as x and dy, rows of d.
+    dx: &'a mut [MaybeUninit<f32>],
+    /// As long as dx, or empty: added to it.
+    plus: &'a [f32],
     d: usize,
     eps: f32,
 }
@@ -112,12 +122,24 @@ impl WithSimd for NormGradRows<'_> {
             .chunks_mut(d)
             .zip(self.x.chunks(d))
             .zip(self.dy.chunks(d));
+        let mut plus = self.plus.chunks(d);
         for ((dx, x), dy) in rows {
             let r = inv_rms(x, self.eps);
             let c = r * r * r * dot3(dy, w, x) / d as f32;
-            for j in 0..d {
-                dx[j] = r * w[j] * dy[j] - c * x[j];
-                dw[j] += dy[j] * x[j] * r;
+            match plus.next() {
+                // The same two roundings as a sum of its own after the norm's dx: (dx) + plus.
+                Some(p) => {
+                    for j in 0..d {
+                        dx[j].write((r * w[j] * dy[j] - c * x[j]) + p[j]);
+                        dw[j] += dy[j] * x[j] * r;
+                    }
+                }
+                None => {
+                    for j in 0..d {
+                        dx[j].write(r * w[j] * dy[j] - c * x[j]);
+                        dw[j] += dy[j] * x[j] * r;
+                    }
+                }
             }
         }
         dw
@@ -137,12 +159,16 @@ impl CustomOp2 for RmsNorm {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (d, x, w) = operands(s1, l1, s2, l2)?;
-        let mut y = vec![0f32; x.len()];
+        let mut y = unwritten(x.len());
         let arch = pulp::Arch::new();
         let eps = self.eps;
         y.par_chunks_mut(ROWS_PER_TASK * d)
             .zip(x.par_chunks(ROWS_PER_TASK * d))
             .for_each(|(y, x)| arch.dispatch(Normed { x, w, y, d, eps }));
+        // SAFETY: `Normed` writes each of its rows whole, and y's blocks are x's, whose length
+        // is a multiple of d (`operands` checks it).
+        #[allow(unsafe_code)]
+        let y = unsafe { assume_written(y) };
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
@@ -153,7 +179,7 @@ impl CustomOp2 for RmsNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw) = backward(x, w, grad, self.eps)?;
+        let (dx, dw) = backward(x, w, grad, self.eps, None)?;
         Ok((Some(dx), Some(dw)))
     }
 }
@@ -179,8 +205,20 @@ impl CustomOp3 for RmsNormGrad {
             bail!("{NAME}: gradient of {} for x of {}", dy.len(), x.len());
         }
         let n = x.len();
-        let mut out = vec![0f32; n + d];
+        let plus_guard = self.plus.as_ref().map(Tensor::storage_and_layout);
+        let plus = match &plus_guard {
+            Some((ps, pl)) => {
+                let p = storage_f32(ps, pl, NAME, "the added gradient")?;
+                if p.len() != n {
+                    bail!("{NAME}: added gradient of {} for x of {n}", p.len());
+                }
+                p
+            }
+            None => &[],
+        };
+        let mut out = unwritten(n + d);
         let (dx, dw) = out.split_at_mut(n);
+        let dw = write_all(dw, std::iter::repeat_n(0.0, d));
         // Rows in blocks: each block writes its dx rows and sums its share of dw, and the blocks'
         // partial dw are added at the end (no shared accumulator between threads).
         let block = (n / d)
@@ -192,12 +230,15 @@ impl CustomOp3 for RmsNormGrad {
         let partial: Vec<Vec<f32>> = dx
             .par_chunks_mut(block)
             .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
-            .map(|(dx, (x, dy))| {
+            .enumerate()
+            .map(|(i, (dx, (x, dy)))| {
+                let plus = plus.get(i * block..i * block + dx.len()).unwrap_or(&[]);
                 arch.dispatch(NormGradRows {
                     x,
                     w,
                     dy,
                     dx,
+                    plus,
                     d,
                     eps,
                 })
@@ -208,6 +249,10 @@ impl CustomOp3 for RmsNormGrad {
                 *a += b;
             }
         }
+        // SAFETY: dw was written above, and `NormGradRows` writes each of dx's rows whole (its
+        // blocks are x's and dy's, of equal lengths, multiples of d).
+        #[allow(unsafe_code)]
+        let out = unsafe { assume_written(out) };
         Ok((CpuStorage::F32(out), Shape::from(n + d)))
     }
 }
@@ -226,11 +271,50 @@ pub fn rms_norm_backward(
     dy: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    backward(&x.contiguous()?, &weight.contiguous()?, dy, eps as f32)
+    backward(
+        &x.contiguous()?,
+        &weight.contiguous()?,
+        dy,
+        eps as f32,
+        None,
+    )
 }
 
-fn backward(x: &Tensor, w: &Tensor, dy: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
-    let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &RmsNormGrad { eps })?;
+/// [`rms_norm_backward`] with `plus` (x's shape) added to dx in the same pass: the gradient of a
+/// norm's input that also reaches it by a residual connection. The same bits as the sum taken
+/// after (each element is `dx + plus`, one rounding, as a sum of its own would be).
+pub fn rms_norm_backward_plus(
+    x: &Tensor,
+    weight: &Tensor,
+    dy: &Tensor,
+    eps: f64,
+    plus: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    if plus.dims() != x.dims() {
+        bail!(
+            "{NAME}: added gradient {:?} for x {:?}",
+            plus.dims(),
+            x.dims()
+        );
+    }
+    let plus = plus.contiguous()?;
+    backward(
+        &x.contiguous()?,
+        &weight.contiguous()?,
+        dy,
+        eps as f32,
+        Some(plus),
+    )
+}
+
+fn backward(
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+    eps: f32,
+    plus: Option<Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &RmsNormGrad { eps, plus })?;
     let d = w.elem_count();
     let [dx, dw] = unpack(&packed, [x.dims(), &[d]])?;
     Ok((dx, dw))

@@ -8,7 +8,10 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
 use super::f32_data;
+use super::fresh::{assume_written, unwritten};
 
 const NAME: &str = "fused rope";
 
@@ -25,7 +28,8 @@ const POSITIONS_PER_TASK: usize = 16;
 /// loop ran four lanes wide). The same operations either way: the same bits.
 struct Rotate<'a> {
     x: &'a [f32],
-    y: &'a mut [f32],
+    /// Written whole: as long as x, rows of heads of d (d even).
+    y: &'a mut [MaybeUninit<f32>],
     cos: &'a [f32],
     sin: &'a [f32],
     d: usize,
@@ -49,8 +53,8 @@ impl WithSimd for Rotate<'_> {
                 let (y1, y2) = y.split_at_mut(half);
                 for k in 0..half {
                     let sk = self.sign * s[k];
-                    y1[k] = x1[k] * c[k] - x2[k] * sk;
-                    y2[k] = x2[k] * c[k] + x1[k] * sk;
+                    y1[k].write(x1[k] * c[k] - x2[k] * sk);
+                    y2[k].write(x2[k] * c[k] + x1[k] * sk);
                 }
             }
         }
@@ -89,13 +93,13 @@ impl CustomOp3 for Rope {
         let cos = f32_data(s2, l2, NAME, "cos")?;
         let sin = f32_data(s3, l3, NAME, "sin")?;
         let sign = if self.inverse { -1.0 } else { 1.0 };
-        let mut y = vec![0f32; x.len()];
-        let arch = pulp::Arch::new();
         let row = h * d;
         if row == 0 {
             // No heads: nothing to rotate (and no chunks of zero length to ask rayon for).
-            return Ok((CpuStorage::F32(y), l1.shape().clone()));
+            return Ok((CpuStorage::F32(Vec::new()), l1.shape().clone()));
         }
+        let mut y = unwritten(x.len());
+        let arch = pulp::Arch::new();
         // Blocks of (batch, position) rows; all heads of a row share its angles.
         y.par_chunks_mut(POSITIONS_PER_TASK * row)
             .zip(x.par_chunks(POSITIONS_PER_TASK * row))
@@ -112,6 +116,10 @@ impl CustomOp3 for Rope {
                     sign,
                 });
             });
+        // SAFETY: `Rotate` writes both halves of every head of every row of its block, and the
+        // blocks of y are x's, (b, t) rows of h heads of d.
+        #[allow(unsafe_code)]
+        let y = unsafe { assume_written(y) };
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 

@@ -6,6 +6,9 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tenso
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
+use super::fresh::{assume_written, unwritten, write_all};
 use super::{f32_data, unpack, vexp};
 
 const NAME: &str = "fused swiglu";
@@ -15,13 +18,13 @@ const CHUNK: usize = 4096;
 struct SwiGlu;
 struct SwiGluGrad;
 
-/// `exp(-g)` of every gate into `e` (vectorised); `sigmoid(g) = 1 / (1 + exp(-g))`.
+/// `exp(-g)` of every gate written into `e` (vectorised), and `e` as f32s;
+/// `sigmoid(g) = 1 / (1 + exp(-g))`.
 #[inline(always)]
-fn exp_neg<S: Simd>(simd: S, e: &mut [f32], g: &[f32]) {
-    for (e, &g) in e.iter_mut().zip(g) {
-        *e = -g;
-    }
+fn exp_neg<'e, S: Simd>(simd: S, e: &'e mut [MaybeUninit<f32>], g: &[f32]) -> &'e mut [f32] {
+    let e = write_all(e, g.iter().map(|&g| -g));
     vexp::exp_in_place_with(simd, e);
+    e
 }
 
 // Each chunk runs as a `WithSimd` task, compiled for AVX2 and FMA where the CPU has them (pulp
@@ -32,7 +35,7 @@ fn exp_neg<S: Simd>(simd: S, e: &mut [f32], g: &[f32]) {
 struct Forward<'a> {
     g: &'a [f32],
     u: &'a [f32],
-    y: &'a mut [f32],
+    y: &'a mut [MaybeUninit<f32>],
 }
 
 impl WithSimd for Forward<'_> {
@@ -40,8 +43,8 @@ impl WithSimd for Forward<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        exp_neg(simd, self.y, self.g);
-        for ((y, &g), &u) in self.y.iter_mut().zip(self.g).zip(self.u) {
+        let y = exp_neg(simd, self.y, self.g);
+        for ((y, &g), &u) in y.iter_mut().zip(self.g).zip(self.u) {
             let s = 1.0 / (1.0 + *y);
             *y = g * s * u;
         }
@@ -53,8 +56,9 @@ struct Backward<'a> {
     g: &'a [f32],
     u: &'a [f32],
     dy: &'a [f32],
-    dg: &'a mut [f32],
-    du: &'a mut [f32],
+    dg: &'a mut [MaybeUninit<f32>],
+    /// Written whole: as long as the others (`cpu_fwd` checks the lengths).
+    du: &'a mut [MaybeUninit<f32>],
 }
 
 impl WithSimd for Backward<'_> {
@@ -63,7 +67,7 @@ impl WithSimd for Backward<'_> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let Backward { g, u, dy, dg, du } = self;
-        exp_neg(simd, dg, g);
+        let dg = exp_neg(simd, dg, g);
         let n = g
             .len()
             .min(u.len())
@@ -73,7 +77,7 @@ impl WithSimd for Backward<'_> {
         for k in 0..n {
             let s = 1.0 / (1.0 + dg[k]);
             dg[k] = dy[k] * u[k] * s * (1.0 + g[k] * (1.0 - s));
-            du[k] = dy[k] * g[k] * s;
+            du[k].write(dy[k] * g[k] * s);
         }
     }
 }
@@ -109,11 +113,14 @@ impl CustomOp2 for SwiGlu {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (g, u) = same_len(s1, l1, s2, l2)?;
-        let mut y = vec![0f32; g.len()];
+        let mut y = unwritten(g.len());
         let arch = pulp::Arch::new();
         y.par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
             .for_each(|(y, (g, u))| arch.dispatch(Forward { g, u, y }));
+        // SAFETY: each chunk of y went through `exp_neg`, which writes all of it.
+        #[allow(unsafe_code)]
+        let y = unsafe { assume_written(y) };
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
@@ -150,7 +157,7 @@ impl CustomOp3 for SwiGluGrad {
             bail!("{NAME}: gradient of {} for {} elements", dy.len(), g.len());
         }
         let n = g.len();
-        let mut out = vec![0f32; 2 * n];
+        let mut out = unwritten(2 * n);
         let (dg, du) = out.split_at_mut(n);
         let arch = pulp::Arch::new();
         dg.par_chunks_mut(CHUNK)
@@ -160,6 +167,11 @@ impl CustomOp3 for SwiGluGrad {
             .for_each(|(((dg, du), (g, u)), dy)| {
                 arch.dispatch(Backward { g, u, dy, dg, du });
             });
+        // SAFETY: each chunk of dg went through `exp_neg`, which writes all of it, and each of
+        // du through `Backward`'s loop, over all of it: g, u and dy are as long as dg and du
+        // (checked above), so are their chunks.
+        #[allow(unsafe_code)]
+        let out = unsafe { assume_written(out) };
         Ok((CpuStorage::F32(out), Shape::from(2 * n)))
     }
 }

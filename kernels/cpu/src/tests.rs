@@ -129,6 +129,33 @@ fn rms_norm_equals_candles_ops() {
     }
 }
 
+/// The residual's gradient added as the backward writes dx equals the backward followed by a sum
+/// of its own, bit for bit (each element is one addition after the same dx), over more rows than
+/// one of the kernel's blocks so that blocks past the first find their part of `plus`; dw is
+/// unchanged by it. Adding zeros would pass unchanged code, so `plus` is random.
+#[test]
+fn rms_norm_backward_plus_equals_the_backward_then_a_sum() {
+    for d in [24, 13] {
+        let x = randn(&[7, 11, d], 2.0);
+        let w = randn(&[d], 1.0);
+        let dy = randn(&[7, 11, d], 1.0);
+        let plus = randn(&[7, 11, d], 1.0);
+        let (dx, dw) = rms_norm::rms_norm_backward(&x, &w, &dy, 1e-6).unwrap();
+        let (dx_plus, dw_plus) =
+            rms_norm::rms_norm_backward_plus(&x, &w, &dy, 1e-6, &plus).unwrap();
+        let bits = |t: &Tensor| values(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&dx_plus),
+            bits(&(&dx + &plus).unwrap()),
+            "dx + plus, d {d}"
+        );
+        assert_eq!(bits(&dw_plus), bits(&dw), "dw, d {d}");
+        let wrong = randn(&[7, 11, d + 1], 1.0);
+        let err = rms_norm::rms_norm_backward_plus(&x, &w, &dy, 1e-6, &wrong).unwrap_err();
+        assert!(err.to_string().contains("rms_norm"), "{err}");
+    }
+}
+
 #[test]
 fn rope_equals_rotate_half_and_its_backward_rotates_back() {
     // 21 (batch, position) rows: more than one of the kernel's blocks of 16, the last one short.

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::lanes::{axpy, dot, weighted_sum};
 use super::{Inputs, NAME, tasks, with_inputs};
+use crate::fresh::{assume_written, unwritten};
 use crate::{storage_f32, unpack};
 
 impl Inputs<'_> {
@@ -123,7 +124,7 @@ impl CustomOp3 for AttentionGrad {
                 })
                 .collect();
             let (ql, kl) = (d.q_len(), d.kv_len());
-            let mut packed = vec![0f32; ql + 2 * kl];
+            let mut packed = unwritten(ql + 2 * kl);
             let (dq, rest) = packed.split_at_mut(ql);
             let (dk, dv) = rest.split_at_mut(kl);
             for (n, kv, (q_rows, k_rows, v_rows)) in parts {
@@ -131,6 +132,10 @@ impl CustomOp3 for AttentionGrad {
                 x.scatter_kv(dk, n, kv, &k_rows);
                 x.scatter_kv(dv, n, kv, &v_rows);
             }
+            // SAFETY: the tasks are every (batch row, kv head): their rows are every element of
+            // dq (all query heads' t rows) and of dk and dv (all tk rows of every kv head).
+            #[allow(unsafe_code)]
+            let packed = unsafe { assume_written(packed) };
             Ok((CpuStorage::F32(packed), Shape::from(ql + 2 * kl)))
         })
     }

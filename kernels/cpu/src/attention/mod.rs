@@ -14,6 +14,8 @@
 mod backward;
 mod lanes;
 
+use std::mem::MaybeUninit;
+
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
@@ -21,6 +23,7 @@ use rayon::prelude::*;
 pub use backward::attention_backward;
 use lanes::{dot, map_in_place, sum, weighted_sum};
 
+use super::fresh::{assume_written, unwritten, write_copy};
 use super::{f32_data, storage_f32, vexp};
 
 const NAME: &str = "fused attention";
@@ -203,19 +206,24 @@ impl<'x> Inputs<'x> {
     }
 
     /// Copies a task's query-shaped rows (groups * t, head_dim) to their places in (b, t, heads, hd).
-    fn scatter_q(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
+    /// Every task's rows together write all of `dst` (q_len elements).
+    fn scatter_q(&self, dst: &mut [MaybeUninit<f32>], n: usize, kv: usize, rows: &[f32]) {
         let d = &self.d;
         for (row, src) in rows.chunks(d.head_dim).enumerate() {
             let (r, i) = (row / d.t, row % d.t);
-            dst[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim].copy_from_slice(src);
+            write_copy(
+                &mut dst[d.q_at(n, i, kv * d.groups + r)..][..d.head_dim],
+                src,
+            );
         }
     }
 
     /// Copies a task's key-shaped rows (tk, head_dim) to their places in (b, tk, kv_heads, hd).
-    fn scatter_kv(&self, dst: &mut [f32], n: usize, kv: usize, rows: &[f32]) {
+    /// Every task's rows together write all of `dst` (kv_len elements).
+    fn scatter_kv(&self, dst: &mut [MaybeUninit<f32>], n: usize, kv: usize, rows: &[f32]) {
         let d = &self.d;
         for (j, src) in rows.chunks(d.head_dim).enumerate() {
-            dst[d.kv_at(n, j, kv)..][..d.head_dim].copy_from_slice(src);
+            write_copy(&mut dst[d.kv_at(n, j, kv)..][..d.head_dim], src);
         }
     }
 }
@@ -322,10 +330,14 @@ impl CustomOp3 for Attention {
             let parts: Vec<_> = tasks(&d)
                 .map(|(n, kv)| (n, kv, arch.dispatch(ForwardTask { x, n, kv })))
                 .collect();
-            let mut out = vec![0f32; d.q_len()];
+            let mut out = unwritten(d.q_len());
             for (n, kv, rows) in parts {
                 x.scatter_q(&mut out, n, kv, &rows);
             }
+            // SAFETY: the tasks are every (batch row, kv head), each with its groups' t rows of
+            // every query head: together every element of out.
+            #[allow(unsafe_code)]
+            let out = unsafe { assume_written(out) };
             let shape = Shape::from((d.b, d.t, d.heads * d.head_dim));
             Ok((CpuStorage::F32(out), shape))
         })

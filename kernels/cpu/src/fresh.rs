@@ -1,0 +1,101 @@
+//! Output buffers without a zero fill.
+//!
+//! `vec![0f32; n]` for a kernel's output writes every element twice: the allocator's zeros (a
+//! `memset`), then the kernel's values. At the tiny training shape those zero fills were ~3.5% of
+//! a forward+backward and ~3% of generation (benches/RESULTS.md, sixteenth slice), for outputs
+//! that every kernel here writes whole before anything reads them. The buffers here are left
+//! unwritten instead: the kernels write them as `MaybeUninit<f32>` (never reading an unwritten
+//! element), and [`assume_written`] makes the vector of f32 once every element is.
+//!
+//! Debug builds (the test suite) fill a fresh buffer with NaN: an element a kernel failed to write
+//! would show as NaN in the tests' results, where release builds would leave it to chance.
+
+use std::mem::{ManuallyDrop, MaybeUninit};
+
+/// `len` elements for a kernel to write: unwritten in release builds, NaN in debug builds.
+pub(crate) fn unwritten(len: usize) -> Vec<MaybeUninit<f32>> {
+    if cfg!(debug_assertions) {
+        return vec![MaybeUninit::new(f32::NAN); len];
+    }
+    let mut v = Vec::with_capacity(len);
+    // `MaybeUninit` needs no initialisation: the capacity's elements are valid as they are.
+    v.resize_with(len, MaybeUninit::uninit);
+    v
+}
+
+/// `values` written into `dst` in order, and `dst` as the f32s it now holds. Elements `values`
+/// does not reach (none where it is as long as `dst`, as every caller's is) are written 0.
+pub(crate) fn write_all(
+    dst: &mut [MaybeUninit<f32>],
+    values: impl IntoIterator<Item = f32>,
+) -> &mut [f32] {
+    let mut written = 0;
+    for (d, v) in dst.iter_mut().zip(values) {
+        d.write(v);
+        written += 1;
+    }
+    for d in &mut dst[written..] {
+        d.write(0.0);
+    }
+    written_slice(dst)
+}
+
+/// `src` copied into `dst` (of the same length; a longer `dst` keeps its tail unwritten).
+pub(crate) fn write_copy(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        d.write(s);
+    }
+}
+
+/// A slice every element of which [`write_all`] has just written, as f32s.
+#[allow(unsafe_code)] // a cast between layouts that are the same
+fn written_slice(dst: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    // SAFETY: `MaybeUninit<f32>` has f32's size and alignment, and the only caller wrote every
+    // element of `dst` before this.
+    unsafe { &mut *(std::ptr::from_mut(dst) as *mut [f32]) }
+}
+
+/// The buffer as the f32s it holds.
+///
+/// # Safety
+/// Every element of `v` was written (or `v` came from [`unwritten`] in a debug build).
+#[allow(unsafe_code)] // a cast between layouts that are the same
+pub(crate) unsafe fn assume_written(v: Vec<MaybeUninit<f32>>) -> Vec<f32> {
+    let mut v = ManuallyDrop::new(v);
+    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+    // SAFETY: the allocation is `v`'s, handed over whole (ManuallyDrop: not freed twice), with
+    // the same size and alignment of element; the caller vouches that every element is written.
+    unsafe { Vec::from_raw_parts(ptr.cast::<f32>(), len, cap) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_all_writes_every_element_and_zeroes_what_values_leave() {
+        let mut buf = unwritten(5);
+        let s = write_all(&mut buf, [1.0, 2.0, 3.0]);
+        assert_eq!(s, &[1.0, 2.0, 3.0, 0.0, 0.0]);
+        // SAFETY: write_all wrote all five.
+        #[allow(unsafe_code)]
+        let v = unsafe { assume_written(buf) };
+        assert_eq!(v, [1.0, 2.0, 3.0, 0.0, 0.0]);
+    }
+
+    // Reads an element left unwritten: only where debug builds have poisoned it.
+    #[cfg(debug_assertions)]
+    #[test]
+    fn write_copy_copies_and_debug_builds_poison_the_rest() {
+        let mut buf = unwritten(3);
+        write_copy(&mut buf[..2], &[4.0, 5.0]);
+        // SAFETY: debug builds (the tests) fill a fresh buffer with NaN.
+        #[allow(unsafe_code)]
+        let v = unsafe { assume_written(buf) };
+        assert_eq!(&v[..2], &[4.0, 5.0]);
+        assert!(
+            v[2].is_nan(),
+            "an unwritten element shows as NaN in debug builds"
+        );
+    }
+}
