@@ -72,6 +72,24 @@ impl LayerWeights {
         }
         all
     }
+
+    /// The same weights out of candle's graph (views of the same storage).
+    fn detached(&self) -> LayerWeights {
+        let d = Tensor::detach;
+        LayerWeights {
+            input_norm: d(&self.input_norm),
+            post_norm: d(&self.post_norm),
+            q_w: d(&self.q_w),
+            k_w: d(&self.k_w),
+            v_w: d(&self.v_w),
+            o_w: d(&self.o_w),
+            qkv_b: self.qkv_b.as_ref().map(|(q, k, v)| (d(q), d(k), d(v))),
+            qk_norm: self.qk_norm.as_ref().map(|(q, k)| (d(q), d(k))),
+            gate_w: d(&self.gate_w),
+            up_w: d(&self.up_w),
+            down_w: d(&self.down_w),
+        }
+    }
 }
 
 /// A model: config, parameters, and rotary tables. Cloning is cheap (tensors are shared).
@@ -209,6 +227,12 @@ impl Transformer {
         let (b, t) = input_ids.dims2()?;
         let rows = match tape.as_deref_mut() {
             Some(tape) => tape.lookup(&self.embed, input_ids)?,
+            // Inference keeps nothing of candle's graph (`Numerics::Fast` has no backward): with
+            // the embedding's rows detached, the fused layers' sums are taken in place.
+            None if numerics == Numerics::Fast => self
+                .embed
+                .detach()
+                .index_select(&input_ids.flatten_all()?, 0)?,
             None => self.embed.index_select(&input_ids.flatten_all()?, 0)?,
         };
         let mut x = rows.reshape((b, t, ()))?;
@@ -301,6 +325,15 @@ impl Transformer {
         numerics: Numerics,
     ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
+        // Inference: the weights out of candle's graph too, so that no output of the layer is
+        // in it (the residual sums and biases are then added in place, `residual`, `affine`).
+        let detached;
+        let w = if numerics == Numerics::Fast {
+            detached = w.detached();
+            &detached
+        } else {
+            w
+        };
         let linear = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| project(x, w, b, numerics);
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (
