@@ -8,8 +8,9 @@
 //! bookkeeping (memset, elementwise sums, page faults of the fresh buffers) was a quarter of a
 //! forward+backward (benches/RESULTS.md). Here each gradient is made once, in the weight's own
 //! layout (no transposed sum), the products' outputs are not zero-filled first
-//! (`roll_cpu_kernels::product`), and the few true sums (the residual stream, the projections
-//! reading one normed input) are added in place, the projections' by gemm as it multiplies.
+//! (`roll_cpu_kernels::product`), and the few true sums are taken where a pass already writes:
+//! the residual stream's by RMSNorm's backward as it writes the norm's part, the projections
+//! reading one normed input by gemm as it multiplies.
 //!
 //! The values are the fused forward's bit for bit (the same kernels and products in the same
 //! order); the gradients are candle's to the last bits (sums taken in another order; tested
