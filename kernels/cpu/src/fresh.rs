@@ -47,6 +47,22 @@ pub(crate) fn write_copy(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
     }
 }
 
+/// `v`'s lanes written into `dst`, which must be exactly one vector long (checked: a wrong
+/// length is a bug of the caller's, and panics rather than write past `dst`).
+#[inline(always)]
+#[allow(unsafe_code)] // an unaligned store of a plain vector type
+pub(crate) fn store<S: pulp::Simd>(dst: &mut [MaybeUninit<f32>], v: S::f32s) {
+    assert!(
+        dst.len() == S::F32_LANES && size_of::<S::f32s>() == size_of_val(dst),
+        "fresh::store: a vector of {} lanes into {} elements",
+        S::F32_LANES,
+        dst.len()
+    );
+    // SAFETY: `dst` is exactly the vector's size (checked above), writable (a unique borrow),
+    // and `write_unaligned` needs no alignment; `S::f32s` is plain data (f32 lanes).
+    unsafe { dst.as_mut_ptr().cast::<S::f32s>().write_unaligned(v) }
+}
+
 /// A slice every element of which [`write_all`] has just written, as f32s.
 #[allow(unsafe_code)] // a cast between layouts that are the same
 fn written_slice(dst: &mut [MaybeUninit<f32>]) -> &mut [f32] {

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use std::mem::MaybeUninit;
 
-use super::fresh::{assume_written, unwritten, write_all};
+use super::fresh::{assume_written, store, unwritten};
 use super::{f32_data, unpack, vexp};
 
 const NAME: &str = "fused swiglu";
@@ -18,23 +18,32 @@ const CHUNK: usize = 4096;
 struct SwiGlu;
 struct SwiGluGrad;
 
-/// `exp(-g)` of every gate written into `e` (vectorised), and `e` as f32s;
-/// `sigmoid(g) = 1 / (1 + exp(-g))`.
+/// `sigmoid(g) = 1 / (1 + exp(-g))` of a vector of gates.
 #[inline(always)]
-fn exp_neg<'e, S: Simd>(simd: S, e: &'e mut [MaybeUninit<f32>], g: &[f32]) -> &'e mut [f32] {
-    let e = write_all(e, g.iter().map(|&g| -g));
-    vexp::exp_in_place_with(simd, e);
-    e
+fn sigmoid<S: Simd>(simd: S, g: S::f32s) -> S::f32s {
+    let one = simd.splat_f32s(1.0);
+    let e = vexp::exp_lanes(simd, simd.sub_f32s(simd.splat_f32s(0.0), g));
+    simd.div_f32s(one, simd.add_f32s(one, e))
+}
+
+/// The same of one gate: [`vexp::exp`] is one lane of `exp_lanes`, so the same bits.
+#[inline(always)]
+fn sigmoid_one(g: f32) -> f32 {
+    1.0 / (1.0 + vexp::exp(-g))
 }
 
 // Each chunk runs as a `WithSimd` task, compiled for AVX2 and FMA where the CPU has them (pulp
-// checks at run time; the crate targets baseline x86-64, where these loops ran four lanes wide).
-// The same operations in the same order either way: the same bits.
+// checks at run time; the crate targets baseline x86-64). A chunk is one pass, a vector at a
+// time: the gates' exponentials, the sigmoid and the products together (three passes over the
+// chunk before: -g written, its exponentials in place, then the rest). Separate multiplies and
+// adds in the formulas' order (no fused multiply-add), so the tail's element-by-element loop
+// gives the same bits as the vectors.
 
 /// y = silu(g) * u over one chunk.
 struct Forward<'a> {
     g: &'a [f32],
     u: &'a [f32],
+    /// Written whole: as long as g and u (`cpu_fwd` checks the shapes).
     y: &'a mut [MaybeUninit<f32>],
 }
 
@@ -43,10 +52,16 @@ impl WithSimd for Forward<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let y = exp_neg(simd, self.y, self.g);
-        for ((y, &g), &u) in y.iter_mut().zip(self.g).zip(self.u) {
-            let s = 1.0 / (1.0 + *y);
-            *y = g * s * u;
+        let Forward { g, u, y } = self;
+        let (gv, gt) = S::as_simd_f32s(g);
+        let (uv, ut) = S::as_simd_f32s(u);
+        let (yv, yt) = y.split_at_mut(gv.len() * S::F32_LANES);
+        for (y, (&g, &u)) in yv.chunks_exact_mut(S::F32_LANES).zip(gv.iter().zip(uv)) {
+            let gs = simd.mul_f32s(g, sigmoid(simd, g));
+            store::<S>(y, simd.mul_f32s(gs, u));
+        }
+        for (y, (&g, &u)) in yt.iter_mut().zip(gt.iter().zip(ut)) {
+            y.write(g * sigmoid_one(g) * u);
         }
     }
 }
@@ -56,8 +71,8 @@ struct Backward<'a> {
     g: &'a [f32],
     u: &'a [f32],
     dy: &'a [f32],
+    /// Both written whole: as long as the others (`cpu_fwd` checks the lengths).
     dg: &'a mut [MaybeUninit<f32>],
-    /// Written whole: as long as the others (`cpu_fwd` checks the lengths).
     du: &'a mut [MaybeUninit<f32>],
 }
 
@@ -67,17 +82,27 @@ impl WithSimd for Backward<'_> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let Backward { g, u, dy, dg, du } = self;
-        let dg = exp_neg(simd, dg, g);
-        let n = g
-            .len()
-            .min(u.len())
-            .min(dy.len())
-            .min(dg.len())
-            .min(du.len());
-        for k in 0..n {
-            let s = 1.0 / (1.0 + dg[k]);
-            dg[k] = dy[k] * u[k] * s * (1.0 + g[k] * (1.0 - s));
-            du[k].write(dy[k] * g[k] * s);
+        let lanes = S::F32_LANES;
+        let one = simd.splat_f32s(1.0);
+        let (gv, gt) = S::as_simd_f32s(g);
+        let (uv, ut) = S::as_simd_f32s(u);
+        let (dyv, dyt) = S::as_simd_f32s(dy);
+        let (dgv, dgt) = dg.split_at_mut(gv.len() * lanes);
+        let (duv, dut) = du.split_at_mut(gv.len() * lanes);
+        let outs = dgv.chunks_exact_mut(lanes).zip(duv.chunks_exact_mut(lanes));
+        for ((dg, du), ((&g, &u), &dy)) in outs.zip(gv.iter().zip(uv).zip(dyv)) {
+            let s = sigmoid(simd, g);
+            // dy u s (1 + g (1 - s)), and dy g s, multiplied left to right.
+            let slope = simd.add_f32s(one, simd.mul_f32s(g, simd.sub_f32s(one, s)));
+            let dgate = simd.mul_f32s(simd.mul_f32s(simd.mul_f32s(dy, u), s), slope);
+            store::<S>(dg, dgate);
+            store::<S>(du, simd.mul_f32s(simd.mul_f32s(dy, g), s));
+        }
+        let tails = dgt.iter_mut().zip(dut.iter_mut());
+        for ((dg, du), ((&g, &u), &dy)) in tails.zip(gt.iter().zip(ut).zip(dyt)) {
+            let s = sigmoid_one(g);
+            dg.write(dy * u * s * (1.0 + g * (1.0 - s)));
+            du.write(dy * g * s);
         }
     }
 }
@@ -118,7 +143,8 @@ impl CustomOp2 for SwiGlu {
         y.par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
             .for_each(|(y, (g, u))| arch.dispatch(Forward { g, u, y }));
-        // SAFETY: each chunk of y went through `exp_neg`, which writes all of it.
+        // SAFETY: `Forward` writes every element of its chunk of y (vectors, then the tail),
+        // and y's chunks are g's and u's, of one length.
         #[allow(unsafe_code)]
         let y = unsafe { assume_written(y) };
         Ok((CpuStorage::F32(y), l1.shape().clone()))
@@ -167,9 +193,8 @@ impl CustomOp3 for SwiGluGrad {
             .for_each(|(((dg, du), (g, u)), dy)| {
                 arch.dispatch(Backward { g, u, dy, dg, du });
             });
-        // SAFETY: each chunk of dg went through `exp_neg`, which writes all of it, and each of
-        // du through `Backward`'s loop, over all of it: g, u and dy are as long as dg and du
-        // (checked above), so are their chunks.
+        // SAFETY: `Backward` writes every element of its chunks of dg and du (vectors, then the
+        // tail): g, u and dy are as long as dg and du (checked above), so are their chunks.
         #[allow(unsafe_code)]
         let out = unsafe { assume_written(out) };
         Ok((CpuStorage::F32(out), Shape::from(2 * n)))

@@ -192,6 +192,40 @@ fn rope_equals_rotate_half_and_its_backward_rotates_back() {
     assert_eq!(y.dims(), [b, t, 0, d]);
 }
 
+/// Head dims whose halves are whole vectors (32 and 64: AVX2's 8 lanes, AVX-512's 16) take the
+/// kernel's vector loop, the others (12) its element loop: both give, bit for bit, the formula
+/// computed here element by element, `x1 c - x2 (sign s)` and `x2 c + x1 (sign s)`, forward
+/// (sign 1) and backward (sign -1).
+#[test]
+fn rope_in_vectors_and_elements_gives_the_formulas_bits() {
+    for d in [32, 64, 12] {
+        let (b, t, h) = (2, 5, 3);
+        let half = d / 2;
+        let x = randn(&[b, t, h, d], 1.0);
+        let angles = randn(&[b, t, half], 3.0);
+        let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+        let (xv, cv, sv) = (values(&x), values(&cos), values(&sin));
+        for (sign, got) in [
+            (1f32, rope::rope(&x, &cos, &sin).unwrap()),
+            (-1f32, rope::rope_backward(&x, &cos, &sin).unwrap()),
+        ] {
+            let mut want = vec![0f32; xv.len()];
+            for (head, (y, x)) in want.chunks_mut(d).zip(xv.chunks(d)).enumerate() {
+                let pos = head / h;
+                let (c, s) = (&cv[pos * half..][..half], &sv[pos * half..][..half]);
+                for k in 0..half {
+                    let sk = sign * s[k];
+                    y[k] = x[k] * c[k] - x[half + k] * sk;
+                    y[half + k] = x[half + k] * c[k] + x[k] * sk;
+                }
+            }
+            let got: Vec<u32> = values(&got).iter().map(|v| v.to_bits()).collect();
+            let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "head dim {d}, sign {sign}");
+        }
+    }
+}
+
 #[test]
 fn swiglu_equals_silu_times_up() {
     // Large gates reach both tails of the sigmoid.

@@ -94,7 +94,7 @@ pub(crate) fn exp_in_place_with<S: Simd>(simd: S, xs: &mut [f32]) {
 
 /// exp of every lane, as [`exp`] computes one.
 #[inline(always)]
-fn exp_lanes<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
+pub(crate) fn exp_lanes<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
     let lanes = S::F32_LANES;
     let zero = simd.less_than_or_equal_f32s(x, simd.splat_f32s(ZERO_BELOW));
     // NaN compares false both ways, so it counts as out of range.
