@@ -15,6 +15,22 @@ use rayon::prelude::*;
 
 use super::{f32_data, storage_f32};
 
+/// The contiguous f32 data of a sum an in-place op writes, or an error naming the op and the sum.
+fn sum_data<'a>(
+    dst: &'a mut CpuStorage,
+    l: &Layout,
+    op: &str,
+    what: &str,
+) -> Result<&'a mut [f32]> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        bail!("{op}: {what} must be contiguous");
+    };
+    let CpuStorage::F32(dst) = dst else {
+        bail!("{op}: {what} must be f32");
+    };
+    Ok(&mut dst[a..b])
+}
+
 struct AddRows;
 
 impl InplaceOp3 for AddRows {
@@ -52,13 +68,7 @@ impl InplaceOp3 for AddRows {
             bail!("add rows: id {bad} is outside a table of {table_rows} rows");
         }
         let src = f32_data(src, l3, "add rows", "rows")?;
-        let Some((a, b)) = l1.contiguous_offsets() else {
-            bail!("add rows: the table must be contiguous");
-        };
-        let CpuStorage::F32(dst) = dst else {
-            bail!("add rows: the table must be f32");
-        };
-        let dst = &mut dst[a..b];
+        let dst = sum_data(dst, l1, "add rows", "the table")?;
         for (&id, row) in ids.iter().zip(src.chunks_exact(width.max(1))) {
             let at = id as usize * width;
             for (d, s) in dst[at..at + width].iter_mut().zip(row) {
@@ -91,15 +101,9 @@ impl InplaceOp2 for AddInto {
             );
         }
         let src = f32_data(src, l2, "add into", "the addend")?;
-        let Some((a, b)) = l1.contiguous_offsets() else {
-            bail!("add into: the sum must be contiguous");
-        };
-        let CpuStorage::F32(dst) = dst else {
-            bail!("add into: the sum must be f32");
-        };
+        let dst = sum_data(dst, l1, "add into", "the sum")?;
         // Large gradients (a model's worth) in parallel blocks; each element's sum is the same.
-        dst[a..b]
-            .par_chunks_mut(1 << 16)
+        dst.par_chunks_mut(1 << 16)
             .zip(src.par_chunks(1 << 16))
             .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, s)| *d += s));
         Ok(())
@@ -129,14 +133,9 @@ impl InplaceOp2 for AddRow {
             );
         }
         let row = f32_data(src, l2, "add row into", "the row")?;
-        let Some((a, b)) = l1.contiguous_offsets() else {
-            bail!("add row into: the sum must be contiguous");
-        };
-        let CpuStorage::F32(dst) = dst else {
-            bail!("add row into: the sum must be f32");
-        };
+        let dst = sum_data(dst, l1, "add row into", "the sum")?;
         if width > 0 {
-            for sum in dst[a..b].chunks_exact_mut(width) {
+            for sum in dst.chunks_exact_mut(width) {
                 for (d, s) in sum.iter_mut().zip(row) {
                     *d += s;
                 }
