@@ -76,17 +76,19 @@ pub(super) fn forward(
         cfg.num_key_value_heads,
         cfg.head_dim,
     );
-    let d = Tensor::detach;
+    // The weights' values out of candle's graph; the record keeps `w` itself (its gradients are
+    // keyed by it).
+    let wd = w.detached();
     let x = x.detach();
-    let h1 = fused::rms_norm::rms_norm(&x, &d(&w.input_norm), eps)?;
-    let bias = |i: usize| w.qkv_b.as_ref().map(|(q, k, v)| d([q, k, v][i]));
-    let q_lin = project(&h1, &d(&w.q_w), bias(0).as_ref())?.reshape((b, t, nh, hd))?;
-    let k_lin = project(&h1, &d(&w.k_w), bias(1).as_ref())?.reshape((b, t, nkv, hd))?;
-    let v = project(&h1, &d(&w.v_w), bias(2).as_ref())?.reshape((b, t, nkv, hd))?;
-    let (q_in, k_in, qk_lin) = match &w.qk_norm {
+    let h1 = fused::rms_norm::rms_norm(&x, &wd.input_norm, eps)?;
+    let bias = |i: usize| wd.qkv_b.as_ref().map(|(q, k, v)| [q, k, v][i]);
+    let q_lin = project(&h1, &wd.q_w, bias(0))?.reshape((b, t, nh, hd))?;
+    let k_lin = project(&h1, &wd.k_w, bias(1))?.reshape((b, t, nkv, hd))?;
+    let v = project(&h1, &wd.v_w, bias(2))?.reshape((b, t, nkv, hd))?;
+    let (q_in, k_in, qk_lin) = match &wd.qk_norm {
         Some((qn, kn)) => (
-            fused::rms_norm::rms_norm(&q_lin, &d(qn), eps)?,
-            fused::rms_norm::rms_norm(&k_lin, &d(kn), eps)?,
+            fused::rms_norm::rms_norm(&q_lin, qn, eps)?,
+            fused::rms_norm::rms_norm(&k_lin, kn, eps)?,
             Some((q_lin, k_lin)),
         ),
         None => (q_lin, k_lin, None),
@@ -95,12 +97,12 @@ pub(super) fn forward(
     let k = fused::rope::rope(&k_in, cos, sin)?;
     let scale = 1.0 / (hd as f64).sqrt();
     let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
-    let x2 = residual(&x, project(&attn, &d(&w.o_w), None)?)?;
-    let h2 = fused::rms_norm::rms_norm(&x2, &d(&w.post_norm), eps)?;
-    let gate = project(&h2, &d(&w.gate_w), None)?;
-    let up = project(&h2, &d(&w.up_w), None)?;
+    let x2 = residual(&x, project(&attn, &wd.o_w, None)?)?;
+    let h2 = fused::rms_norm::rms_norm(&x2, &wd.post_norm, eps)?;
+    let gate = project(&h2, &wd.gate_w, None)?;
+    let up = project(&h2, &wd.up_w, None)?;
     let mlp = fused::swiglu::swiglu(&gate, &up)?;
-    let out = residual(&x2, project(&mlp, &d(&w.down_w), None)?)?;
+    let out = residual(&x2, project(&mlp, &wd.down_w, None)?)?;
     let record = LayerRecord {
         w: w.clone(),
         eps,

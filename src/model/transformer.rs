@@ -74,7 +74,7 @@ impl LayerWeights {
     }
 
     /// The same weights out of candle's graph (views of the same storage).
-    fn detached(&self) -> LayerWeights {
+    pub(super) fn detached(&self) -> LayerWeights {
         let d = Tensor::detach;
         LayerWeights {
             input_norm: d(&self.input_norm),
