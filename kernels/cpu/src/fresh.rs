@@ -23,18 +23,9 @@ pub(crate) fn unwritten(len: usize) -> Vec<MaybeUninit<f32>> {
     v
 }
 
-/// `values` written into `dst` in order, and `dst` as the f32s it now holds. Elements `values`
-/// does not reach (none where it is as long as `dst`, as every caller's is) are written 0.
-pub(crate) fn write_all(
-    dst: &mut [MaybeUninit<f32>],
-    values: impl IntoIterator<Item = f32>,
-) -> &mut [f32] {
-    let mut written = 0;
-    for (d, v) in dst.iter_mut().zip(values) {
-        d.write(v);
-        written += 1;
-    }
-    for d in &mut dst[written..] {
+/// Every element of `dst` written 0, and `dst` as the f32s it now holds: the start of a sum.
+pub(crate) fn zeroed(dst: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    for d in dst.iter_mut() {
         d.write(0.0);
     }
     written_slice(dst)
@@ -63,7 +54,7 @@ pub(crate) fn store<S: pulp::Simd>(dst: &mut [MaybeUninit<f32>], v: S::f32s) {
     unsafe { dst.as_mut_ptr().cast::<S::f32s>().write_unaligned(v) }
 }
 
-/// A slice every element of which [`write_all`] has just written, as f32s.
+/// A slice every element of which [`zeroed`] has just written, as f32s.
 #[allow(unsafe_code)] // a cast between layouts that are the same
 fn written_slice(dst: &mut [MaybeUninit<f32>]) -> &mut [f32] {
     // SAFETY: `MaybeUninit<f32>` has f32's size and alignment, and the only caller wrote every
@@ -89,14 +80,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_all_writes_every_element_and_zeroes_what_values_leave() {
+    fn zeroed_writes_every_element() {
         let mut buf = unwritten(5);
-        let s = write_all(&mut buf, [1.0, 2.0, 3.0]);
-        assert_eq!(s, &[1.0, 2.0, 3.0, 0.0, 0.0]);
-        // SAFETY: write_all wrote all five.
+        assert_eq!(zeroed(&mut buf), &[0.0; 5]);
+        // SAFETY: zeroed wrote all five.
         #[allow(unsafe_code)]
         let v = unsafe { assume_written(buf) };
-        assert_eq!(v, [1.0, 2.0, 3.0, 0.0, 0.0]);
+        assert_eq!(v, [0.0; 5]);
     }
 
     // Reads an element left unwritten: only where debug builds have poisoned it.

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use std::mem::MaybeUninit;
 
-use super::fresh::{assume_written, unwritten, write_all};
+use super::fresh::{assume_written, unwritten, zeroed};
 use super::{f32_data, storage_f32, sum_of_squares_f64, unpack};
 
 const NAME: &str = "fused rms_norm";
@@ -218,7 +218,7 @@ impl CustomOp3 for RmsNormGrad {
         };
         let mut out = unwritten(n + d);
         let (dx, dw) = out.split_at_mut(n);
-        let dw = write_all(dw, std::iter::repeat_n(0.0, d));
+        let dw = zeroed(dw);
         // Rows in blocks: each block writes its dx rows and sums its share of dw, and the blocks'
         // partial dw are added at the end (no shared accumulator between threads).
         let block = (n / d)
