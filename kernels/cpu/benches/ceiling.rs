@@ -14,7 +14,10 @@
 //!   within 1% of it);
 //! - `shapes`: each distinct product of that list alone, repeated on the same operands (so in
 //!   cache): what gemm reaches at that shape and layout when nothing else competes for the
-//!   caches, and the step's 84 at those rates: the optimistic end.
+//!   caches, and the step's 84 at those rates: the optimistic end;
+//! - `fused`: q, k and v's products as one (their weights side by side) and gate and up's as
+//!   one, against the separate products `layer_grad` runs, in cache and on a lane's four layers
+//!   of operands of their own (benches/RESULTS.md, eighteenth slice: the fused are slower).
 //!
 //! Prints the least time of 9 (the machine is shared: other work only adds time), the rates, and
 //! the tokens per second a 64 x 16 step would reach on the cores this process may use if it were
@@ -267,5 +270,164 @@ fn main() -> candle_core::Result<()> {
             flops / lane_secs / 1e9,
         );
     }
+    if wants("fused") {
+        fused_against_separate(&one)?;
+    }
+    Ok(())
+}
+
+/// Which factor a group's separate products share, as `layer_grad` gives them one tensor: the
+/// normed input (the forward's left factor, the weights' gradients' right one), or none (the
+/// input's gradient, whose later products are summed into the first's result).
+#[derive(Clone, Copy)]
+enum Shared {
+    Left,
+    Right,
+    Sum,
+}
+
+/// One layer's products of a group, with their (left, right) factors.
+type GroupLayer<'p> = (Vec<&'p Product>, Vec<(Tensor, Tensor)>);
+
+/// The `fused` measurement: each group of products the projections of one input make, apart and
+/// as one product, in cache (the same operands again) and as a lane's step meets them (four
+/// layers' operands of their own, the results kept).
+fn fused_against_separate(one: &rayon::ThreadPool) -> candle_core::Result<()> {
+    let dev = Device::Cpu;
+    let (h, kv, ff, r) = (128, 64, 512, LANE_ROWS);
+    let p = |m, k, n, a_t, b_t, add| Product {
+        m,
+        k,
+        n,
+        a_t,
+        b_t,
+        add,
+    };
+    let qkv = h + 2 * kv;
+    let groups = [
+        (
+            "forward q, k, v",
+            Shared::Left,
+            vec![
+                p(r, h, h, false, true, false),
+                p(r, h, kv, false, true, false),
+                p(r, h, kv, false, true, false),
+            ],
+            p(r, h, qkv, false, true, false),
+        ),
+        (
+            "forward gate, up",
+            Shared::Left,
+            vec![
+                p(r, h, ff, false, true, false),
+                p(r, h, ff, false, true, false),
+            ],
+            p(r, h, 2 * ff, false, true, false),
+        ),
+        (
+            "weights' gradients q, k, v",
+            Shared::Right,
+            vec![
+                p(h, r, h, true, false, false),
+                p(kv, r, h, true, false, false),
+                p(kv, r, h, true, false, false),
+            ],
+            p(qkv, r, h, true, false, false),
+        ),
+        (
+            "weights' gradients gate, up",
+            Shared::Right,
+            vec![
+                p(ff, r, h, true, false, false),
+                p(ff, r, h, true, false, false),
+            ],
+            p(2 * ff, r, h, true, false, false),
+        ),
+        (
+            "input's gradient from q, k, v",
+            Shared::Sum,
+            vec![
+                p(r, h, h, false, false, false),
+                p(r, kv, h, false, false, true),
+                p(r, kv, h, false, false, true),
+            ],
+            p(r, qkv, h, false, false, false),
+        ),
+        (
+            "input's gradient from gate, up",
+            Shared::Sum,
+            vec![
+                p(r, ff, h, false, false, false),
+                p(r, ff, h, false, false, true),
+            ],
+            p(r, 2 * ff, h, false, false, false),
+        ),
+    ];
+    // A group's factors, the shared one made once: (left, right) per product.
+    let factors = |ps: &[Product], shared: Shared| -> candle_core::Result<Vec<(Tensor, Tensor)>> {
+        let mut out: Vec<(Tensor, Tensor)> = Vec::new();
+        for p in ps {
+            let (a, b, _) = p.operands(&dev)?;
+            out.push(match (shared, out.first()) {
+                (Shared::Left, Some((a0, _))) => (a0.clone(), b),
+                (Shared::Right, Some((_, b0))) => (a, b0.clone()),
+                _ => (a, b),
+            });
+        }
+        Ok(out)
+    };
+    // Each layer's products in order, the summed ones added into the layer's first result.
+    let run = |layers: &[GroupLayer]| {
+        let mut kept = Vec::new();
+        for (ps, fs) in layers {
+            let mut first: Option<Tensor> = None;
+            for (p, (a, b)) in ps.iter().zip(fs) {
+                match (&first, p.add) {
+                    (Some(sum), true) => matmul_add(sum, a, b).expect("product"),
+                    _ => first = Some(matmul(a, b).expect("product")),
+                }
+            }
+            kept.extend(first);
+        }
+        std::hint::black_box(kept);
+    };
+    let mut totals = [[0.0; 2]; 2];
+    for (name, shared, separate, fused) in &groups {
+        let mut secs = [[0.0; 2]; 2];
+        for (way, ps) in [separate.as_slice(), std::slice::from_ref(fused)]
+            .into_iter()
+            .enumerate()
+        {
+            let layer = |_| -> candle_core::Result<GroupLayer> {
+                Ok((ps.iter().collect(), factors(ps, *shared)?))
+            };
+            let once = [layer(0)?];
+            secs[way][0] = one.install(|| least(|| run(&once)));
+            let step = (0..LAYERS)
+                .map(layer)
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            secs[way][1] = one.install(|| least(|| run(&step))) / LAYERS as f64;
+        }
+        for (total, s) in totals.iter_mut().zip(secs) {
+            total[0] += s[0];
+            total[1] += s[1];
+        }
+        println!(
+            "{name:30} in cache: apart {:6.1} us, as one {:6.1} us; a layer of a lane's step: apart {:6.1} us, as one {:6.1} us",
+            secs[0][0] * 1e6,
+            secs[1][0] * 1e6,
+            secs[0][1] * 1e6,
+            secs[1][1] * 1e6
+        );
+    }
+    println!(
+        "a layer, all six: in cache apart {:.1} us, as one {:.1} us ({:.2}x); in a lane's step apart {:.1} us, as one {:.1} us ({:.2}x)",
+        totals[0][0] * 1e6,
+        totals[1][0] * 1e6,
+        totals[0][0] / totals[1][0],
+        totals[0][1] * 1e6,
+        totals[1][1] * 1e6,
+        totals[0][1] / totals[1][1]
+    );
     Ok(())
 }
