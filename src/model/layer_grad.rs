@@ -12,6 +12,13 @@
 //! the residual stream's by RMSNorm's backward as it writes the norm's part, the projections
 //! reading one normed input by gemm as it multiplies.
 //!
+//! The record keeps what is costly to make again (the projections' outputs, attention's, the
+//! residual stream) and recomputes in the backward what one cheap pass makes from it: the two
+//! normed inputs and SwiGLU's output, a third of a layer's activations by bytes (SwiGLU's is as
+//! wide as the MLP). At the Qwen2.5-0.5B shape that is 0.5 GB off a forward+backward's peak at no
+//! measurable time (benches/RESULTS.md, eighteenth slice); the recomputed tensors are the
+//! forward's bits (the same kernels on the same inputs), so the gradients are unchanged.
+//!
 //! The values are the fused forward's bit for bit (the same kernels and products in the same
 //! order); the gradients are candle's to the last bits (sums taken in another order; tested
 //! against candle's backward of the same forward in tests/model_numerics.rs).
@@ -22,8 +29,9 @@ use roll_cpu_kernels as fused;
 use super::config::ModelConfig;
 use super::transformer::{LayerWeights, Product, affine, residual};
 
-/// A layer's forward as its backward needs it. Holds the layer's activations (freed with it) and
-/// its weights as the model holds them: their gradients are keyed by them.
+/// A layer's forward as its backward needs it. Holds the layer's activations (freed with it), less
+/// those its backward recomputes (the normed inputs, SwiGLU's output), and its weights as the
+/// model holds them: their gradients are keyed by them.
 pub(super) struct LayerRecord {
     w: LayerWeights,
     eps: f64,
@@ -31,10 +39,8 @@ pub(super) struct LayerRecord {
     mask: Tensor,
     cos: Tensor,
     sin: Tensor,
-    /// The layer's input (b, t, hidden), detached.
+    /// The layer's input (b, t, hidden), detached; its norm is what q, k and v read.
     x: Tensor,
-    /// Normed input (b, t, hidden): what q, k and v read.
-    h1: Tensor,
     /// q and k before their norms (b, t, heads, hd), with q/k norms (Qwen3).
     qk_lin: Option<(Tensor, Tensor)>,
     /// After the rotary embedding: q (b, t, heads, hd), k and v (b, t, kv_heads, hd).
@@ -43,13 +49,11 @@ pub(super) struct LayerRecord {
     v: Tensor,
     /// Attention's output (b, t, heads * hd).
     attn: Tensor,
-    /// The residual stream after attention, and its norm (b, t, hidden).
+    /// The residual stream after attention (b, t, hidden); its norm is what gate and up read.
     x2: Tensor,
-    h2: Tensor,
-    /// The MLP's gate and up projections and their SwiGLU (b, t, intermediate).
+    /// The MLP's gate and up projections (b, t, intermediate), whose SwiGLU down reads.
     gate: Tensor,
     up: Tensor,
-    mlp: Tensor,
 }
 
 /// Whether this layer can be differentiated here: its weights are the model's variables (or
@@ -85,6 +89,8 @@ pub(super) fn forward(
     let q_lin = project(&h1, &wd.q_w, bias(0))?.reshape((b, t, nh, hd))?;
     let k_lin = project(&h1, &wd.k_w, bias(1))?.reshape((b, t, nkv, hd))?;
     let v = project(&h1, &wd.v_w, bias(2))?.reshape((b, t, nkv, hd))?;
+    // The backward makes the normed inputs and SwiGLU's output again: freed as soon as read.
+    drop(h1);
     let (q_in, k_in, qk_lin) = match &wd.qk_norm {
         Some((qn, kn)) => (
             fused::rms_norm::rms_norm(&q_lin, qn, eps)?,
@@ -101,8 +107,10 @@ pub(super) fn forward(
     let h2 = fused::rms_norm::rms_norm(&x2, &wd.post_norm, eps)?;
     let gate = project(&h2, &wd.gate_w, None)?;
     let up = project(&h2, &wd.up_w, None)?;
+    drop(h2);
     let mlp = fused::swiglu::swiglu(&gate, &up)?;
     let out = residual(&x2, project(&mlp, &wd.down_w, None)?)?;
+    drop(mlp);
     let record = LayerRecord {
         w: w.clone(),
         eps,
@@ -111,17 +119,14 @@ pub(super) fn forward(
         cos: cos.clone(),
         sin: sin.clone(),
         x,
-        h1,
         qk_lin,
         q,
         k,
         v,
         attn,
         x2,
-        h2,
         gate,
         up,
-        mlp,
     };
     Ok((out, record))
 }
@@ -166,12 +171,18 @@ impl LayerRecord {
     pub(super) fn backward(self, dy: &Tensor) -> Result<(Tensor, WeightGrads)> {
         let w = &self.w;
         let d = Tensor::detach;
+        // Whether any of these weights is trained: else their normed input is not made again.
+        let trained = |ws: &[&Tensor]| ws.iter().any(|t| t.track_op());
         let mut grads: WeightGrads = Vec::new();
         let shape = self.x.dims().to_vec();
         let dy = rows(dy)?;
 
-        // out = x2 + down(swiglu(gate(h2), up(h2)))
-        grads.extend(product_grad(&w.down_w, &dy, &self.mlp)?);
+        // out = x2 + down(swiglu(gate(h2), up(h2))); SwiGLU's output made again for down's
+        // weight, as the forward made it.
+        if w.down_w.track_op() {
+            let mlp = fused::swiglu::swiglu(&self.gate, &self.up)?;
+            grads.extend(product_grad(&w.down_w, &dy, &mlp)?);
+        }
         let d_mlp = fused::product::matmul(&dy, &d(&w.down_w))?;
         let (d_gate, d_up) = fused::swiglu::swiglu_backward(
             &self.gate,
@@ -180,8 +191,11 @@ impl LayerRecord {
         )?;
         drop(d_mlp);
         let (d_gate, d_up) = (rows(&d_gate)?, rows(&d_up)?);
-        grads.extend(product_grad(&w.gate_w, &d_gate, &self.h2)?);
-        grads.extend(product_grad(&w.up_w, &d_up, &self.h2)?);
+        if trained(&[&w.gate_w, &w.up_w]) {
+            let h2 = fused::rms_norm::rms_norm(&self.x2, &d(&w.post_norm), self.eps)?;
+            grads.extend(product_grad(&w.gate_w, &d_gate, &h2)?);
+            grads.extend(product_grad(&w.up_w, &d_up, &h2)?);
+        }
         let d_h2 = fused::product::matmul(&d_gate, &d(&w.gate_w))?;
         fused::product::matmul_add(&d_h2, &d_up, &d(&w.up_w))?;
         drop((d_gate, d_up));
@@ -226,9 +240,12 @@ impl LayerRecord {
                 }
             }
         }
-        grads.extend(product_grad(&w.q_w, &dq, &self.h1)?);
-        grads.extend(product_grad(&w.k_w, &dk, &self.h1)?);
-        grads.extend(product_grad(&w.v_w, &dv, &self.h1)?);
+        if trained(&[&w.q_w, &w.k_w, &w.v_w]) {
+            let h1 = fused::rms_norm::rms_norm(&self.x, &d(&w.input_norm), self.eps)?;
+            grads.extend(product_grad(&w.q_w, &dq, &h1)?);
+            grads.extend(product_grad(&w.k_w, &dk, &h1)?);
+            grads.extend(product_grad(&w.v_w, &dv, &h1)?);
+        }
         let d_h1 = fused::product::matmul(&dq, &d(&w.q_w))?;
         fused::product::matmul_add(&d_h1, &dk, &d(&w.k_w))?;
         fused::product::matmul_add(&d_h1, &dv, &d(&w.v_w))?;
