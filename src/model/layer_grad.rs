@@ -171,7 +171,7 @@ impl LayerRecord {
     pub(super) fn backward(self, dy: &Tensor) -> Result<(Tensor, WeightGrads)> {
         let w = &self.w;
         let d = Tensor::detach;
-        // Whether any of these weights is trained: else their normed input is not made again.
+        // Whether any of these weights is trained: else their input is not made again.
         let trained = |ws: &[&Tensor]| ws.iter().any(|t| t.track_op());
         let mut grads: WeightGrads = Vec::new();
         let shape = self.x.dims().to_vec();
@@ -179,7 +179,7 @@ impl LayerRecord {
 
         // out = x2 + down(swiglu(gate(h2), up(h2))); SwiGLU's output made again for down's
         // weight, as the forward made it.
-        if w.down_w.track_op() {
+        if trained(&[&w.down_w]) {
             let mlp = fused::swiglu::swiglu(&self.gate, &self.up)?;
             grads.extend(product_grad(&w.down_w, &dy, &mlp)?);
         }

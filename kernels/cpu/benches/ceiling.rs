@@ -96,6 +96,17 @@ struct Product {
 }
 
 impl Product {
+    fn new(m: usize, k: usize, n: usize, a_t: bool, b_t: bool, add: bool) -> Product {
+        Product {
+            m,
+            k,
+            n,
+            a_t,
+            b_t,
+            add,
+        }
+    }
+
     fn flops(&self) -> f64 {
         2.0 * (self.m * self.k * self.n) as f64
     }
@@ -135,14 +146,7 @@ impl Product {
 /// The products of one layer's forward and backward as `layer_grad` makes them, for `rows` rows.
 fn layer_products(rows: usize) -> Vec<Product> {
     let (h, kv, ff) = (128, 64, 512);
-    let p = |m, k, n, a_t, b_t, add| Product {
-        m,
-        k,
-        n,
-        a_t,
-        b_t,
-        add,
-    };
+    let p = Product::new;
     vec![
         // Forward: q, k, v, o, gate, up, down, each x wᵀ.
         p(rows, h, h, false, true, false),
@@ -295,14 +299,7 @@ type GroupLayer<'p> = (Vec<&'p Product>, Vec<(Tensor, Tensor)>);
 fn fused_against_separate(one: &rayon::ThreadPool) -> candle_core::Result<()> {
     let dev = Device::Cpu;
     let (h, kv, ff, r) = (128, 64, 512, LANE_ROWS);
-    let p = |m, k, n, a_t, b_t, add| Product {
-        m,
-        k,
-        n,
-        a_t,
-        b_t,
-        add,
-    };
+    let p = Product::new;
     let qkv = h + 2 * kv;
     let groups = [
         (
