@@ -8,12 +8,19 @@ lane's step (4 layers x 21 products, 480 rows) at those rates.
 Run both back to back (the machine is shared, so compare only figures of one sitting):
     /tmp/peervenv/bin/python benches/peer_products.py
     cargo bench -p roll-cpu-kernels --bench ceiling -- shapes
+
+`--shape qwen05` does the same at the Qwen2.5-0.5B shape of `engine qwen05-fwd_bwd` (1008 rows,
+24 layers), against `ceiling -- qwen05`.
 """
+import argparse
 import time
 
 import torch
 
-ROWS, H, KV, FF, LAYERS = 480, 128, 64, 512, 4
+# (rows, hidden, k and v's width, MLP's width, layers), as ceiling.rs's LANE_ROWS/TINY/LAYERS and
+# QWEN05_ROWS/QWEN05/QWEN05_LAYERS.
+SHAPES = {"tiny": (480, 128, 64, 512, 4), "qwen05": (1008, 896, 128, 4864, 24)}
+ROWS, H, KV, FF, LAYERS = SHAPES["tiny"]
 
 
 def layer_products(rows):
@@ -51,6 +58,13 @@ def least_seconds(f, calls=20):
 
 
 def main():
+    global ROWS, H, KV, FF, LAYERS
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    shape_name = ap.parse_args().shape
+    ROWS, H, KV, FF, LAYERS = SHAPES[shape_name]
+    # A 0.5B product takes ~0.1 s: one call a timing is plenty.
+    calls = 20 if shape_name == "tiny" else 1
     torch.set_num_threads(1)
     seconds = {}
     for shape in layer_products(ROWS):
@@ -64,12 +78,13 @@ def main():
             f = lambda: out.addmm_(a, b)  # noqa: E731
         else:
             f = lambda: torch.mm(a, b, out=out)  # noqa: E731
-        s = least_seconds(f)
+        s = least_seconds(f, calls)
         seconds[shape] = s
-        print(f"{label(*shape):36} one thread: {s * 1e6:7.1f} us, {2 * m * k * n / s / 1e9:5.1f} GFLOP/s")
+        print(f"{label(*shape):36} one thread: {s * 1e6:8.1f} us, {2 * m * k * n / s / 1e9:5.1f} GFLOP/s")
     lane = sum(seconds[p] for p in layer_products(ROWS)) * LAYERS
     flops = sum(2 * m * k * n for (m, k, n, *_) in layer_products(ROWS)) * LAYERS
-    print(f"one lane's step at those rates: {lane * 1e3:.1f} ms, {flops / lane / 1e9:.1f} GFLOP/s "
+    what = "one lane's step" if shape_name == "tiny" else f"the {LAYERS} layers ({ROWS} rows, the head not included)"
+    print(f"{what} at those rates: {lane * 1e3:.1f} ms, {flops / lane / 1e9:.1f} GFLOP/s "
           f"(torch {torch.__version__}, MKL: {torch.backends.mkl.is_available()})")
 
 

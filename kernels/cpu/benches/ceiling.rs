@@ -18,6 +18,12 @@
 //! - `fused`: q, k and v's products as one (their weights side by side) and gate and up's as
 //!   one, against the separate products `layer_grad` runs, in cache and on a lane's four layers
 //!   of operands of their own (benches/RESULTS.md, eighteenth slice: the fused are slower).
+//! - `qwen05`: the same per-product rates as `shapes` at the Qwen2.5-0.5B shape of `engine
+//!   qwen05-fwd_bwd` (hidden 896, 2 KV heads of 64, intermediate 4864; one lane of 16 sequences of
+//!   63 positions, so 1008 rows), and its 24 layers at those rates. Products this large outrun
+//!   the caches even when repeated, so this is what gemm reaches at that shape on one core;
+//!   `benches/peer_products.py --shape qwen05` times the same through PyTorch's MKL
+//!   (benches/RESULTS.md, nineteenth slice).
 //!
 //! Prints the least time of 9 (the machine is shared: other work only adds time), the rates, and
 //! the tokens per second a 64 x 16 step would reach on the cores this process may use if it were
@@ -62,6 +68,28 @@ impl WithSimd for FmaChains {
 const LANE_ROWS: usize = 32 * 15;
 /// The tiny model's layers.
 const LAYERS: usize = 4;
+/// A layer's widths: hidden, the k and v projections' (KV heads x head size), the MLP's.
+#[derive(Clone, Copy)]
+struct Widths {
+    hidden: usize,
+    kv: usize,
+    mlp: usize,
+}
+/// The tiny Qwen2 of `engine fwd_bwd`.
+const TINY: Widths = Widths {
+    hidden: 128,
+    kv: 64,
+    mlp: 512,
+};
+/// The Qwen2.5-0.5B shape of `engine qwen05-fwd_bwd`: its rows (one lane of 16 sequences of 63
+/// positions) and layers.
+const QWEN05: Widths = Widths {
+    hidden: 896,
+    kv: 128,
+    mlp: 4864,
+};
+const QWEN05_ROWS: usize = 16 * 63;
+const QWEN05_LAYERS: usize = 24;
 
 /// The cores this process may use, and the tokens per second of a 64 x 16 step made of two lanes
 /// that take `lane_secs` each, shared out over those cores (as `engine fwd_bwd` does; its lanes
@@ -144,8 +172,12 @@ impl Product {
 }
 
 /// The products of one layer's forward and backward as `layer_grad` makes them, for `rows` rows.
-fn layer_products(rows: usize) -> Vec<Product> {
-    let (h, kv, ff) = (128, 64, 512);
+fn layer_products(rows: usize, widths: Widths) -> Vec<Product> {
+    let Widths {
+        hidden: h,
+        kv,
+        mlp: ff,
+    } = widths;
     let p = Product::new;
     vec![
         // Forward: q, k, v, o, gate, up, down, each x wᵀ.
@@ -201,7 +233,7 @@ fn main() -> candle_core::Result<()> {
     if wants("products") {
         let dev = Device::Cpu;
         let products: Vec<Product> = (0..LAYERS)
-            .flat_map(|_| layer_products(LANE_ROWS))
+            .flat_map(|_| layer_products(LANE_ROWS, TINY))
             .collect();
         // Each product its own operands, as the step's are distinct tensors.
         let operands = products
@@ -237,35 +269,8 @@ fn main() -> candle_core::Result<()> {
     }
 
     if wants("shapes") {
-        let dev = Device::Cpu;
-        // Each distinct product timed once; the step's 84 summed at those rates.
-        let mut rates = std::collections::HashMap::new();
-        let layer = layer_products(LANE_ROWS);
-        for p in &layer {
-            let label = p.label();
-            if rates.contains_key(&label) {
-                continue;
-            }
-            let (a, b, sum) = p.operands(&dev)?;
-            let secs = one.install(|| {
-                least(|| {
-                    if p.add {
-                        matmul_add(&sum, &a, &b).expect("product");
-                    } else {
-                        std::hint::black_box(matmul(&a, &b).expect("product"));
-                    }
-                })
-            });
-            println!(
-                "{label:36} one thread: {:6.1} us, {:5.1} GFLOP/s",
-                secs * 1e6,
-                p.flops() / secs / 1e9
-            );
-            rates.insert(label, secs);
-        }
-        let layers = LAYERS as f64;
-        let lane_secs: f64 = layers * layer.iter().map(|p| rates[&p.label()]).sum::<f64>();
-        let flops: f64 = layers * layer.iter().map(Product::flops).sum::<f64>();
+        // The step's 84 summed at those rates.
+        let (lane_secs, flops) = rates_of_shapes(&one, LANE_ROWS, TINY, LAYERS)?;
         let (cores, tokens) = step_tokens_per_s(lane_secs);
         println!(
             "one lane's step at those rates: {:.1} ms, {:.1} GFLOP/s; a 64 x 16 step on {cores} \
@@ -274,10 +279,59 @@ fn main() -> candle_core::Result<()> {
             flops / lane_secs / 1e9,
         );
     }
+    if wants("qwen05") {
+        let (secs, flops) = rates_of_shapes(&one, QWEN05_ROWS, QWEN05, QWEN05_LAYERS)?;
+        println!(
+            "the Qwen2.5-0.5B shape's {QWEN05_LAYERS} layers at those rates ({QWEN05_ROWS} rows, \
+             the head not included): {:.2} s on one core, {:.1} GFLOP/s",
+            secs,
+            flops / secs / 1e9,
+        );
+    }
     if wants("fused") {
         fused_against_separate(&one)?;
     }
     Ok(())
+}
+
+/// Each distinct product of a layer of `widths` at `rows` rows alone, on one thread, repeated on
+/// the same operands, its time and rate printed; then `layers` such layers' products at those
+/// rates: (seconds, FLOPs).
+fn rates_of_shapes(
+    one: &rayon::ThreadPool,
+    rows: usize,
+    widths: Widths,
+    layers: usize,
+) -> candle_core::Result<(f64, f64)> {
+    let dev = Device::Cpu;
+    let mut rates = std::collections::HashMap::new();
+    let layer = layer_products(rows, widths);
+    for p in &layer {
+        let label = p.label();
+        if rates.contains_key(&label) {
+            continue;
+        }
+        let (a, b, sum) = p.operands(&dev)?;
+        let secs = one.install(|| {
+            least(|| {
+                if p.add {
+                    matmul_add(&sum, &a, &b).expect("product");
+                } else {
+                    std::hint::black_box(matmul(&a, &b).expect("product"));
+                }
+            })
+        });
+        println!(
+            "{label:36} one thread: {:8.1} us, {:5.1} GFLOP/s",
+            secs * 1e6,
+            p.flops() / secs / 1e9
+        );
+        rates.insert(label, secs);
+    }
+    let n = layers as f64;
+    let secs: f64 = n * layer.iter().map(|p| rates[&p.label()]).sum::<f64>();
+    let flops: f64 = n * layer.iter().map(Product::flops).sum::<f64>();
+    Ok((secs, flops))
 }
 
 /// Which factor a group's separate products share, as `layer_grad` gives them one tensor: the
