@@ -81,14 +81,16 @@ const TINY: Widths = Widths {
     kv: 64,
     mlp: 512,
 };
-/// The Qwen2.5-0.5B shape of `engine qwen05-fwd_bwd`: its rows (one lane of 16 sequences of 63
-/// positions) and layers.
+/// The Qwen2.5-0.5B shape of `engine qwen05-fwd_bwd` (14 heads and 2 KV heads of 64).
 const QWEN05: Widths = Widths {
     hidden: 896,
     kv: 128,
     mlp: 4864,
 };
+/// Its rows: one lane (a model this size is not split) of 16 sequences of 64 tokens, the last
+/// position of each predicting nothing.
 const QWEN05_ROWS: usize = 16 * 63;
+/// Its layers.
 const QWEN05_LAYERS: usize = 24;
 
 /// The cores this process may use, and the tokens per second of a 64 x 16 step made of two lanes
