@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The engine against Hugging Face transformers and TRL, back to back in one sitting, with the ratios.
 #
-#   benches/vs_peers.sh [--qwen05] [--rounds N] [--cpus LIST] [--torch-isa avx2]
+#   benches/vs_peers.sh [--qwen05] [--no-tiny] [--rounds N] [--cpus LIST] [--torch-isa avx2]
 #
 # --cpus LIST pins every run, theirs and ours, to those CPUs (`taskset -c LIST`, e.g. 0,1: two
 # cores of a bigger machine standing for this project's 2-core kind) and gives the peers that many
@@ -16,7 +16,9 @@
 # the tiny forward+backward's matrix products alone, on cold operands
 # (kernels/cpu/benches/ceiling.rs: an estimate of what the step's arithmetic costs with gemm as
 # it is, not a strict bound), and shows both sides as a share of it.
-# `--qwen05` adds the Qwen2.5-0.5B shape (minutes, 5-8 GB of memory each side).
+# `--qwen05` adds the Qwen2.5-0.5B shape to every round (~7 minutes a round, 5-8 GB of memory
+# each side) and its ratios to the medians; `--no-tiny` leaves the tiny workloads out (with
+# `--qwen05`: rounds of the 0.5B shape alone).
 #
 # Needs the peers' venv (../shared/peers/README.md):
 #   python3 -m venv /tmp/peervenv && /tmp/peervenv/bin/pip install -r ../shared/peers/requirements-lock.txt
@@ -27,20 +29,23 @@ PEER_PYTHON=${PEER_PYTHON:-/tmp/peervenv/bin/python}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 ROUNDS=1
 QWEN05=0
+TINY=1
 CPUS=
 TORCH_ISA=
 while [ $# -gt 0 ]; do
     case "$1" in
         --qwen05) QWEN05=1 ;;
+        --no-tiny) TINY=0 ;;
         --rounds) ROUNDS=${2:?"--rounds needs a count"}; shift ;;
         --cpus) CPUS=${2:?"--cpus needs a CPU list, e.g. 0,1"}; shift ;;
         --torch-isa) TORCH_ISA=${2:?"--torch-isa needs an instruction set: avx2"}; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "vs_peers.sh: --rounds takes a count of 1 or more, not '$ROUNDS'" >&2; exit 2; }
+[ "$TINY" = 1 ] || [ "$QWEN05" = 1 ] || { echo "vs_peers.sh: --no-tiny leaves nothing to run without --qwen05" >&2; exit 2; }
 [ -x "$PEER_PYTHON" ] || { echo "vs_peers.sh: no peer python at '$PEER_PYTHON' (see the header)" >&2; exit 1; }
 [ -f "$PEERS/hf_generate_bench.py" ] || { echo "vs_peers.sh: no peer scripts in '$PEERS'" >&2; exit 1; }
 # PIN prefixes every run; PEER_ARGS and PEER_ENV go to the peers alone.
@@ -66,14 +71,44 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 # The median of its arguments (ratios such as 1.92x), and their range: one round on a shared
 # machine says little, the rounds' median more.
 median() { printf '%s\n' "$@" | grep -v n/a | tr -d x | sort -g | awk '{ v[NR] = $1 } END { if (!NR) { printf "n/a"; exit } m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
-GEN=(); FB=(); STEP=(); GEN1=(); FB1=(); STEP1=()
+GEN=(); FB=(); STEP=(); GEN1=(); FB1=(); STEP1=(); Q_GEN=(); Q_FB=(); Q_RSS=()
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}"
 cargo bench --bench engine --no-run >/dev/null 2>&1 || cargo bench --bench engine --no-run
 cargo bench -p roll-cpu-kernels --bench ceiling --no-run >/dev/null 2>&1 || cargo bench -p roll-cpu-kernels --bench ceiling --no-run
-"$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1
+if [ "$TINY" = 1 ]; then
+    "$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1
+fi
+if [ "$QWEN05" = 1 ]; then
+    "$PEER_PYTHON" "$PEERS/make_tiny.py" --shape qwen2.5-0.5b --out "$WORK/qwen05" >/dev/null 2>&1
+fi
 
-for round in $(seq 1 "$ROUNDS"); do
+# One round of the Qwen2.5-0.5B shape (its model directory made once, before the rounds).
+# /usr/bin/time's %M is in kB; GB here are 10^6 kB, as benches/RESULTS.md counts them.
+gb() { awk -v k="$(tail -1 "$1")" 'BEGIN { printf "%.2f GB", k / 1e6 }'; }
+qwen05_round() {
+    hf=$(cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" /usr/bin/time -f '%M' -o "$WORK/hf_rss" "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 "${PEER_ARGS[@]}" 2>/dev/null)
+    # Ours as two processes, the forward+backward and the generation, without `qwen05`'s AdamW
+    # steps (HF's script has no optimizer; AdamW's moments alone are 4 GB at this shape): the
+    # peak to set beside HF's is the larger of the two.
+    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_fb" cargo bench --bench engine -- qwen05-fwd_bwd >"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_gen" cargo bench --bench engine -- qwen05-generation >>"$WORK/ours.txt" 2>/dev/null
+    sort -n <(tail -1 "$WORK/our_rss_fb") <(tail -1 "$WORK/our_rss_gen") | tail -1 >"$WORK/our_rss"
+    hf_gen=$(echo "$hf" | json gen_tokens_per_s)
+    hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
+    our_gen=$(grep "generation" "$WORK/ours.txt" | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
+    # The second forward+backward: the first pays the allocator's first touch of every buffer.
+    our_fb=$(grep "forward+backward" "$WORK/ours.txt" | tail -1 | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
+    Q_GEN+=("$(ratio "$our_gen" "$hf_gen")"); Q_FB+=("$(ratio "$our_fb" "$hf_fb")")
+    Q_RSS+=("$(ratio "$(tail -1 "$WORK/our_rss")" "$(tail -1 "$WORK/hf_rss")")")
+    echo "round $1, Qwen2.5-0.5B shape:"
+    echo "  generation, batch 16, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
+    echo "  forward+backward 16 x 64:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
+    echo "  peak RSS: ours $(gb "$WORK/our_rss") (forward+backward $(gb "$WORK/our_rss_fb"), generation $(gb "$WORK/our_rss_gen")), HF $(gb "$WORK/hf_rss") -> ${Q_RSS[-1]} HF's"
+}
+
+# The tiny workloads of one round.
+tiny_round() {
     hf=$(peer hf_generate_bench.py --model "$WORK/tiny" 2>/dev/null)
     trl=$(peer grpo_trl.py --model "$WORK/tiny" --lr 1e-3 --beta 0.0 --steps 30 2>/dev/null | tail -1)
     "${PIN[@]}" cargo bench --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
@@ -98,38 +133,27 @@ for round in $(seq 1 "$ROUNDS"); do
     ceiling=$(grep -oE "[0-9.]+ tokens/s" "$WORK/ceiling.txt" | tail -1 | cut -d' ' -f1 || true)
     GEN+=("$(ratio "$our_gen" "$hf_gen")"); FB+=("$(ratio "$our_fb" "$hf_fb")"); STEP+=("$(ratio "$trl_step" "$our_step")")
     GEN1+=("$(ratio "$one_gen" "$hf_gen")"); FB1+=("$(ratio "$one_fb" "$hf_fb")"); STEP1+=("$(ratio "$trl_step" "$one_step")")
-    echo "round $round, tiny model:"
+    echo "round $1, tiny model:"
     echo "  generation, batch 64, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> ${GEN[-1]} (one lane: $one_gen, ${GEN1[-1]})"
     echo "  forward+backward 64 x 16:           ours $our_fb tokens/s, HF $hf_fb -> ${FB[-1]} (one lane: $one_fb, ${FB1[-1]})"
     echo "  GRPO step 8 x 8, <= 8 tokens:        ours $our_step s, TRL $trl_step s -> ${STEP[-1]} (one lane: $one_step s, ${STEP1[-1]})"
     echo "  forward+backward's matrix products alone, cold operands: ${ceiling:-n/a} tokens/s (ours at $(ratio "$our_fb" "$ceiling"), HF at $(ratio "$hf_fb" "$ceiling") of it)"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    if [ "$TINY" = 1 ]; then tiny_round "$round"; fi
+    if [ "$QWEN05" = 1 ]; then qwen05_round "$round"; fi
 done
 
-if [ "$ROUNDS" -gt 1 ]; then
+if [ "$ROUNDS" -gt 1 ] && [ "$TINY" = 1 ]; then
     echo "median of the rounds' ratios, tiny model (one lane in brackets):"
     echo "  generation:       $(median "${GEN[@]}")  [$(median "${GEN1[@]}")]"
     echo "  forward+backward: $(median "${FB[@]}")  [$(median "${FB1[@]}")]"
     echo "  GRPO step:        $(median "${STEP[@]}")  [$(median "${STEP1[@]}")]"
 fi
-
-if [ "$QWEN05" = 1 ]; then
-    "$PEER_PYTHON" "$PEERS/make_tiny.py" --shape qwen2.5-0.5b --out "$WORK/qwen05" >/dev/null 2>&1
-    hf=$(cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" /usr/bin/time -f '%M' -o "$WORK/hf_rss" "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 "${PEER_ARGS[@]}" 2>/dev/null)
-    # Ours as two processes, the forward+backward and the generation, without `qwen05`'s AdamW
-    # steps (HF's script has no optimizer; AdamW's moments alone are 4 GB at this shape): the
-    # peak to set beside HF's is the larger of the two.
-    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_fb" cargo bench --bench engine -- qwen05-fwd_bwd >"$WORK/ours.txt" 2>/dev/null
-    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_gen" cargo bench --bench engine -- qwen05-generation >>"$WORK/ours.txt" 2>/dev/null
-    sort -n <(tail -1 "$WORK/our_rss_fb") <(tail -1 "$WORK/our_rss_gen") | tail -1 >"$WORK/our_rss"
-    hf_gen=$(echo "$hf" | json gen_tokens_per_s)
-    hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
-    our_gen=$(grep "generation" "$WORK/ours.txt" | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
-    # The second forward+backward: the first pays the allocator's first touch of every buffer.
-    our_fb=$(grep "forward+backward" "$WORK/ours.txt" | tail -1 | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
-    echo "Qwen2.5-0.5B shape:"
-    echo "  generation, batch 16, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
-    echo "  forward+backward 16 x 64:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
-    # /usr/bin/time's %M is in kB; GB here are 10^6 kB, as benches/RESULTS.md counts them.
-    gb() { awk -v k="$(tail -1 "$1")" 'BEGIN { printf "%.2f GB", k / 1e6 }'; }
-    echo "  peak RSS: ours $(gb "$WORK/our_rss") (forward+backward $(gb "$WORK/our_rss_fb"), generation $(gb "$WORK/our_rss_gen")), HF $(gb "$WORK/hf_rss") -> $(ratio "$(tail -1 "$WORK/our_rss")" "$(tail -1 "$WORK/hf_rss")") HF's"
+if [ "$ROUNDS" -gt 1 ] && [ "$QWEN05" = 1 ]; then
+    echo "median of the rounds' ratios, Qwen2.5-0.5B shape:"
+    echo "  generation:       $(median "${Q_GEN[@]}")"
+    echo "  forward+backward: $(median "${Q_FB[@]}")"
+    echo "  peak RSS:         $(median "${Q_RSS[@]}") of HF's"
 fi
