@@ -102,8 +102,8 @@ qwen05_round() {
     Q_GEN+=("$(ratio "$our_gen" "$hf_gen")"); Q_FB+=("$(ratio "$our_fb" "$hf_fb")")
     Q_RSS+=("$(ratio "$(tail -1 "$WORK/our_rss")" "$(tail -1 "$WORK/hf_rss")")")
     echo "round $1, Qwen2.5-0.5B shape:"
-    echo "  generation, batch 16, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> $(ratio "$our_gen" "$hf_gen")"
-    echo "  forward+backward 16 x 64:           ours $our_fb tokens/s, HF $hf_fb -> $(ratio "$our_fb" "$hf_fb")"
+    echo "  generation, batch 16, 32 new tokens: ours $our_gen tokens/s, HF $hf_gen -> ${Q_GEN[-1]}"
+    echo "  forward+backward 16 x 64:           ours $our_fb tokens/s, HF $hf_fb -> ${Q_FB[-1]}"
     echo "  peak RSS: ours $(gb "$WORK/our_rss") (forward+backward $(gb "$WORK/our_rss_fb"), generation $(gb "$WORK/our_rss_gen")), HF $(gb "$WORK/hf_rss") -> ${Q_RSS[-1]} HF's"
 }
 

@@ -354,7 +354,12 @@ type GroupLayer<'p> = (Vec<&'p Product>, Vec<(Tensor, Tensor)>);
 /// layers' operands of their own, the results kept).
 fn fused_against_separate(one: &rayon::ThreadPool) -> candle_core::Result<()> {
     let dev = Device::Cpu;
-    let (h, kv, ff, r) = (128, 64, 512, LANE_ROWS);
+    let Widths {
+        hidden: h,
+        kv,
+        mlp: ff,
+    } = TINY;
+    let r = LANE_ROWS;
     let p = Product::new;
     let qkv = h + 2 * kv;
     let groups = [
