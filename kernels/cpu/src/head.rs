@@ -8,12 +8,13 @@
 //! backward transposes the weight's gradient twice more: at the Qwen2.5-0.5B shape (1024 rows x
 //! 151,936 tokens) that is ~2.7 GB of transient memory, the peak of a training step. Here the
 //! backward walks the vocabulary in chunks of columns: a chunk's logit gradient (a few tens of
-//! MB) is computed from the forward's logits, multiplied into the hidden states' gradient and
-//! written into its rows of the weight's gradient, then dropped. The arithmetic is the same.
+//! MB) is computed from the forward's logits, multiplied into the hidden states' gradient (added
+//! in place) and written by the product straight into its rows of the weight's gradient (no zero
+//! fill of either, no copy), then dropped. The arithmetic is the same.
 //!
-//! The forward's logits are kept for the backward (they are computed once, by candle's matmul, so
-//! the log-probs equal the unfused path's bit for bit); only the gradients' summation order over
-//! chunks differs (tested to 1e-5 relative).
+//! The forward's logits are kept for the backward (they are computed once, by the same gemm call
+//! as candle's matmul without its zero fill, so the log-probs equal the unfused path's bit for
+//! bit); only the gradients' summation order over chunks differs (tested to 1e-5 relative).
 //!
 //! Given a [`WeightGradSink`], the backward leaves the weight's gradient there instead of handing
 //! it to candle, which would add it into a zero-filled tensor of the weight's size (two more
@@ -25,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor, bail};
 
 use crate::logprobs::{LogprobEntropyGrad, logprob_entropy_rows, rows_and_targets};
+use crate::{fresh, product};
 
 /// Where the head's backward leaves the gradients of its weight (a variable) for its owner to
 /// collect after candle's backward: (the weight, its gradient) per backward. Once collected with
@@ -131,8 +133,10 @@ impl CustomOp3 for HeadLogprobs {
         // As in `logprobs`: the forward's outputs ride along, giving each row's log-sum-exp.
         let grad_and_res = Tensor::cat(&[grad_res, res], 1)?.contiguous()?;
         let chunk = (self.chunk_values / rows.max(1)).clamp(1, vocab.max(1));
-        let mut grad_hidden = Tensor::zeros((rows, dim), DType::F32, hidden.device())?;
-        let grad_weight = Tensor::zeros((vocab, dim), DType::F32, weight.device())?;
+        // The weight's gradient is written chunk by chunk into its rows, never zero-filled or
+        // copied; the hidden states' is the first chunk's product, each later one added in place.
+        let mut grad_weight = fresh::unwritten(vocab * dim);
+        let mut grad_hidden: Option<Tensor> = None;
         for start in (0..vocab).step_by(chunk) {
             let len = chunk.min(vocab - start);
             let d_logits = logits.apply_op3_no_bwd(
@@ -144,9 +148,25 @@ impl CustomOp3 for HeadLogprobs {
                     scale: self.scale as f32,
                 },
             )?;
-            grad_hidden = (grad_hidden + d_logits.matmul(&weight.narrow(0, start, len)?)?)?;
-            grad_weight.slice_set(&d_logits.t()?.matmul(&hidden)?, 0, start)?;
+            let weight_rows = weight.narrow(0, start, len)?;
+            match &grad_hidden {
+                None => grad_hidden = Some(product::matmul(&d_logits, &weight_rows)?),
+                Some(sum) => product::matmul_add(sum, &d_logits, &weight_rows)?,
+            }
+            product::matmul_into(
+                &mut grad_weight[start * dim..(start + len) * dim],
+                &d_logits.t()?,
+                &hidden,
+            )?;
         }
+        // SAFETY: the chunks' rows cover the vocabulary, each written whole by its product.
+        #[allow(unsafe_code)]
+        let grad_weight = unsafe { fresh::assume_written(grad_weight) };
+        let grad_weight = Tensor::from_vec(grad_weight, (vocab, dim), weight.device())?;
+        let grad_hidden = match grad_hidden {
+            Some(g) => g,
+            None => Tensor::zeros((rows, dim), DType::F32, hidden.device())?,
+        };
         match &self.sink {
             // Only a variable's gradient can wait outside the graph: a weight computed from
             // something else must pass its gradient on through candle.
@@ -201,8 +221,9 @@ fn head_logprobs_in_chunks(
     }
     let hidden = hidden.reshape((b * s, dim))?.contiguous()?;
     let weight = weight.contiguous()?;
-    // candle's matmul, as the unfused head computes it, so the log-probs are the same bits.
-    let mut logits = hidden.detach().matmul(&weight.detach().t()?)?;
+    // candle's matmul's bits, as the unfused head computes them (without its output's zero fill), so
+    // the log-probs are the same bits.
+    let mut logits = product::matmul(&hidden.detach(), &weight.detach().t()?)?;
     if scale != 1.0 {
         // `affine(s, 0)` is what `logits / temperature` runs (with s = 1 / temperature).
         logits = logits.affine(scale, 0.0)?;

@@ -11,7 +11,11 @@
 //! candle's bits. No backward: the callers differentiate by hand.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, InplaceOp3, Layout, Result, Shape, Tensor, bail};
+use std::mem::MaybeUninit;
+
+use candle_core::{
+    CpuStorage, CustomOp2, InplaceOp3, Layout, Result, Shape, Storage, Tensor, bail,
+};
 
 const NAME: &str = "matrix product";
 
@@ -180,6 +184,37 @@ impl InplaceOp3 for AddProduct {
     }
 }
 
+/// a (m, k) times b (k, n), f32 on the CPU, any strides, written into `dst` (m * n row-major
+/// elements, not read first): a block of rows of a larger result that is made in parts, with no
+/// zero fill and no copy. [`matmul`]'s bits.
+#[allow(unsafe_code)] // gemm writes through dst's pointer
+pub(crate) fn matmul_into(dst: &mut [MaybeUninit<f32>], a: &Tensor, b: &Tensor) -> Result<()> {
+    let (sa, la) = a.storage_and_layout();
+    let (sb, lb) = b.storage_and_layout();
+    let (Storage::Cpu(sa), Storage::Cpu(sb)) = (&*sa, &*sb) else {
+        bail!("{NAME}: the factors must be on the CPU");
+    };
+    let a = operand(sa, la, "the left factor")?;
+    let b = operand(sb, lb, "the right factor")?;
+    check_depths(&a, &b)?;
+    if dst.len() != a.rows * b.cols {
+        bail!(
+            "{NAME}: {} elements for a ({}, {}) product",
+            dst.len(),
+            a.rows,
+            b.cols
+        );
+    }
+    if a.cols == 0 {
+        crate::fresh::zeroed(dst);
+    } else {
+        // SAFETY: dst holds exactly the (rows, cols) row-major destination, which gemm writes
+        // without reading (`read_dst` false).
+        unsafe { product_into(dst.as_mut_ptr().cast::<f32>(), false, &a, &b) };
+    }
+    Ok(())
+}
+
 /// a (m, k) times b (k, n), f32 on the CPU, any strides -> (m, n), candle's `a.matmul(b)` bit for
 /// bit but for the zero-filled output. No backward.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
@@ -227,6 +262,43 @@ mod tests {
             assert!((g - e).abs() <= 1e-5 * (1.0 + e.abs()), "{g} vs {e}");
         }
         assert_ne!(got, want.concat(), "the sum started from the old values");
+    }
+
+    /// Two products written into the rows of one buffer, each as `matmul` makes it bit for bit
+    /// (the left factor transposed in the second, as the head's weight gradient reads its logits'
+    /// gradient); a buffer of the wrong size is an error, an empty depth writes zeros.
+    #[test]
+    fn matmul_into_writes_its_rows_of_a_larger_result() {
+        let dev = Device::Cpu;
+        let a = Tensor::randn(0f32, 1.0, (7, 70), &dev).unwrap();
+        let c = Tensor::randn(0f32, 1.0, (70, 5), &dev)
+            .unwrap()
+            .t()
+            .unwrap();
+        let b = Tensor::randn(0f32, 1.0, (70, 19), &dev).unwrap();
+        let mut buf = crate::fresh::unwritten(12 * 19);
+        matmul_into(&mut buf[..7 * 19], &a, &b).unwrap();
+        matmul_into(&mut buf[7 * 19..], &c, &b).unwrap();
+        // SAFETY: the two products wrote rows 0..7 and 7..12, all of it.
+        #[allow(unsafe_code)]
+        let got = unsafe { crate::fresh::assume_written(buf) };
+        let want = [matmul(&a, &b).unwrap(), matmul(&c, &b).unwrap()]
+            .iter()
+            .flat_map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .collect::<Vec<f32>>();
+        assert_eq!(got, want);
+
+        let mut short = crate::fresh::unwritten(6 * 19);
+        let err = matmul_into(&mut short, &a, &b).unwrap_err().to_string();
+        assert!(err.contains("114 elements for a (7, 19) product"), "{err}");
+        let empty = Tensor::zeros((3, 0), candle_core::DType::F32, &dev).unwrap();
+        let none = Tensor::zeros((0, 2), candle_core::DType::F32, &dev).unwrap();
+        let mut zeros = crate::fresh::unwritten(6);
+        matmul_into(&mut zeros, &empty, &none).unwrap();
+        // SAFETY: an empty depth writes zeros everywhere.
+        #[allow(unsafe_code)]
+        let zeros = unsafe { crate::fresh::assume_written(zeros) };
+        assert_eq!(zeros, [0.0; 6]);
     }
 
     /// An empty depth gives zeros (and leaves a sum alone); mismatched shapes are errors naming
