@@ -221,8 +221,8 @@ fn head_logprobs_in_chunks(
     }
     let hidden = hidden.reshape((b * s, dim))?.contiguous()?;
     let weight = weight.contiguous()?;
-    // candle's matmul's bits, as the unfused head computes them (without its output's zero fill), so
-    // the log-probs are the same bits.
+    // The same gemm call as candle's matmul in the unfused head, less its output's zero fill: the
+    // log-probs are the same bits.
     let mut logits = product::matmul(&hidden.detach(), &weight.detach().t()?)?;
     if scale != 1.0 {
         // `affine(s, 0)` is what `logits / temperature` runs (with s = 1 / temperature).

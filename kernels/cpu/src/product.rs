@@ -10,9 +10,9 @@
 //! gemm call as candle's (same strides, parallelism and order of the sums), so [`matmul`] gives
 //! candle's bits. No backward: the callers differentiate by hand.
 
-use candle_core::backend::BackendStorage;
 use std::mem::MaybeUninit;
 
+use candle_core::backend::BackendStorage;
 use candle_core::{
     CpuStorage, CustomOp2, InplaceOp3, Layout, Result, Shape, Storage, Tensor, bail,
 };
