@@ -106,9 +106,23 @@ fn check_depths(a: &Operand, b: &Operand) -> Result<()> {
     Ok(())
 }
 
+/// a b written into `dst`, exactly (a.rows, b.cols) row-major elements, none read first.
+#[allow(unsafe_code)] // gemm writes through dst's pointer
+fn write_product(dst: &mut [MaybeUninit<f32>], a: &Operand, b: &Operand) {
+    assert_eq!(dst.len(), a.rows * b.cols, "{NAME}: the output's size");
+    if a.cols == 0 {
+        // gemm leaves the destination alone when there is nothing to sum.
+        crate::fresh::zeroed(dst);
+    } else {
+        // SAFETY: dst holds exactly the (rows, cols) row-major destination (asserted), which
+        // gemm writes whole without reading it (`read_dst` false).
+        unsafe { product_into(dst.as_mut_ptr().cast::<f32>(), false, a, b) };
+    }
+}
+
 struct Product;
 
-#[allow(unsafe_code)] // the output buffer is filled by gemm before its length is set
+#[allow(unsafe_code)] // the output buffer is written whole by gemm before it is read
 impl CustomOp2 for Product {
     fn name(&self) -> &'static str {
         NAME
@@ -124,19 +138,10 @@ impl CustomOp2 for Product {
         let a = operand(s1, l1, "the left factor")?;
         let b = operand(s2, l2, "the right factor")?;
         check_depths(&a, &b)?;
-        let len = a.rows * b.cols;
-        let mut out: Vec<f32> = Vec::with_capacity(len);
-        if a.cols == 0 {
-            // gemm leaves the destination alone when there is nothing to sum.
-            out.resize(len, 0.0);
-        } else {
-            // SAFETY: gemm writes every one of the `len` elements (it does not read them:
-            // `read_dst` is false), and only then is the length set.
-            unsafe {
-                product_into(out.as_mut_ptr(), false, &a, &b);
-                out.set_len(len);
-            }
-        }
+        let mut out = crate::fresh::unwritten(a.rows * b.cols);
+        write_product(&mut out, &a, &b);
+        // SAFETY: `write_product` wrote every element.
+        let out = unsafe { crate::fresh::assume_written(out) };
         Ok((CpuStorage::F32(out), Shape::from((a.rows, b.cols))))
     }
 }
@@ -187,7 +192,6 @@ impl InplaceOp3 for AddProduct {
 /// a (m, k) times b (k, n), f32 on the CPU, any strides, written into `dst` (m * n row-major
 /// elements, not read first): a block of rows of a larger result that is made in parts, with no
 /// zero fill and no copy. [`matmul`]'s bits.
-#[allow(unsafe_code)] // gemm writes through dst's pointer
 pub(crate) fn matmul_into(dst: &mut [MaybeUninit<f32>], a: &Tensor, b: &Tensor) -> Result<()> {
     let (sa, la) = a.storage_and_layout();
     let (sb, lb) = b.storage_and_layout();
@@ -205,13 +209,7 @@ pub(crate) fn matmul_into(dst: &mut [MaybeUninit<f32>], a: &Tensor, b: &Tensor) 
             b.cols
         );
     }
-    if a.cols == 0 {
-        crate::fresh::zeroed(dst);
-    } else {
-        // SAFETY: dst holds exactly the (rows, cols) row-major destination, which gemm writes
-        // without reading (`read_dst` false).
-        unsafe { product_into(dst.as_mut_ptr().cast::<f32>(), false, &a, &b) };
-    }
+    write_product(dst, &a, &b);
     Ok(())
 }
 
