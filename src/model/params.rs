@@ -335,14 +335,14 @@ const NORMALS_CHUNK: usize = 1 << 16;
 /// one from `rng`, which is left where that would leave it. Chunks of `chunk` draws run on the
 /// pool, each from a copy of `rng` moved to the chunk's first word.
 fn normals(rng: &mut ChaCha12Rng, n: usize, std: f64, chunk: usize) -> Vec<f32> {
-    let start = rng.get_word_pos();
-    let base = rng.clone();
+    let (start, chunk) = (rng.get_word_pos(), chunk.max(1));
+    let base: &ChaCha12Rng = rng;
     let mut out = vec![0f32; n];
-    out.par_chunks_mut(chunk.max(1))
+    out.par_chunks_mut(chunk)
         .enumerate()
         .for_each(|(c, values)| {
             let mut r = base.clone();
-            r.set_word_pos(start + WORDS_PER_NORMAL * (c * chunk.max(1)) as u128);
+            r.set_word_pos(start + WORDS_PER_NORMAL * (c * chunk) as u128);
             for v in values {
                 *v = (normal(&mut r) * std) as f32;
             }
