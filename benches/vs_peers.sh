@@ -60,7 +60,15 @@ case "${TORCH_ISA,,}" in
     avx2) PEER_ENV=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) ;;
     *) echo "vs_peers.sh: --torch-isa takes avx2, not '$TORCH_ISA'" >&2; exit 2 ;;
 esac
-peer() { (cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" "$PEER_PYTHON" "$@" "${PEER_ARGS[@]}"); }
+# A peer script, run in the peers' directory, pinned, with the peers' environment and arguments;
+# with RSS_TO=FILE, its peak RSS (kB, /usr/bin/time's %M) is written to FILE.
+peer() {
+    (
+        timer=()
+        if [ -n "${RSS_TO:-}" ]; then timer=(/usr/bin/time -f '%M' -o "$RSS_TO"); fi
+        cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" "${timer[@]}" "$PEER_PYTHON" "$@" "${PEER_ARGS[@]}"
+    )
+}
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -87,7 +95,7 @@ fi
 # /usr/bin/time's %M is in kB; GB here are 10^6 kB, as benches/RESULTS.md counts them.
 gb() { awk -v k="$(tail -1 "$1")" 'BEGIN { printf "%.2f GB", k / 1e6 }'; }
 qwen05_round() {
-    hf=$(cd "$PEERS" && "${PIN[@]}" env "${PEER_ENV[@]}" /usr/bin/time -f '%M' -o "$WORK/hf_rss" "$PEER_PYTHON" hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 "${PEER_ARGS[@]}" 2>/dev/null)
+    hf=$(RSS_TO="$WORK/hf_rss" peer hf_generate_bench.py --model "$WORK/qwen05" --batch 16 --train_len 64 --runs 3 2>/dev/null)
     # Ours as two processes, the forward+backward and the generation, without `qwen05`'s AdamW
     # steps (HF's script has no optimizer; AdamW's moments alone are 4 GB at this shape): the
     # peak to set beside HF's is the larger of the two.
