@@ -104,8 +104,9 @@ qwen05_round() {
     sort -n <(tail -1 "$WORK/our_rss_fb") <(tail -1 "$WORK/our_rss_gen") | tail -1 >"$WORK/our_rss"
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
-    our_gen=$(grep "generation" "$WORK/ours.txt" | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
-    # The second forward+backward: the first pays the allocator's first touch of every buffer.
+    # The second run of each: the first pays the allocator's first touch of every buffer (HF's
+    # bench times its runs after a warm-up too).
+    our_gen=$(grep "generation" "$WORK/ours.txt" | tail -1 | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
     our_fb=$(grep "forward+backward" "$WORK/ours.txt" | tail -1 | grep -oE "[0-9.]+ tokens/s" | cut -d' ' -f1)
     Q_GEN+=("$(ratio "$our_gen" "$hf_gen")"); Q_FB+=("$(ratio "$our_fb" "$hf_fb")")
     Q_RSS+=("$(ratio "$(tail -1 "$WORK/our_rss")" "$(tail -1 "$WORK/hf_rss")")")
