@@ -74,8 +74,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// The median of `runs` repetitions after `warmups` untimed ones, as the peers' scripts time
 /// theirs (HF's bench times its runs after one warm-up, TRL's steps after two): at the tiny shape
 /// a process's first calls take 1.2-2.5x a later one (the first two or three of seven
-/// generations 25-50 ms where the rest took ~20, with a few hundred page faults in all, so not
-/// the allocator's first touch), and a median of the cold and the warm ones measures neither.
+/// generations 25-50 ms where the rest took ~20: the kernel clearing the fresh pages the
+/// allocator grows into, under a VM that backs them on first touch too), and a median of the
+/// cold and the warm ones measures neither.
 /// `rep(i)` runs repetition i and returns the seconds it timed, so it may leave its setup out.
 fn median_after_warmup(warmups: u64, runs: u64, mut rep: impl FnMut(u64) -> f64) -> f64 {
     for i in 0..warmups {
