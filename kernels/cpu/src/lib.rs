@@ -30,6 +30,7 @@ pub mod rope;
 pub mod skinny;
 pub mod streamed;
 pub mod swiglu;
+mod transpose;
 pub mod vexp;
 
 use candle_core::backend::BackendStorage;

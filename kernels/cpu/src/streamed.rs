@@ -21,12 +21,12 @@ use candle_core::{Result, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::transpose::transpose;
+
 const NAME: &str = "streamed matmul";
 /// Rows of w in a register tile: 2 x 6 accumulators, two loads of x and a broadcast fit AVX2's
 /// 16 registers.
 const NR: usize = 6;
-/// Columns of y per band of the final transpose: 16 f32, one cache line.
-const TRANSPOSE_BAND: usize = 16;
 /// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
 const TASK_FMAS: usize = 1 << 18;
 
@@ -128,17 +128,15 @@ fn transposed_products(
 ) -> Vec<f32> {
     let mp = xp.len() / k;
     // x packed block by block: block b, step t holds rows b * mb .. b * mb + mb at t, as two
-    // vectors; rows past m are zeros (their outputs are dropped). Written in order, read across
-    // the block's rows (which stay in cache): strided stores, one cache line each, made this
-    // copy a fifth of the product at k = 128.
+    // vectors (the block's rows transposed); rows past m are zeros (their outputs are dropped).
     for (b, block) in xp.chunks_exact_mut(k * mb).enumerate() {
         let rows = &x[b * mb * k..((b + 1) * mb).min(m) * k];
-        for (t, step) in block.chunks_exact_mut(mb).enumerate() {
-            let (real, padding) = step.split_at_mut(rows.len() / k);
-            for (v, row) in real.iter_mut().zip(rows.chunks_exact(k)) {
-                *v = row[t];
+        let real = rows.len() / k;
+        transpose(rows, k, (real, k), block, mb);
+        if real < mb {
+            for step in block.chunks_exact_mut(mb) {
+                step[real..].fill(0.0);
             }
-            padding.fill(0.0);
         }
     }
     // Each task owns a run of w's rows and writes their outputs transposed (rows of w by the
@@ -158,17 +156,9 @@ fn transposed_products(
                 mb,
             });
         });
-    // yt back to rows, a band of TRANSPOSE_BAND columns at a time: each row's part of the band
-    // is one cache line written whole, and the band's rows of yt stay in cache.
+    // yt (n, mp) back to rows: its first m columns, transposed.
     let mut y = vec![0f32; m * n];
-    for (band, rows) in yt.chunks(TRANSPOSE_BAND * mp).enumerate() {
-        let j0 = band * TRANSPOSE_BAND;
-        for (i, out) in y.chunks_exact_mut(n).enumerate() {
-            for (o, col) in out[j0..].iter_mut().zip(rows.chunks_exact(mp)) {
-                *o = col[i];
-            }
-        }
-    }
+    transpose(yt, mp, (n, m), &mut y, n);
     y
 }
 
