@@ -186,9 +186,12 @@ mod tests {
     #[test]
     fn equals_the_plain_loop_with_whole_blocks_edges_and_strides() {
         // Under one block, exactly one, blocks with edges of 1-7 either way, and strides wider
-        // than the block read or written (the streamed product's padded rows).
+        // than the block read or written (the streamed product's padded rows); blocks taken
+        // along the source's rows (its stride the wider) and along the destination's.
         for &(rows, cols, pad_src, pad_dst) in &[
             (1, 1, 0, 0),
+            (24, 16, 0, 40),
+            (27, 21, 3, 100),
             (3, 5, 0, 2),
             (8, 8, 0, 0),
             (8, 16, 3, 0),
