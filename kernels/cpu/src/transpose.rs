@@ -28,38 +28,27 @@ pub(crate) fn transpose(
         src.len(),
         dst.len()
     );
+    let mut block = Block {
+        src,
+        src_stride,
+        dst,
+        dst_stride,
+    };
     #[cfg(target_arch = "x86_64")]
     if let Some(simd) = pulp::x86::V3::try_new() {
         let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
         simd.vectorize(Eights {
             simd,
-            block: Block {
-                src,
-                src_stride,
-                dst: &mut *dst,
-                dst_stride,
-            },
+            block: &mut block,
             rows: r8,
             cols: c8,
         });
         // The edges: the last rows % 8 rows whole, the last cols % 8 columns of the rest.
-        let mut edges = Block {
-            src,
-            src_stride,
-            dst,
-            dst_stride,
-        };
-        edges.scalar(r8..rows, 0..cols);
-        edges.scalar(0..r8, c8..cols);
+        block.scalar(r8..rows, 0..cols);
+        block.scalar(0..r8, c8..cols);
         return;
     }
-    Block {
-        src,
-        src_stride,
-        dst,
-        dst_stride,
-    }
-    .scalar(0..rows, 0..cols);
+    block.scalar(0..rows, 0..cols);
 }
 
 struct Block<'a> {
@@ -83,15 +72,15 @@ impl Block<'_> {
 
 /// The whole 8 x 8 blocks of the first `rows` x `cols` (multiples of 8).
 #[cfg(target_arch = "x86_64")]
-struct Eights<'a> {
+struct Eights<'a, 'b> {
     simd: pulp::x86::V3,
-    block: Block<'a>,
+    block: &'a mut Block<'b>,
     rows: usize,
     cols: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
-impl pulp::NullaryFnOnce for Eights<'_> {
+impl pulp::NullaryFnOnce for Eights<'_, '_> {
     type Output = ();
 
     // Called inside `V3::vectorize`, so that the shuffles below compile to AVX instructions; no
@@ -109,9 +98,9 @@ impl pulp::NullaryFnOnce for Eights<'_> {
         let Block {
             src,
             src_stride,
-            dst,
+            ref mut dst,
             dst_stride,
-        } = block;
+        } = *block;
         // Along the rows of whichever side has the wider stride: its eight rows are then read or
         // written in order, each a stream of whole cache lines, and the narrow side's are close
         // together anyway. Across them instead, its rows a whole stride apart (2 KB in the
