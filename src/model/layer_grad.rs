@@ -17,7 +17,8 @@
 //! normed inputs and SwiGLU's output, a third of a layer's activations by bytes (SwiGLU's is as
 //! wide as the MLP). At the Qwen2.5-0.5B shape that is 0.5 GB off a forward+backward's peak at no
 //! measurable time (benches/RESULTS.md, eighteenth slice); the recomputed tensors are the
-//! forward's bits (the same kernels on the same inputs), so the gradients are unchanged.
+//! forward's bits (the same kernels on the same inputs), so the gradients are unchanged. SwiGLU's
+//! output is made in the pass that takes SwiGLU's gradients, which computes the same sigmoid.
 //!
 //! The values are the fused forward's bit for bit (the same kernels and products in the same
 //! order); the gradients are candle's to the last bits (sums taken in another order; tested
@@ -177,19 +178,20 @@ impl LayerRecord {
         let shape = self.x.dims().to_vec();
         let dy = rows(dy)?;
 
-        // out = x2 + down(swiglu(gate(h2), up(h2))); SwiGLU's output made again for down's
-        // weight, as the forward made it.
-        if trained(&[&w.down_w]) {
-            let mlp = fused::swiglu::swiglu(&self.gate, &self.up)?;
+        // out = x2 + down(swiglu(gate(h2), up(h2))). Down's weight gradient reads SwiGLU's
+        // output, made again (the forward's bits) in the pass that takes SwiGLU's gradients.
+        let d_mlp = fused::product::matmul(&dy, &d(&w.down_w))?.reshape(self.gate.dims())?;
+        let (d_gate, d_up) = if trained(&[&w.down_w]) {
+            let (mlp, d_gate, d_up) =
+                fused::swiglu::swiglu_backward_and_output(&self.gate, &self.up, &d_mlp)?;
+            drop(d_mlp);
             grads.extend(product_grad(&w.down_w, &dy, &mlp)?);
-        }
-        let d_mlp = fused::product::matmul(&dy, &d(&w.down_w))?;
-        let (d_gate, d_up) = fused::swiglu::swiglu_backward(
-            &self.gate,
-            &self.up,
-            &d_mlp.reshape(self.gate.dims())?,
-        )?;
-        drop(d_mlp);
+            (d_gate, d_up)
+        } else {
+            let d_gate_up = fused::swiglu::swiglu_backward(&self.gate, &self.up, &d_mlp)?;
+            drop(d_mlp);
+            d_gate_up
+        };
         let (d_gate, d_up) = (rows(&d_gate)?, rows(&d_up)?);
         if trained(&[&w.gate_w, &w.up_w]) {
             let h2 = fused::rms_norm::rms_norm(&self.x2, &d(&w.post_norm), self.eps)?;

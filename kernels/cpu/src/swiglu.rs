@@ -1,6 +1,10 @@
 //! SwiGLU, `silu(gate) * up`, as one op. With `s = sigmoid(g)`, `silu(g) = g s` and
 //! `silu'(g) = s (1 + g (1 - s))`, so
 //!   d gate = dy * up * s (1 + g (1 - s)),     d up = dy * g s.
+//!
+//! A backward that did not keep the output (the training layer recomputes it, to hold less) can
+//! have it made in the same pass as the gradients ([`swiglu_backward_and_output`]): one sigmoid
+//! and one read of the gate and up for the three, where a separate forward read them again.
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use pulp::{Simd, WithSimd};
@@ -16,7 +20,10 @@ const NAME: &str = "fused swiglu";
 const CHUNK: usize = 4096;
 
 struct SwiGlu;
-struct SwiGluGrad;
+struct SwiGluGrad {
+    /// Whether the output is made again with the gradients.
+    with_output: bool,
+}
 
 /// `sigmoid(g) = 1 / (1 + exp(-g))` of a vector of gates.
 #[inline(always)]
@@ -66,7 +73,7 @@ impl WithSimd for Forward<'_> {
     }
 }
 
-/// d gate and d up over one chunk.
+/// d gate and d up over one chunk, and the output again where `y` is given.
 struct Backward<'a> {
     g: &'a [f32],
     u: &'a [f32],
@@ -74,6 +81,8 @@ struct Backward<'a> {
     /// Both written whole: as long as the others (`cpu_fwd` checks the lengths).
     dg: &'a mut [MaybeUninit<f32>],
     du: &'a mut [MaybeUninit<f32>],
+    /// Written whole when given, with `Forward`'s bits (the same sigmoid and products).
+    y: Option<&'a mut [MaybeUninit<f32>]>,
 }
 
 impl WithSimd for Backward<'_> {
@@ -81,7 +90,14 @@ impl WithSimd for Backward<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Backward { g, u, dy, dg, du } = self;
+        let Backward {
+            g,
+            u,
+            dy,
+            dg,
+            du,
+            y,
+        } = self;
         let lanes = S::F32_LANES;
         let one = simd.splat_f32s(1.0);
         let (gv, gt) = S::as_simd_f32s(g);
@@ -89,20 +105,45 @@ impl WithSimd for Backward<'_> {
         let (dyv, dyt) = S::as_simd_f32s(dy);
         let (dgv, dgt) = dg.split_at_mut(gv.len() * lanes);
         let (duv, dut) = du.split_at_mut(gv.len() * lanes);
-        let outs = dgv.chunks_exact_mut(lanes).zip(duv.chunks_exact_mut(lanes));
-        for ((dg, du), ((&g, &u), &dy)) in outs.zip(gv.iter().zip(uv).zip(dyv)) {
-            let s = sigmoid(simd, g);
-            // dy u s (1 + g (1 - s)), and dy g s, multiplied left to right.
+        // dy u s (1 + g (1 - s)), and dy g s, multiplied left to right.
+        let grads = |g, u, dy, s| {
             let slope = simd.add_f32s(one, simd.mul_f32s(g, simd.sub_f32s(one, s)));
             let dgate = simd.mul_f32s(simd.mul_f32s(simd.mul_f32s(dy, u), s), slope);
-            store::<S>(dg, dgate);
-            store::<S>(du, simd.mul_f32s(simd.mul_f32s(dy, g), s));
-        }
+            (dgate, simd.mul_f32s(simd.mul_f32s(dy, g), s))
+        };
+        let outs = dgv.chunks_exact_mut(lanes).zip(duv.chunks_exact_mut(lanes));
+        let ins = gv.iter().zip(uv).zip(dyv);
+        // Two loops rather than a test of `y` in one: the test would run at every vector.
+        let mut yt = match y {
+            Some(y) => {
+                let (yv, yt) = y.split_at_mut(gv.len() * lanes);
+                let outs = outs.zip(yv.chunks_exact_mut(lanes));
+                for (((dg, du), y), ((&g, &u), &dy)) in outs.zip(ins) {
+                    let s = sigmoid(simd, g);
+                    let (dgate, dup) = grads(g, u, dy, s);
+                    store::<S>(dg, dgate);
+                    store::<S>(du, dup);
+                    store::<S>(y, simd.mul_f32s(simd.mul_f32s(g, s), u));
+                }
+                Some(yt)
+            }
+            None => {
+                for ((dg, du), ((&g, &u), &dy)) in outs.zip(ins) {
+                    let (dgate, dup) = grads(g, u, dy, sigmoid(simd, g));
+                    store::<S>(dg, dgate);
+                    store::<S>(du, dup);
+                }
+                None
+            }
+        };
         let tails = dgt.iter_mut().zip(dut.iter_mut());
-        for ((dg, du), ((&g, &u), &dy)) in tails.zip(gt.iter().zip(ut).zip(dyt)) {
+        for (i, ((dg, du), ((&g, &u), &dy))) in tails.zip(gt.iter().zip(ut).zip(dyt)).enumerate() {
             let s = sigmoid_one(g);
             dg.write(dy * u * s * (1.0 + g * (1.0 - s)));
             du.write(dy * g * s);
+            if let Some(yt) = yt.as_deref_mut() {
+                yt[i].write(g * s * u);
+            }
         }
     }
 }
@@ -167,7 +208,7 @@ impl CustomOp3 for SwiGluGrad {
         "fused swiglu backward"
     }
 
-    /// gate, up, dy -> [d gate | d up] flat.
+    /// gate, up, dy -> [d gate | d up] flat, or [y | d gate | d up] with the output.
     fn cpu_fwd(
         &self,
         s1: &CpuStorage,
@@ -183,21 +224,37 @@ impl CustomOp3 for SwiGluGrad {
             bail!("{NAME}: gradient of {} for {} elements", dy.len(), g.len());
         }
         let n = g.len();
-        let mut out = unwritten(2 * n);
-        let (dg, du) = out.split_at_mut(n);
+        let parts = if self.with_output { 3 } else { 2 };
+        let mut out = unwritten(parts * n);
+        let (y, grads) = out.split_at_mut((parts - 2) * n);
+        let (dg, du) = grads.split_at_mut(n);
+        // No output: an empty y, whose chunks `zip` would end at once, is not chunked.
+        let ys: Vec<Option<&mut [MaybeUninit<f32>]>> = if self.with_output {
+            y.chunks_mut(CHUNK).map(Some).collect()
+        } else {
+            (0..n.div_ceil(CHUNK)).map(|_| None).collect()
+        };
         let arch = pulp::Arch::new();
         dg.par_chunks_mut(CHUNK)
             .zip(du.par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-            .zip(dy.par_chunks(CHUNK))
-            .for_each(|(((dg, du), (g, u)), dy)| {
-                arch.dispatch(Backward { g, u, dy, dg, du });
+            .zip(dy.par_chunks(CHUNK).zip(ys))
+            .for_each(|(((dg, du), (g, u)), (dy, y))| {
+                arch.dispatch(Backward {
+                    g,
+                    u,
+                    dy,
+                    dg,
+                    du,
+                    y,
+                });
             });
-        // SAFETY: `Backward` writes every element of its chunks of dg and du (vectors, then the
-        // tail): g, u and dy are as long as dg and du (checked above), so are their chunks.
+        // SAFETY: `Backward` writes every element of its chunks of dg and du, and of y when it
+        // is given (vectors, then the tail): g, u and dy are as long as dg, du and y (checked
+        // above), so are their chunks, and y is given for every chunk or for none.
         #[allow(unsafe_code)]
         let out = unsafe { assume_written(out) };
-        Ok((CpuStorage::F32(out), Shape::from(2 * n)))
+        Ok((CpuStorage::F32(out), Shape::from(parts * n)))
     }
 }
 
@@ -212,8 +269,25 @@ pub fn swiglu_backward(gate: &Tensor, up: &Tensor, dy: &Tensor) -> Result<(Tenso
     backward(&gate.contiguous()?, &up.contiguous()?, dy)
 }
 
+/// [`swiglu`]'s output and its gradients from one pass: gate, up and dy of one shape -> (y,
+/// dgate, dup), y with [`swiglu`]'s bits and the gradients with [`swiglu_backward`]'s. For a
+/// backward that needs the output (the next projection's weight gradient reads it) and did not
+/// keep it. The three share one allocation, freed when the last is.
+pub fn swiglu_backward_and_output(
+    gate: &Tensor,
+    up: &Tensor,
+    dy: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (gate, up) = (gate.contiguous()?, up.contiguous()?);
+    let op = SwiGluGrad { with_output: true };
+    let packed = gate.apply_op3_no_bwd(&up, &dy.contiguous()?, &op)?;
+    let [y, dgate, dup] = unpack(&packed, [gate.dims(), gate.dims(), up.dims()])?;
+    Ok((y, dgate, dup))
+}
+
 fn backward(gate: &Tensor, up: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
-    let packed = gate.apply_op3_no_bwd(up, &dy.contiguous()?, &SwiGluGrad)?;
+    let op = SwiGluGrad { with_output: false };
+    let packed = gate.apply_op3_no_bwd(up, &dy.contiguous()?, &op)?;
     let [dgate, dup] = unpack(&packed, [gate.dims(), up.dims()])?;
     Ok((dgate, dup))
 }

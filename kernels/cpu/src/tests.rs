@@ -240,6 +240,30 @@ fn swiglu_equals_silu_times_up() {
     );
 }
 
+/// The output made with the gradients is the forward's, and the gradients are the backward's
+/// alone, bit for bit: one sigmoid serves the three, in the same operations' order. Sizes span
+/// several of the kernel's parallel chunks with a tail past the last whole vector, and one under
+/// a vector, whose elements all take the scalar path.
+#[test]
+fn swiglu_backward_and_output_equal_the_forward_and_the_backward_bit_for_bit() {
+    let bits = |t: &Tensor| -> Vec<u32> { values(t).iter().map(|v| v.to_bits()).collect() };
+    for dims in [vec![3, 2, 4099], vec![5]] {
+        let g = randn(&dims, 6.0);
+        let u = randn(&dims, 1.0);
+        let dy = randn(&dims, 1.0);
+        let (y, dg, du) = swiglu::swiglu_backward_and_output(&g, &u, &dy).unwrap();
+        let (want_dg, want_du) = swiglu::swiglu_backward(&g, &u, &dy).unwrap();
+        assert_eq!(y.dims(), &dims[..]);
+        assert_eq!(
+            bits(&y),
+            bits(&swiglu::swiglu(&g, &u).unwrap()),
+            "{dims:?}: y"
+        );
+        assert_eq!(bits(&dg), bits(&want_dg), "{dims:?}: d gate");
+        assert_eq!(bits(&du), bits(&want_du), "{dims:?}: d up");
+    }
+}
+
 /// The transformer's attention in candle's ops, on the fused kernel's (b, t, heads, hd) layout.
 fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> Tensor {
     let (b, t, nh, hd) = q.dims4().unwrap();
