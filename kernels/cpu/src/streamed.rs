@@ -21,6 +21,7 @@ use candle_core::{Result, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::fresh::{assume_written, unwritten};
 use super::transpose::transpose;
 
 const NAME: &str = "streamed matmul";
@@ -157,8 +158,11 @@ fn transposed_products(
             });
         });
     // yt (n, mp) back to rows: its first m columns, transposed.
-    let mut y = vec![0f32; m * n];
+    let mut y = unwritten(m * n);
     transpose(yt, mp, (n, m), &mut y, n);
+    // SAFETY: the transpose wrote y[c * n + r] for every r < n and c < m: all m * n elements.
+    #[allow(unsafe_code)]
+    let y = unsafe { assume_written(y) };
     y
 }
 

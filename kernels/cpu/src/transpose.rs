@@ -7,16 +7,38 @@
 //! eight vectors, turned into eight columns by 24 shuffles, and stored as eight vectors. Data
 //! movement only: the values' bits are unchanged.
 
+use std::mem::MaybeUninit;
+
+/// An element a transpose writes: an f32, or one not written yet (a fresh output, which then
+/// needs no zero fill first: `fresh::unwritten`).
+pub(crate) trait Slot {
+    fn put(&mut self, v: f32);
+}
+
+impl Slot for f32 {
+    #[inline(always)]
+    fn put(&mut self, v: f32) {
+        *self = v;
+    }
+}
+
+impl Slot for MaybeUninit<f32> {
+    #[inline(always)]
+    fn put(&mut self, v: f32) {
+        self.write(v);
+    }
+}
+
 /// `dst[c * dst_stride + r] = src[r * src_stride + c]` for r < rows, c < cols; the rest of `dst`
 /// is left as it is.
 ///
 /// # Panics
 /// If `src` or `dst` is too short for those rows and columns at their strides.
-pub(crate) fn transpose(
+pub(crate) fn transpose<T: Slot>(
     src: &[f32],
     src_stride: usize,
     (rows, cols): (usize, usize),
-    dst: &mut [f32],
+    dst: &mut [T],
     dst_stride: usize,
 ) {
     if rows == 0 || cols == 0 {
@@ -51,20 +73,20 @@ pub(crate) fn transpose(
     block.scalar(0..rows, 0..cols);
 }
 
-struct Block<'a> {
+struct Block<'a, T> {
     src: &'a [f32],
     src_stride: usize,
-    dst: &'a mut [f32],
+    dst: &'a mut [T],
     dst_stride: usize,
 }
 
-impl Block<'_> {
+impl<T: Slot> Block<'_, T> {
     /// The transpose of source rows `rows` by columns `cols`, one element at a time.
     fn scalar(&mut self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>) {
         for r in rows {
             let row = &self.src[r * self.src_stride..];
             for c in cols.clone() {
-                self.dst[c * self.dst_stride + r] = row[c];
+                self.dst[c * self.dst_stride + r].put(row[c]);
             }
         }
     }
@@ -72,15 +94,15 @@ impl Block<'_> {
 
 /// The whole 8 x 8 blocks of the first `rows` x `cols` (multiples of 8).
 #[cfg(target_arch = "x86_64")]
-struct Eights<'a, 'b> {
+struct Eights<'a, 'b, T> {
     simd: pulp::x86::V3,
-    block: &'a mut Block<'b>,
+    block: &'a mut Block<'b, T>,
     rows: usize,
     cols: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
-impl pulp::NullaryFnOnce for Eights<'_, '_> {
+impl<T: Slot> pulp::NullaryFnOnce for Eights<'_, '_, T> {
     type Output = ();
 
     // Called inside `V3::vectorize`, so that the shuffles below compile to AVX instructions; no
@@ -152,7 +174,10 @@ impl pulp::NullaryFnOnce for Eights<'_, '_> {
                 ];
                 for (j, column) in columns.into_iter().enumerate() {
                     let at = (c0 + j) * dst_stride + r0;
-                    pulp::as_arrays_mut::<8, f32>(&mut dst[at..at + 8]).0[0] = pulp::cast(column);
+                    let column: [f32; 8] = pulp::cast(column);
+                    for (d, v) in dst[at..at + 8].iter_mut().zip(column) {
+                        d.put(v);
+                    }
                 }
             }
         }
@@ -204,6 +229,13 @@ mod tests {
                 bits(&want),
                 "{rows} x {cols}, strides {ss} -> {ds}"
             );
+            // The same into elements not yet written (held as NaN here, so they can be read).
+            let mut fresh = vec![MaybeUninit::new(f32::NAN); cols * ds];
+            transpose(&src, ss, (rows, cols), &mut fresh, ds);
+            // SAFETY: every element was initialised (NaN) before the transpose wrote some.
+            #[allow(unsafe_code)]
+            let fresh: Vec<f32> = fresh.iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert_eq!(bits(&fresh), bits(&want), "{rows} x {cols}, unwritten");
         }
     }
 
