@@ -150,12 +150,17 @@ impl<'x> Inputs<'x> {
     ) -> impl Iterator<Item = &'x [f32]> {
         let d = &self.d;
         let row = d.kv_heads * hd;
-        // With no keys the first row's offset may lie past the data: then there are no rows.
-        data.get(d.kv_start(n, kv)..)
-            .unwrap_or_default()
-            .chunks(row)
-            .take(d.tk)
-            .map(move |r| &r[..hd])
+        // One slice of exactly the rows' extent (`rows_data` checked that the operand holds
+        // it), then each row by its offset. Against `chunks(row).take(tk)` (`cargo bench -p
+        // roll-cpu-kernels --bench attention`, one thread): training's forward 4-7% faster at
+        // both shapes and ISAs, its backward 1-3% faster at the tiny shape and 9% at the 0.5B
+        // shape with AVX-512 (but 3% slower there with AVX2), decode the same. With no keys the first row's offset may lie past
+        // the data: then there are no rows.
+        let extent = d.tk.checked_sub(1).map_or(0, |last| last * row + hd);
+        let rows = data.get(d.kv_start(n, kv)..).and_then(|r| r.get(..extent));
+        let count = if rows.is_some() { d.tk } else { 0 };
+        let rows = rows.unwrap_or_default();
+        (0..count).map(move |j| &rows[j * row..j * row + hd])
     }
 
     /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`.
