@@ -188,6 +188,12 @@ impl<T: Slot> pulp::NullaryFnOnce for Eights<'_, '_, T> {
 mod tests {
     use super::*;
 
+    impl Slot for Option<f32> {
+        fn put(&mut self, v: f32) {
+            *self = Some(v);
+        }
+    }
+
     /// The plain loop, for reference.
     fn plain(src: &[f32], ss: usize, (rows, cols): (usize, usize), dst: &mut [f32], ds: usize) {
         for r in 0..rows {
@@ -229,13 +235,16 @@ mod tests {
                 bits(&want),
                 "{rows} x {cols}, strides {ss} -> {ds}"
             );
-            // The same into elements not yet written (held as NaN here, so they can be read).
-            let mut fresh = vec![MaybeUninit::new(f32::NAN); cols * ds];
-            transpose(&src, ss, (rows, cols), &mut fresh, ds);
-            // SAFETY: every element was initialised (NaN) before the transpose wrote some.
-            #[allow(unsafe_code)]
-            let fresh: Vec<f32> = fresh.iter().map(|v| unsafe { v.assume_init() }).collect();
-            assert_eq!(bits(&fresh), bits(&want), "{rows} x {cols}, unwritten");
+            // The same through `Slot` into elements that record what they are given (as
+            // `MaybeUninit` slots are written, but readable here: None where nothing was put).
+            let mut recorded = vec![None; cols * ds];
+            transpose(&src, ss, (rows, cols), &mut recorded, ds);
+            let recorded: Vec<f32> = recorded.iter().map(|v| v.unwrap_or(f32::NAN)).collect();
+            assert_eq!(
+                bits(&recorded),
+                bits(&want),
+                "{rows} x {cols}, through slots"
+            );
         }
     }
 
