@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The engine against Hugging Face transformers and TRL, back to back in one sitting, with the ratios.
 #
-#   benches/vs_peers.sh [--qwen05] [--no-tiny] [--rounds N] [--cpus LIST] [--torch-isa avx2]
+#   benches/vs_peers.sh [--qwen05] [--no-tiny] [--rounds N] [--cpus LIST] [--torch-isa avx2] [--avx2]
 #
 # --cpus LIST pins every run, theirs and ours, to those CPUs (`taskset -c LIST`, e.g. 0,1: two
 # cores of a bigger machine standing for this project's 2-core kind) and gives the peers that many
 # threads; ours reads the pinned count itself. --torch-isa avx2 holds PyTorch's own kernels,
-# oneDNN and MKL to AVX2, to compare like with like on an AVX-512 machine.
+# oneDNN and MKL to AVX2, to compare like with like on an AVX-512 machine; --avx2 does that and
+# builds ours without its AVX-512 code too (`--no-default-features`): both sides as an AVX2-only
+# machine would run them.
 #
 # Each round runs the peers' tiny-model workloads, then ours (`cargo bench --bench engine`), so
 # both sides see the same machine state; the ratios are ours / theirs (for the GRPO step, whose
@@ -32,6 +34,8 @@ QWEN05=0
 TINY=1
 CPUS=
 TORCH_ISA=
+# Our build's cargo flags (--avx2: without the AVX-512 code).
+OURS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --qwen05) QWEN05=1 ;;
@@ -39,7 +43,8 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS=${2:?"--rounds needs a count"}; shift ;;
         --cpus) CPUS=${2:?"--cpus needs a CPU list, e.g. 0,1"}; shift ;;
         --torch-isa) TORCH_ISA=${2:?"--torch-isa needs an instruction set: avx2"}; shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        --avx2) TORCH_ISA=avx2; OURS=(--no-default-features) ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -81,9 +86,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 median() { printf '%s\n' "$@" | grep -v n/a | tr -d x | sort -g | awk '{ v[NR] = $1 } END { if (!NR) { printf "n/a"; exit } m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
 GEN=(); FB=(); STEP=(); GEN1=(); FB1=(); STEP1=(); Q_GEN=(); Q_FB=(); Q_RSS=()
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}"
-cargo bench --bench engine --no-run >/dev/null 2>&1 || cargo bench --bench engine --no-run
-cargo bench -p roll-cpu-kernels --bench ceiling --no-run >/dev/null 2>&1 || cargo bench -p roll-cpu-kernels --bench ceiling --no-run
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}${OURS[*]:+; ours built $OURS}"
+cargo bench "${OURS[@]}" --bench engine --no-run >/dev/null 2>&1 || cargo bench "${OURS[@]}" --bench engine --no-run
+cargo bench "${OURS[@]}" -p roll-cpu-kernels --bench ceiling --no-run >/dev/null 2>&1 || cargo bench "${OURS[@]}" -p roll-cpu-kernels --bench ceiling --no-run
 if [ "$TINY" = 1 ]; then
     "$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1
 fi
@@ -99,8 +104,8 @@ qwen05_round() {
     # Ours as two processes, the forward+backward and the generation, without `qwen05`'s AdamW
     # steps (HF's script has no optimizer; AdamW's moments alone are 4 GB at this shape): the
     # peak to set beside HF's is the larger of the two.
-    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_fb" cargo bench --bench engine -- qwen05-fwd_bwd >"$WORK/ours.txt" 2>/dev/null
-    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_gen" cargo bench --bench engine -- qwen05-generation >>"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_fb" cargo bench "${OURS[@]}" --bench engine -- qwen05-fwd_bwd >"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" /usr/bin/time -f '%M' -o "$WORK/our_rss_gen" cargo bench "${OURS[@]}" --bench engine -- qwen05-generation >>"$WORK/ours.txt" 2>/dev/null
     sort -n <(tail -1 "$WORK/our_rss_fb") <(tail -1 "$WORK/our_rss_gen") | tail -1 >"$WORK/our_rss"
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
@@ -120,15 +125,15 @@ qwen05_round() {
 tiny_round() {
     hf=$(peer hf_generate_bench.py --model "$WORK/tiny" 2>/dev/null)
     trl=$(peer grpo_trl.py --model "$WORK/tiny" --lr 1e-3 --beta 0.0 --steps 30 2>/dev/null | tail -1)
-    "${PIN[@]}" cargo bench --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
-    "${PIN[@]}" cargo bench --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
-    "${PIN[@]}" cargo bench --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
+    "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
     # Ours again in one lane (the engine before lanes), for the slice's own ratio.
     for w in generation fwd_bwd grpo; do
-        ROLL_LANES=1 "${PIN[@]}" cargo bench --bench engine -- $w 2>/dev/null
+        ROLL_LANES=1 "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- $w 2>/dev/null
     done >"$WORK/one_lane.txt"
     # The step's matrix products alone in this round, on cold operands (kernels/cpu/benches/ceiling.rs).
-    "${PIN[@]}" cargo bench -p roll-cpu-kernels --bench ceiling -- products >"$WORK/ceiling.txt" 2>/dev/null \
+    "${PIN[@]}" cargo bench "${OURS[@]}" -p roll-cpu-kernels --bench ceiling -- products >"$WORK/ceiling.txt" 2>/dev/null \
         || { echo "vs_peers.sh: the ceiling bench failed (cargo bench -p roll-cpu-kernels --bench ceiling)" >&2; exit 1; }
     hf_gen=$(echo "$hf" | json gen_tokens_per_s)
     hf_fb=$(echo "$hf" | json fwd_bwd_tokens_per_s)
