@@ -99,6 +99,44 @@ fn eights<T: Slot>(simd: pulp::x86::V3, block: &mut Block<'_, T>, rows: Range, c
 
 type Range = std::ops::Range<usize>;
 
+/// The first source row and column of each `size` x `size` block of source rows `rows` by
+/// columns `cols` (lengths multiples of `size`), in the order the vector transposes take them:
+/// along the rows of whichever side has the wider stride (`strides`: source, destination). That
+/// side's rows are then read or written in order, each a stream of whole cache lines, and the
+/// narrow side's are close together anyway. Across them instead, its rows a whole stride apart
+/// (2 KB in the streamed product: 512 outputs, or a depth of 512) fall in the same few L1 sets;
+/// the output's transpose then kept ~a fifth of a 32 x 128 x 512 product's time.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn origins(
+    (src_stride, dst_stride): (usize, usize),
+    rows: Range,
+    cols: Range,
+    size: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let by_columns = dst_stride > src_stride;
+    let (outer, inner) = if by_columns {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    outer.step_by(size).flat_map(move |a| {
+        inner
+            .clone()
+            .step_by(size)
+            .map(move |b| if by_columns { (b, a) } else { (a, b) })
+    })
+}
+
+/// `values` written into `dst` from `at` on: one vector's store (the compiler makes one of it).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn put_run<T: Slot, const N: usize>(dst: &mut [T], at: usize, values: [f32; N]) {
+    for (d, v) in dst[at..at + N].iter_mut().zip(values) {
+        d.put(v);
+    }
+}
+
 struct Block<'a, T> {
     src: &'a [f32],
     src_stride: usize,
@@ -132,7 +170,8 @@ impl<T: Slot> pulp::NullaryFnOnce for Eights<'_, '_, T> {
     type Output = ();
 
     // Called inside `V3::vectorize`, so that the shuffles below compile to AVX instructions; no
-    // closures (a closure is compiled apart from the target features of its caller).
+    // closures around them (a closure is compiled apart from the target features of its caller:
+    // `origins`' are index arithmetic only).
     #[inline(always)]
     fn call(self) {
         use core::arch::x86_64::__m256;
@@ -149,62 +188,44 @@ impl<T: Slot> pulp::NullaryFnOnce for Eights<'_, '_, T> {
             ref mut dst,
             dst_stride,
         } = *block;
-        // Along the rows of whichever side has the wider stride: its eight rows are then read or
-        // written in order, each a stream of whole cache lines, and the narrow side's are close
-        // together anyway. Across them instead, its rows a whole stride apart (2 KB in the
-        // streamed product: 512 outputs, or a depth of 512) fall in the same few L1 sets; the
-        // output's transpose then kept ~a fifth of a 32 x 128 x 512 product's time.
-        let by_columns = dst_stride > src_stride;
-        let (outer, inner) = if by_columns {
-            (cols, rows)
-        } else {
-            (rows, cols)
-        };
-        for a in outer.step_by(8) {
-            for b in inner.clone().step_by(8) {
-                let (r0, c0) = if by_columns { (b, a) } else { (a, b) };
-                let mut v = [pulp::cast::<[f32; 8], __m256>([0.0; 8]); 8];
-                for (i, v) in v.iter_mut().enumerate() {
-                    let at = (r0 + i) * src_stride + c0;
-                    *v = pulp::cast(pulp::as_arrays::<8, f32>(&src[at..at + 8]).0[0]);
-                }
-                // Row i holds (a_i0 .. a_i7). Pairs interleaved: (a00 a10 a01 a11 | a04 a14 a05 a15), ...
-                let t0 = avx._mm256_unpacklo_ps(v[0], v[1]);
-                let t1 = avx._mm256_unpackhi_ps(v[0], v[1]);
-                let t2 = avx._mm256_unpacklo_ps(v[2], v[3]);
-                let t3 = avx._mm256_unpackhi_ps(v[2], v[3]);
-                let t4 = avx._mm256_unpacklo_ps(v[4], v[5]);
-                let t5 = avx._mm256_unpackhi_ps(v[4], v[5]);
-                let t6 = avx._mm256_unpacklo_ps(v[6], v[7]);
-                let t7 = avx._mm256_unpackhi_ps(v[6], v[7]);
-                // Fours: (a00 a10 a20 a30 | a04 a14 a24 a34), (a01 .. a31 | a05 .. a35), ...
-                let s0 = avx._mm256_shuffle_ps::<0x44>(t0, t2);
-                let s1 = avx._mm256_shuffle_ps::<0xEE>(t0, t2);
-                let s2 = avx._mm256_shuffle_ps::<0x44>(t1, t3);
-                let s3 = avx._mm256_shuffle_ps::<0xEE>(t1, t3);
-                let s4 = avx._mm256_shuffle_ps::<0x44>(t4, t6);
-                let s5 = avx._mm256_shuffle_ps::<0xEE>(t4, t6);
-                let s6 = avx._mm256_shuffle_ps::<0x44>(t5, t7);
-                let s7 = avx._mm256_shuffle_ps::<0xEE>(t5, t7);
-                // Column c: the low halves of rows 0-3's and 4-7's fours for c < 4, the high
-                // halves for c >= 4.
-                let columns = [
-                    avx._mm256_permute2f128_ps::<0x20>(s0, s4),
-                    avx._mm256_permute2f128_ps::<0x20>(s1, s5),
-                    avx._mm256_permute2f128_ps::<0x20>(s2, s6),
-                    avx._mm256_permute2f128_ps::<0x20>(s3, s7),
-                    avx._mm256_permute2f128_ps::<0x31>(s0, s4),
-                    avx._mm256_permute2f128_ps::<0x31>(s1, s5),
-                    avx._mm256_permute2f128_ps::<0x31>(s2, s6),
-                    avx._mm256_permute2f128_ps::<0x31>(s3, s7),
-                ];
-                for (j, column) in columns.into_iter().enumerate() {
-                    let at = (c0 + j) * dst_stride + r0;
-                    let column: [f32; 8] = pulp::cast(column);
-                    for (d, v) in dst[at..at + 8].iter_mut().zip(column) {
-                        d.put(v);
-                    }
-                }
+        for (r0, c0) in origins((src_stride, dst_stride), rows, cols, 8) {
+            let mut v = [pulp::cast::<[f32; 8], __m256>([0.0; 8]); 8];
+            for (i, v) in v.iter_mut().enumerate() {
+                let at = (r0 + i) * src_stride + c0;
+                *v = pulp::cast(pulp::as_arrays::<8, f32>(&src[at..at + 8]).0[0]);
+            }
+            // Row i holds (a_i0 .. a_i7). Pairs interleaved: (a00 a10 a01 a11 | a04 a14 a05 a15), ...
+            let t0 = avx._mm256_unpacklo_ps(v[0], v[1]);
+            let t1 = avx._mm256_unpackhi_ps(v[0], v[1]);
+            let t2 = avx._mm256_unpacklo_ps(v[2], v[3]);
+            let t3 = avx._mm256_unpackhi_ps(v[2], v[3]);
+            let t4 = avx._mm256_unpacklo_ps(v[4], v[5]);
+            let t5 = avx._mm256_unpackhi_ps(v[4], v[5]);
+            let t6 = avx._mm256_unpacklo_ps(v[6], v[7]);
+            let t7 = avx._mm256_unpackhi_ps(v[6], v[7]);
+            // Fours: (a00 a10 a20 a30 | a04 a14 a24 a34), (a01 .. a31 | a05 .. a35), ...
+            let s0 = avx._mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = avx._mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = avx._mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = avx._mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = avx._mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = avx._mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = avx._mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = avx._mm256_shuffle_ps::<0xEE>(t5, t7);
+            // Column c: the low halves of rows 0-3's and 4-7's fours for c < 4, the high
+            // halves for c >= 4.
+            let columns = [
+                avx._mm256_permute2f128_ps::<0x20>(s0, s4),
+                avx._mm256_permute2f128_ps::<0x20>(s1, s5),
+                avx._mm256_permute2f128_ps::<0x20>(s2, s6),
+                avx._mm256_permute2f128_ps::<0x20>(s3, s7),
+                avx._mm256_permute2f128_ps::<0x31>(s0, s4),
+                avx._mm256_permute2f128_ps::<0x31>(s1, s5),
+                avx._mm256_permute2f128_ps::<0x31>(s2, s6),
+                avx._mm256_permute2f128_ps::<0x31>(s3, s7),
+            ];
+            for (j, column) in columns.into_iter().enumerate() {
+                put_run::<T, 8>(dst, (c0 + j) * dst_stride + r0, pulp::cast(column));
             }
         }
     }
@@ -240,57 +261,43 @@ impl<T: Slot> pulp::NullaryFnOnce for Sixteens<'_, '_, T> {
             ref mut dst,
             dst_stride,
         } = *block;
-        // Along the rows of the side with the wider stride, as `Eights` goes.
-        let by_columns = dst_stride > src_stride;
-        let (outer, inner) = if by_columns {
-            (cols, rows)
-        } else {
-            (rows, cols)
-        };
-        for a in (0..outer).step_by(16) {
-            for b in (0..inner).step_by(16) {
-                let (r0, c0) = if by_columns { (b, a) } else { (a, b) };
-                let mut r = [pulp::cast::<[f32; 16], __m512>([0.0; 16]); 16];
-                for (i, r) in r.iter_mut().enumerate() {
-                    let at = (r0 + i) * src_stride + c0;
-                    *r = pulp::cast(pulp::as_arrays::<16, f32>(&src[at..at + 16]).0[0]);
-                }
-                // Within each 128-bit lane L (columns 4L .. 4L + 3) it is the 8 x 8 steps: pairs
-                // of rows interleaved, then pairs of pairs, so that u[4g + c] holds column 4L + c
-                // of rows 4g .. 4g + 3 in lane L.
-                let mut u = r;
-                for g in 0..4 {
-                    let [w, x, y, z] = [r[4 * g], r[4 * g + 1], r[4 * g + 2], r[4 * g + 3]];
-                    let t0 = f._mm512_castps_pd(f._mm512_unpacklo_ps(w, x));
-                    let t1 = f._mm512_castps_pd(f._mm512_unpackhi_ps(w, x));
-                    let t2 = f._mm512_castps_pd(f._mm512_unpacklo_ps(y, z));
-                    let t3 = f._mm512_castps_pd(f._mm512_unpackhi_ps(y, z));
-                    u[4 * g] = f._mm512_castpd_ps(f._mm512_unpacklo_pd(t0, t2));
-                    u[4 * g + 1] = f._mm512_castpd_ps(f._mm512_unpackhi_pd(t0, t2));
-                    u[4 * g + 2] = f._mm512_castpd_ps(f._mm512_unpacklo_pd(t1, t3));
-                    u[4 * g + 3] = f._mm512_castpd_ps(f._mm512_unpackhi_pd(t1, t3));
-                }
-                // Column 4L + c is lane L of u[c], u[4 + c], u[8 + c] and u[12 + c], in that
-                // order: lanes gathered two by two (0x44 takes lanes 0 and 1 of each operand,
-                // 0xEE lanes 2 and 3), then every other one (0x88 the even, 0xDD the odd).
-                let mut columns = r;
-                for c in 0..4 {
-                    let low = f._mm512_shuffle_f32x4::<0x44>(u[c], u[4 + c]);
-                    let low2 = f._mm512_shuffle_f32x4::<0x44>(u[8 + c], u[12 + c]);
-                    let high = f._mm512_shuffle_f32x4::<0xEE>(u[c], u[4 + c]);
-                    let high2 = f._mm512_shuffle_f32x4::<0xEE>(u[8 + c], u[12 + c]);
-                    columns[c] = f._mm512_shuffle_f32x4::<0x88>(low, low2);
-                    columns[4 + c] = f._mm512_shuffle_f32x4::<0xDD>(low, low2);
-                    columns[8 + c] = f._mm512_shuffle_f32x4::<0x88>(high, high2);
-                    columns[12 + c] = f._mm512_shuffle_f32x4::<0xDD>(high, high2);
-                }
-                for (j, column) in columns.into_iter().enumerate() {
-                    let at = (c0 + j) * dst_stride + r0;
-                    let column: [f32; 16] = pulp::cast(column);
-                    for (d, v) in dst[at..at + 16].iter_mut().zip(column) {
-                        d.put(v);
-                    }
-                }
+        for (r0, c0) in origins((src_stride, dst_stride), 0..rows, 0..cols, 16) {
+            let mut r = [pulp::cast::<[f32; 16], __m512>([0.0; 16]); 16];
+            for (i, r) in r.iter_mut().enumerate() {
+                let at = (r0 + i) * src_stride + c0;
+                *r = pulp::cast(pulp::as_arrays::<16, f32>(&src[at..at + 16]).0[0]);
+            }
+            // Within each 128-bit lane L (columns 4L .. 4L + 3) it is the 8 x 8 steps: pairs
+            // of rows interleaved, then pairs of pairs, so that u[4g + c] holds column 4L + c
+            // of rows 4g .. 4g + 3 in lane L.
+            let mut u = r;
+            for g in 0..4 {
+                let [w, x, y, z] = [r[4 * g], r[4 * g + 1], r[4 * g + 2], r[4 * g + 3]];
+                let t0 = f._mm512_castps_pd(f._mm512_unpacklo_ps(w, x));
+                let t1 = f._mm512_castps_pd(f._mm512_unpackhi_ps(w, x));
+                let t2 = f._mm512_castps_pd(f._mm512_unpacklo_ps(y, z));
+                let t3 = f._mm512_castps_pd(f._mm512_unpackhi_ps(y, z));
+                u[4 * g] = f._mm512_castpd_ps(f._mm512_unpacklo_pd(t0, t2));
+                u[4 * g + 1] = f._mm512_castpd_ps(f._mm512_unpackhi_pd(t0, t2));
+                u[4 * g + 2] = f._mm512_castpd_ps(f._mm512_unpacklo_pd(t1, t3));
+                u[4 * g + 3] = f._mm512_castpd_ps(f._mm512_unpackhi_pd(t1, t3));
+            }
+            // Column 4L + c is lane L of u[c], u[4 + c], u[8 + c] and u[12 + c], in that
+            // order: lanes gathered two by two (0x44 takes lanes 0 and 1 of each operand,
+            // 0xEE lanes 2 and 3), then every other one (0x88 the even, 0xDD the odd).
+            let mut columns = r;
+            for c in 0..4 {
+                let low = f._mm512_shuffle_f32x4::<0x44>(u[c], u[4 + c]);
+                let low2 = f._mm512_shuffle_f32x4::<0x44>(u[8 + c], u[12 + c]);
+                let high = f._mm512_shuffle_f32x4::<0xEE>(u[c], u[4 + c]);
+                let high2 = f._mm512_shuffle_f32x4::<0xEE>(u[8 + c], u[12 + c]);
+                columns[c] = f._mm512_shuffle_f32x4::<0x88>(low, low2);
+                columns[4 + c] = f._mm512_shuffle_f32x4::<0xDD>(low, low2);
+                columns[8 + c] = f._mm512_shuffle_f32x4::<0x88>(high, high2);
+                columns[12 + c] = f._mm512_shuffle_f32x4::<0xDD>(high, high2);
+            }
+            for (j, column) in columns.into_iter().enumerate() {
+                put_run::<T, 16>(dst, (c0 + j) * dst_stride + r0, pulp::cast(column));
             }
         }
     }
