@@ -282,11 +282,7 @@ fn envs_in_worker_processes_give_the_same_metrics_and_survive_a_kill_9() {
         assert!(Instant::now() < deadline, "no env process after 120 s");
         std::thread::sleep(Duration::from_millis(5));
     };
-    let kill = std::process::Command::new("kill")
-        .args(["-9", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    assert!(common::kill_9(victim));
     let finished = trainer.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&finished.stdout);
     let stderr = String::from_utf8_lossy(&finished.stderr);

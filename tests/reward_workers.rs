@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{bin, deterministic_metrics, ok, spawn_until, write_config};
 use serde_json::Value;
@@ -110,11 +109,7 @@ fn a_reward_pool_gives_the_same_numbers_and_survives_a_killed_worker() {
     let (mut child, lines) = spawn_until(&killed, args, "rl      2/");
     let workers = reward_workers_of(child.id());
     assert_eq!(workers.len(), 2, "{workers:?}");
-    let kill = Command::new("kill")
-        .args(["-9", &workers[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    assert!(common::kill_9(workers[0]));
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(child.wait().unwrap().success(), "{rest:?}");
     assert!(

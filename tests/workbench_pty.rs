@@ -37,10 +37,8 @@ impl Drop for KillLiveRuns<'_> {
         let out = common::roll(self.0, &["runs", "--json"]);
         let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
         for run in runs.iter().filter(|r| r["status"] == "running") {
-            if let Some(pid) = run["pid"].as_u64() {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status();
+            if let Some(pid) = run["pid"].as_u64().and_then(|p| u32::try_from(p).ok()) {
+                common::kill_9(pid);
             }
         }
     }

@@ -215,14 +215,18 @@ pub fn run_quiet(dir: &Path, name: &str, rest: &str, overrides: &[&str]) -> std:
     store
 }
 
+/// SIGKILL process `pid` (`kill -9`); whether it was sent.
+pub fn kill_9(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// SIGKILL the one `role` worker of `parent`; returns its pid.
 pub fn kill_9_worker(parent: u32, role: &str) -> u32 {
     let pids = workers_of(parent, role);
     assert_eq!(pids.len(), 1, "{role} workers: {pids:?}");
-    let kill = Command::new("kill")
-        .args(["-9", &pids[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    assert!(kill_9(pids[0]));
     pids[0]
 }
