@@ -78,7 +78,14 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// allocator grows into, under a VM that backs them on first touch too), and a median of the
 /// cold and the warm ones measures neither.
 /// `rep(i)` runs repetition i and returns the seconds it timed, so it may leave its setup out.
+/// `BENCH_RUNS=N` times N repetitions instead: a profile (`perf record -D`) then sees mostly the
+/// steady state rather than the process's start.
 fn median_after_warmup(warmups: u64, runs: u64, mut rep: impl FnMut(u64) -> f64) -> f64 {
+    let runs = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(runs);
     for i in 0..warmups {
         rep(i);
     }
