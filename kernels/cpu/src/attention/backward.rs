@@ -12,7 +12,7 @@ use crate::{storage_f32, unpack};
 
 impl Inputs<'_> {
     /// dQ (groups * t, head_dim), dK and dV (tk, head_dim) of one (batch row, kv head); `hd` as
-    /// for [`Inputs::forward_task`].
+    /// for [`Inputs::forward_position`].
     #[inline(always)]
     fn backward_task<S: Simd>(
         &self,

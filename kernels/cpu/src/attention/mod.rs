@@ -195,19 +195,27 @@ impl<'x> Inputs<'x> {
         map_in_place(simd, p, |v| simd.div_f32s(v, total));
     }
 
-    /// The outputs of one (batch row, kv head): (groups * t, head_dim), head-major. `hd` is the
-    /// head dim, a constant where [`ForwardTask`] calls this for a common one.
+    /// The outputs of query position `g` (batch row `g / t`, position `g % t`) for every head,
+    /// into `dst` (heads * hd, as the output lays them out). `p` holds `tk` probabilities and `o`
+    /// one head's output row: scratch the caller keeps across positions. `hd` is the head dim, a
+    /// constant where [`ForwardRow`] calls this for a common one.
     #[inline(always)]
-    fn forward_task<S: Simd>(&self, simd: S, n: usize, kv: usize, hd: usize) -> Vec<f32> {
+    fn forward_position<S: Simd>(
+        &self,
+        simd: S,
+        g: usize,
+        hd: usize,
+        (p, o): (&mut [f32], &mut [f32]),
+        dst: &mut [MaybeUninit<f32>],
+    ) {
         let d = &self.d;
-        let mut out = vec![0f32; d.groups * d.t * hd];
-        let mut p = vec![0f32; d.tk];
-        for (row, o) in out.chunks_mut(hd).enumerate() {
-            let (r, i) = (row / d.t, row % d.t);
-            self.probs(simd, n, kv, hd, r, i, &mut p);
-            weighted_sum(simd, o, &p, || self.kv_rows(self.v, n, kv, hd));
+        let (n, i) = (g / d.t, g % d.t);
+        for (h, dst) in dst.chunks_exact_mut(hd).enumerate() {
+            let (kv, r) = (h / d.groups, h % d.groups);
+            self.probs(simd, n, kv, hd, r, i, p);
+            weighted_sum(simd, o, p, || self.kv_rows(self.v, n, kv, hd));
+            write_copy(dst, o);
         }
-        out
     }
 
     /// Copies a task's query-shaped rows (groups * t, head_dim) to their places in (b, t, heads, hd).
@@ -288,29 +296,31 @@ fn tasks(d: &Dims) -> impl IndexedParallelIterator<Item = (usize, usize)> {
         .map(move |task| (task / kv_heads, task % kv_heads))
 }
 
-// Each (batch row, kv head) task is compiled for AVX-512 or AVX2, whichever the CPU has (pulp
-// checks at run time; the crate itself targets baseline x86-64), so the 16- or 8-lane loops of
-// `lanes` take one instruction per step. The task is a `WithSimd` struct whose `with_simd` is
-// inlined into pulp's target-feature function: a closure handed to `Arch::dispatch` is compiled
-// apart from those features (its body ran as SSE halves). The head dims matched here (and in
+// Each task is compiled for AVX-512 or AVX2, whichever the CPU has (pulp checks at run time; the
+// crate itself targets baseline x86-64), so the 16- or 8-lane loops of `lanes` take one
+// instruction per step. The task is a `WithSimd` struct whose `with_simd` is inlined into pulp's
+// target-feature function: a closure handed to `Arch::dispatch` is compiled apart from those
+// features (its body ran as SSE halves). The head dims matched here (and in
 // `backward::BackwardTask`) reach the loops as constants.
-struct ForwardTask<'a, 'x> {
+struct ForwardRow<'a, 'x> {
     x: &'a Inputs<'x>,
-    n: usize,
-    kv: usize,
+    /// The query position: batch row `g / t`, position `g % t`.
+    g: usize,
+    scratch: (&'a mut [f32], &'a mut [f32]),
+    dst: &'a mut [MaybeUninit<f32>],
 }
 
-impl WithSimd for ForwardTask<'_, '_> {
-    type Output = Vec<f32>;
+impl WithSimd for ForwardRow<'_, '_> {
+    type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) -> Vec<f32> {
-        let (x, n, kv) = (self.x, self.n, self.kv);
+    fn with_simd<S: Simd>(self, simd: S) {
+        let ForwardRow { x, g, scratch, dst } = self;
         match x.d.head_dim {
-            32 => x.forward_task(simd, n, kv, 32),
-            64 => x.forward_task(simd, n, kv, 64),
-            128 => x.forward_task(simd, n, kv, 128),
-            hd => x.forward_task(simd, n, kv, hd),
+            32 => x.forward_position(simd, g, 32, scratch, dst),
+            64 => x.forward_position(simd, g, 64, scratch, dst),
+            128 => x.forward_position(simd, g, 128, scratch, dst),
+            hd => x.forward_position(simd, g, hd, scratch, dst),
         }
     }
 }
@@ -332,15 +342,27 @@ impl CustomOp3 for Attention {
         with_inputs(&self.mask, self.scale, s1, l1, s2, l2, s3, l3, |x| {
             let d = x.d;
             let arch = pulp::Arch::new();
-            let parts: Vec<_> = tasks(&d)
-                .map(|(n, kv)| (n, kv, arch.dispatch(ForwardTask { x, n, kv })))
-                .collect();
             let mut out = unwritten(d.q_len());
-            for (n, kv, rows) in parts {
-                x.scatter_q(&mut out, n, kv, &rows);
+            // A task per query position, writing its heads' outputs where they go: a decode
+            // step's (batch row, kv head) tasks had each returned a vector that was then copied
+            // into place, and those allocations and copies were a third of a tiny decode step's
+            // attention (benches/RESULTS.md). The scratch rows live as long as a rayon job.
+            let position = d.heads * d.head_dim;
+            if position > 0 {
+                out.par_chunks_mut(position).enumerate().for_each_init(
+                    || (vec![0f32; d.tk], vec![0f32; d.head_dim]),
+                    |(p, o), (g, dst)| {
+                        arch.dispatch(ForwardRow {
+                            x,
+                            g,
+                            scratch: (p, o),
+                            dst,
+                        })
+                    },
+                );
             }
-            // SAFETY: the tasks are every (batch row, kv head), each with its groups' t rows of
-            // every query head: together every element of out.
+            // SAFETY: the chunks are every query position's, each written whole, head by head
+            // (`forward_position`): together every element of out.
             #[allow(unsafe_code)]
             let out = unsafe { assume_written(out) };
             let shape = Shape::from((d.b, d.t, d.heads * d.head_dim));
