@@ -18,7 +18,7 @@ use crate::env::ActionParser;
 use crate::model::{LoadedModel, Numerics};
 use crate::pipeline::agentic::turns::{TurnFormat, step_content};
 use crate::pipeline::setup::Tokenizing;
-use crate::rollout::{Completion, Engine, FinishReason, Request, SamplingParams};
+use crate::rollout::{Completion, Engine, FinishReason, Request, SamplingParams, on_the_pool};
 use crate::seed::mix_seed;
 use crate::train::TrainBatch;
 use crate::train::batch::response_hidden;
@@ -287,17 +287,20 @@ impl ModelPolicy {
                 seed,
             });
         }
-        let mut done = vec![];
-        while !engine.is_idle() {
-            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                return Err(CANCELLED.into());
+        let mut done = on_the_pool(|| {
+            let mut done = vec![];
+            while !engine.is_idle() {
+                if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                    return Err(CANCELLED.to_string());
+                }
+                done.extend(
+                    engine
+                        .step()
+                        .map_err(|e| format!("generation failed: {e}"))?,
+                );
             }
-            done.extend(
-                engine
-                    .step()
-                    .map_err(|e| format!("generation failed: {e}"))?,
-            );
-        }
+            Ok(done)
+        })?;
         done.sort_by_key(|c| c.id);
         Ok(done)
     }
