@@ -6,5 +6,5 @@
 pub mod engine;
 pub mod sampling;
 
-pub use engine::{Completion, Engine, FinishReason, Request, generate, on_the_pool};
+pub use engine::{Completion, Engine, FinishReason, Request, generate};
 pub use sampling::SamplingParams;

@@ -58,21 +58,48 @@ pub fn lane_parts<T>(items: &[T], lanes: usize) -> std::slice::Chunks<'_, T> {
     items.chunks(items.len().div_ceil(lanes.max(1)).max(1))
 }
 
-/// `f` over `items`, side by side on the pool's threads when there are several; results in
-/// `items`' order. Each call's own parallel ops stay mostly on its thread (rayon runs the parts
+/// Runs `f` on one of rayon's threads (inline if this is one). A loop of parallel work driven from
+/// a thread outside the pool hands each piece to the pool's threads and sleeps until they are
+/// done, a wake-up each way every time; on a pool thread the loop runs its share itself, and the
+/// other threads, still looking for work from the piece before, take the next one's at once. For
+/// loops of compute only: a pool thread that blocks (on a channel, a pipe) is one fewer for
+/// every parallel op of the process.
+pub fn on_the_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
+}
+
+/// `f` over `items`, side by side on the pool's threads when there are several, else on one
+/// of them ([`on_the_pool`]); results in `items`' order. Each call's own parallel ops stay mostly on its thread (rayon runs the parts
 /// it splits off itself unless another thread is idle), so lanes do not fight over the cores.
 pub fn side_by_side<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync + Send) -> Vec<R> {
     if items.len() > 1 {
         use rayon::prelude::*;
         items.par_iter().map(f).collect()
     } else {
-        items.iter().map(f).collect()
+        on_the_pool(|| items.iter().map(f).collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_the_pool_runs_on_a_pool_thread_from_outside_and_inline_from_inside() {
+        // From a thread of its own (as `generate`'s callers are): on one of rayon's threads.
+        let outside = std::thread::spawn(|| on_the_pool(rayon::current_thread_index))
+            .join()
+            .expect("thread");
+        assert!(outside.is_some(), "ran outside the pool");
+        // From a pool thread: on that same thread, not handed to another.
+        let (caller, ran) = rayon::scope(|_| {
+            (
+                rayon::current_thread_index(),
+                on_the_pool(rayon::current_thread_index),
+            )
+        });
+        assert_eq!(caller, ran);
+    }
 
     #[test]
     fn lane_parts_cut_into_at_most_lanes_parts_of_one_size() {

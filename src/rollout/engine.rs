@@ -13,6 +13,7 @@ use rand::{SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
 use super::sampling::{SamplingParams, sample};
+use crate::model::threads::on_the_pool;
 use crate::model::{KvCache, Numerics, Transformer, attention_mask};
 
 /// Why a completion ended.
@@ -191,7 +192,9 @@ impl<'a> Engine<'a> {
 
     /// Step until queue and slots are empty; completions come back in finishing order.
     ///
-    /// The loop runs on one of rayon's threads ([`on_the_pool`]).
+    /// The loop runs on one of rayon's threads ([`on_the_pool`]): tiny generation 1.035x (AVX2)
+    /// to 1.08x (AVX-512) faster than stepped from outside (benches/RESULTS.md, twenty-third
+    /// slice).
     pub fn run_to_completion(&mut self) -> Result<Vec<Completion>> {
         on_the_pool(|| {
             let mut out = vec![];
@@ -389,16 +392,6 @@ fn finish_reason(shared: &Shared, seq: &Running) -> Option<FinishReason> {
     None
 }
 
-/// Runs `f` on one of rayon's threads (inline if this is one), for a loop of [`Engine::step`]s.
-/// Stepped from outside the pool, each step hands its lanes to the pool's threads and sleeps
-/// until they are done, a wake-up each way every step; on a pool thread the step runs a lane
-/// itself, and the other thread, still looking for work from the step before, takes the next
-/// step's other lane at once: tiny generation 1.035x (AVX2) to 1.08x (AVX-512) faster
-/// (benches/RESULTS.md, twenty-third slice).
-pub fn on_the_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    rayon::scope(|_| f())
-}
-
 /// Generate completions for `requests` with up to `max_batch` in flight; results in request order.
 pub fn generate(
     model: &Transformer,
@@ -424,23 +417,6 @@ pub fn generate(
 mod tests {
     use super::*;
     use crate::model::hf_dir::{InitOptions, init_model};
-
-    #[test]
-    fn the_step_loop_runs_on_a_pool_thread_from_outside_and_inline_from_inside() {
-        // From a thread of its own (as `generate`'s callers are): on one of rayon's threads.
-        let outside = std::thread::spawn(|| on_the_pool(rayon::current_thread_index))
-            .join()
-            .expect("thread");
-        assert!(outside.is_some(), "ran outside the pool");
-        // From a pool thread: on that same thread, not handed to another.
-        let (caller, ran) = rayon::scope(|_| {
-            (
-                rayon::current_thread_index(),
-                on_the_pool(rayon::current_thread_index),
-            )
-        });
-        assert_eq!(caller, ran);
-    }
 
     #[test]
     fn a_few_requests_in_a_big_batch_spread_over_the_lanes() {
