@@ -180,8 +180,11 @@ impl<'a> Engine<'a> {
             use rayon::prelude::*;
             self.lanes.par_iter_mut().map(|l| l.step(shared)).collect()
         } else {
-            // One busy lane has every thread to itself.
-            self.lanes.iter_mut().map(|l| l.step(shared)).collect()
+            // One busy lane has every thread to itself, and runs on one of them: from the
+            // caller's thread each of its parallel ops would be handed to the pool in turn
+            // (`on_the_pool`; a worker process steps from its main thread).
+            let lanes = &mut self.lanes;
+            on_the_pool(|| lanes.iter_mut().map(|l| l.step(shared)).collect())
         };
         let mut done = vec![];
         for r in results {
