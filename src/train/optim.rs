@@ -7,6 +7,8 @@ use candle_core::{DType, Result, Tensor, Var, backprop::GradStore};
 use roll_cpu_kernels::{accumulate, adamw};
 use serde::{Deserialize, Serialize};
 
+use crate::model::threads::on_the_pool;
+
 /// Learning-rate schedule after warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -113,17 +115,23 @@ impl GradAccumulator {
     /// Add one micro-batch's gradients. The store is taken, so its tensors are the accumulator's
     /// alone (every gradient in a store is a tensor made for it, by candle or by the tape, shared
     /// with nothing else): adding into them in place cannot change a tensor someone else holds.
+    ///
+    /// Runs on one of rayon's threads (`on_the_pool`): each sum is a parallel op, which a caller
+    /// outside the pool would hand over one by one.
     pub fn add(&mut self, vars: &[(String, Var)], grads: GradStore) -> Result<()> {
-        for (name, var) in vars {
-            if let Some(g) = grads.get(var.as_tensor()) {
-                // Detached: candle's gradients keep the forward's graph (its activations) alive,
-                // which would hold every micro-batch's activations until the optimizer step.
-                let g = g.to_dtype(DType::F32)?.detach();
-                let sum = accumulate::summed(self.grads.remove(name), g)?;
-                self.grads.insert(name.clone(), sum);
+        on_the_pool(|| {
+            for (name, var) in vars {
+                if let Some(g) = grads.get(var.as_tensor()) {
+                    // Detached: candle's gradients keep the forward's graph (its activations)
+                    // alive, which would hold every micro-batch's activations until the
+                    // optimizer step.
+                    let g = g.to_dtype(DType::F32)?.detach();
+                    let sum = accumulate::summed(self.grads.remove(name), g)?;
+                    self.grads.insert(name.clone(), sum);
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -177,7 +185,14 @@ impl AdamW {
     }
 
     /// Clip by global norm and apply one AdamW update; consumes the accumulated gradients.
+    ///
+    /// Runs on one of rayon's threads (`on_the_pool`): each tensor's kernels are parallel ops,
+    /// which a caller outside the pool would hand over one by one.
     pub fn step(&mut self, acc: GradAccumulator) -> Result<StepStats> {
+        on_the_pool(|| self.step_on_this_thread(acc))
+    }
+
+    fn step_on_this_thread(&mut self, acc: GradAccumulator) -> Result<StepStats> {
         let mut sq = 0f64;
         for g in acc.grads.values() {
             sq += if roll_cpu_kernels::applies(g) {
