@@ -68,9 +68,10 @@ pub fn on_the_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
 
-/// `f` over `items`, side by side on the pool's threads when there are several, else on one
-/// of them ([`on_the_pool`]); results in `items`' order. Each call's own parallel ops stay mostly on its thread (rayon runs the parts
-/// it splits off itself unless another thread is idle), so lanes do not fight over the cores.
+/// `f` over `items`, side by side on the pool's threads when there are several, else on one of
+/// them ([`on_the_pool`]); results in `items`' order. Each call's own parallel ops stay mostly on
+/// its thread (rayon runs the parts it splits off itself unless another thread is idle), so lanes
+/// do not fight over the cores.
 pub fn side_by_side<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync + Send) -> Vec<R> {
     if items.len() > 1 {
         use rayon::prelude::*;
