@@ -39,6 +39,20 @@ fn sigmoid_one(g: f32) -> f32 {
     1.0 / (1.0 + vexp::exp(-g))
 }
 
+/// The output `silu(g) * up = (g s) up` from `s = sigmoid(g)`, multiplied in that order: one
+/// definition for the forward and for the backward that makes the output again, whose bits
+/// must be the forward's.
+#[inline(always)]
+fn output<S: Simd>(simd: S, g: S::f32s, s: S::f32s, u: S::f32s) -> S::f32s {
+    simd.mul_f32s(simd.mul_f32s(g, s), u)
+}
+
+/// The same of one element, with the vectors' bits.
+#[inline(always)]
+fn output_one(g: f32, s: f32, u: f32) -> f32 {
+    g * s * u
+}
+
 // Each chunk runs as a `WithSimd` task, compiled for AVX2 and FMA where the CPU has them (pulp
 // checks at run time; the crate targets baseline x86-64). A chunk is one pass, a vector at a
 // time: the gates' exponentials, the sigmoid and the products together (three passes over the
@@ -64,11 +78,10 @@ impl WithSimd for Forward<'_> {
         let (uv, ut) = S::as_simd_f32s(u);
         let (yv, yt) = y.split_at_mut(gv.len() * S::F32_LANES);
         for (y, (&g, &u)) in yv.chunks_exact_mut(S::F32_LANES).zip(gv.iter().zip(uv)) {
-            let gs = simd.mul_f32s(g, sigmoid(simd, g));
-            store::<S>(y, simd.mul_f32s(gs, u));
+            store::<S>(y, output(simd, g, sigmoid(simd, g), u));
         }
         for (y, (&g, &u)) in yt.iter_mut().zip(gt.iter().zip(ut)) {
-            y.write(g * sigmoid_one(g) * u);
+            y.write(output_one(g, sigmoid_one(g), u));
         }
     }
 }
@@ -123,7 +136,7 @@ impl WithSimd for Backward<'_> {
                     let (dgate, dup) = grads(g, u, dy, s);
                     store::<S>(dg, dgate);
                     store::<S>(du, dup);
-                    store::<S>(y, simd.mul_f32s(simd.mul_f32s(g, s), u));
+                    store::<S>(y, output(simd, g, s, u));
                 }
                 Some(yt)
             }
@@ -142,7 +155,7 @@ impl WithSimd for Backward<'_> {
             dg.write(dy * u * s * (1.0 + g * (1.0 - s)));
             du.write(dy * g * s);
             if let Some(yt) = yt.as_deref_mut() {
-                yt[i].write(g * s * u);
+                yt[i].write(output_one(g, s, u));
             }
         }
     }
