@@ -6,8 +6,10 @@
 //! (the next step's forward pass, or the backward pass of the same step at a big model), so with
 //! the default the kernel zeroes those pages again on every step: at the Qwen2.5-0.5B width that
 //! was a third of forward+backward (benches/RESULTS.md). A process of ours keeps freed memory for
-//! [`PURGE_DELAY_MS`] instead, and gives it all back at once when it hands its device over (an
-//! offload, [`release_freed_memory`]), so colocated roles still get the memory the ledger promises.
+//! [`PURGE_DELAY_MS`] instead, and gives it all back at once when memory passes to another process
+//! (a worker's offload, a role of a worker process coming in; [`release_freed_memory`]), so
+//! colocated roles still get the memory the ledger promises. Roles in one process reuse what the
+//! others freed as it is.
 
 use std::ffi::c_long;
 

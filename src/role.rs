@@ -120,6 +120,8 @@ pub trait ResidentRole {
     fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError>;
     /// Bring the state back from the host copy; bytes moved.
     fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError>;
+    /// Whether the role runs in worker processes (its memory is theirs, not this process's).
+    fn in_worker_process(&self) -> bool;
     /// Worker events since the last drain (none in-process).
     fn drain_events(&mut self) -> Vec<WorkerNote>;
     /// Worker processes replaced so far (0 in-process).

@@ -4,8 +4,9 @@
 //!
 //! On CPU, device and host memory are the same RAM, so an offloaded role's tensors stay allocated:
 //! the copies are real (and timed), the virtual devices' budgets are enforced by the placement check
-//! and the ledger, and a reload really restores the state from the host copy. Freeing device memory
-//! is what the CUDA backend adds.
+//! and the ledger, and a reload really restores the state from the host copy (read into the tensors'
+//! own memory; an in-process role's copy is rewritten in place, `HostArea::overwrite`). Freeing
+//! device memory is what the CUDA backend adds.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -59,6 +60,7 @@ impl TimeSharing {
             policy,
         };
         let offloaded = &mut self.offloaded;
+        let mut released = false;
         let transfers =
             self.ledger
                 .enter(phase, |role, direction| -> Result<u64, PipelineError> {
@@ -74,11 +76,19 @@ impl TimeSharing {
                         Direction::Offload => {
                             let bytes = resident.offload(&host)?;
                             offloaded.insert(role);
-                            // In-process roles freed their memory in this process.
-                            crate::allocator::release_freed_memory();
                             Ok(bytes)
                         }
-                        Direction::Reload => Ok(resident.reload(&host)?),
+                        Direction::Reload => {
+                            // This process keeps freed memory a while (src/allocator.rs); a
+                            // worker process coming in gets it back first. Roles in this process
+                            // reuse it as it is: giving it back would only have the kernel zero
+                            // it again for them (in the quickstart, 15% of its time).
+                            if resident.in_worker_process() && !released {
+                                crate::allocator::release_freed_memory();
+                                released = true;
+                            }
+                            Ok(resident.reload(&host)?)
+                        }
                     }
                 })?;
         for t in &transfers {
@@ -100,7 +110,7 @@ impl TimeSharing {
             Infer::Remote(r) => lock(r).set_weights(params)?,
             Infer::Local(_) if self.offloaded.contains(&Role::ActorInfer) => {
                 self.area
-                    .write(Role::ActorInfer.as_str(), &params.named_tensors())
+                    .overwrite(Role::ActorInfer.as_str(), &params.named_tensors())
                     .map_err(copy_err)?;
             }
             Infer::Local(replica) => replica.params().copy_from(params).during("weight sync")?,

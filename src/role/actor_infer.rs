@@ -178,7 +178,7 @@ impl ResidentRole for &Infer {
         match self {
             Infer::Local(t) => host
                 .area
-                .write(Role::ActorInfer.as_str(), &t.params().named_tensors())
+                .overwrite(Role::ActorInfer.as_str(), &t.params().named_tensors())
                 .map_err(setup_err),
             Infer::Remote(r) => lock(r).offload(),
         }
@@ -192,6 +192,10 @@ impl ResidentRole for &Infer {
                 .map_err(setup_err),
             Infer::Remote(r) => lock(r).reload(),
         }
+    }
+
+    fn in_worker_process(&self) -> bool {
+        matches!(self, Infer::Remote(_))
     }
 
     fn drain_events(&mut self) -> Vec<WorkerNote> {

@@ -143,7 +143,7 @@ impl ResidentRole for ActorTrain {
             ActorTrain::Local(opt) => {
                 let weights = host.policy.transformer.params().named_tensors();
                 host.area
-                    .write(Role::ActorTrain.as_str(), &opt.with_moments(weights))
+                    .overwrite(Role::ActorTrain.as_str(), &opt.with_moments(weights))
                     .map_err(setup_err)
             }
             ActorTrain::Remote(r) => r.offload(),
@@ -158,6 +158,10 @@ impl ResidentRole for ActorTrain {
             }
             ActorTrain::Remote(r) => r.reload(),
         }
+    }
+
+    fn in_worker_process(&self) -> bool {
+        matches!(self, ActorTrain::Remote(_))
     }
 
     fn drain_events(&mut self) -> Vec<WorkerNote> {

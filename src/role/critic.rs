@@ -225,7 +225,7 @@ impl ResidentRole for Critic {
         match self {
             Critic::Local(c) => host
                 .area
-                .write(
+                .overwrite(
                     Role::Critic.as_str(),
                     &c.opt.with_moments(c.named_tensors()),
                 )
@@ -238,10 +238,14 @@ impl ResidentRole for Critic {
         match self {
             Critic::Local(c) => {
                 let vars = c.vars();
-                restore_trainable(host.area, Role::Critic, &vars, &mut c.opt)
+                restore_trainable(host.area, Role::Critic, &vars, &c.opt)
             }
             Critic::Remote(r) => r.reload(),
         }
+    }
+
+    fn in_worker_process(&self) -> bool {
+        matches!(self, Critic::Remote(_))
     }
 
     fn drain_events(&mut self) -> Vec<WorkerNote> {

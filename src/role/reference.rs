@@ -134,7 +134,7 @@ impl Reference {
         match self {
             Reference::Local(model) => match offloaded_copy {
                 Some((area, name)) => area
-                    .write(name, &policy.named_tensors())
+                    .overwrite(name, &policy.named_tensors())
                     .map(drop)
                     .map_err(setup_err),
                 None => model
@@ -177,7 +177,7 @@ impl ResidentRole for Reference {
         match self {
             Reference::Local(model) => host
                 .area
-                .write(Role::Reference.as_str(), &model.params().named_tensors())
+                .overwrite(Role::Reference.as_str(), &model.params().named_tensors())
                 .map_err(setup_err),
             Reference::Remote(r) => r.offload(),
         }
@@ -191,6 +191,10 @@ impl ResidentRole for Reference {
                 .map_err(setup_err),
             Reference::Remote(r) => r.reload(),
         }
+    }
+
+    fn in_worker_process(&self) -> bool {
+        matches!(self, Reference::Remote(_))
     }
 
     fn drain_events(&mut self) -> Vec<WorkerNote> {

@@ -159,11 +159,7 @@ pub fn serve(queue: CallQueue) {
             RewardCall::Offload { dir, models } => std::fs::create_dir_all(&dir)
                 .map_err(|e| format!("creating '{}': {e}", dir.display()))
                 .and_then(|()| judges::offload(&dir, &models))
-                .map(|bytes| {
-                    // In-process, the trainer releases after every offload (time_sharing).
-                    crate::allocator::release_freed_memory();
-                    RewardReply::Moved { bytes }
-                }),
+                .map(|bytes| RewardReply::Moved { bytes }),
             RewardCall::Reload { models } => {
                 judges::reload(&models).map(|bytes| RewardReply::Moved { bytes })
             }

@@ -25,7 +25,7 @@ use super::remote::ModelReply as Reply;
 use super::rows::Rows;
 use super::step_file::{read_actor, read_critic, read_rows};
 use super::{Calls, Role, RoleCall};
-use super::{RoleError, TensorContext, setup_err};
+use super::{RoleError, setup_err};
 use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
@@ -315,30 +315,72 @@ fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), Str
 }
 
 /// Restore an in-process trainable role (weights into `vars`, moments into `opt`) from its file in
-/// the time-sharing host area; bytes read.
+/// the time-sharing host area, read into their own memory; bytes read.
 pub(crate) fn restore_trainable(
     area: &HostArea,
     role: Role,
-    vars: &[(String, candle_core::Var)],
-    opt: &mut AdamW,
+    vars: &[(String, Var)],
+    opt: &AdamW,
 ) -> Result<u64, RoleError> {
-    let device = vars
-        .first()
-        .map(|(_, v)| v.device().clone())
-        .unwrap_or(candle_core::Device::Cpu);
-    let mut tensors = area.read(role.as_str(), &device).map_err(setup_err)?;
-    let missing = |what: &str| RoleError::Setup(format!("host copy of {role}: {what} is missing"));
-    let mut bytes = 0;
-    for (name, var) in vars {
-        let t = tensors
-            .remove(name)
-            .ok_or_else(|| missing(&format!("tensor '{name}'")))?;
-        var.set(&t).during("reloading weights")?;
-        bytes += tensor_bytes(&t);
+    let moments = opt.named_moments();
+    let weights = vars.iter().map(|(name, v)| (name.as_str(), v.as_tensor()));
+    let targets = weights.chain(moments.iter().map(|(name, t)| (name.as_str(), t)));
+    area.read_into_tensors(role.as_str(), targets)
+        .map_err(setup_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use candle_core::{Device, Tensor, Var};
+
+    use super::restore_trainable;
+    use crate::role::Role;
+    use crate::scheduler::host_copy::HostArea;
+    use crate::train::{AdamW, OptimizerConfig};
+
+    fn t(values: &[f32]) -> Tensor {
+        Tensor::from_slice(values, values.len(), &Device::Cpu).unwrap()
     }
-    let steps = opt.steps_taken();
-    bytes += opt
-        .take_moments(steps, &mut tensors)
-        .map_err(|e| RoleError::Setup(format!("host copy of {role}: {e}")))?;
-    Ok(bytes)
+
+    fn moments_of(opt: &AdamW) -> Vec<(Vec<f32>, Vec<f32>)> {
+        let vec = |x: &Tensor| x.to_vec1::<f32>().unwrap();
+        opt.state()
+            .1
+            .iter()
+            .map(|(_, m, v)| (vec(m), vec(v)))
+            .collect()
+    }
+
+    /// An in-process actor_train's reload puts back the weights and AdamW moments it offloaded,
+    /// into the optimizer's own tensors (the state it steps from next), whatever happened between.
+    #[test]
+    fn an_in_process_reload_restores_the_offloaded_weights_and_moments() {
+        let area = HostArea::new().unwrap();
+        let w = Var::from_tensor(&t(&[1., 2., 3.])).unwrap();
+        let vars = vec![("w".to_string(), w.clone())];
+        let mut opt = AdamW::new(vars.clone(), OptimizerConfig::default(), 10).unwrap();
+        let set_moments = |opt: &mut AdamW, m: &[f32], v: &[f32]| {
+            let moments = BTreeMap::from([("w".to_string(), (t(m), t(v)))]);
+            opt.restore(4, &moments).unwrap();
+        };
+        set_moments(&mut opt, &[0.1, 0.2, 0.3], &[0.01, 0.02, 0.03]);
+        let weights = vec![("w".to_string(), w.as_tensor().clone())];
+        let name = Role::ActorTrain.as_str();
+        area.overwrite(name, &opt.with_moments(weights)).unwrap();
+
+        // While offloaded, something else uses the memory.
+        w.set(&t(&[0., 0., 0.])).unwrap();
+        set_moments(&mut opt, &[9., 9., 9.], &[8., 8., 8.]);
+
+        let bytes = restore_trainable(&area, Role::ActorTrain, &vars, &opt).unwrap();
+        assert_eq!(bytes, 3 * 3 * 4);
+        assert_eq!(w.to_vec1::<f32>().unwrap(), [1., 2., 3.]);
+        assert_eq!(
+            moments_of(&opt),
+            [(vec![0.1, 0.2, 0.3], vec![0.01, 0.02, 0.03])]
+        );
+        assert_eq!(opt.steps_taken(), 4);
+    }
 }

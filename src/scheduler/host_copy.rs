@@ -5,6 +5,8 @@
 //! through the control channel. A file is written under a temporary name and renamed, so a reader
 //! never sees half of one.
 
+mod in_place;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +53,31 @@ impl HostArea {
         write_tensors(&self.path(name), tensors)
     }
 
+    /// Write `tensors` to the copy called `name` for this process to read back: over the old
+    /// copy's bytes in place when it holds the same tensors (names, dtypes, shapes), else as
+    /// [`HostArea::write`]. Rewriting a file's pages is ~3x faster than filling new ones, but a
+    /// reader in another process could see a half-written copy, so copies that other processes
+    /// read go through [`HostArea::write`].
+    pub fn overwrite(
+        &self,
+        name: &str,
+        tensors: &[(String, Tensor)],
+    ) -> Result<u64, HostCopyError> {
+        let path = self.path(name);
+        let err = |msg: String| HostCopyError {
+            path: path.clone(),
+            source: candle_core::Error::Msg(msg),
+        };
+        let Some(copy) = in_place::Opened::rewritable(&path, tensors).map_err(err)? else {
+            return write_tensors(&path, tensors);
+        };
+        let mut bytes = 0;
+        for (name, t) in tensors {
+            bytes += copy.write_from(name, t).map_err(err)?;
+        }
+        Ok(bytes)
+    }
+
     /// Read the copy called `name` back onto `device`.
     pub fn read(
         &self,
@@ -66,6 +93,15 @@ impl HostArea {
         read_into_vars(&self.path(name), vars)
     }
 
+    /// Read the copy called `name` into the memory of existing tensors ([`read_into_tensors`]).
+    pub fn read_into_tensors<'t>(
+        &self,
+        name: &str,
+        targets: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
+    ) -> Result<u64, HostCopyError> {
+        read_into_tensors(&self.path(name), targets)
+    }
+
     pub fn remove(&self, name: &str) {
         // Already gone is fine: the copy is only a cache of state that lives elsewhere.
         let _ = std::fs::remove_file(self.path(name));
@@ -74,18 +110,19 @@ impl HostArea {
 
 pub use crate::model::params::tensor_bytes;
 
-/// Write `tensors` to the host copy at `path` (under a temporary name, then renamed); returns the
-/// bytes of tensor data written. Worker processes use this with paths their parent hands them.
+/// Write `tensors` to the host copy at `path` (under a temporary name, then renamed, so a reader
+/// never sees half of one); returns the bytes of tensor data written. Worker processes use this
+/// with paths their parent hands them.
 pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
-    let err = |source| HostCopyError {
-        path: path.to_path_buf(),
-        source,
-    };
     let bytes = tensors.iter().map(|(_, t)| tensor_bytes(t)).sum();
-    let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
-    let partial = path.with_extension("partial");
-    candle_core::safetensors::save(&map, &partial).map_err(err)?;
-    std::fs::rename(&partial, path).map_err(|e| err(e.into()))?;
+    let views = tensors
+        .iter()
+        .map(|(name, t)| (name.as_str(), in_place::Written::new(t)));
+    // safetensors writes a sibling temporary file and renames it over `path`.
+    safetensors::serialize_to_file(views, None, path).map_err(|e| HostCopyError {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
     Ok(bytes)
 }
 
@@ -101,25 +138,29 @@ pub fn read_tensors(
 }
 
 /// Read the host copy at `path` into existing variables (every variable must be in it, with its
-/// shape); returns the bytes restored.
+/// shape and dtype); returns the bytes restored.
 pub fn read_into_vars(path: &Path, vars: &[(String, Var)]) -> Result<u64, HostCopyError> {
-    let Some((_, first)) = vars.first() else {
-        return Ok(0);
-    };
-    let mut tensors = read_tensors(path, first.device())?;
-    let err = |source| HostCopyError {
+    read_into_tensors(
+        path,
+        vars.iter().map(|(name, v)| (name.as_str(), v.as_tensor())),
+    )
+}
+
+/// Read the host copy at `path` into the memory of existing tensors, each named as in the copy
+/// (contiguous CPU tensors of the copy's dtype and shape); returns the bytes restored. The tensors
+/// keep their storage, so whatever shares it (a variable, an optimizer's moment) sees the copy.
+pub fn read_into_tensors<'t>(
+    path: &Path,
+    targets: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
+) -> Result<u64, HostCopyError> {
+    let err = |msg: String| HostCopyError {
         path: path.to_path_buf(),
-        source,
+        source: candle_core::Error::Msg(msg),
     };
+    let copy = in_place::Opened::open(path).map_err(err)?;
     let mut bytes = 0;
-    for (key, var) in vars {
-        let t = tensors.remove(key).ok_or_else(|| {
-            err(candle_core::Error::Msg(format!(
-                "tensor '{key}' is missing"
-            )))
-        })?;
-        var.set(&t).map_err(err)?;
-        bytes += tensor_bytes(&t);
+    for (name, t) in targets {
+        bytes += copy.read_into(name, t).map_err(err)?;
     }
     Ok(bytes)
 }

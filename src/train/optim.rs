@@ -293,11 +293,19 @@ impl AdamW {
     /// `tensors` plus the moments, as `adam_m.<param>` / `adam_v.<param>`: one host copy holds a
     /// trainable role's whole state.
     pub fn with_moments(&self, mut tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
-        for (name, m, v) in self.state().1 {
-            tensors.push((format!("adam_m.{name}"), m));
-            tensors.push((format!("adam_v.{name}"), v));
-        }
+        tensors.extend(self.named_moments());
         tensors
+    }
+
+    /// The moments under the names [`AdamW::with_moments`] gives them, sharing the optimizer's
+    /// storage: what is written into them in place is the optimizer's state.
+    pub fn named_moments(&self) -> Vec<(String, Tensor)> {
+        let mut named = Vec::with_capacity(2 * self.vars.len());
+        for ((name, _), (m, v)) in self.vars.iter().zip(self.m.iter().zip(&self.v)) {
+            named.push((format!("adam_m.{name}"), m.clone()));
+            named.push((format!("adam_v.{name}"), v.clone()));
+        }
+        named
     }
 
     /// Take the moments [`AdamW::with_moments`] added out of `tensors` and restore them as the

@@ -52,6 +52,8 @@ pub fn offload(dir: &Path, models: &[PathBuf]) -> Result<u64, String> {
         };
         *slot = JudgeSlot::Offloaded(Box::new(offloaded));
     }
+    // The weights just dropped go back to the OS now, for the roles that come in.
+    crate::allocator::release_freed_memory();
     Ok(bytes)
 }
 

@@ -345,6 +345,10 @@ impl ResidentRole for SharedScorer {
         self.lock().reload()
     }
 
+    fn in_worker_process(&self) -> bool {
+        matches!(*self.lock(), RewardScorer::Pool(_))
+    }
+
     // Events, restarts and shutdown go through the rollout's score link, which owns the scoring.
     fn drain_events(&mut self) -> Vec<WorkerNote> {
         vec![]

@@ -1,0 +1,367 @@
+//! Host copies written from and read into tensors' own memory.
+//!
+//! candle's safetensors helpers copy every tensor through a fresh buffer each way: `save` turns
+//! each tensor into a new `Vec` before writing it, `load` reads the whole file into one and then
+//! copies each tensor into new storage, which a reload then copies into the variables. Time-sharing
+//! moves a role's whole state this way before every phase (the quickstart: ~300 moves), and the
+//! fresh buffers are the cost: each is new memory, faulted in and zeroed page by page. Here a
+//! contiguous CPU tensor's bytes go to the file straight from its storage, and a copy is read with
+//! one `pread` per tensor straight into the storage of the tensor it restores.
+
+use std::borrow::Cow;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, StorageRef, Tensor};
+use safetensors::tensor::Metadata;
+use safetensors::{Dtype, View};
+
+/// The bytes of a CPU storage's elements, where they are plain bytes (all but 8-bit floats).
+fn bytes(s: &CpuStorage) -> Option<&[u8]> {
+    use CpuStorage as S;
+    Some(match s {
+        S::U8(v) | S::F6E2M3(v) | S::F6E3M2(v) | S::F4(v) | S::F8E8M0(v) => v,
+        S::U32(v) => bytemuck::cast_slice(v),
+        S::I16(v) => bytemuck::cast_slice(v),
+        S::I32(v) => bytemuck::cast_slice(v),
+        S::I64(v) => bytemuck::cast_slice(v),
+        S::BF16(v) => bytemuck::cast_slice(v),
+        S::F16(v) => bytemuck::cast_slice(v),
+        S::F32(v) => bytemuck::cast_slice(v),
+        S::F64(v) => bytemuck::cast_slice(v),
+        S::F8E4M3(_) => return None,
+    })
+}
+
+fn bytes_mut(s: &mut CpuStorage) -> Option<&mut [u8]> {
+    use CpuStorage as S;
+    Some(match s {
+        S::U8(v) | S::F6E2M3(v) | S::F6E3M2(v) | S::F4(v) | S::F8E8M0(v) => v,
+        S::U32(v) => bytemuck::cast_slice_mut(v),
+        S::I16(v) => bytemuck::cast_slice_mut(v),
+        S::I32(v) => bytemuck::cast_slice_mut(v),
+        S::I64(v) => bytemuck::cast_slice_mut(v),
+        S::BF16(v) => bytemuck::cast_slice_mut(v),
+        S::F16(v) => bytemuck::cast_slice_mut(v),
+        S::F32(v) => bytemuck::cast_slice_mut(v),
+        S::F64(v) => bytemuck::cast_slice_mut(v),
+        S::F8E4M3(_) => return None,
+    })
+}
+
+/// The byte range of a contiguous layout's elements in its storage.
+fn byte_range(layout: &Layout, elem_size: usize) -> Option<std::ops::Range<usize>> {
+    let (start, end) = layout.contiguous_offsets()?;
+    Some(start * elem_size..end * elem_size)
+}
+
+/// A tensor as safetensors writes it: its storage's bytes when it is a contiguous CPU tensor (read
+/// under the storage's lock, held until the file is written), else candle's copy.
+pub(super) struct Written<'a> {
+    tensor: &'a Tensor,
+    storage: Option<StorageRef<'a>>,
+}
+
+impl<'a> Written<'a> {
+    pub(super) fn new(tensor: &'a Tensor) -> Written<'a> {
+        let (storage, layout) = tensor.storage_and_layout();
+        let borrowable =
+            matches!(&*storage, Storage::Cpu(s) if bytes(s).is_some()) && layout.is_contiguous();
+        Written {
+            tensor,
+            storage: borrowable.then_some(storage),
+        }
+    }
+
+    fn borrowed(&self) -> Option<&[u8]> {
+        let Storage::Cpu(s) = &**self.storage.as_ref()? else {
+            return None;
+        };
+        let range = byte_range(self.tensor.layout(), self.tensor.dtype().size_in_bytes())?;
+        bytes(s)?.get(range)
+    }
+}
+
+impl View for Written<'_> {
+    fn dtype(&self) -> Dtype {
+        self.tensor.dtype().into()
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.tensor.dims()
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        match self.borrowed() {
+            Some(b) => Cow::Borrowed(b),
+            None => View::data(&self.tensor),
+        }
+    }
+
+    fn data_len(&self) -> usize {
+        self.tensor.elem_count() * self.tensor.dtype().size_in_bytes()
+    }
+}
+
+/// A host copy opened for reading: its header, and where its data starts.
+pub(super) struct Opened {
+    file: File,
+    metadata: Metadata,
+    data_start: u64,
+}
+
+/// Headers this long are not host copies (safetensors' own bound is 100 MB).
+const MAX_HEADER: u64 = 100_000_000;
+
+impl Opened {
+    /// Open the copy at `path` to read and read its header; the file must be exactly as long as
+    /// the header says.
+    pub(super) fn open(path: &Path) -> Result<Opened, String> {
+        Opened::with(File::open(path).map_err(|e| e.to_string())?)
+    }
+
+    /// The copy at `path` opened to be rewritten in place, if it holds exactly `tensors` (names,
+    /// dtypes and shapes: then its header is theirs); `None` where it does not, or does not exist.
+    pub(super) fn rewritable(
+        path: &Path,
+        tensors: &[(String, Tensor)],
+    ) -> Result<Option<Opened>, String> {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let copy = Opened::with(file)?;
+        let same = copy.metadata.tensors().len() == tensors.len()
+            && tensors.iter().all(|(name, t)| {
+                copy.metadata.info(name).is_some_and(|info| {
+                    info.dtype == Dtype::from(t.dtype()) && info.shape == t.dims()
+                })
+            });
+        Ok(same.then_some(copy))
+    }
+
+    /// Write `t` over the tensor called `name`, which [`Opened::rewritable`] matched; bytes written.
+    pub(super) fn write_from(&self, name: &str, t: &Tensor) -> Result<u64, String> {
+        let info = self
+            .metadata
+            .info(name)
+            .ok_or_else(|| format!("tensor '{name}' is missing"))?;
+        let view = Written::new(t);
+        let data = view.data();
+        self.file
+            .write_all_at(&data, self.data_start + info.data_offsets.0 as u64)
+            .map_err(|e| format!("writing tensor '{name}': {e}"))?;
+        Ok(data.len() as u64)
+    }
+
+    fn with(mut file: File) -> Result<Opened, String> {
+        let mut n = [0u8; 8];
+        file.read_exact(&mut n)
+            .map_err(|e| format!("reading the header's length: {e}"))?;
+        let n = u64::from_le_bytes(n);
+        if n > MAX_HEADER {
+            return Err(format!("header of {n} bytes: not a safetensors file"));
+        }
+        let mut header = vec![0u8; n as usize];
+        file.read_exact(&mut header)
+            .map_err(|e| format!("reading the header: {e}"))?;
+        let metadata: Metadata = serde_json::from_slice(&header)
+            .map_err(|e| format!("the header is not a safetensors header: {e}"))?;
+        let data_start = 8 + n;
+        let len = file.metadata().map_err(|e| e.to_string())?.len();
+        let expected = data_start + metadata.data_len() as u64;
+        if len != expected {
+            return Err(format!("{len} bytes, but its header describes {expected}"));
+        }
+        Ok(Opened {
+            file,
+            metadata,
+            data_start,
+        })
+    }
+
+    /// Read the tensor called `name` into `dst`'s own memory: same dtype and shape, contiguous, on
+    /// the CPU. Returns the bytes read.
+    pub(super) fn read_into(&self, name: &str, dst: &Tensor) -> Result<u64, String> {
+        let info = self
+            .metadata
+            .info(name)
+            .ok_or_else(|| format!("tensor '{name}' is missing"))?;
+        let dtype: Dtype = dst.dtype().into();
+        if info.dtype != dtype || info.shape != dst.dims() {
+            return Err(format!(
+                "tensor '{name}' is {:?} {:?} in the copy, {dtype:?} {:?} where it goes",
+                info.dtype,
+                info.shape,
+                dst.dims()
+            ));
+        }
+        let (start, end) = info.data_offsets;
+        let op = ReadAt {
+            file: &self.file,
+            at: self.data_start + start as u64,
+            len: end - start,
+        };
+        dst.inplace_op1(&op)
+            .map_err(|e| format!("tensor '{name}': {e}"))?;
+        Ok((end - start) as u64)
+    }
+}
+
+/// Reads `len` bytes at `at` of `file` over a tensor's elements.
+struct ReadAt<'a> {
+    file: &'a File,
+    at: u64,
+    len: usize,
+}
+
+impl InplaceOp1 for ReadAt<'_> {
+    fn name(&self) -> &'static str {
+        "read a host copy in place"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let size = storage.dtype().size_in_bytes();
+        let range = byte_range(layout, size)
+            .ok_or_else(|| candle_core::Error::Msg("the tensor is not contiguous".into()))?;
+        let dst = bytes_mut(storage)
+            .and_then(|b| b.get_mut(range))
+            .filter(|b| b.len() == self.len)
+            .ok_or_else(|| {
+                candle_core::Error::Msg(format!(
+                    "its storage does not hold the copy's {} bytes as plain bytes",
+                    self.len
+                ))
+            })?;
+        self.file
+            .read_exact_at(dst, self.at)
+            .map_err(|e| candle_core::Error::Msg(format!("reading it: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use candle_core::{DType, Device, Tensor};
+
+    use super::super::{HostArea, read_into_tensors, write_tensors};
+
+    fn t(values: &[f32], shape: &[usize]) -> Tensor {
+        Tensor::from_slice(values, shape, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn a_copy_is_read_into_the_tensors_own_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy.safetensors");
+        let a = t(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
+        // Written from a transposed view (not contiguous: candle's copy is what is written):
+        // [[1, 4], [2, 5], [3, 6]].
+        let a_t = a.t().unwrap();
+        let h = t(&[0.5, -1.25, 3.0], &[3]).to_dtype(DType::BF16).unwrap();
+        let ids = Tensor::from_slice(&[7u32, 8, 9], 3, &Device::Cpu).unwrap();
+        let tensors = [("a_t", a_t), ("h", h), ("ids", ids)].map(|(n, t)| (n.to_string(), t));
+        assert_eq!(
+            write_tensors(&path, &tensors).unwrap(),
+            6 * 4 + 3 * 2 + 3 * 4
+        );
+
+        // Targets: the middle rows of a bigger tensor (contiguous, at an offset), and tensors
+        // whose clones share their storage.
+        let big = Tensor::zeros((5, 2), DType::F32, &Device::Cpu).unwrap();
+        let middle = big.narrow(0, 1, 3).unwrap();
+        let h2 = Tensor::zeros(3, DType::BF16, &Device::Cpu).unwrap();
+        let ids2 = Tensor::zeros(3, DType::U32, &Device::Cpu).unwrap();
+        let (h_alias, ids_alias) = (h2.clone(), ids2.clone());
+        let targets = [("a_t", &middle), ("h", &h2), ("ids", &ids2)];
+        assert_eq!(read_into_tensors(&path, targets).unwrap(), 42);
+        assert_eq!(
+            big.to_vec2::<f32>().unwrap(),
+            [[0., 0.], [1., 4.], [2., 5.], [3., 6.], [0., 0.]]
+        );
+        let h_back = h_alias
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(h_back, [0.5, -1.25, 3.0]);
+        assert_eq!(ids_alias.to_vec1::<u32>().unwrap(), [7, 8, 9]);
+    }
+
+    #[test]
+    fn a_copy_that_does_not_match_its_tensors_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy.safetensors");
+        write_tensors(&path, &[("w".to_string(), t(&[1., 2.], &[2]))]).unwrap();
+        let err = |target: &Tensor, name: &str| {
+            read_into_tensors(&path, [(name, target)])
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(&t(&[0., 0.], &[2]), "v");
+        assert!(
+            e.contains("copy.safetensors") && e.contains("tensor 'v' is missing"),
+            "{e}"
+        );
+        let e = err(&t(&[0., 0.], &[1, 2]), "w");
+        assert!(
+            e.contains("tensor 'w' is F32 [2] in the copy, F32 [1, 2]"),
+            "{e}"
+        );
+        let bf16 = t(&[0., 0.], &[2]).to_dtype(DType::BF16).unwrap();
+        assert!(err(&bf16, "w").contains("F32 [2] in the copy, BF16 [2]"));
+
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        let e = err(&t(&[0., 0.], &[2]), "w");
+        assert!(
+            e.contains(&format!(
+                "{} bytes, but its header describes {}",
+                bytes.len() - 1,
+                bytes.len()
+            )),
+            "{e}"
+        );
+        std::fs::write(&path, b"\x05\0\0\0\0\0\0\0hello").unwrap();
+        let e = err(&t(&[0., 0.], &[2]), "w");
+        assert!(e.contains("not a safetensors header"), "{e}");
+        std::fs::write(&path, b"\xff\xff\xff\xff\xff\xff\xff\xff").unwrap();
+        assert!(err(&t(&[0., 0.], &[2]), "w").contains("not a safetensors file"));
+    }
+
+    #[test]
+    fn an_overwrite_rewrites_the_same_file_and_writes_anew_when_the_tensors_change() {
+        let area = HostArea::new().unwrap();
+        let named = |values: &[f32], shape: &[usize]| vec![("w".to_string(), t(values, shape))];
+        let inode = || std::fs::metadata(area.path("role")).unwrap().ino();
+        let read = |shape: &[usize]| {
+            let target = Tensor::zeros(shape, DType::F32, &Device::Cpu).unwrap();
+            area.read_into_tensors("role", [("w", &target)]).unwrap();
+            target.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
+        // No copy yet: written anew.
+        assert_eq!(
+            area.overwrite("role", &named(&[1., 2., 3., 4.], &[4]))
+                .unwrap(),
+            16
+        );
+        let first = inode();
+        assert_eq!(
+            area.overwrite("role", &named(&[5., 6., 7., 8.], &[4]))
+                .unwrap(),
+            16
+        );
+        assert_eq!(inode(), first, "the same tensors rewrite the same file");
+        assert_eq!(read(&[4]), [5., 6., 7., 8.]);
+        // Another shape: the old header does not describe it, so the copy is written anew.
+        area.overwrite("role", &named(&[9., 10., 11., 12.], &[2, 2]))
+            .unwrap();
+        assert_eq!(read(&[2, 2]), [9., 10., 11., 12.]);
+        assert_ne!(inode(), first);
+    }
+}
