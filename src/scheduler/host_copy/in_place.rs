@@ -19,11 +19,12 @@ use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, StorageRef, Tensor};
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, View};
 
-/// The bytes of a CPU storage's elements, where they are plain bytes (all but 8-bit floats).
+/// The bytes of a CPU storage's elements, where each element is whole bytes of its own (not the
+/// 8-bit and smaller floats, whose storages candle keeps its own way).
 fn bytes(s: &CpuStorage) -> Option<&[u8]> {
     use CpuStorage as S;
     Some(match s {
-        S::U8(v) | S::F6E2M3(v) | S::F6E3M2(v) | S::F4(v) | S::F8E8M0(v) => v,
+        S::U8(v) => v,
         S::U32(v) => bytemuck::cast_slice(v),
         S::I16(v) => bytemuck::cast_slice(v),
         S::I32(v) => bytemuck::cast_slice(v),
@@ -32,14 +33,14 @@ fn bytes(s: &CpuStorage) -> Option<&[u8]> {
         S::F16(v) => bytemuck::cast_slice(v),
         S::F32(v) => bytemuck::cast_slice(v),
         S::F64(v) => bytemuck::cast_slice(v),
-        S::F8E4M3(_) => return None,
+        S::F8E4M3(_) | S::F6E2M3(_) | S::F6E3M2(_) | S::F4(_) | S::F8E8M0(_) => return None,
     })
 }
 
 fn bytes_mut(s: &mut CpuStorage) -> Option<&mut [u8]> {
     use CpuStorage as S;
     Some(match s {
-        S::U8(v) | S::F6E2M3(v) | S::F6E3M2(v) | S::F4(v) | S::F8E8M0(v) => v,
+        S::U8(v) => v,
         S::U32(v) => bytemuck::cast_slice_mut(v),
         S::I16(v) => bytemuck::cast_slice_mut(v),
         S::I32(v) => bytemuck::cast_slice_mut(v),
@@ -48,7 +49,7 @@ fn bytes_mut(s: &mut CpuStorage) -> Option<&mut [u8]> {
         S::F16(v) => bytemuck::cast_slice_mut(v),
         S::F32(v) => bytemuck::cast_slice_mut(v),
         S::F64(v) => bytemuck::cast_slice_mut(v),
-        S::F8E4M3(_) => return None,
+        S::F8E4M3(_) | S::F6E2M3(_) | S::F6E3M2(_) | S::F4(_) | S::F8E8M0(_) => return None,
     })
 }
 
