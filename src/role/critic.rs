@@ -146,9 +146,15 @@ impl Critic {
             .collect::<candle_core::Result<_>>()
             .during("copying the policy for the critic")?;
         let origin = Path::new("the policy");
-        let mut net =
-            CriticNet::from_tensors(policy.config(), tensors, &c.optimizer, updates, origin)
-                .map_err(RoleError::Setup)?;
+        let mut net = CriticNet::from_tensors(
+            policy.config(),
+            tensors,
+            &c.optimizer,
+            updates,
+            origin,
+            None,
+        )
+        .map_err(RoleError::Setup)?;
         if let Some(r) = resume {
             load_vars(&net.vars(), &r.dir.join(CRITIC_FILE))?;
             let device = policy.transformer.device();

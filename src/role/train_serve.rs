@@ -29,7 +29,7 @@ use super::{RoleError, setup_err};
 use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
-use crate::scheduler::host_copy::{read_tensors, tensor_bytes, write_tensors};
+use crate::scheduler::host_copy::{read_tensors, read_variables, tensor_bytes, write_tensors};
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::{AdamW, OptimizerConfig};
 
@@ -81,22 +81,31 @@ impl Base {
         }
     }
 
-    /// The network from named tensors (`origin` names their file), with a fresh optimizer.
-    fn build(&self, tensors: BTreeMap<String, Tensor>, origin: &Path) -> Result<Resident, String> {
+    /// The network from named tensors (`origin` names their file), with an optimizer: fresh, or
+    /// resumed from `moments` (the steps taken, and the tensors holding the moments).
+    fn build(
+        &self,
+        tensors: BTreeMap<String, Tensor>,
+        origin: &Path,
+        moments: Option<(usize, &mut HashMap<String, Tensor>)>,
+    ) -> Result<Resident, String> {
         let optimizer = self.optimizer()?;
+        let updates = self.total_updates;
         if self.role == Role::Critic {
             let net = CriticNet::from_tensors(
                 &self.config,
                 tensors,
                 optimizer,
-                self.total_updates,
+                updates,
                 origin,
+                moments,
             )?;
             return Ok(Resident::Critic(net));
         }
         let model = build_transformer(&self.config, tensors, origin)?;
         let vars = model.params().named_vars();
-        let opt = AdamW::new(vars, optimizer.clone(), self.total_updates).map_err(err)?;
+        let opt = AdamW::new_or_resumed(vars, optimizer.clone(), updates, moments)
+            .map_err(|e| format!("host copy '{}': {e}", origin.display()))?;
         Ok(Resident::Actor { model, opt })
     }
 }
@@ -223,7 +232,7 @@ fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
         total_updates: init.total_updates,
     };
     let tensors = read_tensors(&init.weights, &Device::Cpu).map_err(err)?;
-    let mut resident = base.build(tensors.into_iter().collect(), &init.weights)?;
+    let mut resident = base.build(tensors.into_iter().collect(), &init.weights, None)?;
     if let Some(path) = &init.moments {
         let moments = load_moments(path, &Device::Cpu).map_err(err)?;
         resident
@@ -301,17 +310,22 @@ fn checkpoint(r: &Resident, weights: Option<&Path>, moments: &Path) -> Result<u6
 
 /// Rebuild the network and its optimizer from an offload's host copy.
 fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), String> {
-    let mut tensors = read_tensors(path, &Device::Cpu).map_err(err)?;
+    // Read as variables, so the network takes the tensors without copying them again.
+    let mut tensors = read_variables(path).map_err(err)?;
     let mut moments: HashMap<String, Tensor> = tensors
         .extract_if(|k, _| k.starts_with("adam_m.") || k.starts_with("adam_v."))
         .collect();
-    let weight_bytes: u64 = tensors.values().map(tensor_bytes).sum();
-    let mut r = base.build(tensors.into_iter().collect(), path)?;
-    let moment_bytes = r
-        .opt_mut()
-        .take_moments(steps, &mut moments)
-        .map_err(|e| format!("host copy '{}': {e}", path.display()))?;
-    Ok((r, weight_bytes + moment_bytes))
+    let bytes: u64 = tensors
+        .values()
+        .chain(moments.values())
+        .map(tensor_bytes)
+        .sum();
+    let r = base.build(
+        tensors.into_iter().collect(),
+        path,
+        Some((steps, &mut moments)),
+    )?;
+    Ok((r, bytes))
 }
 
 /// Restore an in-process trainable role (weights into `vars`, moments into `opt`) from its file in

@@ -129,15 +129,39 @@ pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, H
     Ok(bytes)
 }
 
-/// Read the host copy at `path` onto `device`.
+/// Read the host copy at `path` onto `device`. On the CPU each tensor is read straight into its new
+/// storage, side by side on every core (candle's `load` reads the whole file into one buffer first
+/// and copies each tensor out of it).
 pub fn read_tensors(
     path: &Path,
     device: &Device,
 ) -> Result<HashMap<String, Tensor>, HostCopyError> {
-    candle_core::safetensors::load(path, device).map_err(|source| HostCopyError {
+    read_new(path, device, false)
+}
+
+/// [`read_tensors`] onto the CPU, each tensor made a variable as it is read: a network to train is
+/// built from them without another copy (candle makes a variable of a plain tensor by copying it).
+pub fn read_variables(path: &Path) -> Result<HashMap<String, Tensor>, HostCopyError> {
+    read_new(path, &Device::Cpu, true)
+}
+
+fn read_new(
+    path: &Path,
+    device: &Device,
+    variables: bool,
+) -> Result<HashMap<String, Tensor>, HostCopyError> {
+    let err = |source| HostCopyError {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    if device.is_cpu() {
+        let copy = in_place::Opened::open(path).map_err(|e| err(candle_core::Error::Msg(e)))?;
+        let tensors = copy.read_all(variables);
+        if let Some(tensors) = tensors.map_err(|e| err(candle_core::Error::Msg(e)))? {
+            return Ok(tensors);
+        }
+    }
+    candle_core::safetensors::load(path, device).map_err(err)
 }
 
 /// Read the host copy at `path` into existing variables (every variable must be in it, with its

@@ -172,6 +172,43 @@ impl AdamW {
         })
     }
 
+    /// An optimizer resumed after `step` AdamW steps from the moments [`AdamW::with_moments`]
+    /// named, taken out of `tensors`, without the zero moments `new` would make and drop (the
+    /// size of the model twice over, page-faulted in: up to 0.4 s at 30M parameters). Returns the
+    /// moments' bytes too.
+    pub fn resumed(
+        vars: Vec<(String, Var)>,
+        cfg: OptimizerConfig,
+        total_steps: usize,
+        step: usize,
+        tensors: &mut HashMap<String, Tensor>,
+    ) -> Result<(Self, u64)> {
+        let mut opt = AdamW {
+            cfg,
+            vars,
+            m: Vec::new(),
+            v: Vec::new(),
+            step: 0,
+            total_steps,
+        };
+        let bytes = opt.take_moments(step, tensors)?;
+        Ok((opt, bytes))
+    }
+
+    /// [`AdamW::resumed`] from `moments` (the steps taken, and the tensors holding the moments)
+    /// when given, else [`AdamW::new`].
+    pub fn new_or_resumed(
+        vars: Vec<(String, Var)>,
+        cfg: OptimizerConfig,
+        total_steps: usize,
+        moments: Option<(usize, &mut HashMap<String, Tensor>)>,
+    ) -> Result<Self> {
+        match moments {
+            Some((step, tensors)) => Ok(Self::resumed(vars, cfg, total_steps, step, tensors)?.0),
+            None => Self::new(vars, cfg, total_steps),
+        }
+    }
+
     pub fn vars(&self) -> &[(String, Var)] {
         &self.vars
     }
@@ -272,7 +309,8 @@ impl AdamW {
         step: usize,
         moments: &BTreeMap<String, (Tensor, Tensor)>,
     ) -> Result<()> {
-        for (i, (name, var)) in self.vars.iter().enumerate() {
+        let (mut ms, mut vs) = (Vec::new(), Vec::new());
+        for (name, var) in &self.vars {
             let Some((m, v)) = moments.get(name) else {
                 candle_core::bail!("optimizer state has no moments for '{name}'");
             };
@@ -283,10 +321,10 @@ impl AdamW {
                     var.dims()
                 );
             }
-            self.m[i] = m.to_dtype(DType::F32)?;
-            self.v[i] = v.to_dtype(DType::F32)?;
+            ms.push(m.to_dtype(DType::F32)?);
+            vs.push(v.to_dtype(DType::F32)?);
         }
-        self.step = step;
+        (self.m, self.v, self.step) = (ms, vs, step);
         Ok(())
     }
 
@@ -336,6 +374,56 @@ impl AdamW {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    /// A host copy's moments resume an optimizer exactly as `restore` would, named as
+    /// `with_moments` names them; a missing one is an error naming the parameter.
+    #[test]
+    fn resumed_takes_the_moments_a_host_copy_holds() {
+        let dev = Device::Cpu;
+        let var = |x: &[f32]| Var::from_slice(x, x.len(), &dev).unwrap();
+        let vars = vec![
+            ("a".to_string(), var(&[1., 2.])),
+            ("b".to_string(), var(&[3.])),
+        ];
+        let mut first = AdamW::new(vars.clone(), OptimizerConfig::default(), 10).unwrap();
+        let t = |x: &[f32]| Tensor::from_slice(x, x.len(), &dev).unwrap();
+        let moments = BTreeMap::from([
+            ("a".to_string(), (t(&[0.1, 0.2]), t(&[0.01, 0.02]))),
+            ("b".to_string(), (t(&[0.3]), t(&[0.03]))),
+        ]);
+        first.restore(7, &moments).unwrap();
+        let copy: HashMap<String, Tensor> = first.with_moments(vec![]).into_iter().collect();
+
+        let (resumed, bytes) = AdamW::resumed(
+            vars.clone(),
+            OptimizerConfig::default(),
+            10,
+            7,
+            &mut copy.clone(),
+        )
+        .unwrap();
+        assert_eq!(bytes, 2 * 3 * 4);
+        assert_eq!(resumed.steps_taken(), 7);
+        let values = |opt: &AdamW| -> Vec<(String, Vec<f32>, Vec<f32>)> {
+            let (_, moments) = opt.state();
+            moments
+                .iter()
+                .map(|(n, m, v)| (n.clone(), m.to_vec1().unwrap(), v.to_vec1().unwrap()))
+                .collect()
+        };
+        assert_eq!(values(&resumed), values(&first));
+
+        let mut missing = copy;
+        missing.remove("adam_v.b");
+        let e = AdamW::resumed(vars, OptimizerConfig::default(), 10, 7, &mut missing)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("the optimizer moments of 'b' are missing"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn warmup_then_cosine() {

@@ -1,6 +1,6 @@
 //! The critic's network: the policy's transformer with a value head, and its AdamW.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use candle_core::{Tensor, Var};
@@ -53,15 +53,17 @@ impl CriticNet {
     }
 
     /// Build from named tensors (network and `value_head.*`, as [`CriticNet::named_tensors`]
-    /// gives them), with a fresh optimizer for `updates` AdamW steps. `origin` names the tensors'
-    /// file in errors. The critic's variables take the tensors' storage (candle shares a
-    /// variable's): pass copies of tensors that something else trains.
+    /// gives them), with an optimizer for `updates` AdamW steps: fresh, or resumed from `moments`
+    /// ([`AdamW::new_or_resumed`]). `origin` names the tensors' file in errors. The critic's
+    /// variables take the tensors' storage (candle shares a variable's): pass copies of tensors
+    /// that something else trains.
     pub fn from_tensors(
         config: &ModelConfig,
         mut tensors: BTreeMap<String, Tensor>,
         optimizer: &OptimizerConfig,
         updates: usize,
         origin: &Path,
+        moments: Option<(usize, &mut HashMap<String, Tensor>)>,
     ) -> Result<CriticNet, String> {
         let mut take = |name: &str| {
             tensors
@@ -88,8 +90,8 @@ impl CriticNet {
             .check_against(config, &origin.display().to_string())
             .map_err(|e| e.to_string())?;
         let model = Transformer::new(config.clone(), params).map_err(err)?;
-        let opt =
-            AdamW::new(critic_vars(&model, &head), optimizer.clone(), updates).map_err(err)?;
+        let vars = critic_vars(&model, &head);
+        let opt = AdamW::new_or_resumed(vars, optimizer.clone(), updates, moments).map_err(err)?;
         Ok(CriticNet { model, head, opt })
     }
 

@@ -9,13 +9,17 @@
 //! one `pread` per tensor straight into the storage of the tensor it restores.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, StorageRef, Tensor};
+use candle_core::{
+    CpuStorage, DType, Device, InplaceOp1, Layout, Storage, StorageRef, Tensor, Var,
+};
+use rayon::prelude::*;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, View};
 
@@ -213,6 +217,45 @@ impl Opened {
     }
 }
 
+impl Opened {
+    /// Every tensor of the copy, each read into new CPU storage of its own (made as a variable's
+    /// with `variables`); `None` where a dtype is not whole bytes an element (the small floats:
+    /// candle's reader handles them).
+    pub(super) fn read_all(
+        &self,
+        variables: bool,
+    ) -> Result<Option<HashMap<String, Tensor>>, String> {
+        let mut fresh = Vec::new();
+        for (name, info) in self.metadata.tensors() {
+            let Some(dtype) = DType::try_from(info.dtype).ok().filter(|d| whole_bytes(*d)) else {
+                return Ok(None);
+            };
+            // Zeros from memory the OS hands over zeroed are not written twice (mimalloc knows).
+            let shape = info.shape.as_slice();
+            let t = if variables {
+                Var::zeros(shape, dtype, &Device::Cpu).map(|v| v.as_tensor().clone())
+            } else {
+                Tensor::zeros(shape, dtype, &Device::Cpu)
+            };
+            let t = t.map_err(|e| format!("tensor '{name}': {e}"))?;
+            fresh.push((name, t));
+        }
+        fresh
+            .par_iter()
+            .try_for_each(|(name, t)| self.read_into(name, t).map(drop))?;
+        Ok(Some(fresh.into_iter().collect()))
+    }
+}
+
+/// Whether [`bytes_mut`] reaches the elements of a CPU storage of `dtype`.
+fn whole_bytes(dtype: DType) -> bool {
+    use DType as D;
+    matches!(
+        dtype,
+        D::U8 | D::U32 | D::I16 | D::I32 | D::I64 | D::BF16 | D::F16 | D::F32 | D::F64
+    )
+}
+
 /// Reads `len` bytes at `at` of `file` over a tensor's elements.
 struct ReadAt<'a> {
     file: &'a File,
@@ -248,9 +291,9 @@ impl InplaceOp1 for ReadAt<'_> {
 mod tests {
     use std::os::unix::fs::MetadataExt;
 
-    use candle_core::{DType, Device, Tensor};
+    use candle_core::{DType, Device, Tensor, Var};
 
-    use super::super::{HostArea, read_into_tensors, write_tensors};
+    use super::super::{HostArea, read_into_tensors, read_tensors, read_variables, write_tensors};
 
     fn t(values: &[f32], shape: &[usize]) -> Tensor {
         Tensor::from_slice(values, shape, &Device::Cpu).unwrap()
@@ -292,6 +335,28 @@ mod tests {
             .unwrap();
         assert_eq!(h_back, [0.5, -1.25, 3.0]);
         assert_eq!(ids_alias.to_vec1::<u32>().unwrap(), [7, 8, 9]);
+    }
+
+    /// Read as variables, a copy's tensors become a network's variables as they are: a `Var` made
+    /// from one shares its storage (candle copies a plain tensor to make a variable).
+    #[test]
+    fn tensors_read_as_variables_are_taken_by_variables_without_a_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy.safetensors");
+        write_tensors(&path, &[("w".to_string(), t(&[1., 2.], &[2]))]).unwrap();
+        for (variables, shared) in [(true, true), (false, false)] {
+            let read = if variables {
+                read_variables(&path)
+            } else {
+                read_tensors(&path, &Device::Cpu)
+            };
+            let w = read.unwrap().remove("w").unwrap();
+            assert_eq!(w.to_vec1::<f32>().unwrap(), [1., 2.]);
+            let var = Var::from_tensor(&w).unwrap();
+            var.set(&t(&[5., 6.], &[2])).unwrap();
+            let seen = w.to_vec1::<f32>().unwrap();
+            assert_eq!(seen == [5., 6.], shared, "variables: {variables}, {seen:?}");
+        }
     }
 
     #[test]
