@@ -3,7 +3,9 @@
 //!
 //! The same files carry offloaded state and weights sent to other workers: bulk tensors never go
 //! through the control channel. A file is written under a temporary name and renamed, so a reader
-//! never sees half of one.
+//! never sees half of one; only a copy that no other process reads (an in-process role's offload,
+//! [`HostArea::overwrite`]) is rewritten in place. Tensors go to and come from the files without
+//! copies in between (`host_copy/in_place.rs`).
 
 mod in_place;
 

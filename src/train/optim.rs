@@ -348,11 +348,7 @@ impl AdamW {
 
     /// Take the moments [`AdamW::with_moments`] added out of `tensors` and restore them as the
     /// state after `step` AdamW steps; returns their bytes.
-    pub fn take_moments(
-        &mut self,
-        step: usize,
-        tensors: &mut HashMap<String, Tensor>,
-    ) -> Result<u64> {
+    fn take_moments(&mut self, step: usize, tensors: &mut HashMap<String, Tensor>) -> Result<u64> {
         let mut moments = BTreeMap::new();
         let mut bytes = 0;
         for (name, _) in &self.vars {
