@@ -31,6 +31,7 @@ use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
 use crate::scheduler::host_copy::{read_tensors, read_variables, tensor_bytes, write_tensors};
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
+use crate::train::optim::MOMENT_PREFIXES;
 use crate::train::{AdamW, OptimizerConfig};
 
 /// What to load: the network's shape, its weights from the host copy `weights` (for the critic
@@ -313,7 +314,7 @@ fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), Str
     // Read as variables, so the network takes the tensors without copying them again.
     let mut tensors = read_variables(path).map_err(err)?;
     let mut moments: HashMap<String, Tensor> = tensors
-        .extract_if(|k, _| k.starts_with("adam_m.") || k.starts_with("adam_v."))
+        .extract_if(|k, _| MOMENT_PREFIXES.iter().any(|p| k.starts_with(p)))
         .collect();
     let bytes: u64 = tensors
         .values()

@@ -23,6 +23,16 @@ pub struct HostCopyError {
     pub source: candle_core::Error,
 }
 
+impl HostCopyError {
+    /// The copy at `path` went wrong as `msg` says.
+    fn new(path: &Path, msg: String) -> HostCopyError {
+        HostCopyError {
+            path: path.to_path_buf(),
+            source: candle_core::Error::Msg(msg),
+        }
+    }
+}
+
 /// A run's directory of host copies.
 pub struct HostArea {
     dir: tempfile::TempDir,
@@ -67,10 +77,7 @@ impl HostArea {
         tensors: &[(String, Tensor)],
     ) -> Result<u64, HostCopyError> {
         let path = self.path(name);
-        let err = |msg: String| HostCopyError {
-            path: path.clone(),
-            source: candle_core::Error::Msg(msg),
-        };
+        let err = |msg| HostCopyError::new(&path, msg);
         let Some(copy) = in_place::Opened::rewritable(&path, tensors).map_err(err)? else {
             return write_tensors(&path, tensors);
         };
@@ -152,18 +159,17 @@ fn read_new(
     device: &Device,
     variables: bool,
 ) -> Result<HashMap<String, Tensor>, HostCopyError> {
-    let err = |source| HostCopyError {
-        path: path.to_path_buf(),
-        source,
-    };
+    let err = |msg| HostCopyError::new(path, msg);
     if device.is_cpu() {
-        let copy = in_place::Opened::open(path).map_err(|e| err(candle_core::Error::Msg(e)))?;
-        let tensors = copy.read_all(variables);
-        if let Some(tensors) = tensors.map_err(|e| err(candle_core::Error::Msg(e)))? {
+        let copy = in_place::Opened::open(path).map_err(err)?;
+        if let Some(tensors) = copy.read_all(variables).map_err(err)? {
             return Ok(tensors);
         }
     }
-    candle_core::safetensors::load(path, device).map_err(err)
+    candle_core::safetensors::load(path, device).map_err(|source| HostCopyError {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Read the host copy at `path` into existing variables (every variable must be in it, with its
@@ -182,10 +188,7 @@ pub fn read_into_tensors<'t>(
     path: &Path,
     targets: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
 ) -> Result<u64, HostCopyError> {
-    let err = |msg: String| HostCopyError {
-        path: path.to_path_buf(),
-        source: candle_core::Error::Msg(msg),
-    };
+    let err = |msg| HostCopyError::new(path, msg);
     let copy = in_place::Opened::open(path).map_err(err)?;
     let targets: Vec<(&str, &Tensor)> = targets.into_iter().collect();
     // Each tensor from its own range of the file, on every core (a move is bound by copying).

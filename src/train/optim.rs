@@ -340,8 +340,9 @@ impl AdamW {
     pub fn named_moments(&self) -> Vec<(String, Tensor)> {
         let mut named = Vec::with_capacity(2 * self.vars.len());
         for ((name, _), (m, v)) in self.vars.iter().zip(self.m.iter().zip(&self.v)) {
-            named.push((format!("adam_m.{name}"), m.clone()));
-            named.push((format!("adam_v.{name}"), v.clone()));
+            let [m_name, v_name] = moment_names(name);
+            named.push((m_name, m.clone()));
+            named.push((v_name, v.clone()));
         }
         named
     }
@@ -352,10 +353,8 @@ impl AdamW {
         let mut moments = BTreeMap::new();
         let mut bytes = 0;
         for (name, _) in &self.vars {
-            let (Some(m), Some(v)) = (
-                tensors.remove(&format!("adam_m.{name}")),
-                tensors.remove(&format!("adam_v.{name}")),
-            ) else {
+            let [m_name, v_name] = moment_names(name);
+            let (Some(m), Some(v)) = (tensors.remove(&m_name), tensors.remove(&v_name)) else {
                 candle_core::bail!("the optimizer moments of '{name}' are missing");
             };
             bytes += ((m.elem_count() + v.elem_count()) * 4) as u64;
@@ -365,6 +364,14 @@ impl AdamW {
         Ok(bytes)
     }
 }
+
+/// What a host copy calls the moments of parameter `name` ([`AdamW::with_moments`]).
+fn moment_names(name: &str) -> [String; 2] {
+    MOMENT_PREFIXES.map(|prefix| format!("{prefix}{name}"))
+}
+
+/// The prefixes of [`moment_names`]: a host copy's other tensors are the weights.
+pub const MOMENT_PREFIXES: [&str; 2] = ["adam_m.", "adam_v."];
 
 #[cfg(test)]
 mod tests {
