@@ -10,6 +10,15 @@
 //! (a worker's offload, a role of a worker process coming in; [`release_freed_memory`]), so
 //! colocated roles still get the memory the ledger promises. Roles in one process reuse what the
 //! others freed as it is.
+//!
+//! Memory goes back "lazily" (`MADV_FREE`, mimalloc's reset; [`configure`]): the kernel takes the
+//! pages only when some process needs them, and takes them without writing them anywhere, so they
+//! count as available memory at once. Until then the process that gave them back reuses them
+//! without a page fault. A worker process offloads and reloads every RL step: with the pages
+//! unmapped at once (`MADV_DONTNEED`, mimalloc's default) its whole working set was faulted in and
+//! zeroed again each step (benches/RESULTS.md, twenty-fifth slice). The price is in what tools
+//! show: a worker's RSS does not drop at its offload; the pages it gave back are its `LazyFree`
+//! in `/proc/PID/smaps_rollup` until the kernel takes them.
 
 use std::ffi::c_long;
 
@@ -20,12 +29,28 @@ pub const PURGE_DELAY_MS: i64 = 60_000;
 /// no constant for it.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Set the purge delay to [`PURGE_DELAY_MS`], unless `MIMALLOC_PURGE_DELAY` gives one (read by
-/// mimalloc itself). Call first thing in `main`; worker processes are the same binary.
+/// `mi_option_purge_decommits` in mimalloc v3's `mi_option_t`; the crate names no constant for it.
+const MI_OPTION_PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = 5;
+
+/// Set the purge delay to [`PURGE_DELAY_MS`] and purges to give memory back lazily
+/// ([`set_lazy_purge`]), each unless the environment sets it (`MIMALLOC_PURGE_DELAY`,
+/// `MIMALLOC_PURGE_DECOMMITS`, read by mimalloc itself). Call first thing in `main`; worker
+/// processes are the same binary.
 pub fn configure() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         set_purge_delay(PURGE_DELAY_MS);
     }
+    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_none() {
+        set_lazy_purge(true);
+    }
+}
+
+/// Whether a purge gives pages back lazily (`MADV_FREE`: the kernel takes them when memory is
+/// needed, and until then the process reuses them without a fault) or at once (`MADV_DONTNEED`).
+#[allow(unsafe_code)] // one call into mimalloc's C API
+pub fn set_lazy_purge(lazy: bool) {
+    // SAFETY: as in `set_purge_delay`: a store into mimalloc's option table.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DECOMMITS, c_long::from(!lazy)) };
 }
 
 /// The purge delay in milliseconds; negative: never purge (then [`release_freed_memory`] cannot
@@ -57,15 +82,23 @@ pub fn release_freed_memory() {
 mod tests {
     use super::*;
 
-    /// This process's resident memory in bytes (Linux).
-    fn rss() -> usize {
-        let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
-        let pages: usize = statm
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .expect("resident pages");
-        pages * 4096
+    /// This process's resident memory and the part of it given back lazily, in bytes (Linux).
+    fn rss_and_lazy_free() -> (usize, usize) {
+        let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
+        let kb = |field: &str| -> usize {
+            rollup
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or_else(|| panic!("{field} in smaps_rollup"))
+        };
+        (kb("Rss:") * 1024, kb("LazyFree:") * 1024)
+    }
+
+    /// Resident memory the kernel cannot take back without asking: RSS less `LazyFree`.
+    fn held() -> usize {
+        let (rss, lazy) = rss_and_lazy_free();
+        rss - lazy
     }
 
     /// Allocate `bytes` from mimalloc on another thread (as rayon's threads allocate tensors),
@@ -101,23 +134,36 @@ mod tests {
         // on the environment it runs in).
         set_purge_delay(PURGE_DELAY_MS);
         assert_eq!(purge_delay(), PURGE_DELAY_MS);
-        let before = rss();
-        churn_on_another_thread(384 * MB);
-        let kept = rss();
-        // Freed but kept: the next step would reuse it without the kernel zeroing it again.
-        assert!(
-            kept > before + 300 * MB,
-            "freed memory was kept: {} MB before, {} MB after",
-            before / MB,
-            kept / MB
-        );
-        release_freed_memory();
-        let released = rss();
-        assert!(
-            released < kept - 300 * MB,
-            "released: {} MB kept, {} MB after the release",
-            kept / MB,
-            released / MB
-        );
+        // Both ways of giving memory back, as `configure` sets (lazily) and as mimalloc's own
+        // default (at once): the memory is kept, then given back either way.
+        for lazy in [true, false] {
+            set_lazy_purge(lazy);
+            let before = held();
+            churn_on_another_thread(384 * MB);
+            let kept = held();
+            // Freed but kept: the next step would reuse it without the kernel zeroing it again.
+            assert!(
+                kept > before + 300 * MB,
+                "lazy {lazy}: freed memory was kept: {} MB before, {} MB after",
+                before / MB,
+                kept / MB
+            );
+            release_freed_memory();
+            let (rss, lazy_free) = rss_and_lazy_free();
+            assert!(
+                rss - lazy_free < kept - 300 * MB,
+                "lazy {lazy}: released: {} MB kept, {} MB after the release",
+                kept / MB,
+                (rss - lazy_free) / MB
+            );
+            // Lazily: still resident, but the kernel's to take (given back at once: gone).
+            assert_eq!(
+                lazy_free > 300 * MB,
+                lazy,
+                "lazy {lazy}: {} MB resident, {} MB of it lazily freed",
+                rss / MB,
+                lazy_free / MB
+            );
+        }
     }
 }

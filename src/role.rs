@@ -27,6 +27,8 @@ pub mod reward;
 pub mod rows;
 pub mod step_file;
 mod train_serve;
+#[cfg(test)]
+mod worker_offload_tests;
 
 pub use train_serve::TrainInit;
 

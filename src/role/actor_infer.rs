@@ -29,7 +29,7 @@ pub enum InferCall {
     Step { ops: Vec<InferOp> },
     /// Take the weights in the host copy at `path` (weight sync).
     SetWeights { path: PathBuf },
-    /// Write the weights to the host copy at `path` and free them.
+    /// Free the weights, which the host copy at `path` holds already (weight sync writes it).
     Offload { path: PathBuf },
     /// Load them back from the host copy at `path`.
     Reload { path: PathBuf },

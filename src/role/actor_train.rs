@@ -34,7 +34,8 @@ pub enum ActorTrainCall {
     Step { step: PathBuf, weights_out: PathBuf },
     /// Write the optimizer moments to `moments` (a checkpoint's file).
     Checkpoint { moments: PathBuf },
-    /// Write weights and moments to the host copy at `path` and free them.
+    /// Write weights and moments to the host copy at `path` (in place over the last offload's)
+    /// and free them.
     Offload { path: PathBuf },
     /// Load them back from the host copy at `path`.
     Reload { path: PathBuf },

@@ -44,7 +44,8 @@ pub enum CriticCall {
     Step { step: PathBuf },
     /// Write the weights to `weights` and the moments to `moments` (a checkpoint's files).
     Checkpoint { weights: PathBuf, moments: PathBuf },
-    /// Write weights, head and moments to the host copy at `path` and free them.
+    /// Write weights, head and moments to the host copy at `path` (in place over the last
+    /// offload's) and free them.
     Offload { path: PathBuf },
     /// Load them back from the host copy at `path`.
     Reload { path: PathBuf },
@@ -349,7 +350,8 @@ impl RemoteCritic {
         Ok(metrics)
     }
 
-    /// Offload: the worker writes weights, head and moments to its host copy and frees them.
+    /// Offload: the worker writes weights, head and moments to its host copy (in place over the
+    /// last offload's) and frees them.
     fn offload(&mut self) -> Result<u64, RoleError> {
         let path = self.area.path(HOST_COPY);
         moved(Role::Critic, self.call(CriticCall::Offload { path })?)

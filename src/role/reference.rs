@@ -3,7 +3,7 @@
 //!
 //! The worker's host copy (`reference.safetensors` in its shared-memory area) always holds the
 //! reference's current weights: it is written at start and at every refresh before the worker is
-//! told, and an offload is the worker writing it. A worker that dies or hangs is therefore
+//! told, so an offload is the worker letting go of its weights. A worker that dies or hangs is therefore
 //! replaced from it and the call repeated — nothing is lost — and checkpoints copy it.
 
 pub mod serve;
@@ -37,7 +37,7 @@ pub enum ReferenceCall {
     Logprobs { rows: PathBuf, out: PathBuf },
     /// Take the weights in the host copy at `path` (a refresh).
     SetWeights { path: PathBuf },
-    /// Write the weights to the host copy at `path` and free them.
+    /// Free the weights, which the host copy at `path` holds already (every refresh writes it).
     Offload { path: PathBuf },
     /// Load them back from the host copy at `path`.
     Reload { path: PathBuf },

@@ -29,7 +29,9 @@ use super::{RoleError, setup_err};
 use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
-use crate::scheduler::host_copy::{read_tensors, read_variables, tensor_bytes, write_tensors};
+use crate::scheduler::host_copy::{
+    overwrite_tensors, read_tensors, read_variables, tensor_bytes, write_tensors,
+};
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::optim::MOMENT_PREFIXES;
 use crate::train::{AdamW, OptimizerConfig};
@@ -196,12 +198,17 @@ pub fn serve<Req: RoleCall + Into<TrainOp>>(role: Role, calls: &Calls<Req>) {
             }
             (TrainOp::Offload { path }, Some(_), Some(r)) => {
                 let tensors = r.opt().with_moments(r.weights());
-                write_tensors(&path, &tensors).map_err(err).map(|bytes| {
-                    drop(tensors);
-                    resident = None;
-                    crate::allocator::release_freed_memory();
-                    Reply::Moved { bytes }
-                })
+                // In place over the last offload's copy: only this worker reads it, and a worker
+                // that dies mid-write stops the run (the moments die with it), so a half-written
+                // copy is never read.
+                overwrite_tensors(&path, &tensors)
+                    .map_err(err)
+                    .map(|bytes| {
+                        drop(tensors);
+                        resident = None;
+                        crate::allocator::release_freed_memory();
+                        Reply::Moved { bytes }
+                    })
             }
             (TrainOp::Reload { path }, Some(b), None) => {
                 reload(b, &path, steps).map(|(r, bytes)| {

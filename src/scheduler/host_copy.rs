@@ -4,8 +4,9 @@
 //! The same files carry offloaded state and weights sent to other workers: bulk tensors never go
 //! through the control channel. A file is written under a temporary name and renamed, so a reader
 //! never sees half of one; only a copy that no other process reads (an in-process role's offload,
-//! [`HostArea::overwrite`]) is rewritten in place. Tensors go to and come from the files without
-//! copies in between (`host_copy/in_place.rs`).
+//! [`HostArea::overwrite`]; a trainer worker's own, [`overwrite_tensors`]) is rewritten in place,
+//! and a worker whose copy holds its weights already offloads without writing ([`check_holds`]).
+//! Tensors go to and come from the files without copies in between (`host_copy/in_place.rs`).
 
 mod in_place;
 
@@ -76,18 +77,7 @@ impl HostArea {
         name: &str,
         tensors: &[(String, Tensor)],
     ) -> Result<u64, HostCopyError> {
-        let path = self.path(name);
-        let err = |msg| HostCopyError::new(&path, msg);
-        let Some(copy) = in_place::Opened::rewritable(&path, tensors).map_err(err)? else {
-            return write_tensors(&path, tensors);
-        };
-        // One tensor after another: writes to one file take its inode's lock, so threads would
-        // only queue (measured: the same time), where reads run side by side.
-        let mut bytes = 0;
-        for (name, t) in tensors {
-            bytes += copy.write_from(name, t).map_err(err)?;
-        }
-        Ok(bytes)
+        overwrite_tensors(&self.path(name), tensors)
     }
 
     /// Read the copy called `name` back onto `device`.
@@ -136,6 +126,39 @@ pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, H
         source: e.into(),
     })?;
     Ok(bytes)
+}
+
+/// Write `tensors` to the host copy at `path` over its bytes in place when it holds the same
+/// tensors (names, dtypes, shapes), else as [`write_tensors`]; returns the bytes written. Only for a
+/// copy no other process reads while it is written, and whose loss with its writer loses nothing
+/// ([`HostArea::overwrite`]; a trainer worker's offload, whose death stops the run anyway).
+pub fn overwrite_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    let Some(copy) = in_place::Opened::rewritable(path, tensors).map_err(err)? else {
+        return write_tensors(path, tensors);
+    };
+    // One tensor after another: writes to one file take its inode's lock, so threads would only
+    // queue (measured: the same time), where reads run side by side.
+    let mut bytes = 0;
+    for (name, t) in tensors {
+        bytes += copy.write_from(name, t).map_err(err)?;
+    }
+    Ok(bytes)
+}
+
+/// Check that the host copy at `path` holds `tensors` (names, dtypes and shapes; the data is the
+/// writer's promise) and return their bytes. A worker whose weights only ever came from that copy
+/// (actor_infer, the reference: the parent writes the copy before telling the worker to read it)
+/// offloads by letting go of them after this check: writing them again would copy the same bytes.
+pub fn check_holds(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
+    let copy = in_place::Opened::open(path).map_err(|msg| HostCopyError::new(path, msg))?;
+    if !copy.holds(tensors) {
+        return Err(HostCopyError::new(
+            path,
+            "does not hold these weights (other names, dtypes or shapes)".into(),
+        ));
+    }
+    Ok(tensors.iter().map(|(_, t)| tensor_bytes(t)).sum())
 }
 
 /// Read the host copy at `path` onto `device`. On the CPU each tensor is read straight into its new

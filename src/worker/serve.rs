@@ -113,3 +113,73 @@ pub async fn serve(
     let _ = compute.join();
     result
 }
+
+/// A compute loop driven without a socket or a process: the tests of each role's worker side.
+#[cfg(test)]
+pub(crate) struct InMemory {
+    calls: Option<std::sync::mpsc::Sender<(u64, Payload)>>,
+    replies: tokio::sync::mpsc::UnboundedReceiver<FromWorker>,
+    rt: tokio::runtime::Runtime,
+    next_id: u64,
+    compute: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(test)]
+impl InMemory {
+    /// Run `compute` on a thread of its own, as [`serve`] does.
+    pub(crate) fn start(compute: impl FnOnce(CallQueue) + Send + 'static) -> InMemory {
+        let (calls_tx, calls) = std::sync::mpsc::channel();
+        let (replies_tx, replies) = tokio::sync::mpsc::unbounded_channel();
+        let queue = CallQueue {
+            calls,
+            replies: replies_tx,
+        };
+        InMemory {
+            calls: Some(calls_tx),
+            replies,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("runtime"),
+            next_id: 0,
+            compute: Some(std::thread::spawn(move || compute(queue))),
+        }
+    }
+
+    /// Send one call and wait (at most a minute) for its reply.
+    pub(crate) fn call<Req: serde::Serialize, Rep: serde::de::DeserializeOwned>(
+        &mut self,
+        request: &Req,
+    ) -> Result<Rep, String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let payload = serde_json::to_value(request).expect("encode the call");
+        let calls = self.calls.as_ref().expect("running");
+        calls.send((id, payload)).expect("the compute loop is gone");
+        let deadline = std::time::Duration::from_secs(60);
+        let replies = &mut self.replies;
+        let reply = self
+            .rt
+            .block_on(async { tokio::time::timeout(deadline, replies.recv()).await })
+            .expect("no reply within a minute")
+            .expect("the compute loop is gone");
+        match reply {
+            FromWorker::Reply { id: got, result } => {
+                assert_eq!(got, id, "a reply to another call");
+                result.map(|r| serde_json::from_value(r).expect("decode the reply"))
+            }
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Drop for InMemory {
+    fn drop(&mut self) {
+        // The parent is gone: the loop returns, and its thread with it.
+        drop(self.calls.take());
+        if let Some(compute) = self.compute.take() {
+            let _ = compute.join();
+        }
+    }
+}

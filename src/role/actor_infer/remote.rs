@@ -7,8 +7,8 @@
 //! nothing is lost, and nothing finished is generated twice.
 //!
 //! The host copy (`actor_infer.safetensors` in this run's shared-memory area) always holds the
-//! current weights: weight sync writes it before telling the worker, and an offload is the worker
-//! writing it. A restarted worker therefore loads the right version, whatever it was doing.
+//! current weights: weight sync writes it before telling the worker, so an offload is the worker
+//! letting go of its weights, without writing them. A restarted worker therefore loads the right version, whatever it was doing.
 
 use std::time::Duration;
 
@@ -165,7 +165,7 @@ impl RemoteInfer {
         Ok(out)
     }
 
-    /// Offload: the worker writes its weights to the host copy and frees them. Returns bytes.
+    /// Offload: the worker frees its weights, which the host copy holds. Returns their bytes.
     pub fn offload(&mut self) -> Result<u64, RoleError> {
         let reply = self.call(|s| Call::Offload {
             path: s.area.path(HOST_COPY),

@@ -3,8 +3,9 @@
 //! would in the trainer's process.
 //!
 //! Weights arrive as host copies (safetensors files in shared memory) named in the calls, never
-//! through the control channel. Offloading writes the weights to the host copy and drops them, so
-//! the worker's memory is really freed until the reload.
+//! through the control channel. Offloading drops the weights, which the host copy named in the call
+//! holds already (the parent writes it before every load and weight sync; the worker checks its
+//! names, dtypes and shapes), so the worker's memory is freed until the reload without a write.
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,7 @@ use crate::model::{ModelConfig, ParamStore, Transformer, load_model_dir};
 use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::rollout::{Completion, Engine, FinishReason};
-use crate::scheduler::host_copy::{read_into_vars, read_tensors, tensor_bytes, write_tensors};
+use crate::scheduler::host_copy::{check_holds, read_into_vars, read_tensors, tensor_bytes};
 use crate::worker::serve::CallQueue;
 
 /// What to load: config and tokenizer from `model_dir`, the weights from the host copy `weights`
@@ -80,7 +81,7 @@ struct Base {
 
 /// Why the engine loop handed control back.
 enum Leave {
-    /// The weights were written to the host copy and are to be dropped.
+    /// The host copy holds the weights, which are to be dropped.
     Offload,
     /// The parent is gone or said shutdown.
     Exit,
@@ -213,7 +214,9 @@ fn run_engine(
                     );
                     continue;
                 }
-                match write_tensors(&path, &model.params().named_tensors()) {
+                // The copy at `path` holds the weights already (the parent writes it before each
+                // load and weight sync), so the worker only lets go of them.
+                match check_holds(&path, &model.params().named_tensors()) {
                     Ok(bytes) => {
                         reply(id, Ok(Reply::Moved { bytes }));
                         return Leave::Offload;

@@ -16,7 +16,9 @@ use crate::role::remote::ModelReply as Reply;
 use crate::role::rows::{Rows, response_logprobs};
 use crate::role::step_file::read_rows;
 use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{read_into_vars, read_tensors, tensor_bytes, write_tensors};
+use crate::scheduler::host_copy::{
+    check_holds, read_into_vars, read_tensors, tensor_bytes, write_tensors,
+};
 use crate::worker::serve::CallQueue;
 
 /// What to load: the model's shape, and its weights from the host copy `weights`.
@@ -58,8 +60,10 @@ pub fn serve(queue: CallQueue) {
                     .map(|bytes| Reply::Moved { bytes })
                     .map_err(err)
             }
+            // The copy at `path` holds the weights already (the parent writes it before each
+            // load and refresh), so the worker only lets go of them.
             (Request::Offload { path }, Some(_), Some(m)) => {
-                write_tensors(&path, &m.params().named_tensors())
+                check_holds(&path, &m.params().named_tensors())
                     .map_err(err)
                     .map(|bytes| {
                         model = None;

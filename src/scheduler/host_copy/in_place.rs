@@ -140,13 +140,17 @@ impl Opened {
             Err(e) => return Err(e.to_string()),
         };
         let copy = Opened::with(file)?;
-        let same = copy.metadata.tensors().len() == tensors.len()
+        Ok(copy.holds(tensors).then_some(copy))
+    }
+
+    /// Whether the copy holds exactly `tensors`: the same names, dtypes and shapes.
+    pub(super) fn holds(&self, tensors: &[(String, Tensor)]) -> bool {
+        self.metadata.tensors().len() == tensors.len()
             && tensors.iter().all(|(name, t)| {
-                copy.metadata.info(name).is_some_and(|info| {
+                self.metadata.info(name).is_some_and(|info| {
                     info.dtype == Dtype::from(t.dtype()) && info.shape == t.dims()
                 })
-            });
-        Ok(same.then_some(copy))
+            })
     }
 
     /// Write `t` over the tensor called `name`, which [`Opened::rewritable`] matched; bytes written.
