@@ -142,9 +142,10 @@ impl Reference {
                     .copy_from(policy)
                     .during("refreshing the KL reference"),
             },
+            // In place: the worker reads the copy only when a call tells it to, after the write.
             Reference::Remote(r) => {
                 r.area
-                    .write(HOST_COPY, &policy.named_tensors())
+                    .overwrite(HOST_COPY, &policy.named_tensors())
                     .map_err(setup_err)?;
                 if !r.offloaded {
                     let reply = r.call(|s| ReferenceCall::SetWeights {

@@ -281,7 +281,9 @@ fn train(
         }
     };
     if let Some(path) = weights_out {
-        write_tensors(path, &r.weights()).map_err(err)?;
+        // In place over the last step's: the parent reads it only after this reply, and a worker
+        // that dies mid-write stops the run.
+        overwrite_tensors(path, &r.weights()).map_err(err)?;
     }
     Ok(Reply::Trained {
         metric_bits: metrics.into_iter().map(|(k, v)| (k, v.to_bits())).collect(),

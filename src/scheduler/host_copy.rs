@@ -2,11 +2,14 @@
 //! (`/dev/shm` where it exists), removed when the run's [`HostArea`] is dropped.
 //!
 //! The same files carry offloaded state and weights sent to other workers: bulk tensors never go
-//! through the control channel. A file is written under a temporary name and renamed, so a reader
-//! never sees half of one; only a copy that no other process reads (an in-process role's offload,
-//! [`HostArea::overwrite`]; a trainer worker's own, [`overwrite_tensors`]) is rewritten in place,
-//! and a worker whose copy holds its weights already offloads without writing ([`check_holds`]).
-//! Tensors go to and come from the files without copies in between (`host_copy/in_place.rs`).
+//! through the control channel. A new file is written under a temporary name and renamed, so a
+//! reader never sees half of one. A copy that holds the same tensors as before is rewritten in
+//! place ([`HostArea::overwrite`], [`overwrite_tensors`]; ~3x faster than filling new pages) where
+//! nobody can read it mid-write: every copy between the trainer and a worker is read only when a
+//! call says so, after it was written, and a half-written one is never read after its writer died
+//! (the parent's death ends the run; a trainer worker's stops it). A worker whose copy holds its
+//! weights already offloads without writing ([`check_holds`]). Tensors go to and come from the
+//! files without copies in between (`host_copy/in_place.rs`).
 
 mod in_place;
 
@@ -67,11 +70,9 @@ impl HostArea {
         write_tensors(&self.path(name), tensors)
     }
 
-    /// Write `tensors` to the copy called `name` for this process to read back: over the old
-    /// copy's bytes in place when it holds the same tensors (names, dtypes, shapes), else as
-    /// [`HostArea::write`]. Rewriting a file's pages is ~3x faster than filling new ones, but a
-    /// reader in another process could see a half-written copy, so copies that other processes
-    /// read go through [`HostArea::write`].
+    /// Write `tensors` to the copy called `name`: over the old copy's bytes in place when it holds
+    /// the same tensors (names, dtypes, shapes), else as [`HostArea::write`]
+    /// ([`overwrite_tensors`]).
     pub fn overwrite(
         &self,
         name: &str,
@@ -130,8 +131,8 @@ pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, H
 
 /// Write `tensors` to the host copy at `path` over its bytes in place when it holds the same
 /// tensors (names, dtypes, shapes), else as [`write_tensors`]; returns the bytes written. Only for a
-/// copy no other process reads while it is written, and whose loss with its writer loses nothing
-/// ([`HostArea::overwrite`]; a trainer worker's offload, whose death stops the run anyway).
+/// copy nobody reads while it is written, and that nobody reads half-written after its writer
+/// died (the module's doc says which copies are).
 pub fn overwrite_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
     let err = |msg| HostCopyError::new(path, msg);
     let Some(copy) = in_place::Opened::rewritable(path, tensors).map_err(err)? else {

@@ -184,10 +184,11 @@ impl RemoteInfer {
     }
 
     /// Weight sync: the host copy gets `params`; a resident worker then takes them from there, an
-    /// offloaded one at its next reload.
+    /// offloaded one at its next reload. The copy is rewritten in place: the worker reads it only
+    /// when a call (behind this handle's lock) tells it to, after the write.
     pub fn set_weights(&mut self, params: &ParamStore) -> Result<(), RoleError> {
         self.area
-            .write(HOST_COPY, &params.named_tensors())
+            .overwrite(HOST_COPY, &params.named_tensors())
             .map_err(setup_err)?;
         if !self.offloaded {
             let reply = self.call(|s| Call::SetWeights {
