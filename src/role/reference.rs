@@ -3,8 +3,8 @@
 //!
 //! The worker's host copy (`reference.safetensors` in its shared-memory area) always holds the
 //! reference's current weights: it is written at start and at every refresh before the worker is
-//! told, so an offload is the worker letting go of its weights. A worker that dies or hangs is therefore
-//! replaced from it and the call repeated — nothing is lost — and checkpoints copy it.
+//! told, so an offload is the worker letting go of its weights. A worker that dies or hangs is
+//! therefore replaced from it and the call repeated — nothing is lost — and checkpoints copy it.
 
 pub mod serve;
 

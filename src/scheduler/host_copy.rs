@@ -130,8 +130,8 @@ pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, H
 }
 
 /// Write `tensors` to the host copy at `path` over its bytes in place when it holds the same
-/// tensors (names, dtypes, shapes), else as [`write_tensors`]; returns the bytes written. Only for a
-/// copy nobody reads while it is written, and that nobody reads half-written after its writer
+/// tensors (names, dtypes, shapes), else as [`write_tensors`]; returns the bytes written. Only for
+/// a copy nobody reads while it is written, and that nobody reads half-written after its writer
 /// died (the module's doc says which copies are).
 pub fn overwrite_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
     let err = |msg| HostCopyError::new(path, msg);

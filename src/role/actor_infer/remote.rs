@@ -8,7 +8,8 @@
 //!
 //! The host copy (`actor_infer.safetensors` in this run's shared-memory area) always holds the
 //! current weights: weight sync writes it before telling the worker, so an offload is the worker
-//! letting go of its weights, without writing them. A restarted worker therefore loads the right version, whatever it was doing.
+//! letting go of its weights, without writing them. A restarted worker therefore loads the right
+//! version, whatever it was doing.
 
 use std::time::Duration;
 
