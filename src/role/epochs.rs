@@ -433,4 +433,4 @@ pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RoleError> {
 
 #[cfg(test)]
 #[path = "epochs_tests.rs"]
-mod tests;
+pub(crate) mod tests;

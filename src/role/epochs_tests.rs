@@ -8,7 +8,8 @@ use crate::model::hf_dir::{InitOptions, init_model};
 use crate::model::{Arch, LoadedModel};
 use crate::train::OptimizerConfig;
 
-fn model() -> LoadedModel {
+/// A tiny random policy (also the worker tests' model).
+pub(crate) fn model() -> LoadedModel {
     init_model(&InitOptions {
         arch: Arch::Qwen2,
         hidden: 32,
@@ -27,7 +28,7 @@ fn model() -> LoadedModel {
     .expect("model")
 }
 
-fn rl() -> RlConfig {
+pub(crate) fn rl() -> RlConfig {
     let cfg: RunConfig = from_yaml_str(
         "name: t\nmodel: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, \
          intermediate: 64, chars: \"0\" } }\n\
@@ -40,7 +41,7 @@ fn rl() -> RlConfig {
 }
 
 /// 8 ragged rows in 2 groups of 4, with advantages and behaviour log-probs of either sign.
-fn step(micro: usize) -> ActorStep {
+pub(crate) fn step(micro: usize) -> ActorStep {
     let dev = Device::Cpu;
     let prompts: Vec<Vec<u32>> = (0..8u32)
         .map(|i| (0..1 + i % 3).map(|k| 3 + (i + k) % 9).collect())

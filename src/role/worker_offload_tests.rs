@@ -11,34 +11,18 @@ use super::actor_infer::{InferCall, InferInit, InferReply};
 use super::actor_train::ActorTrainCall;
 use super::reference::{ReferenceCall, ReferenceInit};
 use super::remote::ModelReply;
+use super::step_file::write_actor;
 use super::{Calls, Role, TrainInit};
 use crate::config::Dtype;
-use crate::config::load::from_yaml_str;
-use crate::model::{Arch, InitOptions, LoadedModel, init_model_dir, load_model_dir};
-use crate::scheduler::host_copy::{HostArea, tensor_bytes};
+use crate::model::{LoadedModel, save_model_dir};
+use crate::scheduler::host_copy::{HostArea, read_tensors, tensor_bytes};
 use crate::worker::serve::InMemory;
 
+/// The epochs tests' tiny policy, saved to `dir` as a model directory (actor_infer loads one).
 fn tiny(dir: &Path) -> LoadedModel {
-    init_model_dir(
-        dir,
-        &InitOptions {
-            arch: Arch::Qwen2,
-            hidden: 32,
-            layers: 2,
-            heads: 4,
-            kv_heads: 2,
-            intermediate: 64,
-            head_dim: None,
-            tie_embeddings: true,
-            max_positions: 32,
-            rope_theta: 10_000.0,
-            chars: "0123456789+=".into(),
-            dtype: "float32".into(),
-            seed: 3,
-        },
-    )
-    .unwrap();
-    load_model_dir(dir, None, &candle_core::Device::Cpu).unwrap()
+    let model = super::epochs::tests::model();
+    save_model_dir(dir, &model).unwrap();
+    model
 }
 
 /// What a rewrite or a new file would change: the inode, the modification time and the bytes.
@@ -163,25 +147,18 @@ fn the_reference_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
 }
 
 #[test]
-fn a_trainer_worker_rewrites_its_host_copy_in_place_from_the_second_offload() {
+fn a_trainer_worker_rewrites_its_copies_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny(dir.path());
     let area = HostArea::new().unwrap();
+    let weights = area.path("policy");
     area.write("policy", &model.transformer.params().named_tensors())
         .unwrap();
-    let run: crate::config::RunConfig = from_yaml_str(
-        "name: t\nmodel: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, \
-         intermediate: 64, chars: \"0\" } }\n\
-         data: { domains: [ { name: d, synthetic: { task: addition, count: 1 }, reward: exact_match } ] }\n\
-         rl: { steps: 1, prompts_per_step: 2, group_size: 4 }\n",
-        "<test>",
-    )
-    .unwrap();
     let init = TrainInit {
         model_config: model.transformer.config().to_hf_json(),
         pad_id: 0,
-        weights: area.path("policy"),
-        rl: run.rl.unwrap(),
+        weights: weights.clone(),
+        rl: super::epochs::tests::rl(),
         total_updates: 10,
         moments: None,
         optimizer_steps: 0,
@@ -192,7 +169,21 @@ fn a_trainer_worker_rewrites_its_host_copy_in_place_from_the_second_offload() {
     let loaded: ModelReply = worker.call(&ActorTrainCall::Init(Box::new(init))).unwrap();
     assert!(matches!(loaded, ModelReply::Loaded { .. }), "{loaded:?}");
 
-    // Weights and both AdamW moments.
+    // Each step's new weights go over the file the worker was loaded from, in place.
+    let step_file = area.path("step");
+    write_actor(&super::epochs::tests::step(4), &step_file).unwrap();
+    let step = ActorTrainCall::Step {
+        step: step_file,
+        weights_out: weights.clone(),
+    };
+    let before = identity(&weights);
+    let trained: ModelReply = worker.call(&step).unwrap();
+    assert!(matches!(trained, ModelReply::Trained { .. }), "{trained:?}");
+    let after = identity(&weights);
+    assert_eq!(after.0, before.0, "the step's weights went to a new file");
+    assert!(after.2 != before.2, "the step's weights were not written");
+
+    // Weights and both AdamW moments; from the second offload on, over the first one's file.
     let state = ModelReply::Moved {
         bytes: 3 * weight_bytes(&model),
     };
@@ -207,4 +198,11 @@ fn a_trainer_worker_rewrites_its_host_copy_in_place_from_the_second_offload() {
     // The same file, its bytes rewritten with the same state (nothing trained in between).
     assert_eq!(inode, first.0, "the second offload wrote a new file");
     assert!(bytes == first.2, "the rewritten copy differs");
+    // And the state is the trained one: the copy's weights are the step's.
+    let copy = read_tensors(&path, &candle_core::Device::Cpu).unwrap();
+    let out = read_tensors(&weights, &candle_core::Device::Cpu).unwrap();
+    for (name, w) in &out {
+        let bits = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(bits(&copy[name]), bits(w), "{name}");
+    }
 }
