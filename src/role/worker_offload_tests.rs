@@ -1,6 +1,6 @@
 //! The worker side of offloads, driven in memory (no socket, no process): actor_infer and the
 //! reference let go of weights their host copy already holds without writing them again, and a
-//! trainer's worker rewrites its own copy in place.
+//! trainer's worker rewrites its copies (each step's weights, its offload) in place.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
@@ -15,7 +15,7 @@ use super::step_file::write_actor;
 use super::{Calls, Role, TrainInit};
 use crate::config::Dtype;
 use crate::model::{LoadedModel, save_model_dir};
-use crate::scheduler::host_copy::{HostArea, read_tensors, tensor_bytes};
+use crate::scheduler::host_copy::{HostArea, read_tensors};
 use crate::worker::serve::InMemory;
 
 /// The epochs tests' tiny policy, saved to `dir` as a model directory (actor_infer loads one).
@@ -36,8 +36,7 @@ fn identity(path: &Path) -> (u64, std::time::SystemTime, Vec<u8>) {
 }
 
 fn weight_bytes(model: &LoadedModel) -> u64 {
-    let tensors = model.transformer.params().named_tensors();
-    tensors.iter().map(|(_, t)| tensor_bytes(t)).sum()
+    model.transformer.params().bytes() as u64
 }
 
 #[test]
