@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::actor_infer::{InferCall, InferInit, InferReply};
 use super::actor_train::ActorTrainCall;
@@ -17,6 +17,9 @@ use crate::config::Dtype;
 use crate::model::{LoadedModel, save_model_dir};
 use crate::scheduler::host_copy::{HostArea, read_tensors};
 use crate::worker::serve::InMemory;
+
+/// The name of the host copy an offload test's worker is loaded from.
+const HOST_COPY: &str = "weights";
 
 /// The epochs tests' tiny policy, saved to `dir` as a model directory (actor_infer loads one).
 fn tiny(dir: &Path) -> LoadedModel {
@@ -39,61 +42,70 @@ fn weight_bytes(model: &LoadedModel) -> u64 {
     model.transformer.params().bytes() as u64
 }
 
-#[test]
-fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
-    let area = HostArea::new().unwrap();
-    let tensors = model.transformer.params().named_tensors();
-    area.write("actor_infer", &tensors).unwrap();
-    let path = area.path("actor_infer");
-    let mut worker = InMemory::start(super::actor_infer::serve::serve);
-    let init = InferInit {
-        model_dir: dir.path().to_path_buf(),
-        weights: path.clone(),
-        dtype: Dtype::Float32,
-        max_batch: 4,
-    };
-    let loaded: InferReply = worker.call(&InferCall::Init(init)).unwrap();
-    assert!(matches!(loaded, InferReply::Loaded { .. }), "{loaded:?}");
-
-    // A copy that is not these weights (a tensor short) is refused, naming it; the model stays.
+/// A worker loaded from the host copy at `path` (holding `tensors`) offloads by letting go of its
+/// weights: a copy that is not them (a tensor short) is refused, naming it, and the model stays;
+/// the copy itself is left as it was; offloaded, the worker says so (`offloaded`) to another
+/// offload; the reload brings the same bytes back.
+fn offloads_without_writing<Req: serde::Serialize, Rep>(
+    worker: &mut InMemory,
+    area: &HostArea,
+    tensors: &[(String, candle_core::Tensor)],
+    offload: impl Fn(PathBuf) -> Req,
+    reload: impl Fn(PathBuf) -> Req,
+    moved: Rep,
+    offloaded: &str,
+) where
+    Rep: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
     area.write("other", &tensors[1..]).unwrap();
-    let other = area.path("other");
     let refused = worker
-        .call::<_, InferReply>(&InferCall::Offload { path: other })
+        .call::<_, Rep>(&offload(area.path("other")))
         .unwrap_err();
     assert!(refused.contains("does not hold these weights"), "{refused}");
     assert!(refused.contains("other.safetensors"), "{refused}");
 
+    let path = area.path(HOST_COPY);
     let before = identity(&path);
-    let moved: InferReply = worker
-        .call(&InferCall::Offload { path: path.clone() })
-        .unwrap();
     assert_eq!(
-        moved,
-        InferReply::Moved {
-            bytes: weight_bytes(&model)
-        }
+        worker.call::<_, Rep>(&offload(path.clone())).unwrap(),
+        moved
     );
     assert!(
         identity(&path) == before,
         "the offload rewrote the host copy"
     );
     // Offloaded: the weights are gone from the worker until the reload.
-    let again = worker
-        .call::<_, InferReply>(&InferCall::Offload { path: path.clone() })
-        .unwrap_err();
-    assert!(
-        again.contains("cannot 'offload' while the model is offloaded"),
-        "{again}"
-    );
-    let reloaded: InferReply = worker.call(&InferCall::Reload { path }).unwrap();
-    assert_eq!(
-        reloaded,
+    let again = worker.call::<_, Rep>(&offload(path.clone())).unwrap_err();
+    assert!(again.contains(offloaded), "{again}");
+    assert_eq!(worker.call::<_, Rep>(&reload(path)).unwrap(), moved);
+}
+
+#[test]
+fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let area = HostArea::new().unwrap();
+    let tensors = model.transformer.params().named_tensors();
+    area.write(HOST_COPY, &tensors).unwrap();
+    let mut worker = InMemory::start(super::actor_infer::serve::serve);
+    let init = InferInit {
+        model_dir: dir.path().to_path_buf(),
+        weights: area.path(HOST_COPY),
+        dtype: Dtype::Float32,
+        max_batch: 4,
+    };
+    let loaded: InferReply = worker.call(&InferCall::Init(init)).unwrap();
+    assert!(matches!(loaded, InferReply::Loaded { .. }), "{loaded:?}");
+    offloads_without_writing(
+        &mut worker,
+        &area,
+        &tensors,
+        |path| InferCall::Offload { path },
+        |path| InferCall::Reload { path },
         InferReply::Moved {
-            bytes: weight_bytes(&model)
-        }
+            bytes: weight_bytes(&model),
+        },
+        "cannot 'offload' while the model is offloaded",
     );
 }
 
@@ -103,45 +115,25 @@ fn the_reference_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
     let model = tiny(dir.path());
     let area = HostArea::new().unwrap();
     let tensors = model.transformer.params().named_tensors();
-    area.write("reference", &tensors).unwrap();
-    let path = area.path("reference");
+    area.write(HOST_COPY, &tensors).unwrap();
     let mut worker = InMemory::start(super::reference::serve::serve);
     let init = ReferenceInit {
         model_config: model.transformer.config().to_hf_json(),
         pad_id: 0,
-        weights: path.clone(),
+        weights: area.path(HOST_COPY),
     };
     let loaded: ModelReply = worker.call(&ReferenceCall::Init(Box::new(init))).unwrap();
     assert!(matches!(loaded, ModelReply::Loaded { .. }), "{loaded:?}");
-
-    area.write("other", &tensors[1..]).unwrap();
-    let refused = worker
-        .call::<_, ModelReply>(&ReferenceCall::Offload {
-            path: area.path("other"),
-        })
-        .unwrap_err();
-    assert!(refused.contains("does not hold these weights"), "{refused}");
-
-    let before = identity(&path);
-    let moved: ModelReply = worker
-        .call(&ReferenceCall::Offload { path: path.clone() })
-        .unwrap();
-    assert_eq!(
-        moved,
+    offloads_without_writing(
+        &mut worker,
+        &area,
+        &tensors,
+        |path| ReferenceCall::Offload { path },
+        |path| ReferenceCall::Reload { path },
         ModelReply::Moved {
-            bytes: weight_bytes(&model)
-        }
-    );
-    assert!(
-        identity(&path) == before,
-        "the offload rewrote the host copy"
-    );
-    let reloaded: ModelReply = worker.call(&ReferenceCall::Reload { path }).unwrap();
-    assert_eq!(
-        reloaded,
-        ModelReply::Moved {
-            bytes: weight_bytes(&model)
-        }
+            bytes: weight_bytes(&model),
+        },
+        "cannot 'offload' while the reference is offloaded",
     );
 }
 
