@@ -12,6 +12,7 @@ use crate::model::load_model_dir;
 use crate::rollout::SamplingParams;
 use crate::store::Store;
 use crate::store::runs::RunInfo;
+use candle_core::DType;
 
 /// The config of an environment debugged outside any run: its name and parameters, every other
 /// setting at its default (the default action parser and format penalty, trajectory mode).
@@ -185,8 +186,10 @@ pub async fn model_policy(
 ) -> Result<ModelPolicy, String> {
     match spec {
         ModelSpec::Dir(dir) => {
-            let model =
-                load_model_dir(dir, None, &candle_core::Device::Cpu).map_err(|e| e.to_string())?;
+            // In f32 whatever the directory stores (Hugging Face checkpoints are mostly bf16):
+            // the dtype a run computes in by default, and the one the CPU engine's kernels take.
+            let model = load_model_dir(dir, Some(DType::F32), &candle_core::Device::Cpu)
+                .map_err(|e| e.to_string())?;
             let chat_template = model.tokenizer.chat_template.is_some();
             ModelPolicy::new(
                 dir.display().to_string(),
@@ -300,5 +303,43 @@ pub fn env_for_model(
             )),
         )),
         None => Ok((env_config(name, set)?, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Arch, InitOptions, init_model, save_model_dir};
+
+    /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, on the
+    /// engine's fast path, as `roll-tui run` computes by default.
+    #[tokio::test]
+    async fn a_bf16_directory_is_debugged_in_f32() {
+        let dir = tempfile::tempdir().unwrap();
+        let stored = init_model(&InitOptions {
+            arch: Arch::Qwen2,
+            hidden: 32,
+            layers: 1,
+            heads: 4,
+            kv_heads: 2,
+            intermediate: 64,
+            head_dim: None,
+            tie_embeddings: true,
+            max_positions: 64,
+            rope_theta: 10_000.0,
+            chars: "SFHG".into(),
+            dtype: "bfloat16".into(),
+            seed: 3,
+        })
+        .unwrap();
+        assert_eq!(stored.transformer.dtype(), DType::BF16);
+        save_model_dir(dir.path(), &stored).unwrap();
+        // The directory holds bf16: loaded as stored, it computes in bf16.
+        let as_stored = load_model_dir(dir.path(), None, &candle_core::Device::Cpu).unwrap();
+        assert_eq!(as_stored.transformer.dtype(), DType::BF16);
+        let env = env_config("frozen_lake", &[]).unwrap();
+        let spec = ModelSpec::parse(dir.path().to_str().unwrap());
+        let policy = model_policy(None, &spec, &env).await.unwrap();
+        assert_eq!(policy.model().transformer.dtype(), DType::F32);
     }
 }
