@@ -6,7 +6,7 @@
 //! limit leaves at once and its slot is reused at the next step — so callers can score finished samples
 //! while others are still generating.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use candle_core::{Result, Tensor};
 use rand::{SeedableRng, rngs::StdRng};
@@ -78,6 +78,8 @@ struct Lane {
     /// Row i of `cache` belongs to `running[i]`; its last sampled token is not yet in the cache.
     running: Vec<Running>,
     cache: Option<KvCache>,
+    /// Prompt positions run through the model so far (padding included).
+    prefilled: usize,
 }
 
 pub struct Engine<'a> {
@@ -267,15 +269,19 @@ impl Lane {
                 r.params.max_new_tokens
             );
         }
+        // Requests with the same prompt (a GRPO group's samples, the debugger's draws) are
+        // prefilled once: the prompt's cache row and last logits are copied to each of them.
+        let (distinct, source) = distinct_prompts(&reqs);
         let (mut ids, mut pos, mut valid_from) = (vec![], vec![], vec![]);
-        for r in &reqs {
-            let pad = longest - r.prompt_ids.len();
+        for &i in &distinct {
+            let prompt = &reqs[i].prompt_ids;
+            let pad = longest - prompt.len();
             valid_from.push(pad);
-            ids.extend(std::iter::repeat_n(0u32, pad).chain(r.prompt_ids.iter().copied()));
-            pos.extend(std::iter::repeat_n(0u32, pad).chain(0..r.prompt_ids.len() as u32));
+            ids.extend(std::iter::repeat_n(0u32, pad).chain(prompt.iter().copied()));
+            pos.extend(std::iter::repeat_n(0u32, pad).chain(0..prompt.len() as u32));
         }
         let device = model.device();
-        let b = reqs.len();
+        let b = distinct.len();
         let ids = Tensor::from_vec(ids, (b, longest), device)?;
         let pos = Tensor::from_vec(pos, (b, longest), device)?;
         let groups = model.config().kv_groups();
@@ -283,14 +289,19 @@ impl Lane {
         let layers = model.config().num_hidden_layers;
         let mut cache = KvCache::new(layers, valid_from);
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
+        self.prefilled += b * longest;
         let last = hidden.narrow(1, longest - 1, 1)?;
         let logits = model
             .logits(&last, Numerics::Fast)?
             .squeeze(1)?
             .to_vec2::<f32>()?;
+        if b < reqs.len() {
+            cache.retain_rows(&source)?;
+        }
         self.cache
             .get_or_insert_with(|| KvCache::new(layers, vec![]))
             .merge(cache)?;
+        let logits = source.iter().map(|&d| &logits[d]);
         for (req, row) in reqs.into_iter().zip(logits) {
             let rng = StdRng::seed_from_u64(req.seed);
             let mut seq = Running {
@@ -299,7 +310,7 @@ impl Lane {
                 tokens: vec![],
                 logprobs: vec![],
             };
-            let (tok, lp) = sample(&row, &seq.req.params, &mut seq.rng);
+            let (tok, lp) = sample(row, &seq.req.params, &mut seq.rng);
             seq.tokens.push(tok);
             seq.logprobs.push(lp);
             self.running.push(seq);
@@ -370,6 +381,24 @@ impl Lane {
     }
 }
 
+/// The first request of each distinct prompt (`distinct`, indices into `reqs`), and for each
+/// request the position in `distinct` of its prompt (`source`).
+fn distinct_prompts(reqs: &[Request]) -> (Vec<usize>, Vec<usize>) {
+    let mut first: HashMap<&[u32], usize> = HashMap::new();
+    let mut distinct = vec![];
+    let source = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            *first.entry(&r.prompt_ids).or_insert_with(|| {
+                distinct.push(i);
+                distinct.len() - 1
+            })
+        })
+        .collect();
+    (distinct, source)
+}
+
 fn finish_reason(shared: &Shared, seq: &Running) -> Option<FinishReason> {
     let last = *seq.tokens.last()?;
     if shared.eos_ids.contains(&last) {
@@ -417,44 +446,5 @@ pub fn generate(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::hf_dir::{InitOptions, init_model};
-
-    #[test]
-    fn a_few_requests_in_a_big_batch_spread_over_the_lanes() {
-        let m = init_model(&InitOptions {
-            arch: crate::model::Arch::Qwen2,
-            hidden: 16,
-            layers: 1,
-            heads: 2,
-            kv_heads: 1,
-            intermediate: 32,
-            head_dim: None,
-            tie_embeddings: true,
-            max_positions: 16,
-            rope_theta: 10_000.0,
-            chars: "0123456789".into(),
-            dtype: "float32".into(),
-            seed: 1,
-        })
-        .expect("model");
-        let mut engine = Engine::with_lanes(&m.transformer, vec![], 64, 3);
-        for i in 0..7u64 {
-            engine.submit(Request {
-                id: i,
-                prompt_ids: vec![3, 4],
-                params: SamplingParams {
-                    max_new_tokens: 4,
-                    ..Default::default()
-                },
-                seed: i,
-            });
-        }
-        engine.step().expect("step");
-        // 7 over 3 lanes of 21-22 slots each: 3, 2, 2 (not all 7 in the first lane).
-        let loads: Vec<usize> = engine.lanes.iter().map(|l| l.running.len()).collect();
-        assert_eq!(loads, [3, 2, 2]);
-        assert_eq!(engine.running(), 7);
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;
