@@ -121,8 +121,21 @@ fn main() {
         println!("models in {}", bench_dtype());
     }
     let vocab = model.config().vocab_size as u32;
-    let prompt =
-        |i: u32| -> Vec<u32> { (0..6).map(|k| 3 + (i * 7 + k * 3) % (vocab - 3)).collect() };
+    // Six tokens, distinct for every i below (vocab - 3)^2 (the first two are i's digits in that
+    // base), as the peers' random prompts are: the engine prefills a prompt that several
+    // requests share only once, and a batch of few distinct prompts would time that instead.
+    let prompt = |i: u32| -> Vec<u32> {
+        let base = vocab - 3;
+        let digits = [i % base, (i / base) % base];
+        (0..6)
+            .map(|k| {
+                3 + digits
+                    .get(k as usize)
+                    .copied()
+                    .unwrap_or((i * 7 + k * 3) % base)
+            })
+            .collect()
+    };
 
     if wants("generation") {
         // Random weights rarely emit EOS, and no EOS ids are passed: exactly 32 tokens per row.
