@@ -33,7 +33,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use roll::config::{RunConfig, load::from_yaml_str};
-use roll::model::threads::{lane_parts, side_by_side};
+use roll::model::threads::{lane_rows, side_by_side};
 use roll::model::{Arch, InitOptions, Numerics, Tape, Transformer, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
@@ -179,9 +179,7 @@ fn main() {
             .collect();
         // In lanes, as training cuts its micro-batches (`ROLL_LANES=1`: one batch).
         let lanes = model.transformer.lanes();
-        let tbs: Vec<TrainBatch> = lane_parts(&pairs_owned, lanes)
-            .map(|c| train_batch(c, 2))
-            .collect();
+        let tbs = lanes_of(&pairs_owned, lanes, 2);
         let secs = median_after_warmup(1, 9, |_| {
             let t = Instant::now();
             let grads = side_by_side(&tbs, |tb| forward_backward(&model.transformer, tb));
@@ -319,9 +317,7 @@ fn qwen05(only: &str) {
         })
         .collect();
     let lanes = model.transformer.lanes();
-    let tbs: Vec<TrainBatch> = lane_parts(&pairs_owned, lanes)
-        .map(|c| train_batch(c, 7))
-        .collect();
+    let tbs = lanes_of(&pairs_owned, lanes, 7);
     for rep in 0..2 {
         if !(only.is_empty() || only == "fwd_bwd") {
             break;
@@ -403,13 +399,19 @@ fn adamw_steps(model: &roll::model::LoadedModel) {
     }
 }
 
-/// (prompt, response) pairs as a training batch for a model with `kv_groups`.
-fn train_batch(pairs: &[(Vec<u32>, Vec<u32>)], kv_groups: usize) -> TrainBatch {
-    let pairs: Vec<(&[u32], &[u32])> = pairs
+/// `pairs` as training batches, cut into lanes as training cuts its micro-batches ([`lane_rows`]).
+fn lanes_of(pairs: &[(Vec<u32>, Vec<u32>)], lanes: usize, kv_groups: usize) -> Vec<TrainBatch> {
+    let lens: Vec<(usize, usize)> = pairs.iter().map(|(p, r)| (p.len(), r.len())).collect();
+    lane_rows(&lens, lanes)
         .iter()
-        .map(|(p, r)| (p.as_slice(), r.as_slice()))
-        .collect();
-    TrainBatch::new(&pairs, 0, kv_groups, &Device::Cpu).expect("batch")
+        .map(|part| {
+            let rows: Vec<(&[u32], &[u32])> = part
+                .iter()
+                .map(|&i| (pairs[i].0.as_slice(), pairs[i].1.as_slice()))
+                .collect();
+            TrainBatch::new(&rows, 0, kv_groups, &Device::Cpu).expect("batch")
+        })
+        .collect()
 }
 
 /// One forward and backward of the negated summed response log-probs, cut by layer as training

@@ -52,10 +52,68 @@ pub fn lanes(weight_bytes: usize) -> usize {
     }
 }
 
-/// `items` cut into at most `lanes` consecutive parts of one size (the last may be shorter): how
-/// a batch or micro-batch is split into lanes.
-pub fn lane_parts<T>(items: &[T], lanes: usize) -> std::slice::Chunks<'_, T> {
-    items.chunks(items.len().div_ceil(lanes.max(1)).max(1))
+/// The positions of rows (`lens[i]`: row i's prompt and response lengths) ordered by length,
+/// shortest first, rows of one length in their order: how training and scoring take a batch's
+/// rows before cutting it into micro-batches ([`lane_rows`] within each), so that rows of about
+/// one length are padded together.
+pub fn by_length(lens: &[(usize, usize)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by_key(|&i| (lens[i].0 + lens[i].1, i));
+    order
+}
+
+/// The rows of a padded batch (`lens[i]`: row i's prompt and response lengths) cut into at most
+/// `lanes` parts worked on side by side: each part lists its rows' positions in `lens`.
+///
+/// A part costs its rows times its padded width (its longest prompt plus its longest response,
+/// [`crate::train::TrainBatch`]), and the lanes finish when the costliest does. So the rows are
+/// ordered by length and cut where the costliest part is cheapest: short rows are not padded to
+/// the longest row's width, and a part of long rows gets fewer of them. Rows of one length are cut
+/// into parts of one size (the last may be shorter), in order. Deterministic: the cut depends only
+/// on the lengths.
+pub fn lane_rows(lens: &[(usize, usize)], lanes: usize) -> Vec<Vec<usize>> {
+    let n = lens.len();
+    if n == 0 {
+        return vec![];
+    }
+    let parts = lanes.clamp(1, n);
+    let order = by_length(lens);
+    // worst[l][j]: the cheapest costliest part of order[..j] cut into l + 1 parts; cut[l][j]
+    // where its last part starts.
+    let mut worst = vec![vec![usize::MAX; n + 1]; parts];
+    let mut cut = vec![vec![0; n + 1]; parts];
+    for l in 0..parts {
+        for j in l + 1..=n {
+            let (mut prompt, mut response) = (0, 0);
+            // The last part is order[i..j], longest first, so its width grows as i falls.
+            for i in (l..j).rev() {
+                prompt = prompt.max(lens[order[i]].0);
+                response = response.max(lens[order[i]].1);
+                let cost = (j - i) * (prompt + response);
+                let before = if l == 0 {
+                    if i > 0 {
+                        continue;
+                    }
+                    0
+                } else {
+                    worst[l - 1][i]
+                };
+                let candidate = cost.max(before);
+                if candidate < worst[l][j] {
+                    worst[l][j] = candidate;
+                    cut[l][j] = i;
+                }
+            }
+        }
+    }
+    let mut out = vec![vec![]; parts];
+    let mut end = n;
+    for l in (0..parts).rev() {
+        let start = cut[l][end];
+        out[l] = order[start..end].to_vec();
+        end = start;
+    }
+    out
 }
 
 /// Runs `f` on one of rayon's threads (inline if this is one). A loop of parallel work driven from
@@ -103,17 +161,30 @@ mod tests {
     }
 
     #[test]
-    fn lane_parts_cut_into_at_most_lanes_parts_of_one_size() {
-        let parts = |n: usize, lanes: usize| {
-            let items: Vec<usize> = (0..n).collect();
-            lane_parts(&items, lanes)
-                .map(<[usize]>::len)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(parts(5, 2), [3, 2]);
-        assert_eq!(parts(8, 3), [3, 3, 2]);
-        assert_eq!(parts(2, 4), [1, 1]);
-        assert_eq!(parts(4, 0), [4]);
+    fn rows_of_one_length_are_cut_into_parts_of_one_size_in_order() {
+        let parts = |n: usize, lanes: usize| lane_rows(&vec![(3, 5); n], lanes);
+        assert_eq!(parts(5, 2), [vec![0, 1, 2], vec![3, 4]]);
+        let sizes: Vec<usize> = parts(8, 3).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [3, 3, 2]);
+        assert_eq!(parts(2, 4), [vec![0], vec![1]]);
+        assert_eq!(parts(4, 0), [vec![0, 1, 2, 3]]);
         assert!(parts(0, 2).is_empty());
+    }
+
+    /// Rows of lengths (prompt + response) 10, 40, 10, 10, 40, 10 in two lanes. Cut in
+    /// consecutive halves, each part pads to 5 + 35 = 40: cost 3 x 40 = 120. Ordered by length
+    /// (rows 0, 2, 3, 5, 1, 4), the cut after the four short rows costs max(4 x (3 + 8),
+    /// 2 x 40) = 80, the cheapest: after three, max(3 x 11, 3 x 40) = 120; after five,
+    /// max(5 x 40, 40) = 200; after one, max(10, 5 x 40) = 200.
+    #[test]
+    fn short_rows_share_a_part_and_long_ones_get_fewer_rows() {
+        let lens = [(2, 8), (5, 35), (2, 8), (3, 7), (5, 35), (2, 8)];
+        assert_eq!(lane_rows(&lens, 2), [vec![0, 2, 3, 5], vec![1, 4]]);
+        // Every row in exactly one part, whatever the lanes.
+        for lanes in 1..=7 {
+            let mut all: Vec<usize> = lane_rows(&lens, lanes).concat();
+            all.sort();
+            assert_eq!(all, [0, 1, 2, 3, 4, 5]);
+        }
     }
 }

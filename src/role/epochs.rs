@@ -17,6 +17,7 @@ use crate::algo::loss::{entropy_bonus, policy_loss, value_loss};
 use crate::config::RlConfig;
 use crate::data::mix_seed;
 use crate::metrics::Metrics;
+use crate::model::threads::{by_length, lane_rows};
 use crate::model::{Numerics, Tape, Transformer};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
@@ -102,10 +103,16 @@ fn run_epochs(
             epoch as u64,
         ])));
         for (mini_idx, mini_groups) in order.chunks(groups_per_mini).enumerate() {
+            // Its rows by length, so that a micro-batch's rows are padded to about one width.
             let mini: Vec<usize> = mini_groups
                 .iter()
                 .flat_map(|&grp| grp * g..(grp + 1) * g)
                 .collect();
+            let lens: Vec<(usize, usize)> = mini
+                .iter()
+                .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
+                .collect();
+            let mini: Vec<usize> = by_length(&lens).into_iter().map(|k| mini[k]).collect();
             let mini_idx_t = index_tensor(&mini, dev)?;
             let mini_tokens = scalar(
                 &rows
@@ -121,13 +128,18 @@ fn run_epochs(
                 // Each lane is a micro-batch of its own, weighted by its share of the mini-batch,
                 // so the lanes' gradients sum to the micro-batch's.
                 let mut parts = vec![];
-                for part in crate::model::threads::lane_parts(chunk, lanes) {
+                let lens: Vec<(usize, usize)> = chunk
+                    .iter()
+                    .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
+                    .collect();
+                for part in lane_rows(&lens, lanes) {
+                    let part: Vec<usize> = part.iter().map(|&k| chunk[k]).collect();
                     let pairs: Vec<(&[u32], &[u32])> = part
                         .iter()
                         .map(|&i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
                         .collect();
                     let tb = TrainBatch::new(&pairs, pad_id, kv_groups, dev).during("rl batch")?;
-                    let idx = index_tensor(part, dev)?;
+                    let idx = index_tensor(&part, dev)?;
                     let mask = rows
                         .loss_mask
                         .index_select(&idx, 0)

@@ -110,8 +110,12 @@ fn weights(vars: &[(String, candle_core::Var)]) -> Vec<Vec<f32>> {
 
 #[test]
 fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
-    // A mini-batch is one group of 4 rows: micro-batches of 4 in 2 lanes are parts of 2 rows,
-    // which is what micro-batches of 2 in one lane are. Same sums in the same order: bit for bit.
+    // A mini-batch is one group of 4 rows, taken by length (prompt + response, `step`): rows
+    // 0-3 are 1+2, 2+3, 3+4, 1+5 long, so in the order 0, 1, 3, 2; rows 4-7 are 2+2, 3+3, 1+4,
+    // 2+5, so 4, 6, 5, 7. Micro-batches of 4 in 2 lanes cut each where the costlier lane is
+    // cheapest (`lane_rows`): two and two (rows 3 and 2 pad to 3 + 5: 2 x 8 = 16; three and one
+    // costs 3 x (2 + 5) = 21, one and three 3 x 8 = 24), the rows that micro-batches of 2 in
+    // one lane take. Same sums in the same order: bit for bit.
     let (two_lanes, m2) = train(4, 2);
     let (small_micro, m1) = train(2, 1);
     assert_eq!(two_lanes, small_micro);

@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 
 use crate::algo::advantage::AdvantageEstimator;
-use crate::model::threads::{lane_parts, side_by_side};
+use crate::model::threads::{by_length, lane_rows, side_by_side};
 use crate::model::{Numerics, Transformer};
 use crate::train::{TrainBatch, response_forward};
 
@@ -27,17 +27,25 @@ pub fn chunked(
     f: &(dyn Fn(&TrainBatch) -> candle_core::Result<Tensor> + Sync),
 ) -> candle_core::Result<Tensor> {
     let lanes = model.lanes();
-    let mut parts = vec![];
+    let (mut parts, mut taken) = (vec![], vec![]);
     let groups = model.config().kv_groups();
     let n = rows.prompts.len();
-    for start in (0..n).step_by(rows.micro) {
-        let end = (start + rows.micro).min(n);
-        let pairs: Vec<(&[u32], &[u32])> = (start..end)
-            .map(|i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
+    let lens: Vec<(usize, usize)> = (0..n)
+        .map(|i| (rows.prompts[i].len(), rows.responses[i].len()))
+        .collect();
+    // By length, so that a micro-batch's rows are padded to about one width.
+    for micro in by_length(&lens).chunks(rows.micro.max(1)) {
+        let micro_lens: Vec<(usize, usize)> = micro.iter().map(|&i| lens[i]).collect();
+        let in_lanes: Vec<Vec<usize>> = lane_rows(&micro_lens, lanes)
+            .into_iter()
+            .map(|part| part.into_iter().map(|k| micro[k]).collect())
             .collect();
-        let in_lanes: Vec<&[(&[u32], &[u32])]> = lane_parts(&pairs, lanes).collect();
-        let outs = side_by_side(&in_lanes, |pairs| {
-            let tb = TrainBatch::new(pairs, pad_id, groups, model.device())?;
+        let outs = side_by_side(&in_lanes, |part| {
+            let pairs: Vec<(&[u32], &[u32])> = part
+                .iter()
+                .map(|&i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))
+                .collect();
+            let tb = TrainBatch::new(&pairs, pad_id, groups, model.device())?;
             let out = f(&tb)?;
             let r = out.dim(1)?;
             out.pad_with_zeros(1, 0, rows.width - r)
@@ -45,8 +53,15 @@ pub fn chunked(
         for out in outs {
             parts.push(out?);
         }
+        taken.extend(in_lanes.concat());
     }
-    Tensor::cat(&parts, 0)
+    // The parts took the rows in their own order (by length): back to the rows' order.
+    let mut place = vec![0u32; n];
+    for (at, &row) in taken.iter().enumerate() {
+        place[row] = at as u32;
+    }
+    let place = Tensor::from_vec(place, n, model.device())?;
+    Tensor::cat(&parts, 0)?.index_select(&place, 0)
 }
 
 /// Log-probabilities of every response token under `model` (the KL reference), (n, width).
@@ -64,4 +79,74 @@ pub fn response_logprobs(
 /// Whether this estimator needs the critic.
 pub fn needs_critic(est: AdvantageEstimator) -> bool {
     est == AdvantageEstimator::Gae
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Arch, InitOptions, init_model};
+
+    /// The lanes take rows by length (`lane_rows`), not in order; each row's log-probs still
+    /// land in its own row, as when it is scored alone (padding to `width` with zeros).
+    #[test]
+    fn rows_scored_in_lanes_come_back_in_their_own_order() {
+        let model = init_model(&InitOptions {
+            arch: Arch::Qwen2,
+            hidden: 16,
+            layers: 1,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 32,
+            head_dim: None,
+            tie_embeddings: true,
+            max_positions: 32,
+            rope_theta: 10_000.0,
+            chars: "0123456789".into(),
+            dtype: "float32".into(),
+            seed: 4,
+        })
+        .unwrap();
+        let m = &model.transformer;
+        // Long and short rows interleaved, so ordering by length moves them.
+        let prompts: Vec<Vec<u32>> = (0..7u32)
+            .map(|i| vec![3 + i % 5; 1 + (i % 2) as usize])
+            .collect();
+        let responses: Vec<Vec<u32>> = (0..7u32)
+            .map(|i| {
+                (0..if i % 2 == 0 { 9 } else { 2 })
+                    .map(|k| 3 + (i + k) % 9)
+                    .collect()
+            })
+            .collect();
+        let rows = Rows {
+            prompts: &prompts,
+            responses: &responses,
+            micro: 4,
+            width: 9,
+        };
+        let all = response_logprobs(m, 0, &rows, 1.0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        for i in 0..7 {
+            let one = Rows {
+                prompts: &prompts[i..i + 1],
+                responses: &responses[i..i + 1],
+                micro: 1,
+                width: 9,
+            };
+            let alone = response_logprobs(m, 0, &one, 1.0)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            for (a, b) in all[i].iter().zip(&alone[0]) {
+                assert!(
+                    (a - b).abs() < 1e-5,
+                    "row {i}: {:?} vs {:?}",
+                    all[i],
+                    alone[0]
+                );
+            }
+        }
+    }
 }
