@@ -205,3 +205,25 @@ pub fn init_model(opts: &InitOptions) -> Result<LoadedModel, LoadError> {
     };
     Ok(model)
 }
+
+/// The smallest model the tests run: a one-layer Qwen2 of hidden size 16 (2 heads, 1 KV head, MLP
+/// 32, tied embeddings, f32) over the characters `chars`, drawn from `seed`.
+#[cfg(test)]
+pub(crate) fn tiny_test_model(chars: &str, max_positions: usize, seed: u64) -> LoadedModel {
+    init_model(&InitOptions {
+        arch: super::Arch::Qwen2,
+        hidden: 16,
+        layers: 1,
+        heads: 2,
+        kv_heads: 1,
+        intermediate: 32,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions,
+        rope_theta: 10_000.0,
+        chars: chars.into(),
+        dtype: "float32".into(),
+        seed,
+    })
+    .expect("a tiny model")
+}

@@ -6,7 +6,8 @@ use super::*;
 use crate::config::RunConfig;
 use crate::config::load::from_yaml_str;
 use crate::data::Example;
-use crate::model::{Arch, InitOptions, LoadedModel, init_model};
+use crate::model::LoadedModel;
+use crate::model::hf_dir::tiny_test_model;
 use crate::reward::{Reward, RewardFn};
 use crate::role::RoleError;
 use crate::role::reward::{RewardScorer, SharedScorer};
@@ -57,22 +58,7 @@ impl Generator for Scripted<'_> {
 }
 
 fn model() -> LoadedModel {
-    init_model(&InitOptions {
-        arch: Arch::Qwen2,
-        hidden: 16,
-        layers: 1,
-        heads: 2,
-        kv_heads: 1,
-        intermediate: 32,
-        head_dim: None,
-        tie_embeddings: true,
-        max_positions: 32,
-        rope_theta: 10_000.0,
-        chars: "abcd>".into(),
-        dtype: "float32".into(),
-        seed: 1,
-    })
-    .expect("a tiny model")
+    tiny_test_model("abcd>", 32, 1)
 }
 
 /// Reversal prompts (`abc>` → `cba`), scored by exact match.

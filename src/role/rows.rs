@@ -84,28 +84,13 @@ pub fn needs_critic(est: AdvantageEstimator) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Arch, InitOptions, init_model};
+    use crate::model::hf_dir::tiny_test_model;
 
     /// The lanes take rows by length (`lane_rows`), not in order; each row's log-probs still
     /// land in its own row, as when it is scored alone (padding to `width` with zeros).
     #[test]
     fn rows_scored_in_lanes_come_back_in_their_own_order() {
-        let model = init_model(&InitOptions {
-            arch: Arch::Qwen2,
-            hidden: 16,
-            layers: 1,
-            heads: 2,
-            kv_heads: 1,
-            intermediate: 32,
-            head_dim: None,
-            tie_embeddings: true,
-            max_positions: 32,
-            rope_theta: 10_000.0,
-            chars: "0123456789".into(),
-            dtype: "float32".into(),
-            seed: 4,
-        })
-        .unwrap();
+        let model = tiny_test_model("0123456789", 32, 4);
         let m = &model.transformer;
         // Long and short rows interleaved, so ordering by length moves them.
         let prompts: Vec<Vec<u32>> = (0..7u32)

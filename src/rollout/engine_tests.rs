@@ -1,24 +1,9 @@
 use super::*;
 use crate::model::LoadedModel;
-use crate::model::hf_dir::{InitOptions, init_model};
+use crate::model::hf_dir::tiny_test_model;
 
 fn model() -> LoadedModel {
-    init_model(&InitOptions {
-        arch: crate::model::Arch::Qwen2,
-        hidden: 16,
-        layers: 1,
-        heads: 2,
-        kv_heads: 1,
-        intermediate: 32,
-        head_dim: None,
-        tie_embeddings: true,
-        max_positions: 16,
-        rope_theta: 10_000.0,
-        chars: "0123456789".into(),
-        dtype: "float32".into(),
-        seed: 1,
-    })
-    .expect("model")
+    tiny_test_model("0123456789", 16, 1)
 }
 
 fn request(id: u64, prompt_ids: &[u32], max_new_tokens: usize) -> Request {
