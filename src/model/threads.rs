@@ -52,11 +52,31 @@ pub fn lanes(weight_bytes: usize) -> usize {
     }
 }
 
-/// The positions of rows (`lens[i]`: row i's prompt and response lengths) ordered by length,
-/// shortest first, rows of one length in their order: how training and scoring take a batch's
-/// rows before cutting it into micro-batches ([`lane_rows`] within each), so that rows of about
-/// one length are padded together.
-pub fn by_length(lens: &[(usize, usize)]) -> Vec<usize> {
+/// The rows of a padded batch (`lens[i]`: row i's prompt and response lengths) as training and
+/// scoring take them: ordered by length (shortest first, rows of one length in their order) and
+/// cut into micro-batches of `micro` rows, so that rows of about one length are padded together,
+/// each micro-batch cut into lanes by [`lane_rows`]. Each part lists its rows' positions in
+/// `lens`.
+pub fn micro_batches_in_lanes(
+    lens: &[(usize, usize)],
+    micro: usize,
+    lanes: usize,
+) -> Vec<Vec<Vec<usize>>> {
+    by_length(lens)
+        .chunks(micro.max(1))
+        .map(|rows| {
+            let rows_lens: Vec<(usize, usize)> = rows.iter().map(|&i| lens[i]).collect();
+            lane_rows(&rows_lens, lanes)
+                .into_iter()
+                .map(|part| part.into_iter().map(|k| rows[k]).collect())
+                .collect()
+        })
+        .collect()
+}
+
+/// The positions of `lens` ordered by length (prompt + response), shortest first, rows of one
+/// length in their order.
+fn by_length(lens: &[(usize, usize)]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..lens.len()).collect();
     order.sort_by_key(|&i| (lens[i].0 + lens[i].1, i));
     order
@@ -176,6 +196,25 @@ mod tests {
     /// (rows 0, 2, 3, 5, 1, 4), the cut after the four short rows costs max(4 x (3 + 8),
     /// 2 x 40) = 80, the cheapest: after three, max(3 x 11, 3 x 40) = 120; after five,
     /// max(5 x 40, 40) = 200; after one, max(10, 5 x 40) = 200.
+    /// Lengths 9, 3, 7, 3, 5 in micro-batches of 2 and one lane: by length, rows 1, 3 (3 and
+    /// 3), then 4, 2 (5 and 7), then 0 (9); in two lanes each pair is cut in two.
+    #[test]
+    fn micro_batches_take_rows_of_about_one_length() {
+        let lens = [(4, 5), (1, 2), (3, 4), (2, 1), (2, 3)];
+        assert_eq!(
+            micro_batches_in_lanes(&lens, 2, 1),
+            [vec![vec![1, 3]], vec![vec![4, 2]], vec![vec![0]]]
+        );
+        assert_eq!(
+            micro_batches_in_lanes(&lens, 2, 2),
+            [
+                vec![vec![1], vec![3]],
+                vec![vec![4], vec![2]],
+                vec![vec![0]]
+            ]
+        );
+    }
+
     #[test]
     fn short_rows_share_a_part_and_long_ones_get_fewer_rows() {
         let lens = [(2, 8), (5, 35), (2, 8), (3, 7), (5, 35), (2, 8)];

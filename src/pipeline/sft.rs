@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::config::{SftConfig, Stage};
 use crate::metrics::Metrics;
-use crate::model::threads::{by_length, lane_rows, side_by_side};
+use crate::model::threads::{micro_batches_in_lanes, side_by_side};
 use crate::model::{LoadedModel, Numerics, Tape};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
@@ -66,22 +66,17 @@ pub fn run_sft(
             })
             .collect::<Result<_, String>>()
             .map_err(PipelineError::Setup)?;
-        // By length, so that a micro-batch's rows are padded to about one width.
-        let lens: Vec<(usize, usize)> = pairs.iter().map(|(p, a)| (p.len(), a.len())).collect();
-        let pairs: Vec<&(Vec<u32>, Vec<u32>)> =
-            by_length(&lens).into_iter().map(|i| &pairs[i]).collect();
         let total_tokens: usize = pairs.iter().map(|(_, a)| a.len()).sum();
         let mut acc = GradAccumulator::default();
         let mut loss_sum = 0.0;
-        for chunk in pairs.chunks(micro) {
+        let lens: Vec<(usize, usize)> = pairs.iter().map(|(p, a)| (p.len(), a.len())).collect();
+        for parts in micro_batches_in_lanes(&lens, micro, lanes) {
             // The micro-batch in lanes worked on side by side; their losses and gradients add up
             // to the micro-batch's, summed in lane order.
-            let lens: Vec<(usize, usize)> = chunk.iter().map(|(p, a)| (p.len(), a.len())).collect();
-            let parts = lane_rows(&lens, lanes);
             let passes = side_by_side(&parts, |part| {
                 let refs: Vec<(&[u32], &[u32])> = part
                     .iter()
-                    .map(|&i| (chunk[i].0.as_slice(), chunk[i].1.as_slice()))
+                    .map(|&i| (pairs[i].0.as_slice(), pairs[i].1.as_slice()))
                     .collect();
                 let tb = TrainBatch::new(&refs, model.pad_id, groups, model.transformer.device())
                     .during("sft batch")?;

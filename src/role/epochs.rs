@@ -17,7 +17,7 @@ use crate::algo::loss::{entropy_bonus, policy_loss, value_loss};
 use crate::config::RlConfig;
 use crate::data::mix_seed;
 use crate::metrics::Metrics;
-use crate::model::threads::{by_length, lane_rows};
+use crate::model::threads::micro_batches_in_lanes;
 use crate::model::{Numerics, Tape, Transformer};
 use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
 
@@ -103,16 +103,10 @@ fn run_epochs(
             epoch as u64,
         ])));
         for (mini_idx, mini_groups) in order.chunks(groups_per_mini).enumerate() {
-            // Its rows by length, so that a micro-batch's rows are padded to about one width.
             let mini: Vec<usize> = mini_groups
                 .iter()
                 .flat_map(|&grp| grp * g..(grp + 1) * g)
                 .collect();
-            let lens: Vec<(usize, usize)> = mini
-                .iter()
-                .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
-                .collect();
-            let mini: Vec<usize> = by_length(&lens).into_iter().map(|k| mini[k]).collect();
             let mini_idx_t = index_tensor(&mini, dev)?;
             let mini_tokens = scalar(
                 &rows
@@ -124,16 +118,16 @@ fn run_epochs(
             if mini_tokens == 0.0 {
                 continue;
             }
-            for chunk in mini.chunks(rows.micro) {
+            let lens: Vec<(usize, usize)> = mini
+                .iter()
+                .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
+                .collect();
+            for micro in micro_batches_in_lanes(&lens, rows.micro, lanes) {
                 // Each lane is a micro-batch of its own, weighted by its share of the mini-batch,
                 // so the lanes' gradients sum to the micro-batch's.
                 let mut parts = vec![];
-                let lens: Vec<(usize, usize)> = chunk
-                    .iter()
-                    .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
-                    .collect();
-                for part in lane_rows(&lens, lanes) {
-                    let part: Vec<usize> = part.iter().map(|&k| chunk[k]).collect();
+                for part in micro {
+                    let part: Vec<usize> = part.iter().map(|&k| mini[k]).collect();
                     let pairs: Vec<(&[u32], &[u32])> = part
                         .iter()
                         .map(|&i| (rows.prompts[i].as_slice(), rows.responses[i].as_slice()))

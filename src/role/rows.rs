@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 
 use crate::algo::advantage::AdvantageEstimator;
-use crate::model::threads::{by_length, lane_rows, side_by_side};
+use crate::model::threads::{micro_batches_in_lanes, side_by_side};
 use crate::model::{Numerics, Transformer};
 use crate::train::{TrainBatch, response_forward};
 
@@ -33,13 +33,7 @@ pub fn chunked(
     let lens: Vec<(usize, usize)> = (0..n)
         .map(|i| (rows.prompts[i].len(), rows.responses[i].len()))
         .collect();
-    // By length, so that a micro-batch's rows are padded to about one width.
-    for micro in by_length(&lens).chunks(rows.micro.max(1)) {
-        let micro_lens: Vec<(usize, usize)> = micro.iter().map(|&i| lens[i]).collect();
-        let in_lanes: Vec<Vec<usize>> = lane_rows(&micro_lens, lanes)
-            .into_iter()
-            .map(|part| part.into_iter().map(|k| micro[k]).collect())
-            .collect();
+    for in_lanes in micro_batches_in_lanes(&lens, rows.micro, lanes) {
         let outs = side_by_side(&in_lanes, |part| {
             let pairs: Vec<(&[u32], &[u32])> = part
                 .iter()
@@ -55,7 +49,7 @@ pub fn chunked(
         }
         taken.extend(in_lanes.concat());
     }
-    // The parts took the rows in their own order (by length): back to the rows' order.
+    // The micro-batches took the rows by length: back to the rows' order.
     let mut place = vec![0u32; n];
     for (at, &row) in taken.iter().enumerate() {
         place[row] = at as u32;
