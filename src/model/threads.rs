@@ -86,7 +86,7 @@ fn by_length(lens: &[(usize, usize)]) -> Vec<usize> {
 /// `lanes` parts worked on side by side: each part lists its rows' positions in `lens`.
 ///
 /// A part costs its rows times its padded width (its longest prompt plus its longest response,
-/// [`crate::train::TrainBatch`]), and the lanes finish when the costliest does. So the rows are
+/// as a training batch pads them), and the lanes finish when the costliest does. So the rows are
 /// ordered by length and cut where the costliest part is cheapest: short rows are not padded to
 /// the longest row's width, and a part of long rows gets fewer of them. Rows of one length are cut
 /// into parts of one size (the last may be shorter), in order. Deterministic: the cut depends only
