@@ -206,11 +206,11 @@ pub fn init_model(opts: &InitOptions) -> Result<LoadedModel, LoadError> {
     Ok(model)
 }
 
-/// The smallest model the tests run: a one-layer Qwen2 of hidden size 16 (2 heads, 1 KV head, MLP
-/// 32, tied embeddings, f32) over the characters `chars`, drawn from `seed`.
+/// The options of the smallest model the tests run: a one-layer Qwen2 of hidden size 16 (2 heads,
+/// 1 KV head, MLP 32, tied embeddings, f32) over the characters `chars`, drawn from `seed`.
 #[cfg(test)]
-pub(crate) fn tiny_test_model(chars: &str, max_positions: usize, seed: u64) -> LoadedModel {
-    init_model(&InitOptions {
+pub(crate) fn tiny_test_options(chars: &str, max_positions: usize, seed: u64) -> InitOptions {
+    InitOptions {
         arch: super::Arch::Qwen2,
         hidden: 16,
         layers: 1,
@@ -224,6 +224,11 @@ pub(crate) fn tiny_test_model(chars: &str, max_positions: usize, seed: u64) -> L
         chars: chars.into(),
         dtype: "float32".into(),
         seed,
-    })
-    .expect("a tiny model")
+    }
+}
+
+/// The model of [`tiny_test_options`].
+#[cfg(test)]
+pub(crate) fn tiny_test_model(chars: &str, max_positions: usize, seed: u64) -> LoadedModel {
+    init_model(&tiny_test_options(chars, max_positions, seed)).expect("a tiny model")
 }

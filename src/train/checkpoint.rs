@@ -204,6 +204,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::hf_dir::tiny_test_options;
     use crate::model::{Arch, InitOptions, init_model, load_model_dir};
     use crate::train::{GradAccumulator, OptimizerConfig};
 
@@ -236,20 +237,11 @@ mod tests {
 
     #[test]
     fn checkpoint_round_trips_model_optimizer_and_state() {
+        // A Llama with its own lm_head, to round-trip the untied head too.
         let model = init_model(&InitOptions {
             arch: Arch::Llama,
-            hidden: 16,
-            layers: 1,
-            heads: 2,
-            kv_heads: 1,
-            intermediate: 32,
-            head_dim: None,
             tie_embeddings: false,
-            max_positions: 16,
-            rope_theta: 10_000.0,
-            chars: "abc".into(),
-            dtype: "float32".into(),
-            seed: 9,
+            ..tiny_test_options("abc", 16, 9)
         })
         .unwrap();
         let vars = model.transformer.params().named_vars();
