@@ -315,6 +315,43 @@ fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
     }
 }
 
+/// Masks whose open keys are a run in the middle of the row (sequences packed side by side, each
+/// attending only to itself) or have holes in that run: the kernel visits only the keys from a
+/// query's first open key to its last, and must still skip a masked key between them. Row 0
+/// packs sequences of 4, 3 and 2 tokens; row 1 is causal with key 2 masked for every query
+/// after it (a query whose only open key is itself still gets probability 1 there).
+#[test]
+fn attention_equals_candles_ops_over_packed_sequences_and_holes() {
+    let (b, t, nh, nkv) = (2, 9, 4, 2);
+    let starts = [0, 0, 0, 0, 4, 4, 4, 7, 7];
+    let open = |n: usize, i: usize, j: usize| match n {
+        0 => starts[i] <= j && j <= i,
+        _ => j <= i && (j != 2 || i == 2),
+    };
+    let mut data = vec![];
+    for n in 0..b {
+        for _ in 0..nh / nkv {
+            for i in 0..t {
+                data.extend((0..t).map(|j| if open(n, i, j) { 0f32 } else { -1e9 }));
+            }
+        }
+    }
+    let mask = Tensor::from_vec(data, (b, 1, (nh / nkv) * t, t), &Device::Cpu).unwrap();
+    for hd in [8, 32] {
+        let q = randn(&[b, t, nh, hd], 1.0);
+        let k = randn(&[b, t, nkv, hd], 1.0);
+        let v = randn(&[b, t, nkv, hd], 1.0);
+        let scale = 1.0 / (hd as f64).sqrt();
+        compare(
+            &["q", "k", "v"],
+            &[&q, &k, &v],
+            &[b, t, nh * hd],
+            |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
+            |x| attention_reference(x[0], x[1], x[2], &mask, scale),
+        );
+    }
+}
+
 #[test]
 fn bad_shapes_are_errors_naming_the_kernel() {
     let x = randn(&[2, 3, 4], 1.0);

@@ -31,12 +31,14 @@ impl Inputs<'_> {
             let (r, i) = (row / d.t, row % d.t);
             let at = d.q_at(n, i, kv * d.groups + r);
             let (qi, doi) = (&self.q[at..][..hd], &grad[at..][..hd]);
-            self.probs(simd, n, kv, hd, r, i, &mut p);
+            let keys = self.probs(simd, n, kv, hd, r, i, &mut p);
             let di = dot(simd, doi, &out[at..][..hd]);
+            let ds = &mut ds[..keys.len()];
+            let (dk, dv) = (&mut dk[keys.start * hd..], &mut dv[keys.start * hd..]);
             let rows = p
                 .iter()
                 .zip(ds.iter_mut())
-                .zip(self.kv_rows(self.v, n, kv, hd))
+                .zip(self.kv_rows(self.v, n, kv, hd, keys.clone()))
                 .zip(dk.chunks_exact_mut(hd).zip(dv.chunks_exact_mut(hd)));
             for (((&pj, dsj), vj), (dkj, dvj)) in rows {
                 *dsj = 0.0;
@@ -47,7 +49,9 @@ impl Inputs<'_> {
                 axpy(simd, dkj, *dsj, qi);
                 axpy(simd, dvj, pj, doi);
             }
-            weighted_sum(simd, dqi, &ds, || self.kv_rows(self.k, n, kv, hd));
+            weighted_sum(simd, dqi, ds, || {
+                self.kv_rows(self.k, n, kv, hd, keys.clone())
+            });
         }
         (dq, dk, dv)
     }

@@ -15,6 +15,7 @@ mod backward;
 mod lanes;
 
 use std::mem::MaybeUninit;
+use std::ops::Range;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use pulp::{Simd, WithSimd};
@@ -138,7 +139,7 @@ struct Inputs<'a> {
 }
 
 impl<'x> Inputs<'x> {
-    /// The `tk` key (or value) rows (`hd` = the head dim) of kv head `kv` in batch row `n` of
+    /// The key (or value) rows `keys` (`hd` = the head dim) of kv head `kv` in batch row `n` of
     /// `data` (the keys or the values), in order.
     #[inline(always)]
     fn kv_rows(
@@ -147,6 +148,7 @@ impl<'x> Inputs<'x> {
         n: usize,
         kv: usize,
         hd: usize,
+        keys: Range<usize>,
     ) -> impl Iterator<Item = &'x [f32]> {
         let d = &self.d;
         let row = d.kv_heads * hd;
@@ -158,12 +160,13 @@ impl<'x> Inputs<'x> {
         // the data: then there are no rows.
         let extent = d.tk.checked_sub(1).map_or(0, |last| last * row + hd);
         let rows = data.get(d.kv_start(n, kv)..).and_then(|r| r.get(..extent));
-        let count = if rows.is_some() { d.tk } else { 0 };
+        let keys = if rows.is_some() { keys } else { 0..0 };
         let rows = rows.unwrap_or_default();
-        (0..count).map(move |j| &rows[j * row..j * row + hd])
+        keys.map(move |j| &rows[j * row..j * row + hd])
     }
 
-    /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`.
+    /// The attention probabilities of query `i` of head `kv * groups + r` in batch row `n`, over
+    /// the keys it may attend ([`open_keys`]), which it returns: `p[..keys.len()]` holds them.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn probs<S: Simd>(
@@ -175,12 +178,15 @@ impl<'x> Inputs<'x> {
         r: usize,
         i: usize,
         p: &mut [f32],
-    ) {
+    ) -> Range<usize> {
         let d = &self.d;
         let qi = &self.q[d.q_at(n, i, kv * d.groups + r)..][..hd];
         let mask = &self.mask[d.mask_at(n, r, i)..][..d.tk];
+        let keys = open_keys(mask);
+        let p = &mut p[..keys.len()];
         let mut max = f32::NEG_INFINITY;
-        for ((p, &m), kj) in p.iter_mut().zip(mask).zip(self.kv_rows(self.k, n, kv, hd)) {
+        let rows = self.kv_rows(self.k, n, kv, hd, keys.clone());
+        for ((p, &m), kj) in p.iter_mut().zip(&mask[keys.clone()]).zip(rows) {
             *p = if m < MASK_SKIP {
                 m
             } else {
@@ -193,6 +199,7 @@ impl<'x> Inputs<'x> {
         vexp::exp_in_place_with(simd, p);
         let total = simd.splat_f32s(sum(simd, p));
         map_in_place(simd, p, |v| simd.div_f32s(v, total));
+        keys
     }
 
     /// The outputs of query position `g` (batch row `g / t`, position `g % t`) for every head,
@@ -212,8 +219,9 @@ impl<'x> Inputs<'x> {
         let (n, i) = (g / d.t, g % d.t);
         for (h, dst) in dst.chunks_exact_mut(hd).enumerate() {
             let (kv, r) = (h / d.groups, h % d.groups);
-            self.probs(simd, n, kv, hd, r, i, p);
-            weighted_sum(simd, o, p, || self.kv_rows(self.v, n, kv, hd));
+            let keys = self.probs(simd, n, kv, hd, r, i, p);
+            let p = &p[..keys.len()];
+            weighted_sum(simd, o, p, || self.kv_rows(self.v, n, kv, hd, keys.clone()));
             write_copy(dst, o);
         }
     }
@@ -238,6 +246,19 @@ impl<'x> Inputs<'x> {
         for (j, src) in rows.chunks(d.head_dim).enumerate() {
             write_copy(&mut dst[d.kv_at(n, j, kv)..][..d.head_dim], src);
         }
+    }
+}
+
+/// The keys a query whose mask row is `mask` may attend: from its first unmasked key to its last.
+/// The keys outside get a probability of exactly 0 (their scores are the mask's -1e9, the row's
+/// largest score is an unmasked key's), so they are not visited: in a batch padded on the left,
+/// or packed several sequences to a row, most of a row's keys. A row masked everywhere keeps all
+/// its keys, which the additive mask gives one probability each.
+fn open_keys(mask: &[f32]) -> Range<usize> {
+    let open = |m: &f32| *m >= MASK_SKIP;
+    match (mask.iter().position(open), mask.iter().rposition(open)) {
+        (Some(first), Some(last)) => first..last + 1,
+        _ => 0..mask.len(),
     }
 }
 
