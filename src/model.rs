@@ -9,6 +9,7 @@ pub mod config;
 pub mod hf_dir;
 pub mod kv_cache;
 mod layer_grad;
+pub mod packing;
 pub mod params;
 pub mod tape;
 pub mod threads;

@@ -1,4 +1,4 @@
-//! Training machinery shared by every pipeline: the padded batch layout, per-token log-probs and
+//! Training machinery shared by every pipeline: the packed batch layout, per-token log-probs and
 //! entropy, AdamW with learning-rate schedules and gradient clipping, the critic's value head, and
 //! checkpoints.
 //!

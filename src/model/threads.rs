@@ -12,6 +12,8 @@
 //!   whose extra threads spin for their next job and take a core from the matrix products and our
 //!   kernels (which use rayon). 1 runs those ops on the calling thread (forward+backward 1.1-1.2x).
 
+use super::packing;
+
 /// `(variable, value)` for each setting the environment does not already have.
 pub fn env_defaults() -> Vec<(&'static str, String)> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -52,10 +54,10 @@ pub fn lanes(weight_bytes: usize) -> usize {
     }
 }
 
-/// The rows of a padded batch (`lens[i]`: row i's prompt and response lengths) as training and
-/// scoring take them: ordered by length (shortest first, rows of one length in their order) and
-/// cut into micro-batches of `micro` rows, so that rows of about one length are padded together,
-/// each micro-batch cut into lanes by [`lane_rows`]. Each part lists its rows' positions in
+/// The rows of a batch (`lens[i]`: row i's prompt and response lengths) as training and scoring
+/// take them: ordered by length (shortest first, rows of one length in their order) and cut into
+/// micro-batches of `micro` rows, so that rows of about one length are packed together, each
+/// micro-batch cut into lanes by [`lane_rows`]. Each part lists its rows' positions in
 /// `lens`.
 pub fn micro_batches_in_lanes(
     lens: &[(usize, usize)],
@@ -82,34 +84,64 @@ fn by_length(lens: &[(usize, usize)]) -> Vec<usize> {
     order
 }
 
-/// The rows of a padded batch (`lens[i]`: row i's prompt and response lengths) cut into at most
-/// `lanes` parts worked on side by side: each part lists its rows' positions in `lens`.
+/// The rows of a batch (`lens[i]`: row i's prompt and response lengths) cut into at most `lanes`
+/// parts worked on side by side: each part lists its rows' positions in `lens`.
 ///
-/// A part costs its rows times its padded width (its longest prompt plus its longest response,
-/// as a training batch pads them), and the lanes finish when the costliest does. So the rows are
-/// ordered by length and cut where the costliest part is cheapest: short rows are not padded to
-/// the longest row's width, and a part of long rows gets fewer of them. Rows of one length are cut
-/// into parts of one size (the last may be shorter), in order. Deterministic: the cut depends only
-/// on the lengths.
+/// A part is a training batch whose sequences (prompt + response - 1 tokens each) are packed
+/// ([`packing::pack`]): it costs its packed rows times their width, and the lanes finish when the
+/// costliest part does. Two cuts are weighed and the cheaper kept (by the costliest part, then by
+/// all parts together; the first on a tie):
+/// - the rows ordered by length and cut where the costliest part is cheapest, a part's cost taken
+///   as its tokens rounded up to whole rows of its width: a part of long rows gets fewer of them,
+///   and short rows are not packed into rows as wide as the longest;
+/// - the whole batch packed, its packed rows dealt out in runs of one count: short sequences fill
+///   the room beside long ones.
+///
+/// Rows of one length are cut into parts of one size (the last may be shorter), in order.
+/// Deterministic: the cut depends only on the lengths.
 pub fn lane_rows(lens: &[(usize, usize)], lanes: usize) -> Vec<Vec<usize>> {
     let n = lens.len();
     if n == 0 {
         return vec![];
     }
-    let parts = lanes.clamp(1, n);
-    let order = by_length(lens);
+    let seq: Vec<usize> = lens.iter().map(|&(p, r)| (p + r).max(1) - 1).collect();
+    let by_length = cut_by_length(&seq, lanes.clamp(1, n));
+    let all = packing::pack(&seq);
+    let per = all.rows.len().div_ceil(lanes.max(1));
+    let dealt: Vec<Vec<usize>> = all.rows.chunks(per).map(|run| run.concat()).collect();
+    let cost = |parts: &[Vec<usize>]| {
+        let costs = parts.iter().map(|part| {
+            let lens: Vec<usize> = part.iter().map(|&i| seq[i]).collect();
+            let packed = packing::pack(&lens);
+            packed.rows.len() * packed.width
+        });
+        costs.fold((0, 0), |(max, sum), c| (max.max(c), sum + c))
+    };
+    if cost(&dealt) < cost(&by_length) {
+        dealt
+    } else {
+        by_length
+    }
+}
+
+/// The rows of sequence lengths `seq` ordered by length and cut into `parts` runs where the
+/// costliest run is cheapest, a run costing its tokens rounded up to whole rows of its longest.
+fn cut_by_length(seq: &[usize], parts: usize) -> Vec<Vec<usize>> {
+    let n = seq.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| (seq[i], i));
     // worst[l][j]: the cheapest costliest part of order[..j] cut into l + 1 parts; cut[l][j]
     // where its last part starts.
     let mut worst = vec![vec![usize::MAX; n + 1]; parts];
     let mut cut = vec![vec![0; n + 1]; parts];
     for l in 0..parts {
         for j in l + 1..=n {
-            let (mut prompt, mut response) = (0, 0);
+            let (mut width, mut tokens) = (0, 0);
             // The last part is order[i..j], longest first, so its width grows as i falls.
             for i in (l..j).rev() {
-                prompt = prompt.max(lens[order[i]].0);
-                response = response.max(lens[order[i]].1);
-                let cost = (j - i) * (prompt + response);
+                width = width.max(seq[order[i]]);
+                tokens += seq[order[i]];
+                let cost = tokens.div_ceil(width.max(1)) * width;
                 let before = if l == 0 {
                     if i > 0 {
                         continue;
@@ -215,15 +247,30 @@ mod tests {
         );
     }
 
+    /// Sequences (prompt + response - 1) of 4, 6, 5 in two lanes. By length (rows 0, 2, 1): after
+    /// two rows, 4 + 5 tokens in rows of 5 (2 x 5 = 10) beside 6; after one, 4 beside 5 + 6 in
+    /// rows of 6 (12): cut after two, costing 10 packed exactly. The whole batch packed in rows of
+    /// 6 is one row each (6, 5, 4), dealt two and one: 2 x 6 = 12. The cut by length is kept.
     #[test]
-    fn short_rows_share_a_part_and_long_ones_get_fewer_rows() {
-        let lens = [(2, 8), (5, 35), (2, 8), (3, 7), (5, 35), (2, 8)];
-        assert_eq!(lane_rows(&lens, 2), [vec![0, 2, 3, 5], vec![1, 4]]);
+    fn long_rows_get_a_lane_of_fewer_rows() {
+        let lens = [(1, 4), (1, 6), (1, 5)];
+        assert_eq!(lane_rows(&lens, 2), [vec![0, 2], vec![1]]);
+    }
+
+    /// Sequences of 2, 2, 3, 2, 5 in two lanes. By length (rows 0, 1, 3, 2, 4) the estimate cuts
+    /// before row 4 (9 tokens in rows of 3: 9, beside 5; before row 2 it is 6 beside 2 x 5), but
+    /// packed exactly 3, 2, 2, 2 in rows of 3 take four rows: 12. The whole batch packed in rows
+    /// of 5: row 4 (5), row 2 then row 0 (3 + 2), rows 1 and 3 (2 + 2); dealt two rows and one,
+    /// 5 + 3 + 2 in rows of 5 take two (10) and 2 + 2 in rows of 2 take two (4): the cheaper.
+    #[test]
+    fn short_rows_fill_the_room_beside_long_ones() {
+        let lens = [(1, 2), (1, 2), (1, 3), (1, 2), (1, 5)];
+        assert_eq!(lane_rows(&lens, 2), [vec![4, 2, 0], vec![1, 3]]);
         // Every row in exactly one part, whatever the lanes.
         for lanes in 1..=7 {
             let mut all: Vec<usize> = lane_rows(&lens, lanes).concat();
             all.sort();
-            assert_eq!(all, [0, 1, 2, 3, 4, 5]);
+            assert_eq!(all, [0, 1, 2, 3, 4]);
         }
     }
 }
