@@ -26,7 +26,7 @@ struct Shape {
     backward: bool,
 }
 
-const SHAPES: [Shape; 5] = [
+const SHAPES: [Shape; 6] = [
     Shape {
         name: "tiny decode, 32 rows, 8 keys",
         batch: 32,
@@ -52,6 +52,16 @@ const SHAPES: [Shape; 5] = [
         batch: 32,
         queries: 16,
         keys: 16,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+        backward: true,
+    },
+    Shape {
+        name: "tiny training, 16 x 128",
+        batch: 16,
+        queries: 128,
+        keys: 128,
         heads: 4,
         kv_heads: 2,
         head_dim: 32,
