@@ -105,7 +105,7 @@ pub fn lane_rows(lens: &[(usize, usize)], lanes: usize) -> Vec<Vec<usize>> {
         return vec![];
     }
     let seq: Vec<usize> = lens.iter().map(|&(p, r)| (p + r).max(1) - 1).collect();
-    let by_length = cut_by_length(&seq, lanes.clamp(1, n));
+    let by_length = cut_by_length(&seq, &by_length(lens), lanes.clamp(1, n));
     let all = packing::pack(&seq);
     let per = all.rows.len().div_ceil(lanes.max(1));
     let dealt: Vec<Vec<usize>> = all.rows.chunks(per).map(|run| run.concat()).collect();
@@ -124,12 +124,11 @@ pub fn lane_rows(lens: &[(usize, usize)], lanes: usize) -> Vec<Vec<usize>> {
     }
 }
 
-/// The rows of sequence lengths `seq` ordered by length and cut into `parts` runs where the
-/// costliest run is cheapest, a run costing its tokens rounded up to whole rows of its longest.
-fn cut_by_length(seq: &[usize], parts: usize) -> Vec<Vec<usize>> {
+/// The rows of sequence lengths `seq`, in `order` (by length, shortest first), cut into `parts`
+/// runs where the costliest run is cheapest, a run costing its tokens rounded up to whole rows of
+/// its longest.
+fn cut_by_length(seq: &[usize], order: &[usize], parts: usize) -> Vec<Vec<usize>> {
     let n = seq.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by_key(|&i| (seq[i], i));
     // worst[l][j]: the cheapest costliest part of order[..j] cut into l + 1 parts; cut[l][j]
     // where its last part starts.
     let mut worst = vec![vec![usize::MAX; n + 1]; parts];
