@@ -52,6 +52,9 @@ impl LayerKv {
     }
 }
 
+/// One row's keys and values, per layer ([`KvCache::row_columns`]).
+pub type RowKv = Vec<(Tensor, Tensor)>;
+
 pub struct KvCache {
     layers: Vec<Option<LayerKv>>,
     valid_from: Vec<usize>,
@@ -201,6 +204,83 @@ impl KvCache {
         self.valid_from
             .extend(other.valid_from.iter().map(|s| s + pad_b));
         Ok(())
+    }
+
+    /// Row `row`'s own columns (from its first real one to the end), per layer: keys and values
+    /// of shape (1, columns, ..) on the cache's position axis, copied out of the cache, with that
+    /// axis. `None` for an empty cache.
+    pub fn row_columns(&self, row: usize) -> Result<Option<(usize, RowKv)>> {
+        let Some(&start) = self.valid_from.get(row) else {
+            candle_core::bail!("kv cache: no row {row} of {}", self.rows());
+        };
+        let mut axis = 0;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for kv in &self.layers {
+            let Some(kv) = kv else { return Ok(None) };
+            axis = kv.axis;
+            let take = |t: &Tensor| -> Result<Tensor> {
+                t.narrow(0, row, 1)?
+                    .narrow(kv.axis, start, kv.len - start)?
+                    .contiguous()
+            };
+            layers.push((take(&kv.k)?, take(&kv.v)?));
+        }
+        Ok(Some((axis, layers)))
+    }
+
+    /// A cache whose rows begin with earlier columns of their own: row `i` holds the first
+    /// `pasts[i].1` columns of `pasts[i].0` (per layer, keys and values as [`KvCache::row_columns`]
+    /// gives them), or none, right-aligned at `width` columns (zeros before). `valid_from` is each
+    /// row's first real column, counted over the columns still to come too.
+    pub fn from_pasts(
+        pasts: &[(Option<&RowKv>, usize)],
+        axis: usize,
+        width: usize,
+        valid_from: Vec<usize>,
+    ) -> Result<KvCache> {
+        let Some(layers) = pasts.iter().find_map(|(p, _)| *p).map(Vec::len) else {
+            candle_core::bail!("kv cache: no row has a past");
+        };
+        let mut cache = KvCache::new(layers, valid_from);
+        for layer in 0..layers {
+            let mut ks = Vec::with_capacity(pasts.len());
+            let mut vs = Vec::with_capacity(pasts.len());
+            let like = pasts
+                .iter()
+                .find_map(|(p, _)| p.map(|p| &p[layer]))
+                .map(|(k, _)| k.clone());
+            let Some(like) = like else {
+                candle_core::bail!("kv cache: layer {layer} has no past");
+            };
+            let mut blank = like.dims().to_vec();
+            blank[axis] = width;
+            for &(past, len) in pasts {
+                match past {
+                    Some(past) if len > 0 => {
+                        let (k, v) = &past[layer];
+                        let keep = |t: &Tensor| {
+                            t.narrow(axis, 0, len)?.pad_with_zeros(axis, width - len, 0)
+                        };
+                        ks.push(keep(k)?);
+                        vs.push(keep(v)?);
+                    }
+                    _ => {
+                        ks.push(Tensor::zeros(
+                            blank.as_slice(),
+                            like.dtype(),
+                            like.device(),
+                        )?);
+                        vs.push(Tensor::zeros(
+                            blank.as_slice(),
+                            like.dtype(),
+                            like.device(),
+                        )?);
+                    }
+                }
+            }
+            cache.append_on(layer, Tensor::cat(&ks, 0)?, Tensor::cat(&vs, 0)?, axis)?;
+        }
+        Ok(cache)
     }
 
     /// Drop leading columns that no row uses any more, so attention cost tracks the live sequences.

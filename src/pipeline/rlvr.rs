@@ -144,8 +144,12 @@ impl Drive<'_> {
     where
         Self: 'e,
     {
-        self.infer
-            .generator(self.model.eos_ids.clone(), self.cfg.rollout_batch, detok)
+        self.infer.generator(
+            self.model.eos_ids.clone(),
+            self.cfg.rollout_batch,
+            detok,
+            false,
+        )
     }
 
     /// Generate, train, sync — one phase at a time, time-sharing colocated devices.

@@ -94,6 +94,9 @@ pub trait Generator {
     fn restarts(&self) -> usize {
         0
     }
+    /// The model has taken new weights: caches kept for later turns are stale (a worker
+    /// process drops its own when it takes them).
+    fn forget_prefixes(&mut self) {}
 }
 
 impl Generator for Engine<'_> {
@@ -113,6 +116,10 @@ impl Generator for Engine<'_> {
 
     fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
         Engine::step(self).during("rollout")
+    }
+
+    fn forget_prefixes(&mut self) {
+        Engine::forget_prefixes(self);
     }
 }
 
@@ -134,21 +141,30 @@ impl Infer {
                 model,
                 run.model.dtype,
                 cfg.rollout_batch,
+                cfg.env.is_some(),
                 run.worker_threads(Role::ActorInfer),
             )?)),
         })
     }
 
-    /// A generator over this actor_infer; in-process it borrows the replica.
+    /// A generator over this actor_infer; in-process it borrows the replica. `multi_turn`:
+    /// requests continue earlier ones of the same id (agentic episodes), so an in-process
+    /// engine keeps finished sequences' caches for them ([`Engine::with_prefix_reuse`]); a
+    /// worker process's engine does so when the run has an environment (`InferInit`).
     pub fn generator<'e>(
         &'e self,
         eos_ids: Vec<u32>,
         max_batch: usize,
         detokenize: Detokenize<'e>,
+        multi_turn: bool,
     ) -> Box<dyn Generator + 'e> {
         match self {
             Infer::Local(model) => {
-                Box::new(Engine::new(model, eos_ids, max_batch).with_detokenizer(detokenize))
+                let engine = Engine::new(model, eos_ids, max_batch).with_detokenizer(detokenize);
+                match multi_turn {
+                    true => Box::new(engine.with_prefix_reuse()),
+                    false => Box::new(engine),
+                }
             }
             Infer::Remote(remote) => Box::new(RemoteGenerator(remote)),
         }

@@ -93,6 +93,7 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
         weights: area.path(HOST_COPY),
         dtype: Dtype::Float32,
         max_batch: 4,
+        multi_turn: false,
     };
     let loaded: InferReply = worker.call(&InferCall::Init(init)).unwrap();
     assert!(matches!(loaded, InferReply::Loaded { .. }), "{loaded:?}");

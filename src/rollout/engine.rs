@@ -12,7 +12,9 @@ use candle_core::{Result, Tensor};
 use rand::{SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
+use super::prefixes::{Prefixes, Saved};
 use super::sampling::{SamplingParams, sample};
+use crate::model::kv_cache::RowKv;
 use crate::model::threads::on_the_pool;
 use crate::model::{KvCache, Numerics, Transformer, attention_mask};
 
@@ -64,6 +66,8 @@ struct Shared<'a> {
     model: &'a Transformer,
     eos_ids: Vec<u32>,
     detokenize: Option<Detokenize<'a>>,
+    /// Whether finished sequences' caches are kept ([`Engine::with_prefix_reuse`]).
+    keep_prefixes: bool,
 }
 
 /// A part of the batch with its own sequences and KV cache. Lanes decode side by side, one per
@@ -74,18 +78,21 @@ struct Lane {
     /// Most sequences this lane runs at once (the lanes' capacities sum to `max_batch`).
     capacity: usize,
     /// Admitted at this step, not yet prefilled.
-    admitted: Vec<Request>,
+    admitted: Vec<(Request, Option<Saved>)>,
     /// Row i of `cache` belongs to `running[i]`; its last sampled token is not yet in the cache.
     running: Vec<Running>,
     cache: Option<KvCache>,
     /// Prompt positions run through the model so far (padding included).
     prefilled: usize,
+    /// Caches of sequences that finished at this step, for the engine's [`Prefixes`].
+    finished_caches: Vec<(u64, Saved)>,
 }
 
 pub struct Engine<'a> {
     shared: Shared<'a>,
     queue: VecDeque<Request>,
     lanes: Vec<Lane>,
+    prefixes: Option<Prefixes>,
 }
 
 impl<'a> Engine<'a> {
@@ -110,6 +117,7 @@ impl<'a> Engine<'a> {
                 model,
                 eos_ids,
                 detokenize: None,
+                keep_prefixes: false,
             },
             queue: VecDeque::new(),
             lanes: (0..n)
@@ -118,6 +126,26 @@ impl<'a> Engine<'a> {
                     ..Lane::default()
                 })
                 .collect(),
+            prefixes: None,
+        }
+    }
+
+    /// Keep each finished sequence's cache (up to twice the batch of them, the oldest dropped
+    /// first) for a later request with the same id whose prompt continues it: that request
+    /// prefills only what follows (`rollout::prefixes`). For multi-turn rollouts, whose next
+    /// turn's prompt is the last turn's prompt and completion and the environment's answer.
+    pub fn with_prefix_reuse(mut self) -> Self {
+        let batch: usize = self.lanes.iter().map(|l| l.capacity).sum();
+        self.prefixes = Some(Prefixes::new(2 * batch));
+        self.shared.keep_prefixes = true;
+        self
+    }
+
+    /// Drop every kept cache: they hold keys and values of the weights they were made with, and
+    /// the engine's model has just taken others.
+    pub fn forget_prefixes(&mut self) {
+        if let Some(p) = self.prefixes.as_mut() {
+            p.clear();
         }
     }
 
@@ -170,7 +198,10 @@ impl<'a> Engine<'a> {
             else {
                 break;
             };
-            lane.admitted.extend(self.queue.pop_front());
+            if let Some(req) = self.queue.pop_front() {
+                let saved = self.prefixes.as_mut().and_then(|p| p.take(&req));
+                lane.admitted.push((req, saved));
+            }
         }
         let shared = &self.shared;
         let busy = self
@@ -191,6 +222,13 @@ impl<'a> Engine<'a> {
         let mut done = vec![];
         for r in results {
             done.extend(r?);
+        }
+        if let Some(prefixes) = self.prefixes.as_mut() {
+            for lane in &mut self.lanes {
+                for (id, saved) in lane.finished_caches.drain(..) {
+                    prefixes.keep(id, saved);
+                }
+            }
         }
         Ok(done)
     }
@@ -251,12 +289,12 @@ impl Lane {
         if self.admitted.is_empty() {
             return Ok(vec![]);
         }
-        let reqs: Vec<Request> = std::mem::take(&mut self.admitted);
+        let (reqs, saved): (Vec<Request>, Vec<Option<Saved>>) =
+            std::mem::take(&mut self.admitted).into_iter().unzip();
         if let Some(empty) = reqs.iter().find(|r| r.prompt_ids.is_empty()) {
             candle_core::bail!("request {} has an empty prompt", empty.id);
         }
         let model = shared.model;
-        let longest = reqs.iter().map(|r| r.prompt_ids.len()).max().unwrap_or(0);
         let max_pos = model.config().max_position_embeddings;
         if let Some(r) = reqs
             .iter()
@@ -272,25 +310,49 @@ impl Lane {
         // Requests with the same prompt (a GRPO group's samples, the debugger's draws) are
         // prefilled once: the prompt's cache row and last logits are copied to each of them.
         let (distinct, source) = distinct_prompts(&reqs);
+        // Each row feeds its prompt's last `t` tokens (all of it, left-padded, if shorter): `t`
+        // is the longest part that no saved cache holds. The columns before a row's fed tokens
+        // come from its saved cache, right-aligned at `past` columns.
+        let unsaved = |i: usize| {
+            let cached = saved[i].as_ref().map_or(0, |s| s.tokens.len());
+            reqs[i].prompt_ids.len() - cached
+        };
+        let t = distinct.iter().map(|&i| unsaved(i)).max().unwrap_or(0);
+        let fed_from = |i: usize| reqs[i].prompt_ids.len().saturating_sub(t);
+        let past = distinct.iter().map(|&i| fed_from(i)).max().unwrap_or(0);
         let (mut ids, mut pos, mut valid_from) = (vec![], vec![], vec![]);
         for &i in &distinct {
             let prompt = &reqs[i].prompt_ids;
-            let pad = longest - prompt.len();
-            valid_from.push(pad);
-            ids.extend(std::iter::repeat_n(0u32, pad).chain(prompt.iter().copied()));
-            pos.extend(std::iter::repeat_n(0u32, pad).chain(0..prompt.len() as u32));
+            let from = fed_from(i);
+            let pad = t - (prompt.len() - from);
+            valid_from.push(past + t - prompt.len());
+            ids.extend(std::iter::repeat_n(0u32, pad).chain(prompt[from..].iter().copied()));
+            pos.extend(std::iter::repeat_n(0u32, pad).chain(from as u32..prompt.len() as u32));
         }
         let device = model.device();
         let b = distinct.len();
-        let ids = Tensor::from_vec(ids, (b, longest), device)?;
-        let pos = Tensor::from_vec(pos, (b, longest), device)?;
+        let ids = Tensor::from_vec(ids, (b, t), device)?;
+        let pos = Tensor::from_vec(pos, (b, t), device)?;
         let groups = model.config().kv_groups();
-        let mask = attention_mask(&valid_from, 0, longest, groups, device)?;
+        let mask = attention_mask(&valid_from, past, t, groups, device)?;
         let layers = model.config().num_hidden_layers;
-        let mut cache = KvCache::new(layers, valid_from);
+        let mut cache = match past {
+            0 => KvCache::new(layers, valid_from),
+            _ => {
+                let pasts: Vec<(Option<&RowKv>, usize)> = distinct
+                    .iter()
+                    .map(|&i| (saved[i].as_ref().map(|s| &s.layers), fed_from(i)))
+                    .collect();
+                let axis = distinct
+                    .iter()
+                    .find_map(|&i| saved[i].as_ref().map(|s| s.axis))
+                    .unwrap_or(1);
+                KvCache::from_pasts(&pasts, axis, past, valid_from)?
+            }
+        };
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache), Numerics::Fast)?;
-        self.prefilled += b * longest;
-        let last = hidden.narrow(1, longest - 1, 1)?;
+        self.prefilled += b * t;
+        let last = hidden.narrow(1, t - 1, 1)?;
         let logits = model
             .logits(&last, Numerics::Fast)?
             .squeeze(1)?
@@ -352,6 +414,35 @@ impl Lane {
         self.retire(shared)
     }
 
+    /// The caches of running sequences `rows` (finishing now), for the engine's [`Prefixes`]:
+    /// their prompt and every generated token but the last (not fed yet).
+    fn save_caches(&mut self, rows: impl Iterator<Item = usize>) -> Result<()> {
+        let Some(cache) = self.cache.as_ref() else {
+            return Ok(());
+        };
+        for i in rows {
+            let seq = &self.running[i];
+            let Some((axis, layers)) = cache.row_columns(i)? else {
+                continue;
+            };
+            let fed = &seq.tokens[..seq.tokens.len().saturating_sub(1)];
+            let tokens: Vec<u32> = seq.req.prompt_ids.iter().chain(fed).copied().collect();
+            // The cache holds exactly those columns (it would not after a failed step).
+            if layers
+                .first()
+                .is_some_and(|(k, _)| k.dims()[axis] == tokens.len())
+            {
+                let saved = Saved {
+                    tokens,
+                    layers,
+                    axis,
+                };
+                self.finished_caches.push((seq.req.id, saved));
+            }
+        }
+        Ok(())
+    }
+
     /// Remove finished sequences from the batch and the cache.
     fn retire(&mut self, shared: &Shared) -> Result<Vec<Completion>> {
         let mut keep = vec![];
@@ -364,6 +455,9 @@ impl Lane {
         }
         if done.is_empty() {
             return Ok(vec![]);
+        }
+        if shared.keep_prefixes {
+            self.save_caches(done.iter().map(|&(i, _)| i))?;
         }
         let mut slots = self.keep_rows(&keep)?;
         Ok(done

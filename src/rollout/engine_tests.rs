@@ -67,3 +67,61 @@ fn a_shared_prompt_is_prefilled_once_and_every_request_completes_as_alone() {
     // Requests of one prompt drew different samples (their seeds differ): not one row copied.
     assert_ne!(together[0].token_ids, together[2].token_ids);
 }
+
+/// An engine that keeps prefixes: a request that continues a finished one of the same id (its
+/// prompt, its completion, then more) starts from that sequence's cache and prefills only what
+/// follows, and completes as a fresh engine completes it alone (the same tokens; log-probs to
+/// 1e-5). A request whose prompt does not continue its id's sequence, and a new id, are
+/// prefilled whole.
+#[test]
+fn a_continued_request_prefills_only_what_follows_and_completes_as_fresh() {
+    let m = tiny_test_model("0123456789", 64, 1);
+    let mut engine = Engine::with_lanes(&m.transformer, vec![], 8, 1).with_prefix_reuse();
+    let first = [
+        request(0, &[3, 4, 5, 6], 4),
+        request(1, &[7, 8], 3),
+        request(2, &[9, 3, 4], 2),
+    ];
+    for r in &first {
+        engine.submit(r.clone());
+    }
+    let mut done = engine.run_to_completion().expect("first turn");
+    done.sort_by_key(|c| c.id);
+    let continued = |c: &Completion, more: &[u32]| -> Vec<u32> {
+        [&c.prompt_ids[..], &c.token_ids[..], more].concat()
+    };
+    let second = [
+        // Saved: 4 + 4 - 1 = 7 tokens of 10; 3 to feed.
+        request(0, &continued(&done[0], &[5, 5]), 3),
+        // Saved: 2 + 3 - 1 = 4 of 6; 2 to feed.
+        request(1, &continued(&done[1], &[3]), 3),
+        // Its id's sequence is not its prompt's beginning: 3 to feed.
+        request(2, &[4, 4, 4], 3),
+        request(7, &[6, 7], 3),
+    ];
+    let before = engine.lanes[0].prefilled;
+    for r in &second {
+        engine.submit(r.clone());
+    }
+    let mut got = engine.run_to_completion().expect("second turn");
+    got.sort_by_key(|c| c.id);
+    // Four rows of the longest part to feed (3), where whole prompts would be four of 10.
+    assert_eq!(engine.lanes[0].prefilled - before, 12);
+    for (r, got) in second.iter().zip(&got) {
+        let mut fresh = Engine::with_lanes(&m.transformer, vec![], 1, 1);
+        fresh.submit(r.clone());
+        let want = fresh.run_to_completion().expect("alone").remove(0);
+        assert_eq!(got.id, r.id);
+        assert_eq!(got.token_ids, want.token_ids, "request {}", r.id);
+        for (x, y) in got.logprobs.iter().zip(&want.logprobs) {
+            assert!((x - y).abs() < 1e-5, "request {}: {x} vs {y}", r.id);
+        }
+    }
+    // New weights make the kept caches stale: once forgotten, a continuation is prefilled whole.
+    engine.forget_prefixes();
+    let third = request(0, &continued(&got[0], &[4]), 2);
+    let before = engine.lanes[0].prefilled;
+    engine.submit(third.clone());
+    engine.run_to_completion().expect("third turn");
+    assert_eq!(engine.lanes[0].prefilled - before, third.prompt_ids.len());
+}

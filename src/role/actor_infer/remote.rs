@@ -42,6 +42,7 @@ impl RemoteInfer {
         model: &LoadedModel,
         dtype: Dtype,
         max_batch: usize,
+        multi_turn: bool,
         threads: usize,
     ) -> Result<RemoteInfer, RoleError> {
         let area = HostArea::new().map_err(|e| {
@@ -58,6 +59,7 @@ impl RemoteInfer {
             weights: area.path(HOST_COPY),
             dtype,
             max_batch,
+            multi_turn,
         };
         let worker = RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads)?;
         Ok(RemoteInfer {

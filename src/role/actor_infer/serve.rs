@@ -30,6 +30,10 @@ pub struct InferInit {
     pub weights: PathBuf,
     pub dtype: Dtype,
     pub max_batch: usize,
+    /// Requests continue earlier ones of the same id (agentic episodes): the engine keeps
+    /// finished sequences' caches for them (`Engine::with_prefix_reuse`).
+    #[serde(default)]
+    pub multi_turn: bool,
 }
 
 /// One change to the engine's work, applied in order before a step.
@@ -77,6 +81,7 @@ struct Base {
     tokenizer: TokenizerFiles,
     eos_ids: Vec<u32>,
     max_batch: usize,
+    multi_turn: bool,
 }
 
 /// Why the engine loop handed control back.
@@ -159,6 +164,7 @@ fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
         tokenizer: loaded.tokenizer,
         eos_ids: loaded.eos_ids,
         max_batch: init.max_batch,
+        multi_turn: init.multi_turn,
     };
     Ok((base, loaded.transformer))
 }
@@ -190,6 +196,9 @@ fn run_engine(
     };
     let mut engine =
         Engine::new(model, base.eos_ids.clone(), base.max_batch).with_detokenizer(&detok);
+    if base.multi_turn {
+        engine = engine.with_prefix_reuse();
+    }
     loop {
         let Some((id, request)) = calls.recv() else {
             return Leave::Exit;
@@ -198,6 +207,7 @@ fn run_engine(
             Request::Step { ops } => reply(id, step(&mut engine, ops)),
             Request::SetWeights { path } => {
                 let result = read_into_vars(&path, &model.params().named_vars());
+                engine.forget_prefixes();
                 reply(
                     id,
                     result
