@@ -300,19 +300,29 @@ fn attention_equals_candles_ops_with_padding_groups_and_a_past() {
         for (t, past) in [(4, 2), (9, 9), (7, 20), (1, 9)] {
             let (b, nh, nkv) = (3, 6, 2);
             let mask = attention_mask(&[0, 2, 6], past, t, nh / nkv);
-            let q = randn(&[b, t, nh, hd], 1.0);
-            let k = randn(&[b, past + t, nkv, hd], 1.0);
-            let v = randn(&[b, past + t, nkv, hd], 1.0);
-            let scale = 1.0 / (hd as f64).sqrt();
-            compare(
-                &["q", "k", "v"],
-                &[&q, &k, &v],
-                &[b, t, nh * hd],
-                |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
-                |x| attention_reference(x[0], x[1], x[2], &mask, scale),
-            );
+            compare_attention((b, t, past + t), (nh, nkv, hd), &mask);
         }
     }
+}
+
+/// The fused attention against candle's ops on random operands: `b` rows of `t` queries and `tk`
+/// keys, `nh` query heads on `nkv` kv heads of `hd`, under `mask`.
+fn compare_attention(
+    (b, t, tk): (usize, usize, usize),
+    (nh, nkv, hd): (usize, usize, usize),
+    mask: &Tensor,
+) {
+    let q = randn(&[b, t, nh, hd], 1.0);
+    let k = randn(&[b, tk, nkv, hd], 1.0);
+    let v = randn(&[b, tk, nkv, hd], 1.0);
+    let scale = 1.0 / (hd as f64).sqrt();
+    compare(
+        &["q", "k", "v"],
+        &[&q, &k, &v],
+        &[b, t, nh * hd],
+        |x| attention::attention(x[0], x[1], x[2], mask, scale).unwrap(),
+        |x| attention_reference(x[0], x[1], x[2], mask, scale),
+    );
 }
 
 /// Masks whose open keys are a run in the middle of the row (sequences packed side by side, each
@@ -338,17 +348,7 @@ fn attention_equals_candles_ops_over_packed_sequences_and_holes() {
     }
     let mask = Tensor::from_vec(data, (b, 1, (nh / nkv) * t, t), &Device::Cpu).unwrap();
     for hd in [8, 32] {
-        let q = randn(&[b, t, nh, hd], 1.0);
-        let k = randn(&[b, t, nkv, hd], 1.0);
-        let v = randn(&[b, t, nkv, hd], 1.0);
-        let scale = 1.0 / (hd as f64).sqrt();
-        compare(
-            &["q", "k", "v"],
-            &[&q, &k, &v],
-            &[b, t, nh * hd],
-            |x| attention::attention(x[0], x[1], x[2], &mask, scale).unwrap(),
-            |x| attention_reference(x[0], x[1], x[2], &mask, scale),
-        );
+        compare_attention((b, t, t), (nh, nkv, hd), &mask);
     }
 }
 
