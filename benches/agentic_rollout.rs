@@ -10,7 +10,9 @@
 //! - **ours, overlap** (`rl.env.overlap_steps: true`): the engine keeps decoding while programs
 //!   step.
 //!
-//! Ours runs through `roll::pipeline::run` (an RL stage; its rollout part is `time/rollout`). An
+//! Ours runs through `roll::pipeline::run` (an RL stage; its rollout part is `time/rollout`), whose
+//! engine keeps each finished turn's cache for the episode's next turn; the turn-by-turn baseline
+//! prefills every turn's whole history. An
 //! untrained model rarely writes a number, so nearly every turn is an invalid guess (the program
 //! still sleeps) and episodes last all 6 turns.
 //!
