@@ -309,7 +309,8 @@ pub fn env_for_model(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Arch, InitOptions, init_model, save_model_dir};
+    use crate::model::hf_dir::tiny_test_options;
+    use crate::model::{InitOptions, init_model, save_model_dir};
 
     /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, on the
     /// engine's fast path, as `roll-tui run` computes by default.
@@ -317,19 +318,8 @@ mod tests {
     async fn a_bf16_directory_is_debugged_in_f32() {
         let dir = tempfile::tempdir().unwrap();
         let stored = init_model(&InitOptions {
-            arch: Arch::Qwen2,
-            hidden: 32,
-            layers: 1,
-            heads: 4,
-            kv_heads: 2,
-            intermediate: 64,
-            head_dim: None,
-            tie_embeddings: true,
-            max_positions: 64,
-            rope_theta: 10_000.0,
-            chars: "SFHG".into(),
             dtype: "bfloat16".into(),
-            seed: 3,
+            ..tiny_test_options("SFHG", 64, 3)
         })
         .unwrap();
         assert_eq!(stored.transformer.dtype(), DType::BF16);
