@@ -187,7 +187,8 @@ pub async fn model_policy(
     match spec {
         ModelSpec::Dir(dir) => {
             // In f32 whatever the directory stores (Hugging Face checkpoints are mostly bf16):
-            // the dtype a run computes in by default, and the one the CPU engine's kernels take.
+            // the dtype a run computes in by default; a bf16 model computes in f32 on the CPU
+            // too, but widens its weights at every step and rounds its hidden states.
             let model = load_model_dir(dir, Some(DType::F32), &candle_core::Device::Cpu)
                 .map_err(|e| e.to_string())?;
             let chat_template = model.tokenizer.chat_template.is_some();
@@ -312,8 +313,8 @@ mod tests {
     use crate::model::hf_dir::tiny_test_options;
     use crate::model::{InitOptions, init_model, save_model_dir};
 
-    /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, on the
-    /// engine's fast path, as `roll-tui run` computes by default.
+    /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, as
+    /// `roll-tui run` computes by default.
     #[tokio::test]
     async fn a_bf16_directory_is_debugged_in_f32() {
         let dir = tempfile::tempdir().unwrap();
@@ -324,7 +325,7 @@ mod tests {
         .unwrap();
         assert_eq!(stored.transformer.dtype(), DType::BF16);
         save_model_dir(dir.path(), &stored).unwrap();
-        // The directory holds bf16: loaded as stored, it computes in bf16.
+        // The directory holds bf16: loaded as stored, its weights are bf16.
         let as_stored = load_model_dir(dir.path(), None, &candle_core::Device::Cpu).unwrap();
         assert_eq!(as_stored.transformer.dtype(), DType::BF16);
         let env = env_config("frozen_lake", &[]).unwrap();

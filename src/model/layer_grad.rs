@@ -81,9 +81,9 @@ pub(super) fn forward(
         cfg.num_key_value_heads,
         cfg.head_dim,
     );
-    // The weights' values out of candle's graph; the record keeps `w` itself (its gradients are
-    // keyed by it).
-    let wd = w.detached();
+    // The weights' values out of candle's graph, in x's dtype (a bf16 model's widened: see
+    // `Transformer::compute_dtype`); the record keeps `w` itself (its gradients are keyed by it).
+    let wd = w.detached_in(x.dtype())?;
     let x = x.detach();
     let h1 = fused::rms_norm::rms_norm(&x, &wd.input_norm, eps)?;
     let bias = |i: usize| wd.qkv_b.as_ref().map(|(q, k, v)| [q, k, v][i]);
@@ -171,7 +171,9 @@ impl LayerRecord {
     /// (b, t, hidden) and those of its weights that are trained (see [`applies`]).
     pub(super) fn backward(self, dy: &Tensor) -> Result<(Tensor, WeightGrads)> {
         let w = &self.w;
-        let d = Tensor::detach;
+        // The weights' values in the forward's dtype (widened again for a bf16 model: see
+        // `Transformer::compute_dtype`); `w` keys their gradients.
+        let wd = w.detached_in(self.x.dtype())?;
         // Whether any of these weights is trained: else their input is not made again.
         let trained = |ws: &[&Tensor]| ws.iter().any(|t| t.track_op());
         let mut grads: WeightGrads = Vec::new();
@@ -180,7 +182,7 @@ impl LayerRecord {
 
         // out = x2 + down(swiglu(gate(h2), up(h2))). Down's weight gradient reads SwiGLU's
         // output, made again (the forward's bits) in the pass that takes SwiGLU's gradients.
-        let d_mlp = fused::product::matmul(&dy, &d(&w.down_w))?.reshape(self.gate.dims())?;
+        let d_mlp = fused::product::matmul(&dy, &wd.down_w)?.reshape(self.gate.dims())?;
         let (d_gate, d_up) = if trained(&[&w.down_w]) {
             let (mlp, d_gate, d_up) =
                 fused::swiglu::swiglu_backward_and_output(&self.gate, &self.up, &d_mlp)?;
@@ -194,18 +196,18 @@ impl LayerRecord {
         };
         let (d_gate, d_up) = (rows(&d_gate)?, rows(&d_up)?);
         if trained(&[&w.gate_w, &w.up_w]) {
-            let h2 = fused::rms_norm::rms_norm(&self.x2, &d(&w.post_norm), self.eps)?;
+            let h2 = fused::rms_norm::rms_norm(&self.x2, &wd.post_norm, self.eps)?;
             grads.extend(product_grad(&w.gate_w, &d_gate, &h2)?);
             grads.extend(product_grad(&w.up_w, &d_up, &h2)?);
         }
-        let d_h2 = fused::product::matmul(&d_gate, &d(&w.gate_w))?;
-        fused::product::matmul_add(&d_h2, &d_up, &d(&w.up_w))?;
+        let d_h2 = fused::product::matmul(&d_gate, &wd.gate_w)?;
+        fused::product::matmul_add(&d_h2, &d_up, &wd.up_w)?;
         drop((d_gate, d_up));
         // The residual: the output's gradient reaches x2 directly too, added as the norm's
         // backward writes its part.
         let (d_x2, d_post) = fused::rms_norm::rms_norm_backward_plus(
             &self.x2,
-            &d(&w.post_norm),
+            &wd.post_norm,
             &d_h2.reshape(shape.as_slice())?,
             self.eps,
             &dy.reshape(shape.as_slice())?,
@@ -217,16 +219,18 @@ impl LayerRecord {
 
         // x2 = x + o(attention(rope(q), rope(k), v))
         grads.extend(product_grad(&w.o_w, &d_x2, &self.attn)?);
-        let d_attn = fused::product::matmul(&d_x2, &d(&w.o_w))?.reshape(self.attn.dims())?;
+        let d_attn = fused::product::matmul(&d_x2, &wd.o_w)?.reshape(self.attn.dims())?;
         let (dq, dk, dv) = fused::attention::attention_backward(
             &self.q, &self.k, &self.v, &self.mask, self.scale, &self.attn, &d_attn,
         )?;
         drop(d_attn);
         let mut dq = fused::rope::rope_backward(&dq, &self.cos, &self.sin)?;
         let mut dk = fused::rope::rope_backward(&dk, &self.cos, &self.sin)?;
-        if let (Some((qn, kn)), Some((q_lin, k_lin))) = (&w.qk_norm, &self.qk_lin) {
-            let (dq_lin, d_qn) = fused::rms_norm::rms_norm_backward(q_lin, &d(qn), &dq, self.eps)?;
-            let (dk_lin, d_kn) = fused::rms_norm::rms_norm_backward(k_lin, &d(kn), &dk, self.eps)?;
+        if let (Some((qn, kn)), Some((qn_d, kn_d)), Some((q_lin, k_lin))) =
+            (&w.qk_norm, &wd.qk_norm, &self.qk_lin)
+        {
+            let (dq_lin, d_qn) = fused::rms_norm::rms_norm_backward(q_lin, qn_d, &dq, self.eps)?;
+            let (dk_lin, d_kn) = fused::rms_norm::rms_norm_backward(k_lin, kn_d, &dk, self.eps)?;
             for (norm, g) in [(qn, d_qn), (kn, d_kn)] {
                 if norm.track_op() {
                     grads.push((norm.clone(), own(&g)?));
@@ -243,18 +247,18 @@ impl LayerRecord {
             }
         }
         if trained(&[&w.q_w, &w.k_w, &w.v_w]) {
-            let h1 = fused::rms_norm::rms_norm(&self.x, &d(&w.input_norm), self.eps)?;
+            let h1 = fused::rms_norm::rms_norm(&self.x, &wd.input_norm, self.eps)?;
             grads.extend(product_grad(&w.q_w, &dq, &h1)?);
             grads.extend(product_grad(&w.k_w, &dk, &h1)?);
             grads.extend(product_grad(&w.v_w, &dv, &h1)?);
         }
-        let d_h1 = fused::product::matmul(&dq, &d(&w.q_w))?;
-        fused::product::matmul_add(&d_h1, &dk, &d(&w.k_w))?;
-        fused::product::matmul_add(&d_h1, &dv, &d(&w.v_w))?;
+        let d_h1 = fused::product::matmul(&dq, &wd.q_w)?;
+        fused::product::matmul_add(&d_h1, &dk, &wd.k_w)?;
+        fused::product::matmul_add(&d_h1, &dv, &wd.v_w)?;
         // And x2's gradient reaches x directly too.
         let (dx, d_in) = fused::rms_norm::rms_norm_backward_plus(
             &self.x,
-            &d(&w.input_norm),
+            &wd.input_norm,
             &d_h1.reshape(shape.as_slice())?,
             self.eps,
             &d_x2.reshape(shape.as_slice())?,
@@ -262,6 +266,14 @@ impl LayerRecord {
         if w.input_norm.track_op() {
             grads.push((w.input_norm.clone(), own(&d_in)?));
         }
+        // Each gradient in its weight's dtype (a no-op in f32; a bf16 weight's rounded once).
+        let grads = grads
+            .into_iter()
+            .map(|(w, g)| {
+                let g = g.to_dtype(w.dtype())?;
+                Ok((w, g))
+            })
+            .collect::<Result<_>>()?;
         Ok((dx, grads))
     }
 }

@@ -73,22 +73,39 @@ impl LayerWeights {
         all
     }
 
-    /// The same weights out of candle's graph (views of the same storage).
-    pub(super) fn detached(&self) -> LayerWeights {
-        let d = Tensor::detach;
-        LayerWeights {
-            input_norm: d(&self.input_norm),
-            post_norm: d(&self.post_norm),
-            q_w: d(&self.q_w),
-            k_w: d(&self.k_w),
-            v_w: d(&self.v_w),
-            o_w: d(&self.o_w),
-            qkv_b: self.qkv_b.as_ref().map(|(q, k, v)| (d(q), d(k), d(v))),
-            qk_norm: self.qk_norm.as_ref().map(|(q, k)| (d(q), d(k))),
-            gate_w: d(&self.gate_w),
-            up_w: d(&self.up_w),
-            down_w: d(&self.down_w),
-        }
+    /// Each weight through `f`, as a layer's weights of the same shape.
+    fn map(&self, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<LayerWeights> {
+        Ok(LayerWeights {
+            input_norm: f(&self.input_norm)?,
+            post_norm: f(&self.post_norm)?,
+            q_w: f(&self.q_w)?,
+            k_w: f(&self.k_w)?,
+            v_w: f(&self.v_w)?,
+            o_w: f(&self.o_w)?,
+            qkv_b: match &self.qkv_b {
+                Some((q, k, v)) => Some((f(q)?, f(k)?, f(v)?)),
+                None => None,
+            },
+            qk_norm: match &self.qk_norm {
+                Some((q, k)) => Some((f(q)?, f(k)?)),
+                None => None,
+            },
+            gate_w: f(&self.gate_w)?,
+            up_w: f(&self.up_w)?,
+            down_w: f(&self.down_w)?,
+        })
+    }
+
+    /// The same weights out of candle's graph, in `dtype`: views of the same storage where they
+    /// are stored in it, widened copies of a bf16 model's for the fused kernels (f32 only).
+    pub(super) fn detached_in(&self, dtype: DType) -> Result<LayerWeights> {
+        self.map(|t| t.detach().to_dtype(dtype))
+    }
+
+    /// The same weights in `dtype`, still in candle's graph (a conversion's gradient is the
+    /// gradient converted back): the weights themselves where they are stored in it.
+    fn converted(&self, dtype: DType) -> Result<LayerWeights> {
+        self.map(|t| t.to_dtype(dtype))
     }
 }
 
@@ -215,6 +232,20 @@ impl Transformer {
         self.hidden_states(input_ids, positions, mask, None, numerics, Some(tape))
     }
 
+    /// The dtype the layers compute in: the weights' own, except a bf16 model's on the CPU
+    /// outside `Numerics::Reference`, which runs the fused kernels (f32 only) in f32 with each
+    /// layer's weights widened as the layer runs. The model keeps bf16's memory, its sums are
+    /// taken in f32 as a bf16 product's are anyway (candle's widens both factors), and it is not
+    /// held to candle's per-op bf16 path, ~3x slower (benches/RESULTS.md). Its keys and values
+    /// are cached in f32.
+    fn compute_dtype(&self, numerics: Numerics) -> DType {
+        if self.dtype == DType::BF16 && self.device().is_cpu() && numerics != Numerics::Reference {
+            DType::F32
+        } else {
+            self.dtype
+        }
+    }
+
     fn hidden_states(
         &self,
         input_ids: &Tensor,
@@ -235,20 +266,21 @@ impl Transformer {
                 .index_select(&input_ids.flatten_all()?, 0)?,
             None => self.embed.index_select(&input_ids.flatten_all()?, 0)?,
         };
-        let mut x = rows.reshape((b, t, ()))?;
+        let compute = self.compute_dtype(numerics);
+        let mut x = rows.reshape((b, t, ()))?.to_dtype(compute)?;
         let flat_pos = positions.flatten_all()?;
         let half = self.cfg.head_dim / 2;
         let cos = self
             .cos
             .index_select(&flat_pos, 0)?
             .reshape((b, t, half))?
-            .to_dtype(self.dtype)?;
+            .to_dtype(compute)?;
         let sin = self
             .sin
             .index_select(&flat_pos, 0)?
             .reshape((b, t, half))?
-            .to_dtype(self.dtype)?;
-        let mask = mask.to_dtype(self.dtype)?;
+            .to_dtype(compute)?;
+        let mask = mask.to_dtype(compute)?;
         if numerics != Numerics::Reference && fused::applies(&x) {
             for (l, w) in self.layers.iter().enumerate() {
                 x = match tape.as_deref_mut() {
@@ -270,7 +302,10 @@ impl Transformer {
                     }
                 };
             }
-            return fused::rms_norm::rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps);
+            let final_norm = self.final_norm.to_dtype(compute)?;
+            // Back in the weights' dtype for the heads (a no-op in f32).
+            return fused::rms_norm::rms_norm(&x, &final_norm, self.cfg.rms_norm_eps)?
+                .to_dtype(self.dtype);
         }
         for (l, w) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &w.input_norm, self.cfg.rms_norm_eps, numerics)?;
@@ -308,7 +343,22 @@ impl Transformer {
     /// hidden: (b, t, hidden) -> logits (b, t, vocab), in f32 whatever the weight dtype.
     /// `Numerics::Fast` (inference) may take a few-row product of the CPU kernels.
     pub fn logits(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
-        project(hidden, &self.lm_head, None, numerics)?.to_dtype(DType::F32)
+        let (hidden, head) = self.head_operands(hidden, numerics)?;
+        project(&hidden, &head, None, numerics)?.to_dtype(DType::F32)
+    }
+
+    /// The hidden states and the output head's weight in the dtype the head computes in
+    /// ([`Self::compute_dtype`]): a bf16 model's widened on the CPU, as candle's bf16 product
+    /// would widen both anyway, so that its logits are not rounded to bf16 and the CPU kernels
+    /// take the product (in candle's graph outside `Numerics::Fast`: the gradients reach the
+    /// bf16 weight converted back).
+    pub fn head_operands(&self, hidden: &Tensor, numerics: Numerics) -> Result<(Tensor, Tensor)> {
+        let compute = self.compute_dtype(numerics);
+        let head = match numerics {
+            Numerics::Fast => self.lm_head.detach(),
+            _ => self.lm_head.clone(),
+        };
+        Ok((hidden.to_dtype(compute)?, head.to_dtype(compute)?))
     }
 
     /// One layer through the fused CPU kernels, the cache (if any) holding (b, columns, kv_heads,
@@ -325,15 +375,15 @@ impl Transformer {
         numerics: Numerics,
     ) -> Result<Tensor> {
         let eps = self.cfg.rms_norm_eps;
-        // Inference: the weights out of candle's graph too, so that no output of the layer is
-        // in it (the residual sums and biases are then added in place, `residual`, `affine`).
-        let detached;
+        // In x's dtype (`compute_dtype`). Inference: the weights out of candle's graph too, so
+        // that no output of the layer is in it (the residual sums and biases are then added in
+        // place, `residual`, `affine`).
         let w = if numerics == Numerics::Fast {
-            detached = w.detached();
-            &detached
+            w.detached_in(x.dtype())?
         } else {
-            w
+            w.converted(x.dtype())?
         };
+        let w = &w;
         let linear = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| project(x, w, b, numerics);
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (

@@ -160,23 +160,27 @@ pub fn response_forward(
     } else {
         1.0
     };
-    // Training on the CPU in f32: the head and the log-probs in one op, whose backward walks the
-    // vocabulary in chunks instead of holding the (rows, vocab) logits' gradient (the peak of a
-    // step at a large vocabulary). The log-probs are the same bits as below.
-    if numerics == Numerics::Differentiable && fused_head::applies(&hidden, model.lm_head()) {
-        let (logp, entropy) = fused_head::head_logprobs(
-            &hidden,
-            model.lm_head(),
-            &batch.targets,
-            scale,
-            with_entropy,
-            sink.as_ref(),
-        )?;
-        let entropy = match with_entropy {
-            true => Some((entropy * &batch.response_mask)?),
-            false => None,
-        };
-        return Ok(((logp * &batch.response_mask)?, entropy));
+    // Training on the CPU in f32 (a bf16 model's head widened): the head and the log-probs in
+    // one op, whose backward walks the vocabulary in chunks instead of holding the (rows, vocab)
+    // logits' gradient (the peak of a step at a large vocabulary). The log-probs are the same
+    // bits as below.
+    if numerics == Numerics::Differentiable {
+        let (head_hidden, head) = model.head_operands(&hidden, numerics)?;
+        if fused_head::applies(&head_hidden, &head) {
+            let (logp, entropy) = fused_head::head_logprobs(
+                &head_hidden,
+                &head,
+                &batch.targets,
+                scale,
+                with_entropy,
+                sink.as_ref(),
+            )?;
+            let entropy = match with_entropy {
+                true => Some((entropy * &batch.response_mask)?),
+                false => None,
+            };
+            return Ok(((logp * &batch.response_mask)?, entropy));
+        }
     }
     let mut logits = model.logits(&hidden, numerics)?;
     if scale != 1.0 {
