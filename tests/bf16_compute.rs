@@ -72,6 +72,9 @@ fn a_bf16_models_hidden_states_are_its_f32_twins_rounded_once() {
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
         let (_dir, m16, m32) = twins(arch);
         let (ids, pos, mask) = batch(&m16.transformer);
+        // 12 rows: at inference both take the streamed product (the bf16 model's reading its
+        // weights in place). At 8 rows or fewer the twin's would take the skinny one, whose
+        // sums run in another order: the same values to the last bits, not bit for bit.
         for numerics in [Numerics::Fast, Numerics::Differentiable] {
             let h16 = m16
                 .transformer

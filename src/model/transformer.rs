@@ -102,6 +102,26 @@ impl LayerWeights {
         self.map(|t| t.detach().to_dtype(dtype))
     }
 
+    /// The same weights out of candle's graph, the norms and biases in `dtype` and the
+    /// projections as stored: `project` reads a bf16 projection in place where the streamed
+    /// product takes the rows (a decode step), and widens it where not.
+    fn detached_for_inference(&self, dtype: DType) -> Result<LayerWeights> {
+        let mut w = self.map(|t| Ok(t.detach()))?;
+        let widen = |t: &mut Tensor| -> Result<()> {
+            *t = t.to_dtype(dtype)?;
+            Ok(())
+        };
+        widen(&mut w.input_norm)?;
+        widen(&mut w.post_norm)?;
+        if let Some((q, k, v)) = &mut w.qkv_b {
+            [q, k, v].into_iter().try_for_each(widen)?;
+        }
+        if let Some((q, k)) = &mut w.qk_norm {
+            [q, k].into_iter().try_for_each(widen)?;
+        }
+        Ok(w)
+    }
+
     /// The same weights in `dtype`, still in candle's graph (a conversion's gradient is the
     /// gradient converted back): the weights themselves where they are stored in it.
     fn converted(&self, dtype: DType) -> Result<LayerWeights> {
@@ -351,14 +371,16 @@ impl Transformer {
     /// ([`Self::compute_dtype`]): a bf16 model's widened on the CPU, as candle's bf16 product
     /// would widen both anyway, so that its logits are not rounded to bf16 and the CPU kernels
     /// take the product (in candle's graph outside `Numerics::Fast`: the gradients reach the
-    /// bf16 weight converted back).
+    /// bf16 weight converted back). At inference the weight is left as stored, detached: the
+    /// streamed product reads a bf16 one in place.
     pub fn head_operands(&self, hidden: &Tensor, numerics: Numerics) -> Result<(Tensor, Tensor)> {
         let compute = self.compute_dtype(numerics);
         let head = match numerics {
+            // Inference: the weight as stored (`project` widens it where it must).
             Numerics::Fast => self.lm_head.detach(),
-            _ => self.lm_head.clone(),
+            _ => self.lm_head.to_dtype(compute)?,
         };
-        Ok((hidden.to_dtype(compute)?, head.to_dtype(compute)?))
+        Ok((hidden.to_dtype(compute)?, head))
     }
 
     /// One layer through the fused CPU kernels, the cache (if any) holding (b, columns, kv_heads,
@@ -379,7 +401,7 @@ impl Transformer {
         // that no output of the layer is in it (the residual sums and biases are then added in
         // place, `residual`, `affine`).
         let w = if numerics == Numerics::Fast {
-            w.detached_in(x.dtype())?
+            w.detached_for_inference(x.dtype())?
         } else {
             w.converted(x.dtype())?
         };
@@ -500,7 +522,13 @@ impl Transformer {
 /// call's row count, so a sequence's logits can differ in the last bits between batch sizes (as
 /// they did between candle's GEMM and the skinny product before); greedy tokens and log-probs
 /// agree to 1e-5 whatever the lanes (tests/model_numerics.rs).
+///
+/// A bf16 weight beside f32 rows (a bf16 model on the CPU, [`Transformer::compute_dtype`]) is
+/// read in place by the streamed product where that takes the rows, and widened for the others.
 fn project(x: &Tensor, w: &Tensor, b: Option<&Tensor>, numerics: Numerics) -> Result<Tensor> {
+    if w.dtype() != x.dtype() && !(numerics == Numerics::Fast && fused::streamed::applies(x, w)) {
+        return project(x, &w.to_dtype(x.dtype())?, b, numerics);
+    }
     let product = match numerics {
         Numerics::Fast if fused::skinny::applies(x, w) => Product::Skinny,
         Numerics::Fast if fused::streamed::applies(x, w) => Product::Streamed,

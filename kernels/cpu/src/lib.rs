@@ -100,13 +100,16 @@ fn unpack<const N: usize>(packed: &Tensor, shapes: [&[usize]; N]) -> Result<[Ten
 }
 
 /// A few-row product's slice function: x (m, k) and w (n, k), both row-major, to y = x wᵀ (m, n).
-pub(crate) type RowProduct = fn(&[f32], &[f32], usize, usize, usize) -> Vec<f32>;
+pub(crate) type RowProduct<W = f32> = fn(&[f32], &[W], usize, usize, usize) -> Vec<f32>;
 
 /// The candle op of the few-row products ([`skinny`], [`streamed`]): checks that x and w are
-/// matrices of one depth, naming the kernel, and runs its slice function. No backward.
+/// matrices of one depth, naming the kernel, and runs its slice function for w's dtype. No
+/// backward.
 struct RowsTimesWeight {
     name: &'static str,
     product: RowProduct,
+    /// For a bf16 weight read in place, where the kernel has one.
+    product_bf16: Option<RowProduct<half::bf16>>,
 }
 
 impl CustomOp2 for RowsTimesWeight {
@@ -123,7 +126,6 @@ impl CustomOp2 for RowsTimesWeight {
     ) -> Result<(CpuStorage, Shape)> {
         let name = self.name;
         let x = f32_data(s1, l1, name, "x")?;
-        let w = f32_data(s2, l2, name, "the weight")?;
         let (&[m, k], &[n, kw]) = (l1.dims(), l2.dims()) else {
             bail!(
                 "{name}: x {:?} and weight {:?} must be matrices",
@@ -134,10 +136,14 @@ impl CustomOp2 for RowsTimesWeight {
         if k != kw {
             bail!("{name}: x has {k} columns, the weight {kw}");
         }
-        Ok((
-            CpuStorage::F32((self.product)(x, w, m, k, n)),
-            Shape::from((m, n)),
-        ))
+        let y = match (s2, self.product_bf16) {
+            (CpuStorage::BF16(w), Some(product)) => match l2.contiguous_offsets() {
+                Some((a, b)) => product(x, &w[a..b], m, k, n),
+                None => bail!("{name}: the weight must be contiguous"),
+            },
+            _ => (self.product)(x, f32_data(s2, l2, name, "the weight")?, m, k, n),
+        };
+        Ok((CpuStorage::F32(y), Shape::from((m, n))))
     }
 }
 
@@ -148,9 +154,14 @@ fn rows_times_weight(
     w: &Tensor,
     name: &'static str,
     product: RowProduct,
+    product_bf16: Option<RowProduct<half::bf16>>,
 ) -> Result<Tensor> {
-    x.contiguous()?
-        .apply_op2_no_bwd(&w.contiguous()?, &RowsTimesWeight { name, product })
+    let op = RowsTimesWeight {
+        name,
+        product,
+        product_bf16,
+    };
+    x.contiguous()?.apply_op2_no_bwd(&w.contiguous()?, &op)
 }
 
 #[cfg(test)]

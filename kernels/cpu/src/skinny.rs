@@ -192,7 +192,7 @@ pub fn applies(x: &Tensor, w: &Tensor) -> bool {
 
 /// x (rows, k) times w (n, k) transposed -> (rows, n), for inference: no gradient flows back.
 pub fn skinny_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    super::rows_times_weight(x, w, NAME, matmul_t)
+    super::rows_times_weight(x, w, NAME, matmul_t, None)
 }
 
 #[cfg(test)]

@@ -14,10 +14,15 @@
 //! Every output is summed in one order, `acc = x[i][t] * w[j][t] + acc` for t = 0, 1, ... (fused
 //! multiply-adds), whichever block, tile or task it falls in: through this kernel a row's product
 //! does not depend on the rows beside it.
+//!
+//! A bf16 weight is read as it is stored, each element widened to f32 (exactly: bf16 is f32's
+//! upper half) as it is broadcast, so a bf16 model's decode step reads half the bytes and writes
+//! no widened copy; its products are the f32 products of the widened weight, bit for bit.
 
 use std::cell::RefCell;
 
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
+use half::bf16;
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -37,11 +42,31 @@ const TASK_FMAS: usize = 1 << 18;
 /// rows the two are even; beyond, the GEMM's packed blocks are reused by enough rows.
 pub const MAX_ROWS: usize = 64;
 
+/// An element of a weight the product reads in place: f32, or bf16 widened as it is read.
+pub trait WeightElement: Copy + Send + Sync {
+    fn widen(self) -> f32;
+}
+
+impl WeightElement for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl WeightElement for bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        // bf16 is the upper half of an f32: exact, and no call into `half`'s dispatch.
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+}
+
 /// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
 ///
 /// # Panics
 /// If x does not hold m * k values or w n * k (through candle, the op checks the shapes first).
-pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+pub fn matmul_t<W: WeightElement>(x: &[f32], w: &[W], m: usize, k: usize, n: usize) -> Vec<f32> {
     assert_eq!(
         x.len(),
         m * k,
@@ -57,15 +82,15 @@ pub fn matmul_t(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> 
     Arch::new().dispatch(Product { x, w, m, k, n })
 }
 
-struct Product<'a> {
+struct Product<'a, W> {
     x: &'a [f32],
-    w: &'a [f32],
+    w: &'a [W],
     m: usize,
     k: usize,
     n: usize,
 }
 
-impl WithSimd for Product<'_> {
+impl<W: WeightElement> WithSimd for Product<'_, W> {
     type Output = Vec<f32>;
 
     // Dispatched only for the vector width, which fixes the block's rows; the tasks below
@@ -119,9 +144,9 @@ fn with_scratch<R>(xp_len: usize, yt_len: usize, f: impl FnOnce(&mut [f32], &mut
 
 /// y (m, n) = x wᵀ through `xp` (blocks of mb rows of x, packed) and `yt` (y transposed, its
 /// rows padded to a whole block), both overwritten whole.
-fn transposed_products(
+fn transposed_products<W: WeightElement>(
     x: &[f32],
-    w: &[f32],
+    w: &[W],
     (m, k, n): (usize, usize, usize),
     mb: usize,
     xp: &mut [f32],
@@ -167,9 +192,9 @@ fn transposed_products(
 }
 
 /// One task: every block of x against a run of rows of w, into yt (rows of w, mp).
-struct Columns<'a> {
+struct Columns<'a, W> {
     xp: &'a [f32],
-    w: &'a [f32],
+    w: &'a [W],
     yt: &'a mut [f32],
     k: usize,
     mp: usize,
@@ -177,7 +202,7 @@ struct Columns<'a> {
     mb: usize,
 }
 
-impl WithSimd for Columns<'_> {
+impl<W: WeightElement> WithSimd for Columns<'_, W> {
     type Output = ();
 
     // No closures below: a closure is compiled apart from this function's target features.
@@ -226,11 +251,11 @@ impl WithSimd for Columns<'_> {
 /// One row of w against one block of x, into `out[at..at + 2 * lanes]`: the edge of the product,
 /// summed in the order of [`tile_6`].
 #[inline(always)]
-fn column<S: Simd>(simd: S, xv: &[S::f32s], w: &[f32], out: &mut [f32], at: usize) {
+fn column<S: Simd, W: WeightElement>(simd: S, xv: &[S::f32s], w: &[W], out: &mut [f32], at: usize) {
     let z = simd.splat_f32s(0.0);
     let (mut a, mut b) = (z, z);
     for (t, &wt) in w.iter().enumerate() {
-        let v = simd.splat_f32s(wt);
+        let v = simd.splat_f32s(wt.widen());
         a = simd.mul_add_f32s(xv[2 * t], v, a);
         b = simd.mul_add_f32s(xv[2 * t + 1], v, b);
     }
@@ -240,10 +265,10 @@ fn column<S: Simd>(simd: S, xv: &[S::f32s], w: &[f32], out: &mut [f32], at: usiz
 /// Six rows of w against one block of x, their twelve accumulators named so that they stay in
 /// registers; writes `out[c * mp + at..][..2 * lanes]` for c in 0..6.
 #[inline(always)]
-fn tile_6<S: Simd>(
+fn tile_6<S: Simd, W: WeightElement>(
     simd: S,
     xv: &[S::f32s],
-    w: &[f32],
+    w: &[W],
     k: usize,
     out: &mut [f32],
     mp: usize,
@@ -257,22 +282,22 @@ fn tile_6<S: Simd>(
     let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
     for t in 0..k {
         let (xa, xb) = (xv[2 * t], xv[2 * t + 1]);
-        let v = simd.splat_f32s(w0[t]);
+        let v = simd.splat_f32s(w0[t].widen());
         a0 = simd.mul_add_f32s(xa, v, a0);
         b0 = simd.mul_add_f32s(xb, v, b0);
-        let v = simd.splat_f32s(w1[t]);
+        let v = simd.splat_f32s(w1[t].widen());
         a1 = simd.mul_add_f32s(xa, v, a1);
         b1 = simd.mul_add_f32s(xb, v, b1);
-        let v = simd.splat_f32s(w2[t]);
+        let v = simd.splat_f32s(w2[t].widen());
         a2 = simd.mul_add_f32s(xa, v, a2);
         b2 = simd.mul_add_f32s(xb, v, b2);
-        let v = simd.splat_f32s(w3[t]);
+        let v = simd.splat_f32s(w3[t].widen());
         a3 = simd.mul_add_f32s(xa, v, a3);
         b3 = simd.mul_add_f32s(xb, v, b3);
-        let v = simd.splat_f32s(w4[t]);
+        let v = simd.splat_f32s(w4[t].widen());
         a4 = simd.mul_add_f32s(xa, v, a4);
         b4 = simd.mul_add_f32s(xb, v, b4);
-        let v = simd.splat_f32s(w5[t]);
+        let v = simd.splat_f32s(w5[t].widen());
         a5 = simd.mul_add_f32s(xa, v, a5);
         b5 = simd.mul_add_f32s(xb, v, b5);
     }
@@ -293,16 +318,18 @@ fn store<S: Simd>(simd: S, out: &mut [f32], at: usize, a: S::f32s, b: S::f32s) {
     v[1] = b;
 }
 
-/// Whether [`streamed_matmul`] takes these operands: f32 on the CPU, x with at most
-/// [`MAX_ROWS`] rows (all but its last dimension together).
+/// Whether [`streamed_matmul`] takes these operands: x f32 and w f32 or bf16 on the CPU, x with
+/// at most [`MAX_ROWS`] rows (all but its last dimension together).
 pub fn applies(x: &Tensor, w: &Tensor) -> bool {
     let k = x.dims().last().copied().unwrap_or(0);
-    super::applies(x) && super::applies(w) && k > 0 && x.elem_count() / k <= MAX_ROWS
+    let weight = w.device().is_cpu() && matches!(w.dtype(), DType::F32 | DType::BF16);
+    super::applies(x) && weight && k > 0 && x.elem_count() / k <= MAX_ROWS
 }
 
 /// x (rows, k) times w (n, k) transposed -> (rows, n), for inference: no gradient flows back.
+/// x is f32; w f32 or bf16 (read in place, see the module's doc).
 pub fn streamed_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    super::rows_times_weight(x, w, NAME, matmul_t)
+    super::rows_times_weight(x, w, NAME, matmul_t::<f32>, Some(matmul_t::<bf16>))
 }
 
 #[cfg(test)]

@@ -86,3 +86,37 @@ fn kept_scratch_from_a_larger_product_does_not_reach_a_smaller_one() {
     assert_eq!(big.len(), 64 * n);
     assert_product_matches_reference(matmul_t, &[(5, k, n), (19, k, 7)]);
 }
+
+#[test]
+fn a_bf16_weight_gives_the_bits_of_its_widened_f32_copy() {
+    // Tiles of 6 and remainders, one block and several, tasks splitting w's rows (the last).
+    for &(m, k, n) in &[(1, 7, 5), (17, 33, 13), (32, 128, 64), (64, 512, 130)] {
+        let w16: Vec<bf16> = pseudo(n * k, 7).into_iter().map(bf16::from_f32).collect();
+        let wide: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
+        let x = pseudo(m * k, 8);
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(
+            bits(matmul_t(&x, &w16, m, k, n)),
+            bits(matmul_t(&x, &wide, m, k, n)),
+            "{m} x {k} x {n}"
+        );
+    }
+    // Through candle: a bf16 weight is taken (and read in place), an f16 one is not.
+    let x = Tensor::from_vec(pseudo(8 * 24, 9), (8, 24), &Device::Cpu).unwrap();
+    let w = Tensor::from_vec(pseudo(10 * 24, 10), (10, 24), &Device::Cpu).unwrap();
+    let w16 = w.to_dtype(candle_core::DType::BF16).unwrap();
+    assert!(applies(&x, &w16));
+    assert!(!applies(&x, &w.to_dtype(candle_core::DType::F16).unwrap()));
+    let via = |w: &Tensor| {
+        streamed_matmul(&x, w)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    assert_eq!(
+        via(&w16),
+        via(&w16.to_dtype(candle_core::DType::F32).unwrap())
+    );
+}
