@@ -118,10 +118,14 @@ impl GradAccumulator {
     ///
     /// Runs on one of rayon's threads (`on_the_pool`): each sum is a parallel op, which a caller
     /// outside the pool would hand over one by one.
-    pub fn add(&mut self, vars: &[(String, Var)], grads: GradStore) -> Result<()> {
+    ///
+    /// Each gradient leaves the store as it is added: a bf16 model's are widened to f32 sums
+    /// here, and its bf16 ones are freed one by one rather than all after the last (1 GB at the
+    /// 0.5B shape).
+    pub fn add(&mut self, vars: &[(String, Var)], mut grads: GradStore) -> Result<()> {
         on_the_pool(|| {
             for (name, var) in vars {
-                if let Some(g) = grads.get(var.as_tensor()) {
+                if let Some(g) = grads.remove(var.as_tensor()) {
                     // Detached: candle's gradients keep the forward's graph (its activations)
                     // alive, which would hold every micro-batch's activations until the
                     // optimizer step.
