@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+mod common;
+
 use candle_core::{DType, Device, Tensor};
 use roll::model::hf_dir::InitOptions;
 use roll::model::{
@@ -16,19 +18,9 @@ use roll::train::batch::{TrainBatch, response_forward};
 
 fn opts(arch: Arch) -> InitOptions {
     InitOptions {
-        arch,
-        hidden: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        intermediate: 128,
-        head_dim: None,
-        tie_embeddings: arch != Arch::Llama,
-        max_positions: 128,
-        rope_theta: 10_000.0,
-        chars: "0123456789+=abcdefgh>".into(),
         dtype: "bfloat16".into(),
         seed: 5,
+        ..common::model_options(arch)
     }
 }
 

@@ -3,29 +3,15 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+mod common;
+
+use common::model_options;
+
 use candle_core::{Device, Tensor};
 use roll::model::hf_dir::InitOptions;
 use roll::model::{Arch, Numerics, attention_mask, init_model_dir, load_model_dir};
 use roll::rollout::{Request, SamplingParams, generate};
 use roll::train::batch::{TrainBatch, response_forward};
-
-fn opts(arch: Arch) -> InitOptions {
-    InitOptions {
-        arch,
-        hidden: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        intermediate: 128,
-        head_dim: None,
-        tie_embeddings: arch != Arch::Llama,
-        max_positions: 128,
-        rope_theta: 10_000.0,
-        chars: "0123456789+=abcdefgh>".into(),
-        dtype: "float32".into(),
-        seed: 3,
-    }
-}
 
 /// (prompt, response) pairs as a training batch of `model`.
 fn batch_of(model: &roll::model::LoadedModel, pairs: &[(Vec<u32>, Vec<u32>)]) -> TrainBatch {
@@ -112,7 +98,7 @@ fn worst_logprob_gap(
 fn kv_cache_decoding_matches_full_recomputation_for_every_arch() {
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
         let dir = tempfile::tempdir().unwrap();
-        let model = init_model_dir(dir.path(), &opts(arch)).unwrap();
+        let model = init_model_dir(dir.path(), &model_options(arch)).unwrap();
         let m = &model.transformer;
         // Ragged prompts decoded together (continuous batching with max_batch 2 forces left padding
         // and row removal), greedy so that the tokens are a deterministic function of the logits.
@@ -160,7 +146,7 @@ fn kv_cache_decoding_matches_full_recomputation_for_every_arch() {
 #[test]
 fn sampled_logprobs_equal_training_logprobs() {
     let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    let model = init_model_dir(dir.path(), &model_options(Arch::Qwen2)).unwrap();
     let m = &model.transformer;
     let params = SamplingParams {
         temperature: 0.7,
@@ -189,7 +175,7 @@ fn sampled_logprobs_equal_training_logprobs() {
 #[test]
 fn saved_directory_loads_back_with_identical_logits() {
     let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &opts(Arch::Qwen3)).unwrap();
+    let model = init_model_dir(dir.path(), &model_options(Arch::Qwen3)).unwrap();
     let again = load_model_dir(dir.path(), None, &Device::Cpu).unwrap();
     let ids = [4u32, 9, 2, 7];
     assert_eq!(
@@ -206,7 +192,7 @@ fn saved_directory_loads_back_with_identical_logits() {
 #[test]
 fn broken_directories_name_the_file_and_tensor() {
     let dir = tempfile::tempdir().unwrap();
-    init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    init_model_dir(dir.path(), &model_options(Arch::Qwen2)).unwrap();
     let weights = dir.path().join("model.safetensors");
     let bytes = std::fs::read(&weights).unwrap();
 
@@ -247,7 +233,7 @@ fn broken_directories_name_the_file_and_tensor() {
 
 #[test]
 fn bfloat16_models_run_and_stay_close_to_float32() {
-    let mut o = opts(Arch::Qwen2);
+    let mut o = model_options(Arch::Qwen2);
     let dir32 = tempfile::tempdir().unwrap();
     let m32 = init_model_dir(dir32.path(), &o).unwrap();
     o.dtype = "bfloat16".into();
@@ -288,7 +274,7 @@ fn bfloat16_models_run_and_stay_close_to_float32() {
 #[test]
 fn aborting_requests_mid_generation_keeps_the_others_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    let model = init_model_dir(dir.path(), &model_options(Arch::Qwen2)).unwrap();
     let m = &model.transformer;
     let params = SamplingParams {
         temperature: 1.0,
@@ -337,7 +323,7 @@ fn aborting_requests_mid_generation_keeps_the_others_exact() {
 fn fused_kernels_give_the_reference_logprobs_and_gradients() {
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
         let dir = tempfile::tempdir().unwrap();
-        let model = init_model_dir(dir.path(), &opts(arch)).unwrap();
+        let model = init_model_dir(dir.path(), &model_options(arch)).unwrap();
         let m = &model.transformer;
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..5u32)
             .map(|i| {
@@ -437,7 +423,7 @@ fn fused_kernels_give_the_reference_logprobs_and_gradients() {
 #[test]
 fn two_forwards_on_one_tape_sum_their_layers_gradients() {
     let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    let model = init_model_dir(dir.path(), &model_options(Arch::Qwen2)).unwrap();
     let m = &model.transformer;
     let batch = |seed: u32| {
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..3u32)
@@ -491,11 +477,11 @@ fn cached_decoding_in_the_fused_kernels_equals_candles_ops() {
     let wide = |arch| InitOptions {
         hidden: 256,
         intermediate: 512,
-        ..opts(arch)
+        ..model_options(arch)
     };
     for (arch, opts) in [Arch::Qwen2, Arch::Qwen3, Arch::Llama]
         .into_iter()
-        .flat_map(|a| [(a, opts(a)), (a, wide(a))])
+        .flat_map(|a| [(a, model_options(a)), (a, wide(a))])
     {
         let dir = tempfile::tempdir().unwrap();
         let model = init_model_dir(dir.path(), &opts).unwrap();
@@ -558,7 +544,7 @@ fn cached_decoding_in_the_fused_kernels_equals_candles_ops() {
 #[test]
 fn lanes_do_not_change_any_sample() {
     let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &opts(Arch::Qwen2)).unwrap();
+    let model = init_model_dir(dir.path(), &model_options(Arch::Qwen2)).unwrap();
     let run = |lanes: usize| {
         let mut engine = roll::rollout::Engine::with_lanes(&model.transformer, vec![5], 5, lanes);
         for i in 0..13u64 {
