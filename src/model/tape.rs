@@ -152,8 +152,8 @@ impl Tape {
         drop(loss);
         for (weight, g) in self.head_grads.close() {
             // Before any piece below adds to it, as candle's order would have it (the head's part
-            // of a tied embedding first).
-            add_into(&mut grads, &weight, g)?;
+            // of a tied embedding first); in the weight's dtype (a bf16 head's is made in f32).
+            add_into(&mut grads, &weight, g.to_dtype(weight.dtype())?)?;
         }
         while let Some(piece) = self.cuts.pop() {
             let (below, above) = match piece {

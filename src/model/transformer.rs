@@ -367,20 +367,17 @@ impl Transformer {
         project(&hidden, &head, None, numerics)?.to_dtype(DType::F32)
     }
 
-    /// The hidden states and the output head's weight in the dtype the head computes in
-    /// ([`Self::compute_dtype`]): a bf16 model's widened on the CPU, as candle's bf16 product
-    /// would widen both anyway, so that its logits are not rounded to bf16 and the CPU kernels
-    /// take the product (in candle's graph outside `Numerics::Fast`: the gradients reach the
-    /// bf16 weight converted back). At inference the weight is left as stored, detached: the
-    /// streamed product reads a bf16 one in place.
+    /// The hidden states in the dtype the head computes in ([`Self::compute_dtype`]: a bf16
+    /// model's widened on the CPU, so that its logits are not rounded to bf16 and the CPU kernels
+    /// take the product), and the output head's weight as stored (detached at inference): the
+    /// streamed product and the fused head read a bf16 one in place, `project` widens it for the
+    /// others.
     pub fn head_operands(&self, hidden: &Tensor, numerics: Numerics) -> Result<(Tensor, Tensor)> {
-        let compute = self.compute_dtype(numerics);
         let head = match numerics {
-            // Inference: the weight as stored (`project` widens it where it must).
             Numerics::Fast => self.lm_head.detach(),
-            _ => self.lm_head.to_dtype(compute)?,
+            _ => self.lm_head.clone(),
         };
-        Ok((hidden.to_dtype(compute)?, head))
+        Ok((hidden.to_dtype(self.compute_dtype(numerics))?, head))
     }
 
     /// One layer through the fused CPU kernels, the cache (if any) holding (b, columns, kv_heads,

@@ -160,10 +160,10 @@ pub fn response_forward(
     } else {
         1.0
     };
-    // Training on the CPU in f32 (a bf16 model's head widened): the head and the log-probs in
-    // one op, whose backward walks the vocabulary in chunks instead of holding the (rows, vocab)
-    // logits' gradient (the peak of a step at a large vocabulary). The log-probs are the same
-    // bits as below.
+    // Training on the CPU in f32 (a bf16 model's head read as stored): the head and the
+    // log-probs in one op, whose backward walks the vocabulary in chunks instead of holding the
+    // (rows, vocab) logits' gradient (the peak of a step at a large vocabulary). The log-probs
+    // are the same bits as below.
     if numerics == Numerics::Differentiable {
         let (head_hidden, head) = model.head_operands(&hidden, numerics)?;
         if fused_head::applies(&head_hidden, &head) {

@@ -129,6 +129,8 @@ impl CustomOp3 for HeadLogprobs {
         // gradients hold no reference to the forward's tensors.
         let (hidden, weight) = (hidden.detach(), weight.detach());
         let (rows, dim) = hidden.dims2()?;
+        // A bf16 weight is widened chunk by chunk below, never whole.
+        let widen = |rows: Tensor| rows.to_dtype(DType::F32);
         let vocab = weight.dim(0)?;
         // As in `logprobs`: the forward's outputs ride along, giving each row's log-sum-exp.
         let grad_and_res = Tensor::cat(&[grad_res, res], 1)?.contiguous()?;
@@ -148,7 +150,7 @@ impl CustomOp3 for HeadLogprobs {
                     scale: self.scale as f32,
                 },
             )?;
-            let weight_rows = weight.narrow(0, start, len)?;
+            let weight_rows = widen(weight.narrow(0, start, len)?)?;
             match &grad_hidden {
                 None => grad_hidden = Some(product::matmul(&d_logits, &weight_rows)?),
                 Some(sum) => product::matmul_add(sum, &d_logits, &weight_rows)?,
@@ -174,14 +176,21 @@ impl CustomOp3 for HeadLogprobs {
                 let back = sink.put(weight_var.clone(), grad_weight);
                 Ok((Some(grad_hidden), back, None))
             }
-            _ => Ok((Some(grad_hidden), Some(grad_weight), None)),
+            // In the weight's dtype, as candle's store keeps a variable's gradient.
+            _ => Ok((
+                Some(grad_hidden),
+                Some(grad_weight.to_dtype(weight.dtype())?),
+                None,
+            )),
         }
     }
 }
 
-/// Whether [`head_logprobs`] runs here: f32 hidden states and weight on the CPU.
+/// Whether [`head_logprobs`] runs here: f32 hidden states and an f32 or bf16 weight on the CPU.
 pub fn applies(hidden: &Tensor, weight: &Tensor) -> bool {
-    crate::applies(hidden) && crate::applies(weight)
+    crate::applies(hidden)
+        && weight.device().is_cpu()
+        && matches!(weight.dtype(), DType::F32 | DType::BF16)
 }
 
 /// hidden: (batch, seq, dim) f32, weight: (vocab, dim) f32, targets: (batch, seq) u32/i64 ->
@@ -189,6 +198,11 @@ pub fn applies(hidden: &Tensor, weight: &Tensor) -> bool {
 /// two (batch, seq) tensors, the entropy all zero unless `entropy`. Differentiable in `hidden`
 /// and `weight`; with a `sink`, a variable weight's gradient is left there (see
 /// [`WeightGradSink`]), not in the backward's store.
+///
+/// A bf16 weight (a bf16 model computing in f32) is taken as stored: the forward widens it for
+/// its product and drops the copy, the backward widens it a chunk at a time, and its gradient is
+/// made in f32, left in the sink as it is (whose owner rounds it) or handed to candle in bf16.
+/// The values and gradients are those of the widened weight, bit for bit.
 pub fn head_logprobs(
     hidden: &Tensor,
     weight: &Tensor,
@@ -223,7 +237,10 @@ fn head_logprobs_in_chunks(
     let weight = weight.contiguous()?;
     // The same gemm call as candle's matmul in the unfused head, less its output's zero fill: the
     // log-probs are the same bits.
-    let mut logits = product::matmul(&hidden.detach(), &weight.detach().t()?)?;
+    let mut logits = product::matmul(
+        &hidden.detach(),
+        &weight.detach().to_dtype(DType::F32)?.t()?,
+    )?;
     if scale != 1.0 {
         // `affine(s, 0)` is what `logits / temperature` runs (with s = 1 / temperature).
         logits = logits.affine(scale, 0.0)?;

@@ -246,3 +246,58 @@ fn bad_operands_are_named() {
     let flat = Tensor::new(&[1u32, 2], &dev).unwrap();
     assert!(head_logprobs(&hidden, &weight, &flat, 1.0, false, None).is_err());
 }
+
+/// A bf16 weight, read as stored: the values and the hidden states' gradient of its widened f32
+/// copy bit for bit, its own gradient that copy's rounded to bf16 (through candle) or in f32 as
+/// made (through a sink), over chunks that split the vocabulary.
+#[test]
+fn a_bf16_weight_gives_the_results_of_its_widened_copy() {
+    let c = case(2, 3, 8, 11);
+    let w16 = Var::from_tensor(&c.weight.as_tensor().to_dtype(DType::BF16).unwrap()).unwrap();
+    let wide = Var::from_tensor(&w16.as_tensor().to_dtype(DType::F32).unwrap()).unwrap();
+    assert!(applies(c.hidden.as_tensor(), w16.as_tensor()));
+    let run = |weight: &Var, sink: Option<&WeightGradSink>| {
+        let (lp, h) = head_logprobs_in_chunks(
+            c.hidden.as_tensor(),
+            weight.as_tensor(),
+            &c.targets,
+            0.8,
+            true,
+            2 * 3 * 4,
+            sink,
+        )
+        .unwrap();
+        let loss = ((&lp * &c.w).unwrap().sum_all().unwrap()
+            + ((&h * &c.w).unwrap().sum_all().unwrap() * 0.3).unwrap())
+        .unwrap();
+        let g = loss.backward().unwrap();
+        let dh = g.get(c.hidden.as_tensor()).unwrap().clone();
+        (
+            flat(&lp),
+            flat(&h),
+            flat(&dh),
+            g.get(weight.as_tensor()).cloned(),
+        )
+    };
+    let (lp, h, dh, dw16) = run(&w16, None);
+    let (lp_w, h_w, dh_w, dw) = run(&wide, None);
+    assert!(
+        lp == lp_w && h == h_w && dh == dh_w,
+        "values or the hidden gradient"
+    );
+    let (dw16, dw) = (dw16.unwrap(), dw.unwrap());
+    assert_eq!(dw16.dtype(), DType::BF16);
+    let rounded = dw
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    assert_eq!(flat(&dw16.to_dtype(DType::F32).unwrap()), flat(&rounded));
+    // Through a sink the gradient stays as made, in f32.
+    let sink = WeightGradSink::default();
+    let (.., none) = run(&w16, Some(&sink));
+    assert!(none.is_none());
+    let left = sink.close();
+    assert_eq!(left[0].0.id(), w16.as_tensor().id());
+    assert_eq!(flat(&left[0].1), flat(&dw));
+}
