@@ -184,8 +184,7 @@ fn train(
         let t_step = Instant::now();
         let mut m = Metrics::new();
         learner.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
-        let mut engine =
-            infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok, true);
+        let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
         let played = play_step(runner, engine.as_mut(), step, step - 1)?;
         drop(engine);
         let learn = LearnStep {

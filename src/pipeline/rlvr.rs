@@ -144,12 +144,8 @@ impl Drive<'_> {
     where
         Self: 'e,
     {
-        self.infer.generator(
-            self.model.eos_ids.clone(),
-            self.cfg.rollout_batch,
-            detok,
-            false,
-        )
+        self.infer
+            .generator(self.model.eos_ids.clone(), self.cfg.rollout_batch, detok)
     }
 
     /// Generate, train, sync — one phase at a time, time-sharing colocated devices.

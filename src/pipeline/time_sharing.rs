@@ -108,12 +108,14 @@ impl TimeSharing {
         let params = policy.transformer.params();
         match infer {
             Infer::Remote(r) => lock(r).set_weights(params)?,
-            Infer::Local(_) if self.offloaded.contains(&Role::ActorInfer) => {
+            Infer::Local { .. } if self.offloaded.contains(&Role::ActorInfer) => {
                 self.area
                     .overwrite(Role::ActorInfer.as_str(), &params.named_tensors())
                     .map_err(copy_err)?;
             }
-            Infer::Local(replica) => replica.params().copy_from(params).during("weight sync")?,
+            Infer::Local { replica, .. } => {
+                replica.params().copy_from(params).during("weight sync")?
+            }
         }
         Ok(t0.elapsed().as_secs_f64())
     }

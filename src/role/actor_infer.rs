@@ -128,7 +128,13 @@ impl Generator for Engine<'_> {
 /// α > 0 from the rollout thread); calls never overlap.
 #[allow(clippy::large_enum_variant)] // one per run: boxing would buy nothing
 pub enum Infer {
-    Local(Transformer),
+    /// `multi_turn`: the run has an environment, whose requests continue earlier ones of the
+    /// same id (agentic episodes): its engines keep finished sequences' caches for them
+    /// ([`Engine::with_prefix_reuse`]), as a worker process's do (`InferInit::multi_turn`).
+    Local {
+        replica: Transformer,
+        multi_turn: bool,
+    },
     Remote(Mutex<RemoteInfer>),
 }
 
@@ -136,7 +142,10 @@ impl Infer {
     /// actor_infer as the run's placement asks, holding the policy's current weights.
     pub fn start(run: &RunConfig, cfg: &RlConfig, model: &LoadedModel) -> Result<Infer, RoleError> {
         Ok(match run.workers.actor_infer.mode {
-            PlacementMode::InProcess => Infer::Local(copy_of(model)?),
+            PlacementMode::InProcess => Infer::Local {
+                replica: copy_of(model)?,
+                multi_turn: cfg.env.is_some(),
+            },
             PlacementMode::Process => Infer::Remote(Mutex::new(RemoteInfer::start(
                 model,
                 run.model.dtype,
@@ -147,20 +156,19 @@ impl Infer {
         })
     }
 
-    /// A generator over this actor_infer; in-process it borrows the replica. `multi_turn`:
-    /// requests continue earlier ones of the same id (agentic episodes), so an in-process
-    /// engine keeps finished sequences' caches for them ([`Engine::with_prefix_reuse`]); a
-    /// worker process's engine does so when the run has an environment (`InferInit`).
+    /// A generator over this actor_infer; in-process it borrows the replica.
     pub fn generator<'e>(
         &'e self,
         eos_ids: Vec<u32>,
         max_batch: usize,
         detokenize: Detokenize<'e>,
-        multi_turn: bool,
     ) -> Box<dyn Generator + 'e> {
         match self {
-            Infer::Local(model) => {
-                let engine = Engine::new(model, eos_ids, max_batch).with_detokenizer(detokenize);
+            Infer::Local {
+                replica,
+                multi_turn,
+            } => {
+                let engine = Engine::new(replica, eos_ids, max_batch).with_detokenizer(detokenize);
                 match multi_turn {
                     true => Box::new(engine.with_prefix_reuse()),
                     false => Box::new(engine),
@@ -173,7 +181,7 @@ impl Infer {
     /// Take new weights (α > 0: between two decode steps).
     pub fn set_weights(&self, params: &ParamStore) -> Result<(), RoleError> {
         match self {
-            Infer::Local(model) => model
+            Infer::Local { replica: model, .. } => model
                 .params()
                 .copy_from(params)
                 .during("weight sync to actor_infer"),
@@ -192,7 +200,7 @@ impl ResidentRole for &Infer {
 
     fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            Infer::Local(t) => host
+            Infer::Local { replica: t, .. } => host
                 .area
                 .overwrite(Role::ActorInfer.as_str(), &t.params().named_tensors())
                 .map_err(setup_err),
@@ -202,7 +210,7 @@ impl ResidentRole for &Infer {
 
     fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            Infer::Local(t) => host
+            Infer::Local { replica: t, .. } => host
                 .area
                 .read_into(Role::ActorInfer.as_str(), &t.params().named_vars())
                 .map_err(setup_err),
@@ -216,21 +224,21 @@ impl ResidentRole for &Infer {
 
     fn drain_events(&mut self) -> Vec<WorkerNote> {
         match self {
-            Infer::Local(_) => vec![],
+            Infer::Local { .. } => vec![],
             Infer::Remote(r) => lock(r).drain_events(),
         }
     }
 
     fn restarts(&self) -> usize {
         match self {
-            Infer::Local(_) => 0,
+            Infer::Local { .. } => 0,
             Infer::Remote(r) => lock(r).worker.restarts,
         }
     }
 
     fn shutdown(&mut self) -> Vec<WorkerNote> {
         match self {
-            Infer::Local(_) => vec![],
+            Infer::Local { .. } => vec![],
             Infer::Remote(r) => lock(r).shutdown(),
         }
     }

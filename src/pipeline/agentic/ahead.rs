@@ -70,7 +70,7 @@ fn play_ahead(
     let alpha = cfg.async_generation_ratio.max(1);
     let tok = runner.format.tok;
     let detok = move |ids: &[u32]| tok.decode(ids);
-    let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok, true);
+    let mut engine = infer.generator(tok.model.eos_ids.clone(), cfg.rollout_batch, &detok);
     // The policy version actor_infer holds, and the next step to play.
     let (mut version, mut next) = (first - 1, first);
     let mut ready: VecDeque<Played> = VecDeque::new();
