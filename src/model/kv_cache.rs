@@ -265,16 +265,10 @@ impl KvCache {
                         vs.push(keep(v)?);
                     }
                     _ => {
-                        ks.push(Tensor::zeros(
-                            blank.as_slice(),
-                            like.dtype(),
-                            like.device(),
-                        )?);
-                        vs.push(Tensor::zeros(
-                            blank.as_slice(),
-                            like.dtype(),
-                            like.device(),
-                        )?);
+                        // Keys and values have one shape: one zero block serves both.
+                        let zeros = Tensor::zeros(blank.as_slice(), like.dtype(), like.device())?;
+                        ks.push(zeros.clone());
+                        vs.push(zeros);
                     }
                 }
             }
