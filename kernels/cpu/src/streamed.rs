@@ -30,9 +30,13 @@ use super::fresh::{assume_written, unwritten};
 use super::transpose::transpose;
 
 const NAME: &str = "streamed matmul";
-/// Rows of w in a register tile: 2 x 6 accumulators, two loads of x and a broadcast fit AVX2's
-/// 16 registers.
+/// Rows of w in a register tile against a block of two vectors of x: 2 x 6 accumulators, two
+/// loads of x and a broadcast fit AVX2's 16 registers.
 const NR: usize = 6;
+/// Rows of w in a register tile against a block of one vector of x: 12 accumulators, enough
+/// independent chains to cover the multiply-add's latency on both of a core's FMA units.
+const NR_ONE: usize = 12;
+
 /// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
 const TASK_FMAS: usize = 1 << 18;
 
@@ -102,11 +106,18 @@ impl<W: WeightElement> WithSimd for Product<'_, W> {
             // An empty sum: zeros (and no zero-sized chunks below).
             return vec![0.0; m * n];
         }
-        let mb = 2 * S::F32_LANES;
+        // Blocks of two vectors of rows, or of one where x has no more rows than a vector holds
+        // (a Qwen2.5-0.5B decode step's 16 rows with AVX-512): a second vector of zero rows would
+        // double the multiply-adds for nothing.
+        let (mb, nr) = if m <= S::F32_LANES {
+            (S::F32_LANES, NR_ONE)
+        } else {
+            (2 * S::F32_LANES, NR)
+        };
         let blocks = m.div_ceil(mb);
         let mp = blocks * mb;
         with_scratch(blocks * k * mb, n * mp, |xp, yt| {
-            transposed_products(x, w, (m, k, n), mb, xp, yt)
+            transposed_products(x, w, (m, k, n), (mb, nr), xp, yt)
         })
     }
 }
@@ -143,12 +154,13 @@ fn with_scratch<R>(xp_len: usize, yt_len: usize, f: impl FnOnce(&mut [f32], &mut
 }
 
 /// y (m, n) = x wᵀ through `xp` (blocks of mb rows of x, packed) and `yt` (y transposed, its
-/// rows padded to a whole block), both overwritten whole.
+/// rows padded to a whole block), both overwritten whole; tasks take whole tiles of `nr` rows of
+/// w.
 fn transposed_products<W: WeightElement>(
     x: &[f32],
     w: &[W],
     (m, k, n): (usize, usize, usize),
-    mb: usize,
+    (mb, nr): (usize, usize),
     xp: &mut [f32],
     yt: &mut [f32],
 ) -> Vec<f32> {
@@ -167,7 +179,7 @@ fn transposed_products<W: WeightElement>(
     }
     // Each task owns a run of w's rows and writes their outputs transposed (rows of w by the
     // padded rows of x, contiguous), so tasks share nothing.
-    let cols = (TASK_FMAS / (mp * k)).max(1).div_ceil(NR) * NR;
+    let cols = (TASK_FMAS / (mp * k)).max(1).div_ceil(nr) * nr;
     let arch = Arch::new();
     let xp = &*xp;
     yt.par_chunks_mut(cols * mp)
@@ -198,7 +210,7 @@ struct Columns<'a, W> {
     yt: &'a mut [f32],
     k: usize,
     mp: usize,
-    /// Rows of x per block, 2 * the vector width of the dispatch that packed x.
+    /// Rows of x per block: 2 * the vector width of the dispatch that packed x, or 1 * it.
     mb: usize,
 }
 
@@ -216,30 +228,34 @@ impl<W: WeightElement> WithSimd for Columns<'_, W> {
             mp,
             mb,
         } = self;
-        assert_eq!(
-            mb,
-            2 * S::F32_LANES,
+        let one = mb == S::F32_LANES;
+        assert!(
+            one || mb == 2 * S::F32_LANES,
             "{NAME}: one Arch dispatches one vector width"
         );
+        let nr = if one { NR_ONE } else { NR };
+        let cols = w.len() / k;
         for (b, block) in xp.chunks_exact(k * mb).enumerate() {
             let (xv, _) = S::as_simd_f32s(block);
             let mut j = 0;
-            let cols = w.len() / k;
             while j < cols {
-                let take = (cols - j).min(NR);
+                let take = (cols - j).min(nr);
                 let ws = &w[j * k..(j + take) * k];
                 let out = &mut yt[j * mp..(j + take) * mp];
-                if take == NR {
-                    tile_6(simd, xv, ws, k, out, mp, b * mb);
-                } else {
-                    for c in 0..take {
-                        column(
-                            simd,
-                            xv,
-                            &ws[c * k..][..k],
-                            &mut out[c * mp..][..mp],
-                            b * mb,
-                        );
+                match (one, take == nr) {
+                    (false, true) => tile_6(simd, xv, ws, k, out, mp, b * mb),
+                    (true, true) => tile_12_one(simd, xv, ws, k, out, mp, b * mb),
+                    (false, false) => {
+                        for c in 0..take {
+                            let (w, out) = (&ws[c * k..][..k], &mut out[c * mp..][..mp]);
+                            column(simd, xv, w, out, b * mb);
+                        }
+                    }
+                    (true, false) => {
+                        for c in 0..take {
+                            let (w, out) = (&ws[c * k..][..k], &mut out[c * mp..][..mp]);
+                            column_one(simd, xv, w, out, b * mb);
+                        }
                     }
                 }
                 j += take;
@@ -260,6 +276,64 @@ fn column<S: Simd, W: WeightElement>(simd: S, xv: &[S::f32s], w: &[W], out: &mut
         b = simd.mul_add_f32s(xv[2 * t + 1], v, b);
     }
     store(simd, out, at, a, b);
+}
+
+/// [`column`] against a block of one vector of x.
+#[inline(always)]
+fn column_one<S: Simd, W: WeightElement>(
+    simd: S,
+    xv: &[S::f32s],
+    w: &[W],
+    out: &mut [f32],
+    at: usize,
+) {
+    let mut a = simd.splat_f32s(0.0);
+    for (t, &wt) in w.iter().enumerate() {
+        a = simd.mul_add_f32s(xv[t], simd.splat_f32s(wt.widen()), a);
+    }
+    let (v, _) = S::as_mut_simd_f32s(&mut out[at..at + S::F32_LANES]);
+    v[0] = a;
+}
+
+/// Twelve rows of w against one block of one vector of x, in twelve named accumulators, each
+/// summed in [`tile_6`]'s order; writes `out[c * mp + at..][..lanes]` for c in 0..12.
+#[inline(always)]
+fn tile_12_one<S: Simd, W: WeightElement>(
+    simd: S,
+    xv: &[S::f32s],
+    w: &[W],
+    k: usize,
+    out: &mut [f32],
+    mp: usize,
+    at: usize,
+) {
+    let (w0, w1, w2) = (&w[..k], &w[k..2 * k], &w[2 * k..3 * k]);
+    let (w3, w4, w5) = (&w[3 * k..4 * k], &w[4 * k..5 * k], &w[5 * k..6 * k]);
+    let (w6, w7, w8) = (&w[6 * k..7 * k], &w[7 * k..8 * k], &w[8 * k..9 * k]);
+    let (w9, w10, w11) = (&w[9 * k..10 * k], &w[10 * k..11 * k], &w[11 * k..12 * k]);
+    let xv = &xv[..k];
+    let z = simd.splat_f32s(0.0);
+    let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
+    let (mut a6, mut a7, mut a8, mut a9, mut a10, mut a11) = (z, z, z, z, z, z);
+    for (t, &x) in xv.iter().enumerate() {
+        a0 = simd.mul_add_f32s(x, simd.splat_f32s(w0[t].widen()), a0);
+        a1 = simd.mul_add_f32s(x, simd.splat_f32s(w1[t].widen()), a1);
+        a2 = simd.mul_add_f32s(x, simd.splat_f32s(w2[t].widen()), a2);
+        a3 = simd.mul_add_f32s(x, simd.splat_f32s(w3[t].widen()), a3);
+        a4 = simd.mul_add_f32s(x, simd.splat_f32s(w4[t].widen()), a4);
+        a5 = simd.mul_add_f32s(x, simd.splat_f32s(w5[t].widen()), a5);
+        a6 = simd.mul_add_f32s(x, simd.splat_f32s(w6[t].widen()), a6);
+        a7 = simd.mul_add_f32s(x, simd.splat_f32s(w7[t].widen()), a7);
+        a8 = simd.mul_add_f32s(x, simd.splat_f32s(w8[t].widen()), a8);
+        a9 = simd.mul_add_f32s(x, simd.splat_f32s(w9[t].widen()), a9);
+        a10 = simd.mul_add_f32s(x, simd.splat_f32s(w10[t].widen()), a10);
+        a11 = simd.mul_add_f32s(x, simd.splat_f32s(w11[t].widen()), a11);
+    }
+    let accs = [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11];
+    for (c, a) in accs.into_iter().enumerate() {
+        let (v, _) = S::as_mut_simd_f32s(&mut out[c * mp + at..][..S::F32_LANES]);
+        v[0] = a;
+    }
 }
 
 /// Six rows of w against one block of x, their twelve accumulators named so that they stay in

@@ -10,9 +10,10 @@ use crate::skinny::tests::{
 
 #[test]
 fn equals_the_plain_product_at_every_edge_of_blocks_and_tiles() {
-    // m: less than one block of x, exactly one (16 rows with AVX2), one and a bit, several; n:
-    // whole tiles of 6 rows of w and remainders of 1-5; k from 1 up, and large enough that tasks
-    // split w's rows (n * mp * k above TASK_FMAS at the last shapes).
+    // m: at most one vector of rows (blocks of one vector: 1-8 rows with AVX2, 1-16 with
+    // AVX-512), less than one block of two, exactly one (16 rows with AVX2), one and a bit,
+    // several; n: whole tiles of 6 or 12 rows of w and remainders of 1-11; k from 1 up, and large
+    // enough that tasks split w's rows (n * mp * k above TASK_FMAS at the shapes with n >= 1000).
     let shapes = &[
         (3, 0, 2),
         (0, 5, 4),
@@ -20,7 +21,12 @@ fn equals_the_plain_product_at_every_edge_of_blocks_and_tiles() {
         (1, 7, 5),
         (2, 8, 6),
         (5, 13, 7),
+        (8, 40, 25),
+        (9, 21, 36),
         (16, 16, 12),
+        (16, 64, 37),
+        (8, 300, 1000),
+        (16, 96, 1211),
         (17, 33, 13),
         (32, 128, 64),
         (40, 100, 2000),
@@ -90,7 +96,14 @@ fn kept_scratch_from_a_larger_product_does_not_reach_a_smaller_one() {
 #[test]
 fn a_bf16_weight_gives_the_bits_of_its_widened_f32_copy() {
     // Tiles of 6 and remainders, one block and several, tasks splitting w's rows (the last).
-    for &(m, k, n) in &[(1, 7, 5), (17, 33, 13), (32, 128, 64), (64, 512, 130)] {
+    for &(m, k, n) in &[
+        (1, 7, 5),
+        (8, 40, 25),
+        (16, 96, 1211),
+        (17, 33, 13),
+        (32, 128, 64),
+        (64, 512, 130),
+    ] {
         let w16: Vec<bf16> = pseudo(n * k, 7).into_iter().map(bf16::from_f32).collect();
         let wide: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
         let x = pseudo(m * k, 8);
