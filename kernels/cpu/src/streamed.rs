@@ -9,15 +9,19 @@
 //! operand that gets packed, and it is small: each block of `2 * lanes` rows of x is laid out
 //! column by column, so that one step along k loads those rows as two SIMD vectors. Each element
 //! of w is then broadcast from where it lies, six rows of w at a time, into 2 x 6 accumulators:
-//! w is streamed from memory once per block of x, and never copied.
+//! w is streamed from memory once per block of x, and never copied. Where x has no more rows than
+//! one vector holds, blocks are one vector and tiles twelve rows of w (a second vector would only
+//! multiply zeros).
 //!
 //! Every output is summed in one order, `acc = x[i][t] * w[j][t] + acc` for t = 0, 1, ... (fused
 //! multiply-adds), whichever block, tile or task it falls in: through this kernel a row's product
 //! does not depend on the rows beside it.
 //!
-//! A bf16 weight is read as it is stored, each element widened to f32 (exactly: bf16 is f32's
-//! upper half) as it is broadcast, so a bf16 model's decode step reads half the bytes and writes
-//! no widened copy; its products are the f32 products of the widened weight, bit for bit.
+//! A bf16 weight is read as it is stored: a tile's rows are widened to f32 (exactly: bf16 is f32's
+//! upper half) 64 steps at a time into a small buffer, with the lines of the chunk
+//! after next asked into the cache, so a bf16 model's decode step reads half the bytes and writes
+//! no widened copy of the weight; its products are the f32 products of the widened weight, bit for
+//! bit.
 
 use std::cell::RefCell;
 
@@ -46,24 +50,97 @@ const TASK_FMAS: usize = 1 << 18;
 /// rows the two are even; beyond, the GEMM's packed blocks are reused by enough rows.
 pub const MAX_ROWS: usize = 64;
 
-/// An element of a weight the product reads in place: f32, or bf16 widened as it is read.
+/// Steps along k a bf16 tile is widened by at a time, into a buffer of its task (12 rows of 64:
+/// 3 KB, in L1): short enough that the out-of-order core reads the next steps' weights while it
+/// multiplies these. A whole tile widened first (12 rows of 896 at the 0.5B shape) waited on
+/// memory with the FMA units idle, and the bf16 decode step ran slower than the f32 one.
+const WIDEN_STEPS: usize = 64;
+
+/// An element of a weight the product reads in place: f32 as it lies, or bf16 widened a chunk of
+/// steps at a time.
 pub trait WeightElement: Copy + Send + Sync {
-    fn widen(self) -> f32;
+    /// Steps along k per chunk.
+    const STEPS: usize;
+    /// The f32 a task's buffer for a widened chunk of a tile holds.
+    const BUFFER: usize;
+    /// Steps `t0..t0 + len` of the rows of `w` (each `k` long) as f32 rows, and the stride between
+    /// them: w's own rows (f32, stride k), or widened into `buf` (stride len).
+    fn chunk<'a>(
+        w: &'a [Self],
+        k: usize,
+        t0: usize,
+        len: usize,
+        buf: &'a mut [f32],
+    ) -> (&'a [f32], usize);
 }
 
 impl WeightElement for f32 {
+    const STEPS: usize = usize::MAX;
+    const BUFFER: usize = 0;
+
     #[inline(always)]
-    fn widen(self) -> f32 {
-        self
+    fn chunk<'a>(
+        w: &'a [f32],
+        k: usize,
+        t0: usize,
+        _: usize,
+        _: &'a mut [f32],
+    ) -> (&'a [f32], usize) {
+        (&w[t0..], k)
     }
 }
 
 impl WeightElement for bf16 {
+    const STEPS: usize = WIDEN_STEPS;
+    const BUFFER: usize = NR_ONE * WIDEN_STEPS;
+
+    // Inlined into the dispatched task, so that the loop is compiled for its vector width.
     #[inline(always)]
-    fn widen(self) -> f32 {
-        // bf16 is the upper half of an f32: exact, and no call into `half`'s dispatch.
-        f32::from_bits(u32::from(self.to_bits()) << 16)
+    fn chunk<'a>(
+        w: &'a [bf16],
+        k: usize,
+        t0: usize,
+        len: usize,
+        buf: &'a mut [f32],
+    ) -> (&'a [f32], usize) {
+        let rows = w.len() / k;
+        for (to, from) in buf.chunks_exact_mut(len).zip(w.chunks_exact(k)).take(rows) {
+            prefetch(from, t0 + PREFETCH_AHEAD * len, len);
+            for (to, from) in to.iter_mut().zip(&from[t0..t0 + len]) {
+                // bf16 is the upper half of an f32: exact, and no call into `half`'s dispatch.
+                *to = f32::from_bits(u32::from(from.to_bits()) << 16);
+            }
+        }
+        (&buf[..rows * len], len)
     }
+}
+
+/// How many chunks ahead of the one being widened a row's weights are asked into the cache.
+const PREFETCH_AHEAD: usize = 2;
+
+/// Asks the cache lines of `row[from..from + len]` into L1 (as far as the row goes): a bf16 chunk
+/// is widened and then multiplied for a few hundred cycles, about one trip to memory, so the
+/// lines two chunks ahead arrive before their widening needs them.
+#[inline(always)]
+fn prefetch<T>(row: &[T], from: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let end = (from + len).min(row.len());
+        let line = 64 / std::mem::size_of::<T>().max(1);
+        let mut at = from;
+        while at < end {
+            // SAFETY: a prefetch is a hint that never faults; `at < row.len()`, so the address
+            // is inside the row.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().add(at).cast());
+            }
+            at += line;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (row, from, len);
 }
 
 /// x (m, k) times w (n, k) transposed, both row-major: y (m, n) row-major.
@@ -235,161 +312,65 @@ impl<W: WeightElement> WithSimd for Columns<'_, W> {
         );
         let nr = if one { NR_ONE } else { NR };
         let cols = w.len() / k;
+        let z = simd.splat_f32s(0.0);
+        // A bf16 tile's widened chunk (f32 rows are read in place: no buffer). Allocated here,
+        // not as the chunks need it: a call inside the tiles' loops would push their
+        // accumulators out of registers.
+        let mut buf = vec![0f32; W::BUFFER];
         for (b, block) in xp.chunks_exact(k * mb).enumerate() {
             let (xv, _) = S::as_simd_f32s(block);
+            let at = b * mb;
             let mut j = 0;
             while j < cols {
                 let take = (cols - j).min(nr);
                 let ws = &w[j * k..(j + take) * k];
                 let out = &mut yt[j * mp..(j + take) * mp];
-                match (one, take == nr) {
-                    (false, true) => tile_6(simd, xv, ws, k, out, mp, b * mb),
-                    (true, true) => tile_12_one(simd, xv, ws, k, out, mp, b * mb),
-                    (false, false) => {
-                        for c in 0..take {
-                            let (w, out) = (&ws[c * k..][..k], &mut out[c * mp..][..mp]);
-                            column(simd, xv, w, out, b * mb);
+                if take == nr {
+                    // The tile's accumulators: one vector per row of w, or two ([`tile_6`]).
+                    let mut acc = [z; 12];
+                    let mut t0 = 0;
+                    while t0 < k {
+                        let len = (k - t0).min(W::STEPS);
+                        let (rows, stride) = W::chunk(ws, k, t0, len, &mut buf);
+                        acc = if one {
+                            tile_12_one(simd, &xv[t0..t0 + len], rows, stride, acc)
+                        } else {
+                            tile_6(simd, &xv[2 * t0..2 * (t0 + len)], rows, stride, acc)
+                        };
+                        t0 += len;
+                    }
+                    for c in 0..nr {
+                        let out = &mut out[c * mp..][..mp];
+                        if one {
+                            store(simd, out, at, &[acc[c]]);
+                        } else {
+                            store(simd, out, at, &[acc[c], acc[NR + c]]);
                         }
                     }
-                    (true, false) => {
-                        for c in 0..take {
-                            let (w, out) = (&ws[c * k..][..k], &mut out[c * mp..][..mp]);
-                            column_one(simd, xv, w, out, b * mb);
+                } else {
+                    // The edge: one row of w at a time, summed in the tiles' order.
+                    for c in 0..take {
+                        let row = &ws[c * k..][..k];
+                        let mut acc = [z; 2];
+                        let mut t0 = 0;
+                        while t0 < k {
+                            let len = (k - t0).min(W::STEPS);
+                            let (wr, _) = W::chunk(row, k, t0, len, &mut buf);
+                            acc = if one {
+                                column_one(simd, &xv[t0..t0 + len], &wr[..len], acc)
+                            } else {
+                                column(simd, &xv[2 * t0..2 * (t0 + len)], &wr[..len], acc)
+                            };
+                            t0 += len;
                         }
+                        let vectors = if one { 1 } else { 2 };
+                        store(simd, &mut out[c * mp..][..mp], at, &acc[..vectors]);
                     }
                 }
                 j += take;
             }
         }
     }
-}
-
-/// One row of w against one block of x, into `out[at..at + 2 * lanes]`: the edge of the product,
-/// summed in the order of [`tile_6`].
-#[inline(always)]
-fn column<S: Simd, W: WeightElement>(simd: S, xv: &[S::f32s], w: &[W], out: &mut [f32], at: usize) {
-    let z = simd.splat_f32s(0.0);
-    let (mut a, mut b) = (z, z);
-    for (t, &wt) in w.iter().enumerate() {
-        let v = simd.splat_f32s(wt.widen());
-        a = simd.mul_add_f32s(xv[2 * t], v, a);
-        b = simd.mul_add_f32s(xv[2 * t + 1], v, b);
-    }
-    store(simd, out, at, a, b);
-}
-
-/// [`column`] against a block of one vector of x.
-#[inline(always)]
-fn column_one<S: Simd, W: WeightElement>(
-    simd: S,
-    xv: &[S::f32s],
-    w: &[W],
-    out: &mut [f32],
-    at: usize,
-) {
-    let mut a = simd.splat_f32s(0.0);
-    for (t, &wt) in w.iter().enumerate() {
-        a = simd.mul_add_f32s(xv[t], simd.splat_f32s(wt.widen()), a);
-    }
-    let (v, _) = S::as_mut_simd_f32s(&mut out[at..at + S::F32_LANES]);
-    v[0] = a;
-}
-
-/// Twelve rows of w against one block of one vector of x, in twelve named accumulators, each
-/// summed in [`tile_6`]'s order; writes `out[c * mp + at..][..lanes]` for c in 0..12.
-#[inline(always)]
-fn tile_12_one<S: Simd, W: WeightElement>(
-    simd: S,
-    xv: &[S::f32s],
-    w: &[W],
-    k: usize,
-    out: &mut [f32],
-    mp: usize,
-    at: usize,
-) {
-    let (w0, w1, w2) = (&w[..k], &w[k..2 * k], &w[2 * k..3 * k]);
-    let (w3, w4, w5) = (&w[3 * k..4 * k], &w[4 * k..5 * k], &w[5 * k..6 * k]);
-    let (w6, w7, w8) = (&w[6 * k..7 * k], &w[7 * k..8 * k], &w[8 * k..9 * k]);
-    let (w9, w10, w11) = (&w[9 * k..10 * k], &w[10 * k..11 * k], &w[11 * k..12 * k]);
-    let xv = &xv[..k];
-    let z = simd.splat_f32s(0.0);
-    let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
-    let (mut a6, mut a7, mut a8, mut a9, mut a10, mut a11) = (z, z, z, z, z, z);
-    for (t, &x) in xv.iter().enumerate() {
-        a0 = simd.mul_add_f32s(x, simd.splat_f32s(w0[t].widen()), a0);
-        a1 = simd.mul_add_f32s(x, simd.splat_f32s(w1[t].widen()), a1);
-        a2 = simd.mul_add_f32s(x, simd.splat_f32s(w2[t].widen()), a2);
-        a3 = simd.mul_add_f32s(x, simd.splat_f32s(w3[t].widen()), a3);
-        a4 = simd.mul_add_f32s(x, simd.splat_f32s(w4[t].widen()), a4);
-        a5 = simd.mul_add_f32s(x, simd.splat_f32s(w5[t].widen()), a5);
-        a6 = simd.mul_add_f32s(x, simd.splat_f32s(w6[t].widen()), a6);
-        a7 = simd.mul_add_f32s(x, simd.splat_f32s(w7[t].widen()), a7);
-        a8 = simd.mul_add_f32s(x, simd.splat_f32s(w8[t].widen()), a8);
-        a9 = simd.mul_add_f32s(x, simd.splat_f32s(w9[t].widen()), a9);
-        a10 = simd.mul_add_f32s(x, simd.splat_f32s(w10[t].widen()), a10);
-        a11 = simd.mul_add_f32s(x, simd.splat_f32s(w11[t].widen()), a11);
-    }
-    let accs = [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11];
-    for (c, a) in accs.into_iter().enumerate() {
-        let (v, _) = S::as_mut_simd_f32s(&mut out[c * mp + at..][..S::F32_LANES]);
-        v[0] = a;
-    }
-}
-
-/// Six rows of w against one block of x, their twelve accumulators named so that they stay in
-/// registers; writes `out[c * mp + at..][..2 * lanes]` for c in 0..6.
-#[inline(always)]
-fn tile_6<S: Simd, W: WeightElement>(
-    simd: S,
-    xv: &[S::f32s],
-    w: &[W],
-    k: usize,
-    out: &mut [f32],
-    mp: usize,
-    at: usize,
-) {
-    let (w0, w1, w2) = (&w[..k], &w[k..2 * k], &w[2 * k..3 * k]);
-    let (w3, w4, w5) = (&w[3 * k..4 * k], &w[4 * k..5 * k], &w[5 * k..6 * k]);
-    let xv = &xv[..2 * k];
-    let z = simd.splat_f32s(0.0);
-    let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
-    let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
-    for t in 0..k {
-        let (xa, xb) = (xv[2 * t], xv[2 * t + 1]);
-        let v = simd.splat_f32s(w0[t].widen());
-        a0 = simd.mul_add_f32s(xa, v, a0);
-        b0 = simd.mul_add_f32s(xb, v, b0);
-        let v = simd.splat_f32s(w1[t].widen());
-        a1 = simd.mul_add_f32s(xa, v, a1);
-        b1 = simd.mul_add_f32s(xb, v, b1);
-        let v = simd.splat_f32s(w2[t].widen());
-        a2 = simd.mul_add_f32s(xa, v, a2);
-        b2 = simd.mul_add_f32s(xb, v, b2);
-        let v = simd.splat_f32s(w3[t].widen());
-        a3 = simd.mul_add_f32s(xa, v, a3);
-        b3 = simd.mul_add_f32s(xb, v, b3);
-        let v = simd.splat_f32s(w4[t].widen());
-        a4 = simd.mul_add_f32s(xa, v, a4);
-        b4 = simd.mul_add_f32s(xb, v, b4);
-        let v = simd.splat_f32s(w5[t].widen());
-        a5 = simd.mul_add_f32s(xa, v, a5);
-        b5 = simd.mul_add_f32s(xb, v, b5);
-    }
-    for (c, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)]
-        .into_iter()
-        .enumerate()
-    {
-        store(simd, &mut out[c * mp..][..mp], at, a, b);
-    }
-}
-
-/// The two vectors of one output column of a block, at `out[at..]`.
-#[inline(always)]
-fn store<S: Simd>(simd: S, out: &mut [f32], at: usize, a: S::f32s, b: S::f32s) {
-    let _ = simd;
-    let (v, _) = S::as_mut_simd_f32s(&mut out[at..at + 2 * S::F32_LANES]);
-    v[0] = a;
-    v[1] = b;
 }
 
 /// Whether [`streamed_matmul`] takes these operands: x f32 and w f32 or bf16 on the CPU, x with
@@ -405,6 +386,10 @@ pub fn applies(x: &Tensor, w: &Tensor) -> bool {
 pub fn streamed_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     super::rows_times_weight(x, w, NAME, matmul_t::<f32>, Some(matmul_t::<bf16>))
 }
+
+#[path = "streamed_tiles.rs"]
+mod tiles;
+use tiles::{column, column_one, store, tile_6, tile_12_one};
 
 #[cfg(test)]
 #[path = "streamed_tests.rs"]
