@@ -125,3 +125,42 @@ fn a_continued_request_prefills_only_what_follows_and_completes_as_fresh() {
     engine.run_to_completion().expect("third turn");
     assert_eq!(engine.lanes[0].prefilled - before, third.prompt_ids.len());
 }
+
+#[test]
+fn rows_of_a_large_vocabulary_draw_in_parallel_what_each_draws_alone() {
+    // 8 rows of a vocabulary above PARALLEL_SAMPLING_VOCAB (so drawn on the pool): each
+    // sequence's token and log-prob are those its own seeded RNG draws from its row alone, and
+    // a second draw continues that RNG.
+    let vocab = PARALLEL_SAMPLING_VOCAB + 3;
+    let rows: Vec<Vec<f32>> = (0..8u32)
+        .map(|r| {
+            (0..vocab as u32)
+                .map(|v| ((v * 7919 + r * 104_729) % 1000) as f32 / 100.0)
+                .collect()
+        })
+        .collect();
+    let rows: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+    let mut seqs: Vec<Running> = (0..8)
+        .map(|id| {
+            let req = request(id, &[1, 2], 4);
+            Running {
+                rng: StdRng::seed_from_u64(req.seed),
+                req,
+                tokens: vec![],
+                logprobs: vec![],
+            }
+        })
+        .collect();
+    sample_next(&mut seqs, &rows);
+    sample_next(&mut seqs, &rows);
+    for (seq, row) in seqs.iter().zip(&rows) {
+        let mut rng = StdRng::seed_from_u64(seq.req.seed);
+        let first = sample(row, &seq.req.params, &mut rng);
+        let second = sample(row, &seq.req.params, &mut rng);
+        assert_eq!(seq.tokens, vec![first.0, second.0], "request {}", seq.req.id);
+        assert_eq!(seq.logprobs, vec![first.1, second.1], "request {}", seq.req.id);
+    }
+    // The rows are not all alike: the draws differ between them.
+    let firsts: std::collections::HashSet<u32> = seqs.iter().map(|s| s.tokens[0]).collect();
+    assert!(firsts.len() > 1, "{firsts:?}");
+}
