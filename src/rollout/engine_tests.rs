@@ -157,8 +157,18 @@ fn rows_of_a_large_vocabulary_draw_in_parallel_what_each_draws_alone() {
         let mut rng = StdRng::seed_from_u64(seq.req.seed);
         let first = sample(row, &seq.req.params, &mut rng);
         let second = sample(row, &seq.req.params, &mut rng);
-        assert_eq!(seq.tokens, vec![first.0, second.0], "request {}", seq.req.id);
-        assert_eq!(seq.logprobs, vec![first.1, second.1], "request {}", seq.req.id);
+        assert_eq!(
+            seq.tokens,
+            vec![first.0, second.0],
+            "request {}",
+            seq.req.id
+        );
+        assert_eq!(
+            seq.logprobs,
+            vec![first.1, second.1],
+            "request {}",
+            seq.req.id
+        );
     }
     // The rows are not all alike: the draws differ between them.
     let firsts: std::collections::HashSet<u32> = seqs.iter().map(|s| s.tokens[0]).collect();

@@ -104,7 +104,7 @@ impl WeightElement for bf16 {
         buf: &'a mut [f32],
     ) -> (&'a [f32], usize) {
         let rows = w.len() / k;
-        for (to, from) in buf.chunks_exact_mut(len).zip(w.chunks_exact(k)).take(rows) {
+        for (to, from) in buf.chunks_exact_mut(len).zip(w.chunks_exact(k)) {
             prefetch(from, t0 + PREFETCH_AHEAD * len, len);
             for (to, from) in to.iter_mut().zip(&from[t0..t0 + len]) {
                 // bf16 is the upper half of an f32: exact, and no call into `half`'s dispatch.
