@@ -32,7 +32,8 @@ pub fn env_defaults() -> Vec<(&'static str, String)> {
 /// 1.6-2.3x and train 1.5-1.9x faster than one lane whose matrix products each use both cores;
 /// each product there is too small to split well, and the cores spent their time waking each
 /// other. At the Qwen2.5-0.5B width (4 of its layers, 0.8 GB) two lanes decode 0.73x as fast
-/// (every lane reads all the weights at each step) and train 1.3x faster but at 1.5x the peak
+/// (every lane reads all the weights at each step; 0.51x the whole model since one lane's 16 rows
+/// fill one AVX-512 block of the streamed product) and train 1.3x faster but at 1.5x the peak
 /// memory (each lane holds gradients of its own): big models stay in one lane.
 pub const LANE_MAX_WEIGHT_BYTES: usize = 256 << 20;
 
