@@ -41,6 +41,11 @@ const NR: usize = 6;
 /// independent chains to cover the multiply-add's latency on both of a core's FMA units.
 const NR_ONE: usize = 12;
 
+/// The rows of w in a tile against blocks of one vector of x (`one_vector`) or of two.
+fn tile_rows(one_vector: bool) -> usize {
+    if one_vector { NR_ONE } else { NR }
+}
+
 /// Multiply-adds per parallel task: large enough that a task outweighs its scheduling.
 const TASK_FMAS: usize = 1 << 18;
 
@@ -186,11 +191,9 @@ impl<W: WeightElement> WithSimd for Product<'_, W> {
         // Blocks of two vectors of rows, or of one where x has no more rows than a vector holds
         // (a Qwen2.5-0.5B decode step's 16 rows with AVX-512): a second vector of zero rows would
         // double the multiply-adds for nothing.
-        let (mb, nr) = if m <= S::F32_LANES {
-            (S::F32_LANES, NR_ONE)
-        } else {
-            (2 * S::F32_LANES, NR)
-        };
+        let one_vector = m <= S::F32_LANES;
+        let mb = if one_vector { 1 } else { 2 } * S::F32_LANES;
+        let nr = tile_rows(one_vector);
         let blocks = m.div_ceil(mb);
         let mp = blocks * mb;
         with_scratch(blocks * k * mb, n * mp, |xp, yt| {
@@ -242,8 +245,9 @@ fn transposed_products<W: WeightElement>(
     yt: &mut [f32],
 ) -> Vec<f32> {
     let mp = xp.len() / k;
-    // x packed block by block: block b, step t holds rows b * mb .. b * mb + mb at t, as two
-    // vectors (the block's rows transposed); rows past m are zeros (their outputs are dropped).
+    // x packed block by block: block b, step t holds rows b * mb .. b * mb + mb at t, as one or
+    // two vectors (the block's rows transposed); rows past m are zeros (their outputs are
+    // dropped).
     for (b, block) in xp.chunks_exact_mut(k * mb).enumerate() {
         let rows = &x[b * mb * k..((b + 1) * mb).min(m) * k];
         let real = rows.len() / k;
@@ -310,7 +314,7 @@ impl<W: WeightElement> WithSimd for Columns<'_, W> {
             one || mb == 2 * S::F32_LANES,
             "{NAME}: one Arch dispatches one vector width"
         );
-        let nr = if one { NR_ONE } else { NR };
+        let nr = tile_rows(one);
         let cols = w.len() / k;
         let z = simd.splat_f32s(0.0);
         // A bf16 tile's widened chunk (f32 rows are read in place: no buffer). Allocated here,
