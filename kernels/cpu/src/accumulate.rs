@@ -102,13 +102,19 @@ impl InplaceOp2 for AddInto {
         }
         let src = f32_data(src, l2, "add into", "the addend")?;
         let dst = sum_data(dst, l1, "add into", "the sum")?;
-        // Large gradients (a model's worth) in parallel blocks; each element's sum is the same.
-        dst.par_chunks_mut(1 << 16)
-            .zip(src.par_chunks(1 << 16))
+        // In parallel blocks; each element's sum is the same.
+        dst.par_chunks_mut(ADD_BLOCK)
+            .zip(src.par_chunks(ADD_BLOCK))
             .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, s)| *d += s));
         Ok(())
     }
 }
+
+/// Values a parallel block of [`add_in_place`] adds. Small enough that one weight's gradient of
+/// a small model is several blocks: a tiny Qwen2's largest (128 x 512) was one block of 65,536,
+/// so the sum of two lanes' gradients ran on one core while the other waited (0.5 ms of a 21 ms
+/// forward+backward; 0.3 ms in blocks of 8,192, benches/RESULTS.md, thirtieth slice).
+const ADD_BLOCK: usize = 1 << 13;
 
 struct AddRow;
 
@@ -254,7 +260,7 @@ mod tests {
     #[test]
     fn add_in_place_equals_the_sum_bit_for_bit() {
         let dev = Device::Cpu;
-        // More than one parallel block (1 << 16 values) and a short last one.
+        // More than one parallel block (ADD_BLOCK values) and a short last one.
         let a = Tensor::randn(0f32, 1.0, (3, 70_001), &dev).unwrap();
         let b = Tensor::randn(0f32, 1.0, (3, 70_001), &dev).unwrap();
         let want = (&a + &b).unwrap();

@@ -123,23 +123,28 @@ impl WithSimd for NormGradRows<'_> {
             .zip(self.x.chunks(d))
             .zip(self.dy.chunks(d));
         let mut plus = self.plus.chunks(d);
+        // Zipped slices, not indices: the compiler vectorises these loops only without bounds
+        // checks (indexed, the backward took 6x the forward's time). The same expressions, so
+        // the same bits.
         for ((dx, x), dy) in rows {
             let r = inv_rms(x, self.eps);
             let c = r * r * r * dot3(dy, w, x) / d as f32;
+            let terms = dx.iter_mut().zip(x).zip(w).zip(dy);
             match plus.next() {
                 // The same two roundings as a sum of its own after the norm's dx: (dx) + plus.
                 Some(p) => {
-                    for j in 0..d {
-                        dx[j].write((r * w[j] * dy[j] - c * x[j]) + p[j]);
-                        dw[j] += dy[j] * x[j] * r;
+                    for ((((dx, &x), &w), &dy), &p) in terms.zip(p) {
+                        dx.write((r * w * dy - c * x) + p);
                     }
                 }
                 None => {
-                    for j in 0..d {
-                        dx[j].write(r * w[j] * dy[j] - c * x[j]);
-                        dw[j] += dy[j] * x[j] * r;
+                    for (((dx, &x), &w), &dy) in terms {
+                        dx.write(r * w * dy - c * x);
                     }
                 }
+            }
+            for ((dw, &dy), &x) in dw.iter_mut().zip(dy).zip(x) {
+                *dw += dy * x * r;
             }
         }
         dw
