@@ -108,14 +108,20 @@ impl Tape {
         Ok(next)
     }
 
-    /// The rows `ids` (u32, any shape, flattened) of `table` (n, width) as a leaf of the first piece:
-    /// (ids, width). A table that is not trained is looked up as usual.
+    /// The rows `ids` (u32, any shape) of `table` (n, width) as a leaf of the first piece: ids'
+    /// shape and then width, the leaf itself. The first layer reads it as its input, which is
+    /// then a variable: its gradient comes straight here, where the rows reshaped by the caller
+    /// were a graph of candle's below that layer, differentiated through the surrogate of
+    /// `push_below` (~1% of a tiny forward+backward). A table that is not trained is looked up
+    /// as usual.
     pub fn lookup(&mut self, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+        let mut shape = ids.dims().to_vec();
+        shape.push(table.dim(1)?);
         let ids = ids.flatten_all()?;
         if !table.track_op() {
-            return table.index_select(&ids, 0);
+            return table.index_select(&ids, 0)?.reshape(shape);
         }
-        let above = Var::from_tensor(&table.detach().index_select(&ids, 0)?)?;
+        let above = Var::from_tensor(&table.detach().index_select(&ids, 0)?.reshape(shape)?)?;
         let rows = above.as_tensor().clone();
         self.lookups.push(Lookup {
             table: table.clone(),
@@ -176,6 +182,8 @@ impl Tape {
             let Some(g) = grads.remove(above.as_tensor()) else {
                 continue;
             };
+            // One row per id, as the table's rows are added.
+            let g = g.reshape((ids.elem_count(), ()))?;
             // The store's gradient is ours alone: candle made it fresh and `detached` dropped the
             // only other handle on it.
             let sum = match grads.remove(&table) {
@@ -339,7 +347,11 @@ mod tests {
         .backward()
         .unwrap();
         let mut tape = Tape::default();
+        // In ids' shape, then the table's width; flattened here, by a graph the cut's backward
+        // differentiates.
         let rows = tape.lookup(table.as_tensor(), &ids).unwrap();
+        assert_eq!(rows.dims(), [2, 3, 4]);
+        let rows = rows.reshape((6, 4)).unwrap();
         let h = tape
             .cut(rows.matmul(mix.as_tensor()).unwrap().tanh().unwrap())
             .unwrap();

@@ -276,18 +276,24 @@ impl Transformer {
         mut tape: Option<&mut Tape>,
     ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
+        // (b, t, hidden).
         let rows = match tape.as_deref_mut() {
+            // The tape's leaf itself, not reshaped: the first layer's input is then a variable.
             Some(tape) => tape.lookup(&self.embed, input_ids)?,
             // Inference keeps nothing of candle's graph (`Numerics::Fast` has no backward): with
             // the embedding's rows detached, the fused layers' sums are taken in place.
             None if numerics == Numerics::Fast => self
                 .embed
                 .detach()
-                .index_select(&input_ids.flatten_all()?, 0)?,
-            None => self.embed.index_select(&input_ids.flatten_all()?, 0)?,
+                .index_select(&input_ids.flatten_all()?, 0)?
+                .reshape((b, t, ()))?,
+            None => self
+                .embed
+                .index_select(&input_ids.flatten_all()?, 0)?
+                .reshape((b, t, ()))?,
         };
         let compute = self.compute_dtype(numerics);
-        let mut x = rows.reshape((b, t, ()))?.to_dtype(compute)?;
+        let mut x = rows.to_dtype(compute)?;
         let flat_pos = positions.flatten_all()?;
         let half = self.cfg.head_dim / 2;
         let cos = self
