@@ -112,7 +112,7 @@ impl Tape {
     /// shape and then width, the leaf itself. The first layer reads it as its input, which is
     /// then a variable: its gradient comes straight here, where the rows reshaped by the caller
     /// were a graph of candle's below that layer, differentiated through the surrogate of
-    /// `push_below` (~1% of a tiny forward+backward). A table that is not trained is looked up
+    /// `push_below` (0.5% of a tiny forward+backward). A table that is not trained is looked up
     /// as usual.
     pub fn lookup(&mut self, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
         let mut shape = ids.dims().to_vec();
