@@ -280,17 +280,17 @@ impl Transformer {
         let rows = match tape.as_deref_mut() {
             // The tape's leaf itself, not reshaped: the first layer's input is then a variable.
             Some(tape) => tape.lookup(&self.embed, input_ids)?,
-            // Inference keeps nothing of candle's graph (`Numerics::Fast` has no backward): with
-            // the embedding's rows detached, the fused layers' sums are taken in place.
-            None if numerics == Numerics::Fast => self
-                .embed
-                .detach()
-                .index_select(&input_ids.flatten_all()?, 0)?
-                .reshape((b, t, ()))?,
-            None => self
-                .embed
-                .index_select(&input_ids.flatten_all()?, 0)?
-                .reshape((b, t, ()))?,
+            None => {
+                // Inference keeps nothing of candle's graph (`Numerics::Fast` has no backward):
+                // with the embedding's rows detached, the fused layers' sums are taken in place.
+                let table = match numerics {
+                    Numerics::Fast => self.embed.detach(),
+                    _ => self.embed.clone(),
+                };
+                table
+                    .index_select(&input_ids.flatten_all()?, 0)?
+                    .reshape((b, t, ()))?
+            }
         };
         let compute = self.compute_dtype(numerics);
         let mut x = rows.to_dtype(compute)?;
