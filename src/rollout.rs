@@ -4,6 +4,7 @@
 //! not score, train or know about datasets; the pipeline feeds it token ids and takes completions.
 
 pub mod engine;
+mod lane;
 mod prefixes;
 pub mod sampling;
 

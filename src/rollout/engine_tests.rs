@@ -1,6 +1,9 @@
 use super::*;
 use crate::model::LoadedModel;
 use crate::model::hf_dir::tiny_test_model;
+use crate::rollout::lane::{PARALLEL_SAMPLING_VOCAB, Running, sample_next};
+use crate::rollout::sampling::sample;
+use rand::{SeedableRng, rngs::StdRng};
 
 fn model() -> LoadedModel {
     tiny_test_model("0123456789", 16, 1)
@@ -173,4 +176,21 @@ fn rows_of_a_large_vocabulary_draw_in_parallel_what_each_draws_alone() {
     // The rows are not all alike: the draws differ between them.
     let firsts: std::collections::HashSet<u32> = seqs.iter().map(|s| s.tokens[0]).collect();
     assert!(firsts.len() > 1, "{firsts:?}");
+}
+
+/// `generate` hands completions back in the requests' order, not the order they finish in: here
+/// the shortest requests (1 and 2 tokens, with no EOS ids every request runs to its limit) come
+/// last and finish first, and two slots make the rest wait in the queue.
+#[test]
+fn generate_returns_completions_in_the_requests_order() {
+    let m = model();
+    let reqs: Vec<Request> = [(9, 6), (3, 5), (7, 1), (1, 2)]
+        .into_iter()
+        .map(|(id, n)| request(id, &[3, 4], n))
+        .collect();
+    let done = generate(&m.transformer, &[], reqs, 2, None).expect("generate");
+    let ids: Vec<u64> = done.iter().map(|c| c.id).collect();
+    assert_eq!(ids, [9, 3, 7, 1]);
+    let lengths: Vec<usize> = done.iter().map(|c| c.token_ids.len()).collect();
+    assert_eq!(lengths, [6, 5, 1, 2]);
 }
