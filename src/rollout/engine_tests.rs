@@ -178,9 +178,9 @@ fn rows_of_a_large_vocabulary_draw_in_parallel_what_each_draws_alone() {
     assert!(firsts.len() > 1, "{firsts:?}");
 }
 
-/// `generate` hands completions back in the requests' order, not the order they finish in: here
-/// the shortest requests (1 and 2 tokens, with no EOS ids every request runs to its limit) come
-/// last and finish first, and two slots make the rest wait in the queue.
+/// `generate` hands completions back in the requests' order, not the order they finish in. With
+/// no EOS ids every request runs to its limit, so request 3 (5 tokens) finishes before request 9
+/// (6 tokens); the two slots make 7 and 1 wait in the queue. Unsorted, they come back as 3, 9, 7, 1.
 #[test]
 fn generate_returns_completions_in_the_requests_order() {
     let m = model();
