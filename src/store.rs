@@ -12,6 +12,7 @@ mod debug_runs;
 pub(crate) mod fixtures;
 mod inserts;
 pub mod liveness;
+pub mod migrations;
 pub mod open;
 pub mod reads;
 pub mod records;

@@ -603,7 +603,7 @@ async fn a_store_from_before_typed_events_is_migrated_with_its_fields_recovered(
         .filename(&path)
         .create_if_missing(true);
     let pool = SqlitePool::connect_with(options).await.unwrap();
-    let mut first = sqlx::migrate!("./migrations");
+    let mut first = roll::store::migrations::migrator();
     first.migrations = std::borrow::Cow::Owned(first.migrations[..1].to_vec());
     first.run(&pool).await.unwrap();
     sqlx::query(

@@ -11,6 +11,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 
+use super::migrations::migrator;
 use super::{APPLICATION_ID, Store, StoreError, sql_error};
 
 /// How long a connection waits for another writer before giving up.
@@ -302,10 +303,6 @@ fn check_read_only_schema(path: &Path, applied: &[(i64, Vec<u8>)]) -> Result<(),
         });
     }
     Ok(())
-}
-
-fn migrator() -> sqlx::migrate::Migrator {
-    sqlx::migrate!("./migrations")
 }
 
 /// Another sqlx application may have a `runs` table too: the schema is ours only if our first
