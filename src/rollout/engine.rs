@@ -219,8 +219,8 @@ pub fn generate(
     max_batch: usize,
     detokenize: Option<Detokenize<'_>>,
 ) -> Result<Vec<Completion>> {
-    // Each id's first place among the requests: a sort key looked up, not searched for (a
-    // search per comparison was quadratic in the batch).
+    // Each id's first place among the requests: a sort key looked up once per completion, not
+    // searched for (a search per comparison was quadratic in the batch).
     let mut order: HashMap<u64, usize> = HashMap::with_capacity(requests.len());
     for (i, r) in requests.iter().enumerate() {
         order.entry(r.id).or_insert(i);
@@ -233,7 +233,7 @@ pub fn generate(
         engine.submit(r);
     }
     let mut done = engine.run_to_completion()?;
-    done.sort_by_key(|c| order.get(&c.id).copied());
+    done.sort_by_cached_key(|c| order.get(&c.id).copied());
     Ok(done)
 }
 
