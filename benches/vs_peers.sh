@@ -18,14 +18,16 @@
 # the tiny forward+backward's matrix products alone, on cold operands
 # (kernels/cpu/benches/ceiling.rs: an estimate of what the step's arithmetic costs with gemm as
 # it is, not a strict bound), and shows both sides as a share of it.
-# `--pairs N` times the tiny forward+backward alone, N pairs of runs back to back (HF's bench, then
-# ours at once, the order swapped every pair so that a machine slowing or speeding up over the
-# pairs favours neither side), and prints each pair's ratio and their median and quartiles. In a
-# round HF's forward+backward and ours are ~20-30 s apart, with TRL and our generation between,
-# and this host's speed moves by a third over minutes (benches/RESULTS.md); a pair's two runs are
-# a few seconds apart. Each run's share of CPU time stolen by the hypervisor is shown, and the
-# pairs with at most STEAL_MAX percent (default 2) on both sides are summarised apart. With
-# --pairs, --rounds defaults to 0 (the pairs alone).
+# `--pairs N` times the tiny forward+backward in N pairs of runs back to back (HF's bench, whose
+# forward+backward figure is taken, then ours at once; the order swapped every pair so that a
+# machine slowing or speeding up over the pairs favours neither side), and prints each pair's
+# ratio and their median and quartiles. In a round HF's forward+backward and ours are ~20-30 s
+# apart, with TRL and our generation between, and this host's speed moves by a third over
+# minutes (benches/RESULTS.md); a pair's two runs are a few seconds apart. Each run's share of
+# CPU time stolen by the hypervisor is shown (HF's over its whole process, ~6 s; of the pinned
+# CPUs with --cpus, else of the machine), and the pairs with at most STEAL_MAX percent (default
+# 2) on both sides are summarised apart. With --pairs, --rounds defaults to 0 (the pairs alone;
+# --qwen05 then needs --rounds N).
 # `--qwen05` adds the Qwen2.5-0.5B shape to every round (~7 minutes a round, 5-8 GB of memory
 # each side) and its ratios to the medians; `--no-tiny` leaves the tiny workloads out (with
 # `--qwen05`: rounds of the 0.5B shape alone).
@@ -54,25 +56,33 @@ while [ $# -gt 0 ]; do
         --cpus) CPUS=${2:?"--cpus needs a CPU list, e.g. 0,1"}; shift ;;
         --torch-isa) TORCH_ISA=${2:?"--torch-isa needs an instruction set: avx2"}; shift ;;
         --avx2) TORCH_ISA=avx2; OURS=(--no-default-features) ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         *) echo "vs_peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[[ "$PAIRS" =~ ^[0-9]+$ ]] || { echo "vs_peers.sh: --pairs takes a count, not '$PAIRS'" >&2; exit 2; }
-STEAL_MAX=${STEAL_MAX:-2}
-[[ "$STEAL_MAX" =~ ^[0-9]+$ ]] || { echo "vs_peers.sh: STEAL_MAX takes a whole percentage, not '$STEAL_MAX'" >&2; exit 2; }
+# Counts: up to six digits, read as decimal (10#: a leading zero is not octal).
+[[ "$PAIRS" =~ ^[0-9]{1,6}$ ]] || { echo "vs_peers.sh: --pairs takes a count, not '$PAIRS'" >&2; exit 2; }
+PAIRS=$((10#$PAIRS))
 if [ -z "$ROUNDS" ]; then if [ "$PAIRS" -gt 0 ]; then ROUNDS=0; else ROUNDS=1; fi; fi
-[[ "$ROUNDS" =~ ^[0-9]+$ ]] || { echo "vs_peers.sh: --rounds takes a count, not '$ROUNDS'" >&2; exit 2; }
+[[ "$ROUNDS" =~ ^[0-9]{1,6}$ ]] || { echo "vs_peers.sh: --rounds takes a count, not '$ROUNDS'" >&2; exit 2; }
+ROUNDS=$((10#$ROUNDS))
 [ "$ROUNDS" -gt 0 ] || [ "$PAIRS" -gt 0 ] || { echo "vs_peers.sh: --rounds 0 without --pairs leaves nothing to run" >&2; exit 2; }
-[ "$PAIRS" = 0 ] || [ "$TINY" = 1 ] || { echo "vs_peers.sh: --pairs times the tiny model, which --no-tiny leaves out" >&2; exit 2; }
+[ "$PAIRS" -eq 0 ] || [ "$TINY" = 1 ] || { echo "vs_peers.sh: --pairs times the tiny model, which --no-tiny leaves out" >&2; exit 2; }
+[ "$QWEN05" = 0 ] || [ "$ROUNDS" -gt 0 ] || { echo "vs_peers.sh: --qwen05 runs in rounds, and --pairs alone makes none: add --rounds N" >&2; exit 2; }
+STEAL_MAX=${STEAL_MAX:-2}
+if [ "$PAIRS" -gt 0 ]; then
+    [[ "$STEAL_MAX" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "vs_peers.sh: STEAL_MAX takes a percentage such as 2 or 0.5, not '$STEAL_MAX'" >&2; exit 2; }
+fi
 [ "$TINY" = 1 ] || [ "$QWEN05" = 1 ] || { echo "vs_peers.sh: --no-tiny leaves nothing to run without --qwen05" >&2; exit 2; }
 [ -x "$PEER_PYTHON" ] || { echo "vs_peers.sh: no peer python at '$PEER_PYTHON' (see the header)" >&2; exit 1; }
 [ -f "$PEERS/hf_generate_bench.py" ] || { echo "vs_peers.sh: no peer scripts in '$PEERS'" >&2; exit 1; }
 # PIN prefixes every run; PEER_ARGS and PEER_ENV go to the peers alone.
-PIN=(); PEER_ARGS=(); PEER_ENV=()
+PIN=(); PEER_ARGS=(); PEER_ENV=(); STEAL_CPUS=
 if [ -n "$CPUS" ]; then
     n=$(taskset -c "$CPUS" nproc) || { echo "vs_peers.sh: --cpus '$CPUS' is not a CPU list taskset takes" >&2; exit 2; }
+    # The pinned CPUs as the kernel lists them (ranges and commas, no strides), for their steal.
+    STEAL_CPUS=$(taskset -c "$CPUS" sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)
     PIN=(taskset -c "$CPUS"); PEER_ARGS=(--threads "$n")
 fi
 case "${TORCH_ISA,,}" in
@@ -109,7 +119,7 @@ if [ "$TINY" = 1 ]; then
     "$PEER_PYTHON" "$PEERS/make_tiny.py" --out "$WORK/tiny" >/dev/null 2>&1 \
         || { echo "vs_peers.sh: make_tiny.py failed to write the tiny model" >&2; exit 1; }
 fi
-if [ "$QWEN05" = 1 ]; then
+if [ "$QWEN05" = 1 ] && [ "$ROUNDS" -gt 0 ]; then
     "$PEER_PYTHON" "$PEERS/make_tiny.py" --shape qwen2.5-0.5b --out "$WORK/qwen05" >/dev/null 2>&1
 fi
 
@@ -173,40 +183,60 @@ tiny_round() {
 
 # The quartiles of its arguments (ratios such as 1.92x) by the median-of-halves rule, with the
 # median: the middle half of the pairs' ratios.
-quartiles() { [ $# -gt 0 ] || { printf "none"; return; }; printf '%s\n' "$@" | grep -v n/a | tr -d x | sort -g | awk '
+quartiles() { [ $# -gt 0 ] || { printf "none"; return; }; printf '%s\n' "$@" | { grep -v n/a || true; } | tr -d x | sort -g | awk '
     function med(lo, hi,   n) { n = hi - lo + 1; return n % 2 ? v[lo + (n - 1) / 2] : (v[lo + n / 2 - 1] + v[lo + n / 2]) / 2 }
     { v[NR] = $1 }
     END { if (!NR) { printf "n/a"; exit }
           h = int(NR / 2)
           q1 = NR > 1 ? med(1, h) : v[1]; q3 = NR > 1 ? med(NR - h + 1, NR) : v[1]
-          printf "median %.2fx, quartiles %.2fx-%.2fx, range %.2fx-%.2fx over %d pairs", med(1, NR), q1, q3, v[1], v[NR], NR }'; }
-# The machine's CPU ticks from /proc/stat's first line: "STEAL TOTAL". Steal is time the
-# hypervisor gave this VM's CPUs to other guests; on this project's shared hosts it has reached a
-# third of a run and halved its speed, so a run during it measures the neighbours, not the code.
-ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat; }
-# The share of the CPU time stolen between two `ticks` readings, in percent.
-stolen() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'; }
+          printf "median %.2fx, quartiles %.2fx-%.2fx, range %.2fx-%.2fx over %d pair%s", med(1, NR), q1, q3, v[1], v[NR], NR, NR == 1 ? "" : "s" }'; }
+# CPU ticks from /proc/stat as "STEAL TOTAL" (user through steal; guest time is already in
+# user): of the machine (its "cpu" line), or of the pinned CPUs (theirs summed; STEAL_CPUS is
+# the kernel's list such as 0-1,4). Steal is time the hypervisor gave this VM's CPUs to other
+# guests; on this project's shared hosts it has reached a third of a run and halved its speed,
+# so a run during it measures the neighbours, not the code. The total counts idle time too: a
+# run that leaves a CPU idle reads as less stolen than its busy CPU was.
+ticks() {
+    awk -v list="$STEAL_CPUS" '
+        BEGIN { if (list == "") want["cpu"] = 1
+                n = split(list, part, ",")
+                for (i = 1; i <= n; i++) {
+                    if (split(part[i], r, "-") == 2) { for (c = r[1] + 0; c <= r[2] + 0; c++) want["cpu" c] = 1 }
+                    else want["cpu" part[i]] = 1 } }
+        ($1 in want) { for (i = 2; i <= 9; i++) t += $i; s += $9 }
+        END { print s + 0, t + 0 }' /proc/stat
+}
+# The share of the CPU time stolen between two `ticks` readings, in percent (one decimal).
+stolen() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'; }
+# Whether both shares are at most STEAL_MAX.
+calm() { awk -v a="$1" -v b="$2" -v m="$STEAL_MAX" 'BEGIN { exit !(a + 0 <= m + 0 && b + 0 <= m + 0) }'; }
 # One pair of the tiny forward+backward, HF's and ours back to back, in the order $2 (hf or ours).
 # PAIR has every pair's ratio, CALM those of the pairs with at most STEAL_MAX percent stolen
 # during each side's run.
 PAIR=(); CALM=()
 fb_pair() {
-    local hf_fb our_fb hf_st our_st t0 fma
+    local side hf_fb our_fb hf_st our_st t0 fma
     # One core's multiply-add rate just before (kernels/cpu/benches/ceiling.rs, 0.6 s): this
     # host's has moved between 130 and 245 GFLOP/s from one hour to the next with no steal.
-    fma=$("${PIN[@]}" cargo bench "${OURS[@]}" -p roll-cpu-kernels --bench ceiling -- fma 2>/dev/null | grep -oE "[0-9.]+ GFLOP/s" | tail -1)
+    # Only context: a failed probe shows as n/a.
+    fma=$("${PIN[@]}" cargo bench "${OURS[@]}" -p roll-cpu-kernels --bench ceiling -- fma 2>/dev/null | grep -oE "[0-9.]+ GFLOP/s" | tail -1) || fma=
     for side in $2; do
         t0=$(ticks)
         case $side in
-            hf) hf_fb=$(peer hf_generate_bench.py --model "$WORK/tiny" 2>/dev/null | json fwd_bwd_tokens_per_s)
-                hf_st=$(stolen "$t0" "$(ticks)") ;;
-            ours) "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- fwd_bwd >"$WORK/pair.txt" 2>/dev/null
-                  our_fb=$(WORK_FILE=pair.txt ours forward "tokens/s")
-                  our_st=$(stolen "$t0" "$(ticks)") ;;
+            hf) peer hf_generate_bench.py --model "$WORK/tiny" >"$WORK/pair_hf.txt" 2>"$WORK/pair_hf.err" \
+                    || { echo "vs_peers.sh: HF's bench failed in pair $1:" >&2; tail -5 "$WORK/pair_hf.err" >&2; exit 1; }
+                hf_st=$(stolen "$t0" "$(ticks)")
+                hf_fb=$(json fwd_bwd_tokens_per_s <"$WORK/pair_hf.txt" 2>/dev/null) \
+                    || { echo "vs_peers.sh: no forward+backward figure in HF's output in pair $1" >&2; exit 1; } ;;
+            ours) "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- fwd_bwd >"$WORK/pair.txt" 2>"$WORK/pair.err" \
+                    || { echo "vs_peers.sh: our bench failed in pair $1:" >&2; tail -5 "$WORK/pair.err" >&2; exit 1; }
+                  our_st=$(stolen "$t0" "$(ticks)")
+                  our_fb=$(WORK_FILE=pair.txt ours forward "tokens/s") \
+                    || { echo "vs_peers.sh: no forward+backward figure in our bench's output in pair $1" >&2; exit 1; } ;;
         esac
     done
     PAIR+=("$(ratio "$our_fb" "$hf_fb")")
-    if [ "$hf_st" -le "$STEAL_MAX" ] && [ "$our_st" -le "$STEAL_MAX" ]; then CALM+=("${PAIR[-1]}"); fi
+    if calm "$hf_st" "$our_st"; then CALM+=("${PAIR[-1]}"); fi
     echo "pair $1 ($2; one core's FMA ${fma:-n/a}): forward+backward 64 x 16, ours $our_fb tokens/s (${our_st}% stolen), HF $hf_fb (${hf_st}% stolen) -> ${PAIR[-1]}"
 }
 for pair in $(seq 1 "$PAIRS"); do
