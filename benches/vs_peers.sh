@@ -109,7 +109,9 @@ ours() { grep -m1 "^$1" "$WORK/${WORK_FILE:-ours.txt}" | grep -oE "[0-9.]+ $2" |
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
 # The median of its arguments (ratios such as 1.92x), and their range: one round on a shared
 # machine says little, the rounds' median more.
-median() { printf '%s\n' "$@" | grep -v n/a | tr -d x | sort -g | awk '{ v[NR] = $1 } END { if (!NR) { printf "n/a"; exit } m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
+# Its arguments (ratios such as 1.92x) as numbers, one a line, smallest first, n/a left out.
+sorted_ratios() { printf '%s\n' "$@" | { grep -v n/a || true; } | tr -d x | sort -g; }
+median() { sorted_ratios "$@" | awk '{ v[NR] = $1 } END { if (!NR) { printf "n/a"; exit } m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2fx (%.2fx-%.2fx over %d rounds)", m, v[1], v[NR], NR }'; }
 GEN=(); FB=(); STEP=(); GEN1=(); FB1=(); STEP1=(); Q_GEN=(); Q_FB=(); Q_RSS=()
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, avx512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)${CPUS:+; pinned to CPUs $CPUS}${TORCH_ISA:+; torch held to $TORCH_ISA}${OURS[*]:+; ours built $OURS}"
@@ -183,7 +185,7 @@ tiny_round() {
 
 # The quartiles of its arguments (ratios such as 1.92x) by the median-of-halves rule, with the
 # median: the middle half of the pairs' ratios.
-quartiles() { [ $# -gt 0 ] || { printf "none"; return; }; printf '%s\n' "$@" | { grep -v n/a || true; } | tr -d x | sort -g | awk '
+quartiles() { [ $# -gt 0 ] || { printf "none"; return; }; sorted_ratios "$@" | awk '
     function med(lo, hi,   n) { n = hi - lo + 1; return n % 2 ? v[lo + (n - 1) / 2] : (v[lo + n / 2 - 1] + v[lo + n / 2]) / 2 }
     { v[NR] = $1 }
     END { if (!NR) { printf "n/a"; exit }
