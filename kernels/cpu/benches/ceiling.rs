@@ -3,6 +3,8 @@
 //!
 //! - `fma`: the core's rate of fused multiply-adds, in the widest vectors pulp finds, twelve
 //!   independent chains (enough to cover the instructions' latency on the cores we run on);
+//! - `amx`: Intel AMX's bf16 tile products on one core, where the CPU has them, against `fma`: what
+//!   the matrix units would give the f32 products at f32's accuracy (`ceiling/amx.rs`);
 //! - `products`: the matrix products of one lane's step of `engine fwd_bwd` (tiny Qwen2: hidden
 //!   128, intermediate 512, 4 heads of 32, 2 KV heads, 4 layers; 32 rows of 15 positions, so 480
 //!   rows a product), each on operands of its own in the layouts `roll::model::layer_grad` gives
@@ -37,6 +39,9 @@ use candle_core::{Device, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use roll_cpu_kernels::product::{matmul, matmul_add};
 
+#[path = "ceiling/amx.rs"]
+mod amx;
+
 /// Twelve chains of `FMA_STEPS` fused multiply-adds each; returns their sum so that nothing is
 /// optimised away.
 struct FmaChains;
@@ -62,6 +67,18 @@ impl WithSimd for FmaChains {
             .fold(simd.splat_f32s(0.0), |s, &a| simd.add_f32s(s, a));
         (simd.reduce_sum_f32s(sum), S::F32_LANES)
     }
+}
+
+/// One core's f32 fused multiply-add rate in GFLOP/s (the least time of [`least`]), and the
+/// vector lanes it ran in.
+fn fma_gflops() -> (f64, usize) {
+    let mut lanes = 0;
+    let secs = least(|| {
+        let (sum, l) = Arch::new().dispatch(FmaChains);
+        lanes = l;
+        std::hint::black_box(sum);
+    });
+    ((2 * FMA_STEPS * CHAINS * lanes) as f64 / secs / 1e9, lanes)
 }
 
 /// Rows of a product in one lane's step: 32 sequences of 15 positions.
@@ -219,17 +236,26 @@ fn main() -> candle_core::Result<()> {
         .expect("a one-thread pool");
 
     if wants("fma") {
-        let mut lanes = 0;
-        let secs = least(|| {
-            let (sum, l) = Arch::new().dispatch(FmaChains);
-            lanes = l;
-            std::hint::black_box(sum);
-        });
-        let flops = (2 * FMA_STEPS * CHAINS * lanes) as f64;
+        let (gflops, lanes) = fma_gflops();
         println!(
-            "fma: {CHAINS} chains of {lanes}-lane fused multiply-adds, one core: {:.1} GFLOP/s",
-            flops / secs / 1e9
+            "fma: {CHAINS} chains of {lanes}-lane fused multiply-adds, one core: {gflops:.1} GFLOP/s"
         );
+    }
+
+    if wants("amx") {
+        match amx::bf16_tile_rate(|f| least(f)) {
+            Ok(macs) => {
+                let (fma, _) = fma_gflops();
+                let (tile, f32_equivalent) = (2.0 * macs / 1e9, 2.0 * macs / 6.0 / 1e9);
+                println!(
+                    "amx: bf16 tile products, four 16 x 16 accumulators, one core: {tile:.1} \
+                     GFLOP/s; at six per f32 product (bf16x3) {f32_equivalent:.1} GFLOP/s, \
+                     {:.2}x the core's f32 fused multiply-adds ({fma:.1} GFLOP/s, measured after)",
+                    f32_equivalent / fma
+                );
+            }
+            Err(why) => println!("amx: not measured: {why}"),
+        }
     }
 
     if wants("products") {
