@@ -17,8 +17,9 @@
 //! Generation and forward+backward split their batches into the model's lanes, as the engine and
 //! training do (`roll::model::threads::lanes`); `ROLL_LANES=1` measures them in one lane.
 //!
-//! `BENCH_DTYPE=bfloat16` builds both models in bf16 (the fused kernels take f32 only, so bf16
-//! runs candle's ops).
+//! `BENCH_DTYPE=bfloat16` builds both models in bf16 (on the CPU a bf16 model computes in f32
+//! through the fused kernels, its weights widened as they are read: `Transformer::compute_dtype`,
+//! benches/RESULTS.md, twenty-eighth slice).
 //!
 //! Run: `cargo bench --bench engine` (prints medians after untimed warm-up repetitions, as the
 //! peers' scripts time theirs; record them in benches/RESULTS.md). The 0.5B workloads print each
