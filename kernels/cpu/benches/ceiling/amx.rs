@@ -24,7 +24,7 @@ pub fn bf16_tile_rate(least: impl Fn(&mut dyn FnMut()) -> f64) -> Result<f64, St
 #[allow(unsafe_code)] // the arch_prctl system call and the tile instructions
 mod imp {
     use std::arch::asm;
-    use std::arch::x86_64::__cpuid_count;
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
 
     /// Steps of one timed run: 4 x 8,192 multiply-adds each, ~0.1 s at 500 G a second.
     const STEPS: u64 = 2_000_000;
@@ -41,7 +41,10 @@ mod imp {
 
     /// Whether CPUID reports AMX's tiles and bf16 products (leaf 7, EDX bits 24 and 22).
     fn cpu_has_amx_bf16() -> bool {
-        // On a CPU whose highest leaf is below 7 this reads zeros: no AMX.
+        // Past the highest leaf, Intel's CPUs answer with the highest leaf's data: ask first.
+        if __cpuid(0).eax < 7 {
+            return false;
+        }
         let leaf7 = __cpuid_count(7, 0);
         leaf7.edx & (1 << 24) != 0 && leaf7.edx & (1 << 22) != 0
     }
