@@ -343,7 +343,7 @@ mod tests {
     /// `dot3` sums in the order the doc states, bit for bit: element `j` into partial sum `j % 8`
     /// in order, the sums then added in a fixed tree; with whole chunks, tails and lengths that
     /// differ (the shortest decides). Values of mixed signs and scales, so that another order
-    /// (sixteen partial sums, a tail dropped or added to the wrong sum) changes the bits.
+    /// rounds differently: the tail added one partial sum off fails it (checked).
     #[test]
     fn dot3_sums_in_its_stated_order() {
         // Magnitudes from 1e-3 to 1e3: a sum taken in another order rounds differently.
