@@ -17,6 +17,8 @@
 //! - `shapes`: each distinct product of that list alone, repeated on the same operands (so in
 //!   cache): what gemm reaches at that shape and layout when nothing else competes for the
 //!   caches, and the step's 84 at those rates: the optimistic end;
+//! - `cold-by-shape`: the products of `products` timed one by one and summed by shape, beside each
+//!   shape in cache: which shapes lose the most to starting cold (`ceiling/cold_by_shape.rs`);
 //! - `fused`: q, k and v's products as one (their weights side by side) and gate and up's as
 //!   one, against the separate products `layer_grad` runs, in cache and on a lane's four layers
 //!   of operands of their own (benches/RESULTS.md, eighteenth slice: the fused are slower).
@@ -41,6 +43,8 @@ use roll_cpu_kernels::product::{matmul, matmul_add};
 
 #[path = "ceiling/amx.rs"]
 mod amx;
+#[path = "ceiling/cold_by_shape.rs"]
+mod cold_by_shape;
 
 /// Twelve chains of `FMA_STEPS` fused multiply-adds each; returns their sum so that nothing is
 /// optimised away.
@@ -315,6 +319,9 @@ fn main() -> candle_core::Result<()> {
             secs,
             flops / secs / 1e9,
         );
+    }
+    if wants("cold-by-shape") {
+        cold_by_shape::cold_by_shape(&one)?;
     }
     if wants("fused") {
         fused_against_separate(&one)?;
