@@ -134,6 +134,9 @@ fn least(mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// A product's left and right factors and the sum it adds into (see [`Product::operands`]).
+type Operands = (Tensor, Tensor, Tensor);
+
 /// One product of the step: (m, k) times (k, n). `a_t`: the left factor is a transposed view of a
 /// (k, m) matrix (a gradient read as dyᵀ); `b_t`: the right one of an (n, k) matrix (a weight
 /// read as wᵀ). `add`: summed into an existing (m, n) result.
@@ -163,7 +166,7 @@ impl Product {
     }
 
     /// Its operands, random, in its layouts, and the sum it adds into when `add`.
-    fn operands(&self, dev: &Device) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+    fn operands(&self, dev: &Device) -> candle_core::Result<Operands> {
         let a = if self.a_t {
             Tensor::randn(0f32, 1.0, (self.k, self.m), dev)?.t()?
         } else {
@@ -176,6 +179,24 @@ impl Product {
         };
         let sum = Tensor::zeros((self.m, self.n), candle_core::DType::F32, dev)?;
         Ok((a, b, sum))
+    }
+
+    /// The product on `operands` (from [`Product::operands`]): summed into their sum, or its
+    /// result pushed onto `kept`.
+    fn run(&self, (a, b, sum): &Operands, kept: &mut Vec<Tensor>) {
+        if self.add {
+            matmul_add(sum, a, b).expect("product");
+        } else {
+            kept.push(matmul(a, b).expect("product"));
+        }
+    }
+
+    /// The product on `operands` once, its result dropped at once (so the next run's output takes
+    /// the same buffer): run again and again, in cache.
+    fn in_cache(&self, operands: &Operands) {
+        let mut kept = Vec::with_capacity(1);
+        self.run(operands, &mut kept);
+        std::hint::black_box(kept);
     }
 
     /// How gemm is asked for it, e.g. "(480, 128) x (128, 512)ᵀ".
@@ -231,6 +252,19 @@ fn layer_products(rows: usize, widths: Widths) -> Vec<Product> {
     ]
 }
 
+/// The products of one lane's tiny step (`LAYERS` layers), each with operands of its own, as the
+/// step's are distinct tensors.
+fn lane_step_products() -> candle_core::Result<(Vec<Product>, Vec<Operands>)> {
+    let products: Vec<Product> = (0..LAYERS)
+        .flat_map(|_| layer_products(LANE_ROWS, TINY))
+        .collect();
+    let operands = products
+        .iter()
+        .map(|p| p.operands(&Device::Cpu))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Ok((products, operands))
+}
+
 fn main() -> candle_core::Result<()> {
     let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
@@ -263,27 +297,15 @@ fn main() -> candle_core::Result<()> {
     }
 
     if wants("products") {
-        let dev = Device::Cpu;
-        let products: Vec<Product> = (0..LAYERS)
-            .flat_map(|_| layer_products(LANE_ROWS, TINY))
-            .collect();
-        // Each product its own operands, as the step's are distinct tensors.
-        let operands = products
-            .iter()
-            .map(|p| p.operands(&dev))
-            .collect::<candle_core::Result<Vec<_>>>()?;
+        let (products, operands) = lane_step_products()?;
         let flops: f64 = products.iter().map(Product::flops).sum();
         let secs = one.install(|| {
             least(|| {
                 // The step keeps its products' results alive until its end (activations and
                 // gradients), so the allocator hands each a buffer of its own.
                 let mut kept = Vec::with_capacity(products.len());
-                for (p, (a, b, sum)) in products.iter().zip(&operands) {
-                    if p.add {
-                        matmul_add(sum, a, b).expect("product");
-                    } else {
-                        kept.push(matmul(a, b).expect("product"));
-                    }
+                for (p, operands) in products.iter().zip(&operands) {
+                    p.run(operands, &mut kept);
                 }
                 std::hint::black_box(kept);
             })
@@ -346,16 +368,8 @@ fn rates_of_shapes(
         if rates.contains_key(&label) {
             continue;
         }
-        let (a, b, sum) = p.operands(&dev)?;
-        let secs = one.install(|| {
-            least(|| {
-                if p.add {
-                    matmul_add(&sum, &a, &b).expect("product");
-                } else {
-                    std::hint::black_box(matmul(&a, &b).expect("product"));
-                }
-            })
-        });
+        let operands = p.operands(&dev)?;
+        let secs = one.install(|| least(|| p.in_cache(&operands)));
         println!(
             "{label:36} one thread: {:8.1} us, {:5.1} GFLOP/s",
             secs * 1e6,

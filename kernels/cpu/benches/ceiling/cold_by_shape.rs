@@ -12,10 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use candle_core::{Device, Tensor};
-use roll_cpu_kernels::product::{matmul, matmul_add};
-
-use super::{LANE_ROWS, LAYERS, Product, TINY, layer_products, least};
+use super::{lane_step_products, least};
 
 /// Passes over the whole list; each product's least time over them is kept.
 const PASSES: usize = 10;
@@ -30,46 +27,25 @@ struct Shape {
     warm_secs: f64,
 }
 
-fn time_product(p: &Product, a: &Tensor, b: &Tensor, sum: &Tensor, kept: &mut Vec<Tensor>) {
-    if p.add {
-        matmul_add(sum, a, b).expect("product");
-    } else {
-        kept.push(matmul(a, b).expect("product"));
-    }
-}
-
 pub fn cold_by_shape(one: &rayon::ThreadPool) -> candle_core::Result<()> {
-    let dev = Device::Cpu;
-    let products: Vec<Product> = (0..LAYERS)
-        .flat_map(|_| layer_products(LANE_ROWS, TINY))
-        .collect();
-    let operands = products
-        .iter()
-        .map(|p| p.operands(&dev))
-        .collect::<candle_core::Result<Vec<_>>>()?;
+    let (products, operands) = lane_step_products()?;
     let mut cold = vec![f64::INFINITY; products.len()];
     one.install(|| {
         for _ in 0..PASSES {
             let mut kept = Vec::with_capacity(products.len());
-            for (i, (p, (a, b, sum))) in products.iter().zip(&operands).enumerate() {
+            for (i, (p, operands)) in products.iter().zip(&operands).enumerate() {
                 let t = Instant::now();
-                time_product(p, a, b, sum, &mut kept);
+                p.run(operands, &mut kept);
                 cold[i] = cold[i].min(t.elapsed().as_secs_f64());
             }
             std::hint::black_box(kept);
         }
     });
     let mut shapes: BTreeMap<String, Shape> = BTreeMap::new();
-    for ((p, (a, b, sum)), secs) in products.iter().zip(&operands).zip(&cold) {
+    for ((p, operands), secs) in products.iter().zip(&operands).zip(&cold) {
         let shape = shapes.entry(p.label()).or_default();
         if shape.count == 0 {
-            shape.warm_secs = one.install(|| {
-                least(|| {
-                    let mut kept = Vec::new();
-                    time_product(p, a, b, sum, &mut kept);
-                    std::hint::black_box(kept);
-                })
-            });
+            shape.warm_secs = one.install(|| least(|| p.in_cache(operands)));
         }
         shape.count += 1;
         shape.cold_secs += secs;
