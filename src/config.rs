@@ -6,6 +6,7 @@
 //! directory of the file that writes it (the config, or an included fragment); every other relative
 //! path to the working directory.
 
+mod devices;
 mod env;
 mod include;
 pub mod load;
@@ -26,6 +27,7 @@ use crate::model::Arch;
 use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
+pub use devices::{DeviceKind, DevicesConfig, Kernels};
 pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
 pub use roles::Role;

@@ -2,6 +2,7 @@
 //!
 //! Module map (see DESIGN.md in the project's shared notes):
 //! - [`config`]: strict YAML run configs, `key.sub=value` overrides, validation that reports every problem.
+//! - [`device`]: the device seam: config devices to candle devices, device memory, which kernels run.
 //! - [`model`]: decoder-only transformers (Qwen2/Qwen2.5/Qwen3/Llama shapes) built from differentiable ops,
 //!   Hugging Face directory loading/saving, tokenizers and chat templates.
 //! - [`rollout`]: sampling, batched generation with an explicit KV cache, continuous-batching engine
@@ -42,6 +43,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod debugger;
+pub mod device;
 pub mod env;
 pub mod headless;
 pub mod health;

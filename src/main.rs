@@ -17,6 +17,11 @@ fn main() {
     }
     roll::allocator::configure();
     roll::cli::exit_quietly_when_output_closes();
+    // Before any model exists: `ROLL_KERNELS=generic` runs the device-generic path on the CPU.
+    if let Err(e) = roll::device::use_kernels_from_env() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
     let cli = roll::cli::Cli::parse();
     match roll::cli::main_with(cli) {
         Ok(code) => std::process::exit(code),

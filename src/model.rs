@@ -44,6 +44,9 @@ pub enum LoadError {
     /// files: the problem is in those settings.
     #[error("model.init: {0}")]
     Init(String),
+    /// Copying the weights to the device a role computes on failed (out of memory, mostly).
+    #[error("moving the model to {device}: {message}")]
+    Move { device: String, message: String },
 }
 
 impl LoadError {

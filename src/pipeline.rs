@@ -93,6 +93,8 @@ pub enum PipelineError {
     #[error(transparent)]
     Load(#[from] crate::model::LoadError),
     #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
+    #[error(transparent)]
     Data(#[from] crate::data::DataError),
     #[error(transparent)]
     Sink(#[from] crate::metrics::SinkError),
@@ -114,6 +116,7 @@ impl From<RoleError> for PipelineError {
     fn from(e: RoleError) -> PipelineError {
         match e {
             RoleError::Load(e) => PipelineError::Load(e),
+            RoleError::Device(e) => PipelineError::Device(e),
             RoleError::Setup(why) => PipelineError::Setup(why),
             RoleError::WorkerLost(why) => PipelineError::WorkerLost(why),
             RoleError::Tensor { stage, source } => PipelineError::Tensor { stage, source },
@@ -153,6 +156,11 @@ pub fn run(
         timed_checkpoint: None,
         wall_offset: resume.map(|r| r.state.wall_time).unwrap_or(0.0),
     };
+    // Before the first model: a run asking for the generic path gets it in every process
+    // (worker processes inherit it); `ROLL_KERNELS=generic` already chose it for this one.
+    if cfg.workers.devices.kernels == crate::config::Kernels::Generic {
+        crate::device::use_kernels(crate::config::Kernels::Generic);
+    }
     let model = match resume {
         Some(r) => setup::load_checkpoint_policy(cfg, &r.dir)?,
         None => setup::load_policy(cfg)?,

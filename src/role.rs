@@ -49,6 +49,8 @@ use crate::worker::{Payload, WorkerError};
 pub enum RoleError {
     #[error(transparent)]
     Load(#[from] crate::model::LoadError),
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
     #[error("{0}")]
     Setup(String),
     /// A worker that cannot be replaced without changing the run (its state lived only there).

@@ -49,7 +49,7 @@ pub fn score(args: ScoreArgs) -> Result<()> {
     let model = load_model_dir(
         &args.dir,
         Some(candle_core::DType::F32),
-        &candle_core::Device::Cpu,
+        &crate::device::tool_device()?,
     )?;
     let tok = &model.tokenizer.tokenizer;
     let unk = tok.token_to_id("<unk>");

@@ -5,11 +5,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::Role;
+pub use super::devices::{DeviceKind, DevicesConfig, Kernels, MAX_DEVICES};
 
 /// Upper bound on workers of one role (a typo like `num_workers: 1000` should not fork-bomb).
 pub const MAX_WORKERS_PER_ROLE: usize = 64;
-/// Upper bound on virtual devices (the simulator goes further; a run has no use for more).
-pub const MAX_DEVICES: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -30,26 +29,6 @@ pub struct WorkersConfig {
     /// `num_workers` processes (`roll-tui env serve`), so a crash or a kill costs the episodes of
     /// one worker, never the run.
     pub env: RolePlacement,
-}
-
-/// The devices roles are mapped onto. Without a GPU these are virtual devices: each has a memory
-/// budget that the placement check and the residency ledger enforce, so time-sharing runs (and is
-/// tested) the same way it does on GPUs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DevicesConfig {
-    pub count: usize,
-    /// Memory of each device in MiB; unset = this machine's memory divided among the devices.
-    pub memory_mb: Option<f64>,
-}
-
-impl Default for DevicesConfig {
-    fn default() -> Self {
-        DevicesConfig {
-            count: 1,
-            memory_mb: None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -127,6 +106,26 @@ impl WorkersConfig {
         (cores / sides).max(1)
     }
 
+    /// The device worker `worker` of `role` computes on: the first of its share of the
+    /// role's `device_mapping` (split evenly among its workers), as `workers.devices.kind`
+    /// names it. In-process roles compute on [`Self::trainer_device`].
+    pub fn device_of(&self, role: Role, worker: usize) -> crate::device::DeviceSpec {
+        let map = self.device_mapping(role);
+        let workers = self.role(role).map_or(1, |p| p.num_workers.max(1));
+        let share = (map.len() / workers).max(1);
+        let index = map
+            .get(worker * share)
+            .or(map.first())
+            .copied()
+            .unwrap_or(0);
+        crate::device::DeviceSpec::of(self.devices.kind, index)
+    }
+
+    /// Where the trainer's process computes, and so every in-process role: actor_train's device.
+    pub fn trainer_device(&self) -> crate::device::DeviceSpec {
+        self.device_of(Role::ActorTrain, 0)
+    }
+
     /// Whether two roles share at least one device.
     pub fn colocated(&self, a: Role, b: Role) -> bool {
         let other = self.device_mapping(b);
@@ -134,20 +133,7 @@ impl WorkersConfig {
     }
 
     pub fn validate(&self, async_ratio: usize, p: &mut Vec<String>) {
-        let d = &self.devices;
-        if d.count == 0 || d.count > MAX_DEVICES {
-            p.push(format!(
-                "workers.devices.count must be in 1..={MAX_DEVICES}, got {}",
-                d.count
-            ));
-        }
-        if let Some(mb) = d.memory_mb
-            && !(mb.is_finite() && mb > 0.0)
-        {
-            p.push(format!(
-                "workers.devices.memory_mb must be a positive number of MiB, got {mb}"
-            ));
-        }
+        self.devices.validate(p);
         for role in [
             Role::ActorTrain,
             Role::ActorInfer,
@@ -158,6 +144,29 @@ impl WorkersConfig {
         ] {
             if let Some(r) = self.role(role) {
                 self.validate_role(role, r, p);
+            }
+        }
+        // One process computes on one device: an in-process role cannot sit on another GPU.
+        if self.devices.kind == DeviceKind::Cuda {
+            let trainer = self.trainer_device();
+            for role in [
+                Role::ActorInfer,
+                Role::Reference,
+                Role::Critic,
+                Role::Reward,
+            ] {
+                let Some(r) = self.role(role) else { continue };
+                if r.mode == PlacementMode::InProcess
+                    && r.device_mapping.is_some()
+                    && self.device_of(role, 0) != trainer
+                {
+                    p.push(format!(
+                        "workers.{role} runs in the trainer's process, which computes on {trainer} \
+                         (actor_train's device), but its device_mapping puts it on {}: set \
+                         workers.{role}.mode: process to give it a device of its own",
+                        self.device_of(role, 0)
+                    ));
+                }
             }
         }
         // Training must never offload actor_infer while it generates ahead.

@@ -189,8 +189,9 @@ pub async fn model_policy(
             // In f32 whatever the directory stores (Hugging Face checkpoints are mostly bf16):
             // the dtype a run computes in by default; a bf16 model computes in f32 on the CPU
             // too, but widens its weights at every step and rounds its hidden states.
-            let model = load_model_dir(dir, Some(DType::F32), &candle_core::Device::Cpu)
-                .map_err(|e| e.to_string())?;
+            let device = crate::device::tool_device().map_err(|e| e.to_string())?;
+            let model =
+                load_model_dir(dir, Some(DType::F32), &device).map_err(|e| e.to_string())?;
             let chat_template = model.tokenizer.chat_template.is_some();
             ModelPolicy::new(
                 dir.display().to_string(),

@@ -28,6 +28,24 @@ impl LoadedModel {
     pub fn config(&self) -> &ModelConfig {
         self.transformer.config()
     }
+
+    /// The same model computing on `device` (itself where it is there already).
+    pub fn to_device(self, device: &Device) -> Result<LoadedModel, LoadError> {
+        if self.transformer.device().same_device(device) {
+            return Ok(self);
+        }
+        let init = |e: candle_core::Error| LoadError::Move {
+            device: crate::device::spec_of(device).to_string(),
+            message: e.to_string(),
+        };
+        let params = self.transformer.params().to_device(device).map_err(init)?;
+        let transformer =
+            Transformer::new(self.transformer.config().clone(), params).map_err(init)?;
+        Ok(LoadedModel {
+            transformer,
+            ..self
+        })
+    }
 }
 
 fn dtype_of(name: &str) -> DType {
@@ -188,8 +206,14 @@ pub fn init_model(opts: &InitOptions) -> Result<LoadedModel, LoadError> {
         torch_dtype: opts.dtype.clone(),
     };
     cfg.check().map_err(LoadError::Init)?;
-    let params = ParamStore::init(&cfg, opts.seed, dtype_of(&cfg.torch_dtype), &Device::Cpu)
-        .map_err(|e| LoadError::Init(e.to_string()))?;
+    // Made in host memory; a caller that computes elsewhere moves it (`LoadedModel::to_device`).
+    let params = ParamStore::init(
+        &cfg,
+        opts.seed,
+        dtype_of(&cfg.torch_dtype),
+        &crate::device::host(),
+    )
+    .map_err(|e| LoadError::Init(e.to_string()))?;
     let transformer = Transformer::new(cfg, params).map_err(|e| LoadError::Init(e.to_string()))?;
     let model = LoadedModel {
         transformer,

@@ -174,6 +174,24 @@ impl ParamStore {
         Ok(())
     }
 
+    /// The same parameters on `device`: `self` again where they are there already, else copies.
+    pub fn to_device(&self, device: &candle_core::Device) -> candle_core::Result<Self> {
+        if self.vars.values().all(|v| v.device().same_device(device)) {
+            return Ok(self.clone());
+        }
+        let vars = self
+            .vars
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    Var::from_tensor(&v.as_tensor().to_device(device)?)?,
+                ))
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(ParamStore { vars })
+    }
+
     /// Cast every parameter, e.g. to load a bf16 checkpoint as f32 for training.
     pub fn to_dtype(&self, dtype: DType) -> candle_core::Result<Self> {
         let vars = self

@@ -259,7 +259,11 @@ impl Transformer {
     /// held to candle's per-op bf16 path, ~3x slower (benches/RESULTS.md). Its keys and values
     /// are cached in f32.
     fn compute_dtype(&self, numerics: Numerics) -> DType {
-        if self.dtype == DType::BF16 && self.device().is_cpu() && numerics != Numerics::Reference {
+        if self.dtype == DType::BF16
+            && self.device().is_cpu()
+            && numerics != Numerics::Reference
+            && fused::enabled()
+        {
             DType::F32
         } else {
             self.dtype

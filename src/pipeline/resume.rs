@@ -18,8 +18,7 @@ pub struct Resume {
 impl Resume {
     /// Read `trainer_state.json` of checkpoint `dir` and check it belongs to `cfg` and can be resumed.
     pub fn load(dir: &std::path::Path, cfg: &RunConfig) -> Result<Resume, PipelineError> {
-        let (state, _) =
-            crate::train::checkpoint::load_trainer_state(dir, &candle_core::Device::Cpu)?;
+        let (state, _) = crate::train::checkpoint::load_trainer_state(dir, &crate::device::host())?;
         let bad =
             |why: String| PipelineError::Setup(format!("checkpoint '{}': {why}", dir.display()));
         if state.config_hash != cfg.hash() {

@@ -47,9 +47,17 @@ pub fn placement_for(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let dtype_bytes = run.model.dtype.candle().size_in_bytes();
-    Placement::for_run(&run.workers, rl, model.config(), dtype_bytes, &judges)
-        .map(Some)
-        .map_err(|e| PipelineError::Setup(e.to_string()))
+    let budget = run.workers.devices.budget_bytes()?;
+    Placement::for_run(
+        &run.workers,
+        rl,
+        model.config(),
+        dtype_bytes,
+        &judges,
+        budget,
+    )
+    .map(Some)
+    .map_err(|e| PipelineError::Setup(e.to_string()))
 }
 
 pub fn run_rlvr(

@@ -9,14 +9,13 @@ use crate::reward::Reward;
 use super::PipelineError;
 
 /// The policy named by `model:` (a HF directory, or a seeded random init).
+/// It computes on the trainer's device (`WorkersConfig::trainer_device`), where in-process roles
+/// run.
 pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     let dtype = cfg.model.dtype;
+    let device = crate::device::open(cfg.workers.trainer_device())?;
     match (&cfg.model.path, &cfg.model.init) {
-        (Some(path), _) => Ok(load_model_dir(
-            path,
-            Some(dtype.candle()),
-            &candle_core::Device::Cpu,
-        )?),
+        (Some(path), _) => Ok(load_model_dir(path, Some(dtype.candle()), &device)?),
         (None, Some(init)) => Ok(init_model(&InitOptions {
             arch: init.arch,
             hidden: init.hidden,
@@ -31,7 +30,8 @@ pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
             chars: init.chars.clone(),
             dtype: dtype.hf_name().into(),
             seed: cfg.seed,
-        })?),
+        })?
+        .to_device(&device)?),
         (None, None) => Err(PipelineError::Setup(
             "model: set either 'path' or 'init'".into(),
         )),
@@ -43,10 +43,11 @@ pub fn load_checkpoint_policy(
     cfg: &RunConfig,
     dir: &std::path::Path,
 ) -> Result<LoadedModel, PipelineError> {
+    let device = crate::device::open(cfg.workers.trainer_device())?;
     Ok(load_model_dir(
         dir,
         Some(cfg.model.dtype.candle()),
-        &candle_core::Device::Cpu,
+        &device,
     )?)
 }
 

@@ -136,7 +136,8 @@ fn judge(model: &Path) -> Result<Arc<LoadedModel>, String> {
     let loaded = load_model_dir(
         model,
         Some(candle_core::DType::F32),
-        &candle_core::Device::Cpu,
+        &crate::device::tool_device()
+            .map_err(|e| format!("the judge model '{}': {e}", model.display()))?,
     )
     .map_err(|e| format!("the judge model '{}': {e}", model.display()))?;
     let loaded = Arc::new(loaded);

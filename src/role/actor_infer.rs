@@ -152,6 +152,7 @@ impl Infer {
                 cfg.rollout_batch,
                 cfg.env.is_some(),
                 run.worker_threads(Role::ActorInfer),
+                run.workers.device_of(Role::ActorInfer, 0),
             )?)),
         })
     }

@@ -99,7 +99,8 @@ impl ActorTrain {
     ) -> Result<ActorTrain, RoleError> {
         if run.workers.actor_train.mode == PlacementMode::Process {
             let threads = run.worker_threads(Role::ActorTrain);
-            return RemoteTrain::start(model, cfg, updates, resume, threads)
+            let device = run.workers.device_of(Role::ActorTrain, 0);
+            return RemoteTrain::start(model, cfg, updates, resume, threads, device)
                 .map(|r| ActorTrain::Remote(Box::new(r)));
         }
         let vars = model.transformer.params().named_vars();
@@ -234,6 +235,7 @@ impl RemoteTrain {
         updates: usize,
         resume: Option<Restore<'_>>,
         threads: usize,
+        device: crate::device::DeviceSpec,
     ) -> Result<RemoteTrain, RoleError> {
         let area = HostArea::new().map_err(|e| {
             RoleError::Setup(format!(
@@ -250,6 +252,7 @@ impl RemoteTrain {
             total_updates: updates,
             moments: resume.map(|r| r.dir.join("optimizer.safetensors")),
             optimizer_steps: resume.map_or(0, |r| r.optimizer_steps),
+            device,
         };
         let optimizer_steps = init.optimizer_steps;
         let worker =

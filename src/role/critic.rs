@@ -137,7 +137,8 @@ impl Critic {
         let steps = resume.map_or(0, |r| r.optimizer_steps);
         if run.workers.critic.mode == PlacementMode::Process {
             let threads = run.worker_threads(Role::Critic);
-            return RemoteCritic::start(policy, cfg, updates, resume, steps, threads)
+            let device = run.workers.device_of(Role::Critic, 0);
+            return RemoteCritic::start(policy, cfg, updates, resume, steps, threads, device)
                 .map(|r| Some(Critic::Remote(Box::new(r))));
         }
         // Copies: built from a variable's tensor, a `Var` would share the policy's storage.
@@ -285,6 +286,7 @@ impl RemoteCritic {
         resume: Option<Restore<'_>>,
         optimizer_steps: usize,
         threads: usize,
+        device: crate::device::DeviceSpec,
     ) -> Result<RemoteCritic, RoleError> {
         let area = HostArea::new().map_err(|e| {
             RoleError::Setup(format!("creating the host-memory area for the critic: {e}"))
@@ -306,6 +308,7 @@ impl RemoteCritic {
             total_updates: updates,
             moments: resume.map(|r| r.dir.join(CRITIC_OPTIMIZER_FILE)),
             optimizer_steps,
+            device,
         };
         let worker = RemoteWorker::start(CriticCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
         // Loaded: the worker holds the weights now, so the initial copy is not needed.

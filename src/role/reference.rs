@@ -97,6 +97,7 @@ impl Reference {
             model_config: model.config().to_hf_json(),
             pad_id,
             weights: area.path(HOST_COPY),
+            device: run.workers.device_of(Role::Reference, 0),
         };
         let threads = run.worker_threads(Role::Reference);
         let worker =

@@ -17,8 +17,8 @@ fn ragged(rows: &[Vec<u32>]) -> candle_core::Result<(Tensor, Tensor)> {
     let lens: Vec<u32> = rows.iter().map(|r| r.len() as u32).collect();
     let n = flat.len();
     Ok((
-        Tensor::from_vec(flat, n, &Device::Cpu)?,
-        Tensor::from_vec(lens, rows.len(), &Device::Cpu)?,
+        Tensor::from_vec(flat, n, &crate::device::host())?,
+        Tensor::from_vec(lens, rows.len(), &crate::device::host())?,
     ))
 }
 
@@ -51,8 +51,11 @@ fn header(
         ("prompt_lens".into(), p_lens),
         ("responses".into(), r),
         ("response_lens".into(), r_lens),
-        ("floats".into(), Tensor::new(floats, &Device::Cpu)?),
-        ("ints".into(), Tensor::new(ints, &Device::Cpu)?),
+        (
+            "floats".into(),
+            Tensor::new(floats, &crate::device::host())?,
+        ),
+        ("ints".into(), Tensor::new(ints, &crate::device::host())?),
     ])
 }
 
@@ -198,7 +201,8 @@ pub fn write_rows(rows: &Rows<'_>, temperature: f64, path: &Path) -> Result<u64,
 pub type RowsFile = (Vec<Vec<u32>>, Vec<Vec<u32>>, usize, usize, f64);
 
 pub fn read_rows(path: &Path) -> Result<RowsFile, String> {
-    let (f, (prompts, responses, floats, ints)) = Opened::new("rows", path, &Device::Cpu)?;
+    let (f, (prompts, responses, floats, ints)) =
+        Opened::new("rows", path, &crate::device::host())?;
     let (&[temperature], &[micro, width]) = (&floats[..], &ints[..]) else {
         return Err(f.bad_scalars("1 float and 2 integers"));
     };

@@ -50,6 +50,9 @@ pub struct TrainInit {
     /// Resuming: the checkpoint's optimizer moments, and the AdamW steps taken before it.
     pub moments: Option<PathBuf>,
     pub optimizer_steps: usize,
+    /// The device the worker computes on (`workers.devices`, the role's `device_mapping`).
+    #[serde(default)]
+    pub device: crate::device::DeviceSpec,
 }
 
 /// Everything but the weights and moments: kept while offloaded.
@@ -59,6 +62,8 @@ struct Base {
     pad_id: u32,
     rl: RlConfig,
     total_updates: usize,
+    /// Where the network lives while resident.
+    device: Device,
 }
 
 /// The network and its optimizer, while on the device.
@@ -238,11 +243,12 @@ fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
         pad_id: init.pad_id,
         rl: init.rl.clone(),
         total_updates: init.total_updates,
+        device: crate::device::open(init.device).map_err(err)?,
     };
-    let tensors = read_tensors(&init.weights, &Device::Cpu).map_err(err)?;
+    let tensors = read_tensors(&init.weights, &base.device).map_err(err)?;
     let mut resident = base.build(tensors.into_iter().collect(), &init.weights, None)?;
     if let Some(path) = &init.moments {
-        let moments = load_moments(path, &Device::Cpu).map_err(err)?;
+        let moments = load_moments(path, &base.device).map_err(err)?;
         resident
             .opt_mut()
             .restore(init.optimizer_steps, &moments)
@@ -320,8 +326,13 @@ fn checkpoint(r: &Resident, weights: Option<&Path>, moments: &Path) -> Result<u6
 
 /// Rebuild the network and its optimizer from an offload's host copy.
 fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), String> {
-    // Read as variables, so the network takes the tensors without copying them again.
-    let mut tensors = read_variables(path).map_err(err)?;
+    // Read as variables on the CPU, so the network takes the tensors without copying them
+    // again; onto another device they are copied there as they are read.
+    let mut tensors = if base.device.is_cpu() {
+        read_variables(path).map_err(err)?
+    } else {
+        read_tensors(path, &base.device).map_err(err)?
+    };
     let mut moments: HashMap<String, Tensor> = tensors
         .extract_if(|k, _| MOMENT_PREFIXES.iter().any(|p| k.starts_with(p)))
         .collect();

@@ -94,6 +94,7 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
         dtype: Dtype::Float32,
         max_batch: 4,
         multi_turn: false,
+        device: crate::device::DeviceSpec::CPU,
     };
     let loaded: InferReply = worker.call(&InferCall::Init(init)).unwrap();
     assert!(matches!(loaded, InferReply::Loaded { .. }), "{loaded:?}");
@@ -122,6 +123,7 @@ fn the_reference_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
         model_config: model.transformer.config().to_hf_json(),
         pad_id: 0,
         weights: area.path(HOST_COPY),
+        device: crate::device::DeviceSpec::CPU,
     };
     let loaded: ModelReply = worker.call(&ReferenceCall::Init(Box::new(init))).unwrap();
     assert!(matches!(loaded, ModelReply::Loaded { .. }), "{loaded:?}");
@@ -154,6 +156,7 @@ fn a_trainer_worker_rewrites_its_copies_in_place() {
         total_updates: 10,
         moments: None,
         optimizer_steps: 0,
+        device: crate::device::DeviceSpec::CPU,
     };
     let mut worker = InMemory::start(|queue| {
         super::train_serve::serve::<ActorTrainCall>(Role::ActorTrain, &Calls::new(queue));

@@ -175,7 +175,7 @@ pub fn read_tensors(
 /// [`read_tensors`] onto the CPU, each tensor made a variable as it is read: a network to train is
 /// built from them without another copy (candle makes a variable of a plain tensor by copying it).
 pub fn read_variables(path: &Path) -> Result<HashMap<String, Tensor>, HostCopyError> {
-    read_new(path, &Device::Cpu, true)
+    read_new(path, &crate::device::host(), true)
 }
 
 fn read_new(

@@ -126,7 +126,8 @@ impl Placement {
     }
 
     /// The placement a run's config asks for, with footprints estimated from the model's shape
-    /// (or taken from `workers.<role>.memory_mb`).
+    /// (or taken from `workers.<role>.memory_mb`), on devices of `budget` bytes each
+    /// (`crate::device::budget_bytes`).
     /// `judges` are the shapes of the run's judge models (`llm_judge` rewards), which put the
     /// reward role on devices.
     pub fn for_run(
@@ -135,6 +136,7 @@ impl Placement {
         model: &ModelConfig,
         dtype_bytes: usize,
         judges: &[ModelConfig],
+        budget: u64,
     ) -> Result<Placement, PlacementError> {
         let mut roles = vec![Role::ActorTrain, Role::ActorInfer];
         if rl.kl.mode != crate::algo::kl::KlMode::None {
@@ -172,10 +174,6 @@ impl Placement {
                 }
             })
             .collect();
-        let budget = match workers.devices.memory_mb {
-            Some(mb) => (mb * (1u64 << 20) as f64) as u64,
-            None => host_memory_bytes() / workers.devices.count.max(1) as u64,
-        };
         Placement::new(
             workers.devices.count,
             budget,
@@ -246,18 +244,6 @@ pub fn estimate_bytes(
         }
         Role::Env => 0,
     }
-}
-
-/// This machine's physical memory (`/proc/meminfo`), or 16 GiB where that cannot be read.
-pub fn host_memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(16 << 30)
 }
 
 #[cfg(test)]

@@ -164,7 +164,7 @@ pub fn load_vars(vars: &[(String, Var)], path: &Path) -> Result<(), LoadError> {
     let device = vars
         .first()
         .map(|(_, v)| v.device().clone())
-        .unwrap_or(Device::Cpu);
+        .unwrap_or_else(crate::device::host);
     let tensors = candle_core::safetensors::load(path, &device).map_err(|e| LoadError::File {
         path: path.to_path_buf(),
         message: format!("unreadable ({e})"),

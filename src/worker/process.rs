@@ -158,6 +158,10 @@ fn child_command(spec: &WorkerSpec, socket: &std::path::Path) -> tokio::process:
     if let Some(n) = spec.threads {
         command.env("RAYON_NUM_THREADS", n.to_string());
     }
+    // The same kernels as this process (`ROLL_KERNELS`): a worker computes as its parent does.
+    for (key, value) in crate::device::worker_env() {
+        command.env(key, value);
+    }
     command
         .arg("worker")
         .arg(spec.role.as_str())

@@ -33,12 +33,31 @@ pub mod swiglu;
 mod transpose;
 pub mod vexp;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor, bail};
 
-/// Whether the fused kernels can take this tensor: f32 on the CPU.
+/// Whether the fused kernels are on in this process (the default). Off, every [`applies`] of this
+/// package answers no, so the engine runs candle's device-generic ops on the CPU too: the code a
+/// CUDA device runs, exercised and tested where there is no GPU (roll-tui's `src/device.rs`,
+/// `ROLL_KERNELS=generic`). Process-wide because the choice must reach every thread that computes
+/// (rollout lanes, rayon's pool), and it is made once, before any model is built.
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turn the fused kernels on or off for this whole process (see [`enabled`]).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether the fused kernels are on in this process.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Whether the fused kernels can take this tensor: f32 on the CPU, with the kernels on.
 pub fn applies(t: &Tensor) -> bool {
-    t.device().is_cpu() && t.dtype() == DType::F32
+    enabled() && t.device().is_cpu() && t.dtype() == DType::F32
 }
 
 /// The contiguous f32 data of a storage, or an error naming the kernel and the operand.

@@ -7,7 +7,7 @@
 //! with `H = -sum_v p_v log p_v`; both are checked against candle's ops in the tests.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
 use super::{f32_data, vexp};
@@ -222,7 +222,7 @@ impl CustomOp3 for LogprobEntropyGrad {
 /// Whether [`logprobs_and_entropy`] runs here: f32 logits on the CPU (elsewhere the loss keeps
 /// candle's ops).
 pub fn applies(logits: &Tensor) -> bool {
-    logits.device().is_cpu() && logits.dtype() == DType::F32
+    crate::applies(logits)
 }
 
 /// logits: (batch, seq, vocab) f32 on CPU, targets: (batch, seq) u32/i64 ->

@@ -1,4 +1,4 @@
-use candle_core::{D, Device, Var};
+use candle_core::{D, DType, Device, Var};
 
 use super::*;
 

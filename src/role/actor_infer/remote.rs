@@ -44,6 +44,7 @@ impl RemoteInfer {
         max_batch: usize,
         multi_turn: bool,
         threads: usize,
+        device: crate::device::DeviceSpec,
     ) -> Result<RemoteInfer, RoleError> {
         let area = HostArea::new().map_err(|e| {
             RoleError::Setup(format!(
@@ -60,6 +61,7 @@ impl RemoteInfer {
             dtype,
             max_batch,
             multi_turn,
+            device,
         };
         let worker = RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads)?;
         Ok(RemoteInfer {

@@ -34,6 +34,9 @@ pub struct InferInit {
     /// finished sequences' caches for them (`Engine::with_prefix_reuse`).
     #[serde(default)]
     pub multi_turn: bool,
+    /// The device the worker computes on (`workers.devices`, the role's `device_mapping`).
+    #[serde(default)]
+    pub device: crate::device::DeviceSpec,
 }
 
 /// One change to the engine's work, applied in order before a step.
@@ -82,6 +85,7 @@ struct Base {
     eos_ids: Vec<u32>,
     max_batch: usize,
     multi_turn: bool,
+    device: Device,
 }
 
 /// Why the engine loop handed control back.
@@ -155,7 +159,8 @@ pub fn serve(queue: CallQueue) {
 }
 
 fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
-    let loaded = load_model_dir(&init.model_dir, Some(init.dtype.candle()), &Device::Cpu)
+    let device = crate::device::open(init.device).map_err(|e| e.to_string())?;
+    let loaded = load_model_dir(&init.model_dir, Some(init.dtype.candle()), &device)
         .map_err(|e| e.to_string())?;
     read_into_vars(&init.weights, &loaded.transformer.params().named_vars())
         .map_err(|e| e.to_string())?;
@@ -165,12 +170,13 @@ fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
         eos_ids: loaded.eos_ids,
         max_batch: init.max_batch,
         multi_turn: init.multi_turn,
+        device,
     };
     Ok((base, loaded.transformer))
 }
 
 fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
-    let tensors = read_tensors(path, &Device::Cpu).map_err(|e| e.to_string())?;
+    let tensors = read_tensors(path, &base.device).map_err(|e| e.to_string())?;
     let bytes = tensors.values().map(tensor_bytes).sum();
     let params = ParamStore::from_tensors(tensors.into_iter().collect())
         .map_err(|e| format!("host copy '{}': {e}", path.display()))?;

@@ -28,11 +28,15 @@ pub struct ReferenceInit {
     pub model_config: serde_json::Value,
     pub pad_id: u32,
     pub weights: PathBuf,
+    /// The device the worker computes on (`workers.devices`, the role's `device_mapping`).
+    #[serde(default)]
+    pub device: crate::device::DeviceSpec,
 }
 
 struct Base {
     config: ModelConfig,
     pad_id: u32,
+    device: Device,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -93,13 +97,14 @@ fn load(init: &ReferenceInit) -> Result<(Base, Transformer), String> {
     let base = Base {
         config,
         pad_id: init.pad_id,
+        device: crate::device::open(init.device).map_err(err)?,
     };
     let (model, _) = reload(&base, &init.weights)?;
     Ok((base, model))
 }
 
 fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
-    let tensors = read_tensors(path, &Device::Cpu).map_err(err)?;
+    let tensors = read_tensors(path, &base.device).map_err(err)?;
     let bytes = tensors.values().map(tensor_bytes).sum();
     let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
     Ok((model, bytes))

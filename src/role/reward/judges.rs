@@ -12,8 +12,6 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use candle_core::Device;
-
 use crate::model::LoadedModel;
 use crate::reward::llm_judge::{JudgeSlot, OffloadedJudge, judges};
 use crate::role::train_serve::build_transformer;
@@ -67,8 +65,11 @@ pub fn reload(models: &[PathBuf]) -> Result<u64, String> {
             continue;
         };
         let what = |e: String| format!("reloading the judge '{}': {e}", model.display());
-        let tensors =
-            read_tensors(&off.host_copy, &Device::Cpu).map_err(|e| what(e.to_string()))?;
+        let tensors = read_tensors(
+            &off.host_copy,
+            &crate::device::tool_device().map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| what(e.to_string()))?;
         let transformer =
             build_transformer(&off.config, tensors.into_iter().collect(), &off.host_copy)
                 .map_err(what)?;

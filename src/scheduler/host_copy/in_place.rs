@@ -16,9 +16,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{
-    CpuStorage, DType, Device, InplaceOp1, Layout, Storage, StorageRef, Tensor, Var,
-};
+use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Storage, StorageRef, Tensor, Var};
 use rayon::prelude::*;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, View};
@@ -237,9 +235,9 @@ impl Opened {
             // Zeros from memory the OS hands over zeroed are not written twice (mimalloc knows).
             let shape = info.shape.as_slice();
             let t = if variables {
-                Var::zeros(shape, dtype, &Device::Cpu).map(|v| v.as_tensor().clone())
+                Var::zeros(shape, dtype, &crate::device::host()).map(|v| v.as_tensor().clone())
             } else {
-                Tensor::zeros(shape, dtype, &Device::Cpu)
+                Tensor::zeros(shape, dtype, &crate::device::host())
             };
             let t = t.map_err(|e| format!("tensor '{name}': {e}"))?;
             fresh.push((name, t));

@@ -1,0 +1,92 @@
+//! CUDA devices through cudarc's driver API (`--features cuda`): the driver started, the devices
+//! listed, one opened as candle's device, its memory read.
+//!
+//! candle links the driver library (`libcuda.so.1`) when the process starts, so a cuda build runs
+//! only where one is found: the driver's on a GPU machine, the stub of `kernels/cuda/toolkit.sh`
+//! elsewhere (whose every call fails, which [`devices`] reports as no usable driver). Nothing
+//! here touches a device before the driver said it started.
+
+use candle_core::Device;
+use cudarc::driver::{DriverError, result};
+
+use super::{CudaDeviceInfo, DeviceError, DeviceSpec, MemoryInfo};
+
+/// What a driver error means, in words: its name and description where the driver has them.
+fn describe(e: &DriverError) -> String {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+    match (name, text) {
+        (Ok(n), Ok(t)) => format!("{n}: {t}"),
+        (Ok(n), Err(_)) => n,
+        _ => format!("driver error {:?}", e.0),
+    }
+}
+
+/// The CUDA devices of this machine, or why the driver could not list them.
+pub fn devices(asked: DeviceSpec) -> Result<Vec<CudaDeviceInfo>, DeviceError> {
+    let no_driver = |what: &str, e: DriverError| DeviceError::NoDriver {
+        device: asked,
+        detail: format!("{what} failed ({})", describe(&e)),
+    };
+    result::init().map_err(|e| no_driver("cuInit", e))?;
+    let count = result::device::get_count().map_err(|e| no_driver("cuDeviceGetCount", e))?;
+    let driver = |e: DriverError| DeviceError::Driver {
+        device: asked,
+        message: describe(&e),
+    };
+    (0..count.max(0))
+        .map(|i| {
+            let dev = result::device::get(i).map_err(driver)?;
+            let name = result::device::get_name(dev).map_err(driver)?;
+            // SAFETY: `dev` was just returned by cuDeviceGet for an ordinal below the count.
+            #[allow(unsafe_code)]
+            let total = unsafe { result::device::total_mem(dev) }.map_err(driver)?;
+            Ok(CudaDeviceInfo {
+                index: i as usize,
+                name,
+                total_bytes: total as u64,
+            })
+        })
+        .collect()
+}
+
+/// candle's device for `spec`, checked against the devices present first.
+pub fn open(spec: DeviceSpec) -> Result<Device, DeviceError> {
+    let present = devices(spec)?;
+    if spec.index >= present.len() {
+        return Err(DeviceError::NoSuchDevice {
+            device: spec,
+            present,
+        });
+    }
+    Device::new_cuda(spec.index).map_err(|e| DeviceError::Driver {
+        device: spec,
+        message: e.to_string(),
+    })
+}
+
+/// The driver's free and total memory of the device `spec` names.
+pub fn memory(spec: DeviceSpec) -> Result<MemoryInfo, DeviceError> {
+    let device = open(spec)?;
+    memory_of(&device, spec)
+}
+
+/// The driver's free and total memory of an opened device.
+pub fn memory_of(device: &Device, spec: DeviceSpec) -> Result<MemoryInfo, DeviceError> {
+    let cuda = device.as_cuda_device().map_err(|e| DeviceError::Driver {
+        device: spec,
+        message: e.to_string(),
+    })?;
+    let (free, total) =
+        cuda.cuda_stream()
+            .context()
+            .mem_get_info()
+            .map_err(|e| DeviceError::Driver {
+                device: spec,
+                message: describe(&e),
+            })?;
+    Ok(MemoryInfo {
+        free_bytes: free as u64,
+        total_bytes: total as u64,
+    })
+}
