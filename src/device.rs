@@ -74,7 +74,7 @@ pub const CUDA_BUILT: bool = cfg!(feature = "cuda");
 /// What to say where CUDA is asked of a build without it.
 pub const NOT_BUILT: &str = "this roll-tui was built without CUDA: build it with \
     `cargo build --release --features cuda` (the toolkit: `kernels/cuda/toolkit.sh`, README \
-    section GPU), or use `kind: cpu`";
+    section GPU), or compute on the CPU (`workers.devices.kind: cpu`, `ROLL_DEVICE=cpu`)";
 
 /// The environment variable that picks the kernels of any roll-tui process (`auto` or `generic`).
 pub const KERNELS_ENV: &str = "ROLL_KERNELS";
@@ -151,7 +151,11 @@ pub enum DeviceError {
     #[error("device '{0}': {NOT_BUILT}")]
     NotBuilt(DeviceSpec),
     /// The driver library is absent, or the driver does not start (no GPU, a stub library).
-    #[error("device '{device}': no usable CUDA driver: {detail}")]
+    #[error(
+        "device '{device}': no usable CUDA driver: {detail}; a GPU run needs an NVIDIA driver and \
+         a visible GPU (check `nvidia-smi`), and a build linked against the driver stub of \
+         kernels/cuda/toolkit.sh ends here on a machine without them"
+    )]
     NoDriver { device: DeviceSpec, detail: String },
     #[error("device '{device}' does not exist: this machine has {}", list_devices(.present))]
     NoSuchDevice {

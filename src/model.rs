@@ -4,6 +4,7 @@
 //! Owns everything needed to turn token ids into logits. It must not know about sampling, training
 //! loops or RL: those live in `rollout`, `train` and `algo`.
 
+mod attention;
 pub mod chat_template;
 pub mod config;
 pub mod hf_dir;

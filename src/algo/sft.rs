@@ -1,7 +1,8 @@
 //! Per-token log-probabilities, entropies and the masked SFT cross-entropy from logits.
 //!
 //! f32 logits on the CPU go through the fused kernel of [`fused_logprobs`] (one pass per row,
-//! hand-written backward); elsewhere through candle's differentiable ops (`log_softmax` is
+//! hand-written backward), f32 logits on a GPU through roll-cuda-kernels' (`--features cuda`);
+//! elsewhere through candle's differentiable ops (`log_softmax` is
 //! max/sub/exp/sum/log). The trainer should prefer [`token_logprobs_and_entropy`] when it needs
 //! both.
 
@@ -45,12 +46,30 @@ fn entropy_from(logp: &Tensor) -> Result<Tensor> {
     (logp.exp()? * logp)?.sum(D::Minus1)?.neg()
 }
 
+/// One of our kernels where it applies — the CPU's on f32 CPU logits, the GPU's on f32 CUDA
+/// logits (`--features cuda`) — as (log-probs, entropies or zeros); `None` where candle's ops
+/// compute them.
+fn kernel(logits: &Tensor, targets: &Tensor, entropy: bool) -> Option<Result<(Tensor, Tensor)>> {
+    if fused_logprobs::applies(logits) {
+        return Some(
+            check_targets(logits, targets)
+                .and_then(|()| fused_logprobs::logprobs_and_entropy(logits, targets, entropy)),
+        );
+    }
+    #[cfg(feature = "cuda")]
+    if roll_cuda_kernels::applies(logits) {
+        return Some(check_targets(logits, targets).and_then(|()| {
+            roll_cuda_kernels::logprobs::logprobs_and_entropy(logits, targets, entropy)
+        }));
+    }
+    None
+}
+
 /// Log-probability of each target token.
 /// logits: (batch, seq, vocab), targets: (batch, seq) u32 -> (batch, seq)
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    if fused_logprobs::applies(logits) {
-        check_targets(logits, targets)?;
-        return Ok(fused_logprobs::logprobs_and_entropy(logits, targets, false)?.0);
+    if let Some(both) = kernel(logits, targets, false) {
+        return Ok(both?.0);
     }
     gather_targets(&log_probs(logits, Some(targets))?, targets)
 }
@@ -58,21 +77,20 @@ pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// Entropy of the softmax at each position.
 /// logits: (batch, seq, vocab) -> (batch, seq)
 pub fn token_entropy(logits: &Tensor) -> Result<Tensor> {
-    if fused_logprobs::applies(logits) {
-        let (b, s, _) = logits.dims3()?;
-        let any = Tensor::zeros((b, s), DType::U32, logits.device())?;
-        return Ok(fused_logprobs::logprobs_and_entropy(logits, &any, true)?.1);
+    let (b, s, _) = logits.dims3()?;
+    let any = Tensor::zeros((b, s), DType::U32, logits.device())?;
+    if let Some(both) = kernel(logits, &any, true) {
+        return Ok(both?.1);
     }
     entropy_from(&log_probs(logits, None)?)
 }
 
-/// Both of the above from one pass over the vocabulary (f32 on CPU: the fused kernel of
-/// [`fused_logprobs`], which never materialises the log-softmax), else one `log_softmax`.
+/// Both of the above from one pass over the vocabulary (f32 on the CPU or a GPU: our kernels,
+/// which never materialise the log-softmax), else one `log_softmax`.
 /// logits: (batch, seq, vocab), targets: (batch, seq) u32 -> (logprobs: (batch, seq), entropy: (batch, seq))
 pub fn token_logprobs_and_entropy(logits: &Tensor, targets: &Tensor) -> Result<(Tensor, Tensor)> {
-    if fused_logprobs::applies(logits) {
-        check_targets(logits, targets)?;
-        return fused_logprobs::logprobs_and_entropy(logits, targets, true);
+    if let Some(both) = kernel(logits, targets, true) {
+        return both;
     }
     let logp = log_probs(logits, Some(targets))?;
     Ok((gather_targets(&logp, targets)?, entropy_from(&logp)?))

@@ -504,15 +504,8 @@ impl Transformer {
         let groups = nh / nkv;
         let q = q.reshape((b, nkv, groups * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
-        let probs = match numerics {
-            Numerics::Fast => candle_nn::ops::softmax_last_dim(&scores)?,
-            Numerics::Differentiable | Numerics::Reference => {
-                candle_nn::ops::softmax(&scores, D::Minus1)?
-            }
-        };
-        let out = probs
-            .matmul(&v)?
+        // In tiles of query rows: a long sequence never holds its whole score matrix.
+        let out = super::attention::attend(&q, &k, &v, mask, scale, numerics)?
             .reshape((b, nh, t, hd))?
             .transpose(1, 2)?
             .reshape((b, t, nh * hd))?;

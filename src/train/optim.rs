@@ -151,12 +151,18 @@ pub struct StepStats {
     pub lr: f64,
 }
 
-/// Decoupled-weight-decay Adam. Moments are kept in f32 whatever the parameter dtype.
+/// Decoupled-weight-decay Adam. Moments are kept in f32 whatever the parameter dtype, and so is
+/// a master copy of every parameter stored in another dtype (bf16): the update is applied to the
+/// master and the parameter is its rounding, so steps smaller than bf16's resolution accumulate
+/// instead of vanishing. Host copies (offload) carry the masters; checkpoints do not (a resumed
+/// optimizer starts its masters from the saved bf16 weights).
 pub struct AdamW {
     cfg: OptimizerConfig,
     vars: Vec<(String, Var)>,
     m: Vec<Tensor>,
     v: Vec<Tensor>,
+    /// f32 masters of the parameters that are not f32 (`None` for f32 ones).
+    master: Vec<Option<Tensor>>,
     step: usize,
     total_steps: usize,
 }
@@ -166,11 +172,13 @@ impl AdamW {
         let zeros = |v: &Var| Tensor::zeros(v.shape(), DType::F32, v.device());
         let m = vars.iter().map(|(_, v)| zeros(v)).collect::<Result<_>>()?;
         let v = vars.iter().map(|(_, v)| zeros(v)).collect::<Result<_>>()?;
+        let master = masters_of(&vars)?;
         Ok(AdamW {
             cfg,
             vars,
             m,
             v,
+            master,
             step: 0,
             total_steps,
         })
@@ -192,6 +200,7 @@ impl AdamW {
             vars,
             m: Vec::new(),
             v: Vec::new(),
+            master: Vec::new(),
             step: 0,
             total_steps,
         };
@@ -286,12 +295,18 @@ impl AdamW {
             let m_hat = (&self.m[i] / c1)?;
             let v_hat = (&self.v[i] / c2)?;
             let mut update = (m_hat / (v_hat.sqrt()? + self.cfg.eps)?)?;
-            let theta = var.as_tensor().to_dtype(DType::F32)?;
+            let theta = match &self.master[i] {
+                Some(master) => master.clone(),
+                None => var.as_tensor().to_dtype(DType::F32)?,
+            };
             if decay {
                 update = (update + (&theta * self.cfg.weight_decay)?)?;
             }
-            let new = (theta - (update * lr)?)?.to_dtype(var.dtype())?;
-            var.set(&new)?;
+            let new = (theta - (update * lr)?)?;
+            var.set(&new.to_dtype(var.dtype())?)?;
+            if let Some(master) = &mut self.master[i] {
+                *master = new;
+            }
         }
         Ok(StepStats { grad_norm, lr })
     }
@@ -329,6 +344,9 @@ impl AdamW {
             vs.push(v.to_dtype(DType::F32)?);
         }
         (self.m, self.v, self.step) = (ms, vs, step);
+        if self.master.len() != self.vars.len() {
+            self.master = masters_of(&self.vars)?;
+        }
         Ok(())
     }
 
@@ -343,10 +361,13 @@ impl AdamW {
     /// storage: what is written into them in place is the optimizer's state.
     pub fn named_moments(&self) -> Vec<(String, Tensor)> {
         let mut named = Vec::with_capacity(2 * self.vars.len());
-        for ((name, _), (m, v)) in self.vars.iter().zip(self.m.iter().zip(&self.v)) {
-            let [m_name, v_name] = moment_names(name);
-            named.push((m_name, m.clone()));
-            named.push((v_name, v.clone()));
+        for (i, (name, _)) in self.vars.iter().enumerate() {
+            let [m_name, v_name, master_name] = moment_names(name);
+            named.push((m_name, self.m[i].clone()));
+            named.push((v_name, self.v[i].clone()));
+            if let Some(master) = self.master.get(i).and_then(Option::as_ref) {
+                named.push((master_name, master.clone()));
+            }
         }
         named
     }
@@ -355,27 +376,51 @@ impl AdamW {
     /// state after `step` AdamW steps; returns their bytes.
     fn take_moments(&mut self, step: usize, tensors: &mut HashMap<String, Tensor>) -> Result<u64> {
         let mut moments = BTreeMap::new();
+        let mut masters = Vec::with_capacity(self.vars.len());
         let mut bytes = 0;
-        for (name, _) in &self.vars {
-            let [m_name, v_name] = moment_names(name);
+        for (name, var) in &self.vars {
+            let [m_name, v_name, master_name] = moment_names(name);
             let (Some(m), Some(v)) = (tensors.remove(&m_name), tensors.remove(&v_name)) else {
                 candle_core::bail!("the optimizer moments of '{name}' are missing");
             };
             bytes += ((m.elem_count() + v.elem_count()) * 4) as u64;
             moments.insert(name.clone(), (m, v));
+            // A host copy made before the parameter's master existed has none: start it anew.
+            let master = match tensors.remove(&master_name) {
+                Some(t) if var.dtype() != DType::F32 => {
+                    bytes += (t.elem_count() * 4) as u64;
+                    Some(t.to_dtype(DType::F32)?)
+                }
+                _ => master_of(var)?,
+            };
+            masters.push(master);
         }
+        self.master = masters;
         self.restore(step, &moments)?;
         Ok(bytes)
     }
 }
 
-/// What a host copy calls the moments of parameter `name` ([`AdamW::with_moments`]).
-fn moment_names(name: &str) -> [String; 2] {
+/// What a host copy calls the moments and the master of parameter `name`
+/// ([`AdamW::with_moments`]).
+fn moment_names(name: &str) -> [String; 3] {
     MOMENT_PREFIXES.map(|prefix| format!("{prefix}{name}"))
 }
 
 /// The prefixes of [`moment_names`]: a host copy's other tensors are the weights.
-pub const MOMENT_PREFIXES: [&str; 2] = ["adam_m.", "adam_v."];
+pub const MOMENT_PREFIXES: [&str; 3] = ["adam_m.", "adam_v.", "adam_master."];
+
+/// The f32 master of a parameter stored in another dtype; `None` for an f32 one.
+fn master_of(var: &Var) -> Result<Option<Tensor>> {
+    match var.dtype() {
+        DType::F32 => Ok(None),
+        _ => Ok(Some(var.as_tensor().to_dtype(DType::F32)?)),
+    }
+}
+
+fn masters_of(vars: &[(String, Var)]) -> Result<Vec<Option<Tensor>>> {
+    vars.iter().map(|(_, v)| master_of(v)).collect()
+}
 
 #[cfg(test)]
 mod tests {
@@ -430,6 +475,49 @@ mod tests {
                 .contains("the optimizer moments of 'b' are missing"),
             "{e}"
         );
+    }
+
+    /// A bf16 parameter learns through its f32 master. Against a constant gradient of 1 each
+    /// Adam step is lr * m_hat / (sqrt(v_hat) + eps) = lr (the bias corrections make both
+    /// moments exactly 1), so ten steps of lr 1e-3 move the master from 1.0 to 0.990, stored in
+    /// bf16 as 0.98828125 (253/256: bf16's spacing below 1 is 2^-8, and 0.990 is nearer 253/256
+    /// than 254/256). Without the master each step's 0.999 rounds back to 1.0 and it never moves.
+    /// The master travels in host copies (`adam_master.w`), so an offload does not lose it.
+    #[test]
+    fn a_bf16_parameter_learns_through_its_f32_master() {
+        let dev = Device::Cpu;
+        let w = Var::from_tensor(&Tensor::ones(2, DType::BF16, &dev).unwrap()).unwrap();
+        let vars = vec![("w".to_string(), w.clone())];
+        let cfg = OptimizerConfig {
+            lr: 1e-3,
+            ..OptimizerConfig::default()
+        };
+        let mut opt = AdamW::new(vars.clone(), cfg.clone(), 100).unwrap();
+        for _ in 0..10 {
+            let mut acc = GradAccumulator::default();
+            let grads = w
+                .to_dtype(DType::F32)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            acc.add(&vars, grads).unwrap();
+            opt.step(acc).unwrap();
+        }
+        let param: Vec<f32> = w.to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+        assert_eq!(param, [0.988_281_25; 2]);
+        let copy: HashMap<String, Tensor> = opt.with_moments(vec![]).into_iter().collect();
+        let master: Vec<f32> = copy["adam_master.w"].to_vec1().unwrap();
+        for m in &master {
+            assert!((m - 0.990).abs() < 1e-5, "{m}");
+        }
+        // Resumed from the host copy, the optimizer keeps the master, not the rounded weight.
+        let (resumed, bytes) = AdamW::resumed(vars, cfg, 100, 10, &mut copy.clone()).unwrap();
+        assert_eq!(bytes, 3 * 2 * 4, "m, v and the master of two elements");
+        let again: HashMap<String, Tensor> = resumed.with_moments(vec![]).into_iter().collect();
+        let resumed_master: Vec<f32> = again["adam_master.w"].to_vec1().unwrap();
+        assert_eq!(resumed_master, master);
     }
 
     #[test]

@@ -560,4 +560,17 @@ mod tests {
         assert_eq!(env_of(&spec), None, "unset: the process decides");
         assert_eq!(env_of(&spec.with_threads(3)).as_deref(), Some("3"));
     }
+
+    /// A worker computes with its parent's kernels: the choice travels in `ROLL_KERNELS`.
+    #[test]
+    fn a_worker_gets_its_parents_kernels() {
+        let spec = WorkerSpec::new(Role::ActorTrain, 0).unwrap_or_else(|e| panic!("{e}"));
+        let command = child_command(&spec, std::path::Path::new("/tmp/s"));
+        let kernels = command
+            .as_std()
+            .get_envs()
+            .find(|(k, _)| *k == crate::device::KERNELS_ENV)
+            .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()));
+        assert_eq!(kernels.as_deref(), Some(crate::device::kernels().as_str()));
+    }
 }
