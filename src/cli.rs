@@ -1,5 +1,8 @@
 //! Command-line definitions and dispatch for the `roll-tui` binary; the commands live in `cli/`.
 
+#[cfg(feature = "cuda")]
+mod device_check;
+mod devices_cmd;
 mod env_cmd;
 mod env_debug;
 mod env_play;
@@ -51,6 +54,9 @@ pub enum Command {
     Trajectories(TrajectoriesArgs),
     /// Write a run's curves as PNG/SVG plots and CSV files.
     Export(ExportArgs),
+    /// List the devices a run can use (CPU, and CUDA GPUs with their memory); `--check`
+    /// compares each GPU's results with the CPU's on small models and checks our CUDA kernels.
+    Devices(DevicesArgs),
     /// Create, inspect and score models.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -434,6 +440,13 @@ pub enum ModelCommand {
 }
 
 #[derive(Args, Debug)]
+pub struct DevicesArgs {
+    /// Run the checks on every GPU (exit status 1 if any fails).
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct InitArgs {
     /// The architecture (its config.json and weight names).
     #[arg(long, value_enum)]
@@ -593,6 +606,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
             trajectories_cmd::trajectories(&args.at.or(&store), args).map(|_| 0)
         }
         Command::Export(args) => store_cmd::export(&args.at.or(&store), args).map(|_| 0),
+        Command::Devices(args) => devices_cmd::devices(args.check),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Reward(RewardCommand::Score(args)) => reward_cmd::score(args),

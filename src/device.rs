@@ -264,6 +264,31 @@ pub fn memory(spec: DeviceSpec) -> Result<Option<MemoryInfo>, DeviceError> {
     }
 }
 
+/// The CUDA devices of this machine as the driver lists them (with their free memory), or why
+/// there are none to list.
+pub fn cuda_devices() -> Result<Vec<(CudaDeviceInfo, MemoryInfo)>, DeviceError> {
+    #[cfg(feature = "cuda")]
+    {
+        let present = cuda::devices(DeviceSpec::cuda(0))?;
+        present
+            .into_iter()
+            .map(|d| Ok((d.clone(), cuda::memory(DeviceSpec::cuda(d.index))?)))
+            .collect()
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(DeviceError::NotBuilt(DeviceSpec::cuda(0)))
+}
+
+/// The driver's free and total memory of a device candle already opened; `None` for the CPU.
+pub fn memory_of(device: &Device) -> Result<Option<MemoryInfo>, DeviceError> {
+    match device {
+        Device::Cpu => Ok(None),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::memory_of(device, spec_of(device)).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// The spec of a device candle already opened.
 pub fn spec_of(device: &Device) -> DeviceSpec {
     match device.location() {

@@ -5,6 +5,7 @@
 //! - [`device`]: the device seam: config devices to candle devices, device memory, which kernels run.
 //! - [`model`]: decoder-only transformers (Qwen2/Qwen2.5/Qwen3/Llama shapes) built from differentiable ops,
 //!   Hugging Face directory loading/saving, tokenizers and chat templates.
+//! - [`parity`]: one model's numerics on two devices or kernel sets, compared (tests, `devices --check`).
 //! - [`rollout`]: sampling, batched generation with an explicit KV cache, continuous-batching engine
 //!   (in lanes on the CPU: a small model's batch split across the threads).
 //! - [`train`]: per-token log-probs and entropy, AdamW with schedules, gradient clipping, checkpoints.
@@ -50,6 +51,7 @@ pub mod health;
 pub mod launch;
 pub mod metrics;
 pub mod model;
+pub mod parity;
 pub mod pipeline;
 pub mod plot;
 pub mod reward;

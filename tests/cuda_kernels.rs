@@ -98,3 +98,20 @@ fn the_logprob_kernel_matches_candles_ops() {
     close("through the loss", &flat(&lp), &flat(&want), 1e-5);
     assert_eq!(lp.dtype(), DType::F32);
 }
+
+/// `roll-tui devices --check` on a GPU machine: every GPU listed with its memory, our kernels and
+/// small models of each architecture computed on it as on the CPU (roll::parity, 1e-4).
+#[test]
+fn devices_check_passes_on_every_gpu() {
+    if gpu("devices_check_passes_on_every_gpu").is_none() {
+        return;
+    }
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+        .args(["devices", "--check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("cuda:0 ") && text.contains("every check passed"), "{text}");
+}

@@ -175,3 +175,29 @@ fn a_generic_run_learns_what_the_fused_run_learns() {
         "the generic run gave the fused run's bits: its kernels did not change"
     );
 }
+
+/// `roll-tui devices` lists the CPU and says why there is no GPU where there is none; its
+/// `--check` then fails, naming that (a check that could not run is no pass).
+#[test]
+fn devices_lists_what_there_is_and_check_needs_a_gpu() {
+    if roll::device::cuda_devices().is_ok_and(|d| !d.is_empty()) {
+        return; // a GPU machine: tests/cuda_kernels.rs checks the listing and the checks there
+    }
+    let out = bin().arg("devices").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("cpu "), "{text}");
+    let why = if roll::device::CUDA_BUILT {
+        "no usable CUDA driver"
+    } else {
+        "built without CUDA"
+    };
+    assert!(text.contains("cuda     none: ") && text.contains(why), "{text}");
+    let out = bin().args(["devices", "--check"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("error: no CUDA device to check"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
