@@ -7,6 +7,7 @@ mod env_cmd;
 mod env_debug;
 mod env_play;
 mod env_replay;
+mod model_bench;
 mod model_cmd;
 mod reward_cmd;
 mod run_cmd;
@@ -437,6 +438,58 @@ pub enum ModelCommand {
     Init(InitArgs),
     /// Print the per-token ids and log-probs of a completion under a model.
     Score(ScoreArgs),
+    /// Measure generation and forward+backward tokens/s of a model on the device `ROLL_DEVICE`
+    /// names (the CPU unless set), and a GPU's memory for a training step.
+    Bench(BenchArgs),
+}
+
+/// A model shape to benchmark with random weights.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum BenchShape {
+    /// hidden 128, 4 layers, 4 heads (2 kv), a 20-token vocabulary.
+    Tiny,
+    /// Qwen2.5-0.5B's shape: hidden 896, 24 layers, 14 heads (2 kv), 151,936 tokens.
+    #[value(name = "qwen2.5-0.5b")]
+    Qwen05,
+}
+
+impl BenchShape {
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchShape::Tiny => "tiny",
+            BenchShape::Qwen05 => "qwen2.5-0.5b",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// A Hugging Face model directory (or --shape).
+    pub dir: Option<PathBuf>,
+    /// A shape with random weights instead of a directory.
+    #[arg(long, value_enum)]
+    pub shape: Option<BenchShape>,
+    /// float32 or bfloat16.
+    #[arg(long, default_value = "float32")]
+    pub dtype: String,
+    /// Sequences generated at once.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// Tokens generated per sequence.
+    #[arg(long = "new-tokens", default_value_t = 128)]
+    pub new_tokens: usize,
+    /// Sequences of the forward+backward.
+    #[arg(long = "train-batch", default_value_t = 16)]
+    pub train_batch: usize,
+    /// Tokens of each (6 of prompt, the rest scored).
+    #[arg(long = "train-len", default_value_t = 512)]
+    pub train_len: usize,
+    /// Timed runs after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Print one JSON line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -609,6 +662,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Devices(args) => devices_cmd::devices(args.check),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
+        Command::Model(ModelCommand::Bench(args)) => model_bench::bench(args).map(|_| 0),
         Command::Reward(RewardCommand::Score(args)) => reward_cmd::score(args),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => {

@@ -30,6 +30,11 @@ pub struct Outputs {
 /// A small random model of `arch` in host memory (2 layers, hidden 64, 4 heads over 2 kv heads),
 /// its biases random too (they start at zero) so that adding them is compared.
 pub fn small_model(arch: Arch) -> Result<LoadedModel> {
+    small_model_seeded(arch, 3)
+}
+
+/// [`small_model`] with the weights of another seed.
+pub fn small_model_seeded(arch: Arch, seed: u64) -> Result<LoadedModel> {
     let model = init_model(&InitOptions {
         arch,
         hidden: 64,
@@ -43,12 +48,23 @@ pub fn small_model(arch: Arch) -> Result<LoadedModel> {
         rope_theta: 10_000.0,
         chars: "0123456789+=abcdefgh>".into(),
         dtype: "float32".into(),
-        seed: 3,
+        seed,
     })
     .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-    for (name, var) in model.transformer.params().named_vars() {
+    // Fixed values (candle's own `randn` is not seeded): spread over about ±0.5.
+    for (n, (name, var)) in model
+        .transformer
+        .params()
+        .named_vars()
+        .into_iter()
+        .enumerate()
+    {
         if name.ends_with(".bias") {
-            var.set(&Tensor::randn(0f32, 0.5, var.dims(), var.device())?)?;
+            let count = var.elem_count();
+            let values: Vec<f32> = (0..count)
+                .map(|i| 0.5 * ((i * 7 + n * 13) as f32 * 0.618_034).sin())
+                .collect();
+            var.set(&Tensor::from_vec(values, var.dims(), var.device())?)?;
         }
     }
     Ok(model)

@@ -6,15 +6,13 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-mod common;
-
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, qwen2};
-use common::model_options;
-use roll::model::{Arch, LoadedModel, Numerics, attention_mask, init_model_dir};
+use roll::model::{Arch, LoadedModel, Numerics, attention_mask};
+use roll::parity::small_model;
 
 const IDS: [u32; 7] = [4, 9, 2, 7, 5, 13, 6];
 
@@ -53,15 +51,8 @@ fn close(what: &str, a: &[f32], b: &[f32]) {
 
 #[test]
 fn qwen2_logits_match_candle_transformers() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &model_options(Arch::Qwen2)).unwrap();
-    // Biases start at zero; give them values so that both add them.
-    for (name, var) in model.transformer.params().named_vars() {
-        if name.ends_with(".bias") {
-            var.set(&Tensor::randn(0f32, 0.5, var.dims(), &Device::Cpu).unwrap())
-                .unwrap();
-        }
-    }
+    // Its biases are given values (they start at zero), so that both add them.
+    let model = small_model(Arch::Qwen2).unwrap();
     let c = model.config();
     let cfg = qwen2::Config {
         vocab_size: c.vocab_size,
@@ -100,8 +91,7 @@ fn qwen2_logits_match_candle_transformers() {
 
 #[test]
 fn llama_logits_match_candle_transformers() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = init_model_dir(dir.path(), &model_options(Arch::Llama)).unwrap();
+    let model = small_model(Arch::Llama).unwrap();
     let c = model.config();
     let cfg = llama::Config {
         hidden_size: c.hidden_size,

@@ -349,3 +349,55 @@ fn store_is_listed_only_by_the_commands_that_use_it() {
     .into_owned();
     assert!(err.contains(&missing.display().to_string()), "{err}");
 }
+
+/// `model bench` on the CPU: one JSON line whose rates are positive and whose shape is what was
+/// asked; without a model it says what to give.
+#[test]
+fn model_bench_measures_a_shape_and_names_what_is_missing() {
+    let out = roll()
+        .args([
+            "model",
+            "bench",
+            "--shape",
+            "tiny",
+            "--batch",
+            "3",
+            "--new-tokens",
+            "4",
+        ])
+        .args([
+            "--train-batch",
+            "2",
+            "--train-len",
+            "12",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["device"], "cpu");
+    assert_eq!(json["generation"]["batch"], 3);
+    assert_eq!(json["forward_backward"]["len"], 12);
+    for rate in [
+        &json["generation"]["tokens_per_s"],
+        &json["forward_backward"]["tokens_per_s"],
+    ] {
+        assert!(rate.as_f64().unwrap() > 0.0, "{json}");
+    }
+    assert!(
+        json["forward_backward"]["peak_device_bytes"].is_null(),
+        "the CPU has no driver"
+    );
+    let e = stderr_of(roll().args(["model", "bench"]));
+    assert!(
+        e.contains("give a model directory to benchmark, or --shape tiny|qwen2.5-0.5b"),
+        "{e}"
+    );
+}

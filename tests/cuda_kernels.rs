@@ -112,6 +112,13 @@ fn devices_check_passes_on_every_gpu() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("{text}");
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("cuda:0 ") && text.contains("every check passed"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("cuda:0 ") && text.contains("every check passed"),
+        "{text}"
+    );
 }

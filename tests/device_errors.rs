@@ -184,7 +184,11 @@ fn devices_lists_what_there_is_and_check_needs_a_gpu() {
         return; // a GPU machine: tests/cuda_kernels.rs checks the listing and the checks there
     }
     let out = bin().arg("devices").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("cpu "), "{text}");
     let why = if roll::device::CUDA_BUILT {
@@ -192,7 +196,10 @@ fn devices_lists_what_there_is_and_check_needs_a_gpu() {
     } else {
         "built without CUDA"
     };
-    assert!(text.contains("cuda     none: ") && text.contains(why), "{text}");
+    assert!(
+        text.contains("cuda     none: ") && text.contains(why),
+        "{text}"
+    );
     let out = bin().args(["devices", "--check"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
