@@ -289,6 +289,17 @@ pub fn memory_of(device: &Device) -> Result<Option<MemoryInfo>, DeviceError> {
     }
 }
 
+/// Give the memory a GPU's allocator holds for reuse back to the driver, after the device's work
+/// is done (see `cuda::trim`): what an offload freed is then free for other processes and in the
+/// driver's figures. Nothing to do on the CPU.
+pub fn trim(device: &Device) -> Result<(), DeviceError> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::trim(device, spec_of(device)),
+        _ => Ok(()),
+    }
+}
+
 /// The spec of a device candle already opened.
 pub fn spec_of(device: &Device) -> DeviceSpec {
     match device.location() {

@@ -182,7 +182,7 @@ pub fn transfer_parts(t: &Transfer) -> (Direction, String, String, String) {
         .map(|d| d.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let message = format!(
+    let mut message = format!(
         "{} {} {} bytes in {:.3} s (phase {})",
         t.direction.as_str(),
         t.role,
@@ -190,6 +190,16 @@ pub fn transfer_parts(t: &Transfer) -> (Direction, String, String, String) {
         t.seconds,
         t.phase
     );
+    for r in &t.memory {
+        use crate::text::human_bytes as h;
+        message.push_str(&format!(
+            "; cuda:{} free {} -> {} of {}",
+            r.device,
+            h(r.free_before),
+            h(r.free_after),
+            h(r.total)
+        ));
+    }
     (t.direction, t.role.to_string(), devices, message)
 }
 
@@ -254,5 +264,42 @@ impl MetricSink for MemorySink {
 
     fn flush(&mut self) -> Result<(), SinkError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::{DeviceReading, Phase};
+
+    /// A GPU move's event names each device's free memory before and after it; a CPU move's
+    /// says nothing of memory (its devices are budgets).
+    #[test]
+    fn a_transfer_event_carries_the_drivers_memory_readings() {
+        let mut t = Transfer {
+            role: crate::config::Role::ActorTrain,
+            direction: Direction::Offload,
+            phase: Phase::Generate,
+            devices: vec![0, 1],
+            bytes: 2048,
+            seconds: 0.25,
+            memory: vec![],
+        };
+        let (_, role, devices, message) = transfer_parts(&t);
+        assert_eq!((role.as_str(), devices.as_str()), ("actor_train", "0,1"));
+        assert_eq!(
+            message,
+            "offload actor_train 2048 bytes in 0.250 s (phase generate)"
+        );
+        t.memory = vec![DeviceReading {
+            device: 1,
+            free_before: 1 << 30,
+            free_after: 3 << 30,
+            total: 80 << 30,
+        }];
+        assert_eq!(
+            transfer_parts(&t).3,
+            "offload actor_train 2048 bytes in 0.250 s (phase generate); cuda:1 free 1.0 GiB -> 3.0 GiB of 80.0 GiB"
+        );
     }
 }

@@ -11,6 +11,6 @@ pub mod placement;
 pub mod rollout;
 pub mod sim;
 
-pub use ledger::{Direction, Ledger, Transfer};
+pub use ledger::{DeviceReading, Direction, Ledger, Transfer};
 pub use placement::{Phase, Placement, PlacementError};
 pub use rollout::{ReadyGroup, RolloutPolicy, RolloutStats, SampleScheduler};

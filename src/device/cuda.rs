@@ -90,3 +90,35 @@ pub fn memory_of(device: &Device, spec: DeviceSpec) -> Result<MemoryInfo, Device
         total_bytes: total as u64,
     })
 }
+
+/// Wait for the device's work, then give the memory candle's allocator keeps for reuse back to
+/// the driver: candle allocates from CUDA's stream-ordered pool, where freed blocks stay until
+/// trimmed, so without this the driver (and every other process) would see an offload free
+/// nothing.
+pub fn trim(device: &Device, spec: DeviceSpec) -> Result<(), DeviceError> {
+    let driver = |e: DriverError| DeviceError::Driver {
+        device: spec,
+        message: describe(&e),
+    };
+    let cuda = device.as_cuda_device().map_err(|e| DeviceError::Driver {
+        device: spec,
+        message: e.to_string(),
+    })?;
+    let stream = cuda.cuda_stream();
+    stream.synchronize().map_err(driver)?;
+    let context = stream.context();
+    context.bind_to_thread().map_err(driver)?;
+    let mut pool = std::mem::MaybeUninit::uninit();
+    // SAFETY: `cu_device` is the context's own device handle and `pool` a place for the driver
+    // to write the pool's handle into; the trim takes that handle as the driver gave it.
+    #[allow(unsafe_code)]
+    unsafe {
+        cudarc::driver::sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), context.cu_device())
+            .result()
+            .map_err(driver)?;
+        cudarc::driver::sys::cuMemPoolTrimTo(pool.assume_init(), 0)
+            .result()
+            .map_err(driver)?;
+    }
+    Ok(())
+}

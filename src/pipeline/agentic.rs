@@ -86,7 +86,7 @@ pub fn run_agentic(
     // Environments reward their episodes themselves: no judge models.
     let placement = placement_for(ctx.cfg, model, &[])?
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
-    let mut sharing = TimeSharing::new(placement)?;
+    let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     let infer = Infer::start(ctx.cfg, cfg, model)?;
     let tok = Tokenizing {
         model,

@@ -83,7 +83,7 @@ pub fn run_rlvr(
     let judges = data.judge_models();
     let placement = placement_for(ctx.cfg, model, &judges)?
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
-    let mut sharing = TimeSharing::new(placement)?;
+    let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     // actor_infer's own copy of the weights (here or in a worker), kept current by weight sync.
     let infer = Infer::start(ctx.cfg, cfg, model)?;
     let tok = Tokenizing {

@@ -8,6 +8,37 @@ use crate::reward::Reward;
 
 use super::PipelineError;
 
+/// On a GPU, refuse a model whose weights alone do not fit in the device's free memory, with the
+/// numbers, before reading them (candle would fail part-way with the driver's bare "out of
+/// memory"). The CPU's devices are budgets that placement checks (`rlvr::placement_for`).
+fn check_fits(
+    path: &std::path::Path,
+    dtype: candle_core::DType,
+    device: crate::device::DeviceSpec,
+) -> Result<(), PipelineError> {
+    let Some(mem) = crate::device::memory(device)? else {
+        return Ok(());
+    };
+    let config = crate::model::read_model_config(path)?;
+    let weights = crate::scheduler::placement::estimate_bytes(
+        crate::config::Role::Reference,
+        &config,
+        dtype.size_in_bytes(),
+        0,
+    );
+    if weights > mem.free_bytes {
+        return Err(PipelineError::Setup(format!(
+            "model '{}' needs {} for its weights on {device} but the driver reports {} free of {}: \
+             free memory there, use a larger GPU, or compute in bf16 (model.dtype: bfloat16)",
+            path.display(),
+            crate::text::human_bytes(weights),
+            crate::text::human_bytes(mem.free_bytes),
+            crate::text::human_bytes(mem.total_bytes)
+        )));
+    }
+    Ok(())
+}
+
 /// The policy named by `model:` (a HF directory, or a seeded random init).
 /// It computes on the trainer's device (`WorkersConfig::trainer_device`), where in-process roles
 /// run.
@@ -15,7 +46,10 @@ pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     let dtype = cfg.model.dtype;
     let device = crate::device::open(cfg.workers.trainer_device())?;
     match (&cfg.model.path, &cfg.model.init) {
-        (Some(path), _) => Ok(load_model_dir(path, Some(dtype.candle()), &device)?),
+        (Some(path), _) => {
+            check_fits(path, dtype.candle(), cfg.workers.trainer_device())?;
+            Ok(load_model_dir(path, Some(dtype.candle()), &device)?)
+        }
         (None, Some(init)) => Ok(init_model(&InitOptions {
             arch: init.arch,
             hidden: init.hidden,

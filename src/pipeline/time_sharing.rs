@@ -5,8 +5,12 @@
 //! On CPU, device and host memory are the same RAM, so an offloaded role's tensors stay allocated:
 //! the copies are real (and timed), the virtual devices' budgets are enforced by the placement check
 //! and the ledger, and a reload really restores the state from the host copy (read into the tensors'
-//! own memory; an in-process role's copy is rewritten in place, `HostArea::overwrite`). Freeing
-//! device memory is what the CUDA backend adds.
+//! own memory; an in-process role's copy is rewritten in place, `HostArea::overwrite`). On GPUs
+//! (`workers.devices.kind: cuda`) each move's event also carries every device's free memory
+//! before and after it as the driver reports it, and an offload hands the allocator's freed
+//! blocks back to the driver first (`device::trim`). A role in a worker process frees its GPU
+//! memory when it drops its tensors; an in-process role's weights are the trainer's policy
+//! mirror and stay (moving the mirror to pinned host memory is what comes next).
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -26,6 +30,20 @@ pub(super) struct TimeSharing {
     area: HostArea,
     /// Roles whose host copy holds their current state.
     offloaded: HashSet<Role>,
+    /// The run's GPUs by device index (none for `kind: cpu`): their driver's memory is read
+    /// around every move, and an offload gives what it freed back to the driver.
+    gpus: Vec<candle_core::Device>,
+}
+
+/// Each of `devices`' free memory and total (GPUs only).
+fn readings(gpus: &[candle_core::Device], devices: &[usize]) -> Vec<(usize, u64, u64)> {
+    devices
+        .iter()
+        .filter_map(|&d| {
+            let m = crate::device::memory_of(gpus.get(d)?).ok()??;
+            Some((d, m.free_bytes, m.total_bytes))
+        })
+        .collect()
 }
 
 fn copy_err(e: HostCopyError) -> PipelineError {
@@ -33,14 +51,24 @@ fn copy_err(e: HostCopyError) -> PipelineError {
 }
 
 impl TimeSharing {
-    pub fn new(placement: Placement) -> Result<TimeSharing, PipelineError> {
+    pub fn new(
+        placement: Placement,
+        devices: &crate::config::DevicesConfig,
+    ) -> Result<TimeSharing, PipelineError> {
         let area = HostArea::new().map_err(|e| {
             PipelineError::Setup(format!("creating the host-memory area for offloads: {e}"))
         })?;
+        let gpus = match devices.kind {
+            crate::device::DeviceKind::Cpu => vec![],
+            crate::device::DeviceKind::Cuda => (0..devices.count)
+                .map(|i| crate::device::open(crate::device::DeviceSpec::cuda(i)))
+                .collect::<Result<_, _>>()?,
+        };
         Ok(TimeSharing {
             ledger: Ledger::new(placement),
             area,
             offloaded: HashSet::new(),
+            gpus,
         })
     }
 
@@ -60,37 +88,79 @@ impl TimeSharing {
             policy,
         };
         let offloaded = &mut self.offloaded;
+        let gpus = &self.gpus;
+        let placement = self.ledger.placement().clone();
         let mut released = false;
-        let transfers =
+        let mut move_role = |role: Role, direction: Direction| -> Result<u64, PipelineError> {
+            // A role that was never offloaded is already where it was built.
+            if direction == Direction::Reload && !offloaded.remove(&role) {
+                return Ok(0);
+            }
+            // A role the run does not have holds nothing.
+            let Some(resident) = roles.iter_mut().find(|r| r.role() == role) else {
+                return Ok(0);
+            };
+            match direction {
+                Direction::Offload => {
+                    let bytes = resident.offload(&host)?;
+                    offloaded.insert(role);
+                    Ok(bytes)
+                }
+                Direction::Reload => {
+                    // This process keeps freed memory a while (src/allocator.rs); a
+                    // worker process coming in gets it back first. Roles in this process
+                    // reuse it as it is: giving it back would only have the kernel zero
+                    // it again for them (in the quickstart, 15% of its time).
+                    if resident.in_worker_process() && !released {
+                        crate::allocator::release_freed_memory();
+                        released = true;
+                    }
+                    Ok(resident.reload(&host)?)
+                }
+            }
+        };
+        // (role, direction) -> each GPU's (device, free before, free after, total).
+        let mut memory: Vec<(Role, Direction, Vec<crate::scheduler::DeviceReading>)> = vec![];
+        let mut transfers =
             self.ledger
                 .enter(phase, |role, direction| -> Result<u64, PipelineError> {
-                    // A role that was never offloaded is already where it was built.
-                    if direction == Direction::Reload && !offloaded.remove(&role) {
-                        return Ok(0);
-                    }
-                    // A role the run does not have holds nothing.
-                    let Some(resident) = roles.iter_mut().find(|r| r.role() == role) else {
-                        return Ok(0);
-                    };
-                    match direction {
-                        Direction::Offload => {
-                            let bytes = resident.offload(&host)?;
-                            offloaded.insert(role);
-                            Ok(bytes)
-                        }
-                        Direction::Reload => {
-                            // This process keeps freed memory a while (src/allocator.rs); a
-                            // worker process coming in gets it back first. Roles in this process
-                            // reuse it as it is: giving it back would only have the kernel zero
-                            // it again for them (in the quickstart, 15% of its time).
-                            if resident.in_worker_process() && !released {
-                                crate::allocator::release_freed_memory();
-                                released = true;
+                    let devices = placement
+                        .slot(role)
+                        .map(|s| s.devices.clone())
+                        .unwrap_or_default();
+                    let before = readings(gpus, &devices);
+                    let bytes = move_role(role, direction)?;
+                    if direction == Direction::Offload {
+                        for &d in &devices {
+                            if let Some(gpu) = gpus.get(d) {
+                                crate::device::trim(gpu)?;
                             }
-                            Ok(resident.reload(&host)?)
                         }
                     }
+                    let after = readings(gpus, &devices);
+                    let paired = before
+                        .iter()
+                        .zip(&after)
+                        .map(|(&(device, free_before, total), &(_, free_after, _))| {
+                            crate::scheduler::DeviceReading {
+                                device,
+                                free_before,
+                                free_after,
+                                total,
+                            }
+                        })
+                        .collect();
+                    memory.push((role, direction, paired));
+                    Ok(bytes)
                 })?;
+        for t in &mut transfers {
+            if let Some((_, _, m)) = memory
+                .iter()
+                .find(|(r, d, _)| *r == t.role && *d == t.direction)
+            {
+                t.memory = m.clone();
+            }
+        }
         for t in &transfers {
             ctx.sink.transfer(t)?;
             ctx.emit(super::PipelineEvent::Transfer(t.clone()));

@@ -34,6 +34,18 @@ pub struct Transfer {
     pub devices: Vec<usize>,
     pub bytes: u64,
     pub seconds: f64,
+    /// On GPUs, each device's memory as its driver reported it around the move (empty on the
+    /// CPU, whose devices are budgets).
+    pub memory: Vec<DeviceReading>,
+}
+
+/// A GPU's free memory before and after one move, and its total, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceReading {
+    pub device: usize,
+    pub free_before: u64,
+    pub free_after: u64,
+    pub total: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -113,6 +125,7 @@ impl Ledger {
                         .unwrap_or_default(),
                     bytes,
                     seconds,
+                    memory: vec![],
                 });
             }
         }

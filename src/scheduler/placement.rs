@@ -227,8 +227,10 @@ pub fn estimate_bytes(
         .map(|(_, shape, _)| shape.iter().product::<usize>() as u64)
         .sum();
     let weights = params * dtype_bytes as u64;
-    // Gradients in the weights' dtype; AdamW moments in f32.
-    let trainable = weights + weights + 2 * params * 4;
+    // Gradients in the weights' dtype; AdamW moments in f32, and f32 master weights for
+    // parameters stored narrower (bf16).
+    let masters = if dtype_bytes < 4 { params * 4 } else { 0 };
+    let trainable = weights + weights + 2 * params * 4 + masters;
     match role {
         Role::ActorTrain => trainable,
         Role::Critic => trainable + 4 * (model.hidden_size as u64 + 1) * 4,
@@ -369,6 +371,9 @@ mod tests {
             .sum();
         assert_eq!(estimate_bytes(Role::Reference, &cfg, 4, 8), params * 4);
         assert_eq!(estimate_bytes(Role::ActorTrain, &cfg, 4, 8), params * 16);
+        // bf16: weights 2 + gradients 2 + moments 8 + the f32 master 4 bytes a parameter.
+        assert_eq!(estimate_bytes(Role::ActorTrain, &cfg, 2, 8), params * 16);
+        assert_eq!(estimate_bytes(Role::Reference, &cfg, 2, 8), params * 2);
         let kv = 8
             * cfg.max_position_embeddings
             * 2

@@ -213,10 +213,28 @@ impl Opened {
             at: self.data_start + start as u64,
             len: end - start,
         };
-        dst.inplace_op1(&op)
-            .map_err(|e| format!("tensor '{name}': {e}"))?;
+        if dst.device().is_cpu() {
+            dst.inplace_op1(&op)
+                .map_err(|e| format!("tensor '{name}': {e}"))?;
+        } else {
+            read_staged(&op, dst).map_err(|e| format!("tensor '{name}': {e}"))?;
+        }
         Ok((end - start) as u64)
     }
+}
+
+/// A tensor off the CPU (a GPU's) restored from a host copy: read into host memory, then copied
+/// into the tensor's own storage on its device, which whatever shares it (a variable, an
+/// optimizer's moment) then sees.
+fn read_staged(op: &ReadAt<'_>, dst: &Tensor) -> candle_core::Result<()> {
+    if dst.rank() == 0 || !dst.is_contiguous() {
+        candle_core::bail!(
+            "only a contiguous tensor of rank 1 or more can be restored on its device"
+        );
+    }
+    let host = Tensor::zeros(dst.shape(), dst.dtype(), &crate::device::host())?;
+    host.inplace_op1(op)?;
+    dst.slice_set(&host.to_device(dst.device())?, 0, 0)
 }
 
 impl Opened {
@@ -299,6 +317,28 @@ mod tests {
 
     fn t(values: &[f32], shape: &[usize]) -> Tensor {
         Tensor::from_slice(values, shape, &Device::Cpu).unwrap()
+    }
+
+    /// The staged restore (what a GPU tensor takes) writes the copy's values into the tensor's
+    /// own storage: a variable sharing it sees them.
+    #[test]
+    fn a_staged_restore_fills_the_tensors_own_storage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy.safetensors");
+        let w = t(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
+        write_tensors(&path, &[("w".to_string(), w)]).unwrap();
+        let var = Var::zeros((2, 3), DType::F32, &Device::Cpu).unwrap();
+        let copy = super::Opened::open(&path).unwrap();
+        let info = copy.metadata.info("w").unwrap();
+        let op = super::ReadAt {
+            file: &copy.file,
+            at: copy.data_start + info.data_offsets.0 as u64,
+            len: info.data_offsets.1 - info.data_offsets.0,
+        };
+        super::read_staged(&op, var.as_tensor()).unwrap();
+        assert_eq!(var.to_vec2::<f32>().unwrap(), [[1., 2., 3.], [4., 5., 6.]]);
+        let scalar = Tensor::new(0f32, &Device::Cpu).unwrap();
+        assert!(super::read_staged(&op, &scalar).is_err());
     }
 
     #[test]
