@@ -28,14 +28,15 @@ pub struct Outputs {
 }
 
 /// A small random model of `arch` in host memory (2 layers, hidden 64, 4 heads over 2 kv heads),
-/// its biases random too (they start at zero) so that adding them is compared.
+/// its biases given fixed values too (they start at zero) so that adding them is compared.
 pub fn small_model(arch: Arch) -> Result<LoadedModel> {
     small_model_seeded(arch, 3)
 }
 
-/// [`small_model`] with the weights of another seed.
-pub fn small_model_seeded(arch: Arch, seed: u64) -> Result<LoadedModel> {
-    let model = init_model(&InitOptions {
+/// The options of [`small_model`]: 2 layers, hidden 64, 4 heads over 2 kv heads, a
+/// 21-character tokenizer, f32; Llama's head untied.
+pub fn small_options(arch: Arch, seed: u64) -> InitOptions {
+    InitOptions {
         arch,
         hidden: 64,
         layers: 2,
@@ -49,8 +50,13 @@ pub fn small_model_seeded(arch: Arch, seed: u64) -> Result<LoadedModel> {
         chars: "0123456789+=abcdefgh>".into(),
         dtype: "float32".into(),
         seed,
-    })
-    .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    }
+}
+
+/// [`small_model`] with the weights of another seed.
+pub fn small_model_seeded(arch: Arch, seed: u64) -> Result<LoadedModel> {
+    let model = init_model(&small_options(arch, seed))
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     // Fixed values (candle's own `randn` is not seeded): spread over about ±0.5.
     for (n, (name, var)) in model
         .transformer

@@ -234,19 +234,5 @@ pub fn kill_9_worker(parent: u32, role: &str) -> u32 {
 /// The small model the model-level tests build (`init_model_dir`): 2 layers of width 64, 4 heads
 /// over 2 KV heads, f32, seed 3; tied embeddings but for Llama.
 pub fn model_options(arch: roll::model::Arch) -> roll::model::hf_dir::InitOptions {
-    roll::model::hf_dir::InitOptions {
-        arch,
-        hidden: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        intermediate: 128,
-        head_dim: None,
-        tie_embeddings: arch != roll::model::Arch::Llama,
-        max_positions: 128,
-        rope_theta: 10_000.0,
-        chars: "0123456789+=abcdefgh>".into(),
-        dtype: "float32".into(),
-        seed: 3,
-    }
+    roll::parity::small_options(arch, 3)
 }
