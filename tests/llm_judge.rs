@@ -247,7 +247,11 @@ fn weight_bytes(model: &LoadedModel) -> u64 {
 /// returns the bytes of the offload and checks everything else.
 fn offload_and_reload(placement: &RolePlacement, dir: &Path) -> u64 {
     let p = params(dir);
-    let scorer = RewardScorer::start(placement, &[dir.to_path_buf()]).unwrap();
+    let workers = roll::config::WorkersConfig {
+        reward: placement.clone(),
+        ..Default::default()
+    };
+    let scorer = RewardScorer::start(&workers, &[dir.to_path_buf()]).unwrap();
     let mut role = SharedScorer::new(scorer);
     let before = role.lock().score(judged_items(&p)).unwrap();
     assert!(before.iter().all(|o| o.error.is_none()), "{before:?}");
@@ -314,7 +318,11 @@ fn a_reward_role_with_a_missing_judge_fails_at_setup_naming_it() {
         },
     ] {
         roll::worker::process::set_worker_program(env!("CARGO_BIN_EXE_roll-tui"));
-        let err = RewardScorer::start(&placement, &["/nonexistent/judge".into()])
+        let workers = roll::config::WorkersConfig {
+            reward: placement,
+            ..Default::default()
+        };
+        let err = RewardScorer::start(&workers, &["/nonexistent/judge".into()])
             .err()
             .unwrap()
             .to_string();

@@ -96,7 +96,7 @@ pub fn run_rlvr(
         total_steps: cfg.steps,
         done_steps: first - 1,
     });
-    let scorer = SharedScorer::new(RewardScorer::start(&ctx.cfg.workers.reward, &judges)?);
+    let scorer = SharedScorer::new(RewardScorer::start(&ctx.cfg.workers, &judges)?);
     // Judge models are time-shared with the trainer's roles; rules and programs hold nothing.
     if !judges.is_empty() {
         learner.reward = Some(scorer.clone());

@@ -69,6 +69,7 @@ const HOST_COPY: &str = "reference";
 const ROWS: &str = "reference_rows";
 const OUT: &str = "reference_logp";
 
+#[allow(clippy::large_enum_variant)] // one per run: its size costs nothing
 pub enum Reference {
     Local(Transformer),
     Remote(RemoteReference),

@@ -42,6 +42,9 @@ pub struct WorkerSpec {
     /// Compute threads of the process (`RAYON_NUM_THREADS`, which candle's CPU kernels and
     /// matrix products read); `None`: the process decides (every core).
     pub threads: Option<usize>,
+    /// The device the worker computes on where no call of its role names one (the reward role's
+    /// judge models): `ROLL_DEVICE` in its environment (`crate::device::tool_device`).
+    pub device: Option<crate::device::DeviceSpec>,
 }
 
 /// The `roll-tui` executable that child processes run: this one, or the one
@@ -66,7 +69,16 @@ impl WorkerSpec {
             heartbeat: Duration::from_secs(1),
             silence_limit: Duration::from_secs(5),
             threads: None,
+            device: None,
         })
+    }
+
+    /// The same worker computing on `device` where its calls name none.
+    pub fn with_device(self, device: crate::device::DeviceSpec) -> Self {
+        WorkerSpec {
+            device: Some(device),
+            ..self
+        }
     }
 
     /// The same worker with `threads` compute threads.
@@ -157,6 +169,9 @@ fn child_command(spec: &WorkerSpec, socket: &std::path::Path) -> tokio::process:
     let mut command = tokio::process::Command::new(&spec.program);
     if let Some(n) = spec.threads {
         command.env("RAYON_NUM_THREADS", n.to_string());
+    }
+    if let Some(device) = spec.device {
+        command.env(crate::device::DEVICE_ENV, device.to_string());
     }
     // The same kernels as this process (`ROLL_KERNELS`): a worker computes as its parent does.
     for (key, value) in crate::device::worker_env() {
@@ -572,5 +587,19 @@ mod tests {
             .find(|(k, _)| *k == crate::device::KERNELS_ENV)
             .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()));
         assert_eq!(kernels.as_deref(), Some(crate::device::kernels().as_str()));
+        let device_of = |spec: &WorkerSpec| {
+            child_command(spec, std::path::Path::new("/tmp/s"))
+                .as_std()
+                .get_envs()
+                .find(|(k, _)| *k == crate::device::DEVICE_ENV)
+                .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()))
+        };
+        assert_eq!(
+            device_of(&spec),
+            None,
+            "unset: the parent's environment decides"
+        );
+        let placed = spec.with_device(crate::device::DeviceSpec::cuda(1));
+        assert_eq!(device_of(&placed).as_deref(), Some("cuda:1"));
     }
 }

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use tokio::sync::mpsc;
 
 use super::{RewardCall, RewardProtocol, RewardReply, ScoreItem, call_timeout, judges};
-use crate::config::{PlacementMode, RolePlacement};
+use crate::config::PlacementMode;
 use crate::reward::RewardOutcome;
 use crate::role::remote::{call_typed, drain};
 use crate::role::{HostCopy, ResidentRole, RoleError, WorkerNote, setup_err};
@@ -46,7 +46,12 @@ impl RewardScorer {
 
     /// The reward role where `placement` puts it, holding the judge models `judges` (loaded now, so
     /// that a bad judge directory stops the run at setup).
-    pub fn start(placement: &RolePlacement, judges: &[PathBuf]) -> Result<RewardScorer, RoleError> {
+    /// Each worker's judges compute on its share of the role's `device_mapping`.
+    pub fn start(
+        workers: &crate::config::WorkersConfig,
+        judges: &[PathBuf],
+    ) -> Result<RewardScorer, RoleError> {
+        let placement = &workers.reward;
         if placement.mode == PlacementMode::InProcess {
             super::load_judges(judges).map_err(RoleError::Setup)?;
             return Ok(RewardScorer::InProcess {
@@ -61,7 +66,10 @@ impl RewardScorer {
             .map_err(setup_err)?;
         let (events_tx, events) = mpsc::unbounded_channel();
         let specs = (0..placement.num_workers)
-            .map(|i| WorkerSpec::new(Role::Reward, i))
+            .map(|i| {
+                WorkerSpec::new(Role::Reward, i)
+                    .map(|s| s.with_device(workers.device_of(Role::Reward, i)))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(setup_err)?;
         let workers = rt
