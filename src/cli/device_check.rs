@@ -1,4 +1,5 @@
-//! `roll-tui devices --check` on one GPU: our CUDA kernels against candle's ops there, and small
+//! `roll-tui devices --check` on one GPU: our CUDA kernels (log-probs, AdamW) against candle's
+//! ops there, and small
 //! models of each architecture computed on the GPU (the device-generic path plus our kernels)
 //! against the same weights on the CPU (the fused kernels), through `crate::parity`.
 
@@ -74,12 +75,66 @@ fn logprob_kernel(dev: &candle_core::Device) -> Result<Vec<Finding>> {
     Ok(found)
 }
 
+/// Three AdamW steps (weight decay, clipping) of the optimizer with our kernel against the same
+/// steps through candle's ops (the kernels turned off), on an f32 and a bf16 parameter.
+fn adamw_kernel(dev: &candle_core::Device) -> Result<Vec<Finding>> {
+    use crate::train::{AdamW, GradAccumulator, OptimizerConfig};
+    let mut found = vec![];
+    for dtype in [candle_core::DType::F32, candle_core::DType::BF16] {
+        let init = Tensor::randn(0f32, 1.0, (64, 48), dev)?;
+        let run = |kernel: bool| -> Result<Vec<f32>> {
+            roll_cuda_kernels::set_enabled(kernel);
+            let w = Var::from_tensor(&init.to_dtype(dtype)?)?;
+            let vars = vec![("w".to_string(), w.clone())];
+            let cfg = OptimizerConfig {
+                lr: 1e-2,
+                weight_decay: 0.1,
+                max_grad_norm: Some(0.5),
+                ..OptimizerConfig::default()
+            };
+            let mut opt = AdamW::new(vars.clone(), cfg, 10)?;
+            for k in 0..3 {
+                let target = (init.affine(0.5, k as f64)?).to_dtype(candle_core::DType::F32)?;
+                let loss = (w.to_dtype(candle_core::DType::F32)? - target)?
+                    .sqr()?
+                    .sum_all()?;
+                let mut acc = GradAccumulator::default();
+                acc.add(&vars, loss.backward()?)?;
+                opt.step(acc)?;
+            }
+            Ok(w.to_dtype(candle_core::DType::F32)?
+                .flatten_all()?
+                .to_vec1()?)
+        };
+        let (k, c) = (run(true), run(false));
+        roll_cuda_kernels::set_enabled(true);
+        let (k, c) = (k?, c?);
+        let worst = k
+            .iter()
+            .zip(&c)
+            .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+            .fold(0f32, f32::max);
+        // bf16 parameters are their masters rounded: the two may round one element apart.
+        let tol = if dtype == candle_core::DType::F32 {
+            1e-5
+        } else {
+            1e-2
+        };
+        found.push(Finding {
+            what: format!("adamw kernel, three steps of a {dtype:?} parameter"),
+            ok: worst <= tol,
+            worst,
+        });
+    }
+    Ok(found)
+}
+
 /// Every check on `device`; returns how many failed.
 pub fn check(device: DeviceSpec) -> Result<usize> {
     let dev = device::open(device)?;
     let mut failed = 0;
-    for f in logprob_kernel(&dev)? {
-        failed += report(device, "kernel", &f);
+    for f in logprob_kernel(&dev)?.iter().chain(&adamw_kernel(&dev)?) {
+        failed += report(device, "kernel", f);
     }
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
         let cpu = small_model(arch)?;

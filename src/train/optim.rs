@@ -289,6 +289,36 @@ impl AdamW {
                 (self.m[i], self.v[i]) = (m, v);
                 continue;
             }
+            // On a GPU: the step in one pass, in place (`kernels/cuda/src/adamw.cu`), on the
+            // parameter or its f32 master.
+            #[cfg(feature = "cuda")]
+            {
+                let theta = match &self.master[i] {
+                    Some(master) => master.clone(),
+                    None => var.as_tensor().clone(),
+                };
+                if roll_cuda_kernels::adamw::applies(&theta, g, &self.m[i], &self.v[i]) {
+                    let step = roll_cuda_kernels::adamw::Step {
+                        clip: clip as f32,
+                        beta1: b1 as f32,
+                        beta2: b2 as f32,
+                        correction1: c1 as f32,
+                        correction2: c2 as f32,
+                        eps: self.cfg.eps as f32,
+                        lr: lr as f32,
+                        weight_decay: if decay {
+                            self.cfg.weight_decay as f32
+                        } else {
+                            0.0
+                        },
+                    };
+                    roll_cuda_kernels::adamw::step(&theta, g, &self.m[i], &self.v[i], &step)?;
+                    if self.master[i].is_some() {
+                        var.set(&theta.to_dtype(var.dtype())?)?;
+                    }
+                    continue;
+                }
+            }
             let g = (g * clip)?;
             self.m[i] = ((&self.m[i] * b1)? + (&g * (1.0 - b1))?)?;
             self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;

@@ -1,7 +1,7 @@
 //! roll-tui's CUDA kernels, for the places where candle's generic CUDA path wastes the most: the
 //! per-token log-probs and entropies of the policy loss straight from the logits, forward and
 //! backward, without the (rows, vocab) log-softmax that `log_softmax` + `gather` write out
-//! ([`logprobs`]).
+//! ([`logprobs`]); and the optimizer's AdamW step in one pass over each parameter ([`adamw`]).
 //!
 //! Each kernel is compiled to PTX for sm_80 and sm_90 at build time (`build.rs`, nvcc from the
 //! toolkit, each PTX assembled by ptxas there), loaded into candle's CUDA device on first use,
@@ -10,6 +10,7 @@
 //! against that fallback which runs where a GPU exists and says plainly that it did not run
 //! where none does (`tests/cuda_kernels.rs`).
 
+pub mod adamw;
 pub mod logprobs;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,12 @@ const LOGPROBS: Module = Module {
     name: "roll_logprobs",
     sm80: include_str!(concat!(env!("OUT_DIR"), "/logprobs.sm_80.ptx")),
     sm90: include_str!(concat!(env!("OUT_DIR"), "/logprobs.sm_90.ptx")),
+};
+
+const ADAMW: Module = Module {
+    name: "roll_adamw",
+    sm80: include_str!(concat!(env!("OUT_DIR"), "/adamw.sm_80.ptx")),
+    sm90: include_str!(concat!(env!("OUT_DIR"), "/adamw.sm_90.ptx")),
 };
 
 /// The compute capability of a device as major * 10 + minor, if the driver says.
