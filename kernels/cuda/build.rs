@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The kernel sources, one module each (`src/NAME.cu` -> `NAME.ARCH.ptx` in OUT_DIR).
-const KERNELS: &[&str] = &["logprobs", "adamw"];
+const KERNELS: &[&str] = &["logprobs", "adamw", "decode_attention"];
 /// Ampere (A100) and Hopper (H100/H200); newer GPUs JIT the sm_90 PTX.
 const ARCHS: &[&str] = &["sm_80", "sm_90"];
 

@@ -22,6 +22,8 @@ fn tile_rows(batch: usize, kv_heads: usize, keys: usize, elem: usize, tile_bytes
 
 /// q: (b, kv_heads, rows, hd) (each kv head's query heads stacked on the rows), k and v:
 /// (b, kv_heads, keys, hd), mask: (b, 1, rows, keys) additive -> (b, kv_heads, rows, hd).
+/// On a GPU a decode step (one query position a sequence, `rows` = the query heads of a kv head)
+/// at inference takes our kernel over the KV cache (`kernels/cuda/src/decode_attention.cu`).
 pub fn attend(
     q: &Tensor,
     k: &Tensor,
@@ -29,7 +31,17 @@ pub fn attend(
     mask: &Tensor,
     scale: f64,
     numerics: Numerics,
+    decode: bool,
 ) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if decode
+        && numerics == Numerics::Fast
+        && roll_cuda_kernels::decode_attention::applies(q, k, v, mask)
+    {
+        return roll_cuda_kernels::decode_attention::attend(q, k, v, mask, scale);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = decode;
     attend_in_tiles(q, k, v, mask, scale, numerics, TILE_BYTES)
 }
 

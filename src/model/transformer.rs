@@ -505,7 +505,7 @@ impl Transformer {
         let q = q.reshape((b, nkv, groups * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
         // In tiles of query rows: a long sequence never holds its whole score matrix.
-        let out = super::attention::attend(&q, &k, &v, mask, scale, numerics)?
+        let out = super::attention::attend(&q, &k, &v, mask, scale, numerics, t == 1)?
             .reshape((b, nh, t, hd))?
             .transpose(1, 2)?
             .reshape((b, t, nh * hd))?;

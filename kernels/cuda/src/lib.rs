@@ -1,7 +1,8 @@
 //! roll-tui's CUDA kernels, for the places where candle's generic CUDA path wastes the most: the
 //! per-token log-probs and entropies of the policy loss straight from the logits, forward and
 //! backward, without the (rows, vocab) log-softmax that `log_softmax` + `gather` write out
-//! ([`logprobs`]); and the optimizer's AdamW step in one pass over each parameter ([`adamw`]).
+//! ([`logprobs`]); the optimizer's AdamW step in one pass over each parameter ([`adamw`]); and
+//! decode steps' attention over the KV cache in one kernel ([`decode_attention`]).
 //!
 //! Each kernel is compiled to PTX for sm_80 and sm_90 at build time (`build.rs`, nvcc from the
 //! toolkit, each PTX assembled by ptxas there), loaded into candle's CUDA device on first use,
@@ -11,6 +12,7 @@
 //! where none does (`tests/cuda_kernels.rs`).
 
 pub mod adamw;
+pub mod decode_attention;
 pub mod logprobs;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +46,12 @@ const LOGPROBS: Module = Module {
     sm90: include_str!(concat!(env!("OUT_DIR"), "/logprobs.sm_90.ptx")),
 };
 
+const DECODE_ATTENTION: Module = Module {
+    name: "roll_decode_attention",
+    sm80: include_str!(concat!(env!("OUT_DIR"), "/decode_attention.sm_80.ptx")),
+    sm90: include_str!(concat!(env!("OUT_DIR"), "/decode_attention.sm_90.ptx")),
+};
+
 const ADAMW: Module = Module {
     name: "roll_adamw",
     sm80: include_str!(concat!(env!("OUT_DIR"), "/adamw.sm_80.ptx")),
@@ -60,6 +68,18 @@ fn capability(dev: &CudaDevice) -> Option<i32> {
 /// capability 8.0 or newer, with the kernels on.
 pub fn applies(t: &Tensor) -> bool {
     if !enabled() || t.dtype() != DType::F32 || !t.is_contiguous() {
+        return false;
+    }
+    match t.device() {
+        candle_core::Device::Cuda(dev) => capability(dev).is_some_and(|c| c >= 80),
+        _ => false,
+    }
+}
+
+/// Whether the kernels can take a tensor of any dtype on this device: a CUDA device of compute
+/// capability 8.0 or newer, with the kernels on.
+pub fn applies_any(t: &Tensor) -> bool {
+    if !enabled() {
         return false;
     }
     match t.device() {
