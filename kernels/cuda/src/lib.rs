@@ -24,7 +24,8 @@ use candle_core::{DType, Result, Tensor};
 /// Whether the kernels are on in this process (the default); off, roll-tui takes candle's ops.
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
-/// Turn the kernels on or off for this whole process (`ROLL_CUDA_KERNELS=off`).
+/// Turn the kernels on or off for this whole process (`roll-tui devices --check` turns them off
+/// to compute the same steps through candle's ops).
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
