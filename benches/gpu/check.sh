@@ -3,8 +3,12 @@
 # roll-tui carried there (built on any machine, see README "GPU"):
 #
 #   here:  source .cuda-toolkit/env.sh && cargo build --release --features cuda,nccl \
-#          && mkdir -p target/gpu && strip -o target/gpu/roll-tui target/release/roll-tui
-#   there: bash benches/gpu/check.sh target/gpu/roll-tui      (carry: target/gpu)
+#          && mkdir -p target/gpu && strip -o target/gpu/roll-tui target/release/roll-tui \
+#          && gzip -9 target/gpu/roll-tui
+#   there: bash benches/gpu/check.sh target/gpu/roll-tui.gz   (carry: target/gpu)
+#
+# Stripped, the binary is 79 MB (candle's CUDA kernels are most of it), over the 64 MiB a carry
+# takes; gzipped it is 23 MB, and this script unpacks it.
 #
 # Each step runs under its own time limit and the script goes on past a failure; everything is
 # logged under $OUT (or benches/gpu/out). About 5 minutes on an H200. What it runs:
@@ -18,9 +22,12 @@
 # Not in it yet (not built): offload/reload GB/s against pinned memcpy, CUDA IPC / NCCL weight
 # sync, the time-shared RL step against dedicated GPUs.
 set -uo pipefail
-BIN="${1:-target/gpu/roll-tui}"
+BIN="${1:-target/gpu/roll-tui.gz}"
 OUT="${OUT:-benches/gpu/out}"
 mkdir -p "$OUT"
+if [[ "$BIN" == *.gz ]]; then
+    gunzip -c "$BIN" > "$OUT/roll-tui" && chmod +x "$OUT/roll-tui" && BIN="$OUT/roll-tui"
+fi
 BIN="$(realpath "$BIN")"
 log() { echo "== $*" | tee -a "$OUT/check.log"; }
 step() {  # step NAME SECONDS CMD...

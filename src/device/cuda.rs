@@ -50,8 +50,19 @@ pub fn devices(asked: DeviceSpec) -> Result<Vec<CudaDeviceInfo>, DeviceError> {
         .collect()
 }
 
-/// candle's device for `spec`, checked against the devices present first.
+/// The devices this process opened, by ordinal: candle tells devices apart by the instance (two
+/// `Device::new_cuda(0)` are two devices whose tensors cannot meet), so every caller of [`open`]
+/// gets the same one — one stream and one cuBLAS handle a GPU a process.
+static OPENED: std::sync::Mutex<Vec<(usize, Device)>> = std::sync::Mutex::new(Vec::new());
+
+/// candle's device for `spec`, checked against the devices present the first time.
 pub fn open(spec: DeviceSpec) -> Result<Device, DeviceError> {
+    let mut opened = OPENED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, d)) = opened.iter().find(|(i, _)| *i == spec.index) {
+        return Ok(d.clone());
+    }
     let present = devices(spec)?;
     if spec.index >= present.len() {
         return Err(DeviceError::NoSuchDevice {
@@ -59,10 +70,12 @@ pub fn open(spec: DeviceSpec) -> Result<Device, DeviceError> {
             present,
         });
     }
-    Device::new_cuda(spec.index).map_err(|e| DeviceError::Driver {
+    let device = Device::new_cuda(spec.index).map_err(|e| DeviceError::Driver {
         device: spec,
         message: e.to_string(),
-    })
+    })?;
+    opened.push((spec.index, device.clone()));
+    Ok(device)
 }
 
 /// The driver's free and total memory of the device `spec` names.
