@@ -214,8 +214,8 @@ rl:
         .expect("config");
         let rl = cfg.rl.expect("rl section");
         let vars: Vec<_> = model.transformer.params().named_vars();
-        let mut actor = ActorTrain::Local(
-            AdamW::new(
+        let mut actor = ActorTrain::Local {
+            opt: AdamW::new(
                 vars,
                 OptimizerConfig {
                     lr: 1e-5,
@@ -224,7 +224,8 @@ rl:
                 100,
             )
             .expect("opt"),
-        );
+            recipe: Box::new(rl.actor_recipe()),
+        };
         let mut kl = roll::algo::kl::KlController::new(Default::default(), 0.0, 0.1, 1e4);
         let mut running = roll::algo::normalize::RunningStats::new();
         let eos = model.eos_ids.clone();

@@ -1,5 +1,5 @@
 //! algo: the RL math of post-training — advantages, reward normalisation, KL, policy and value losses,
-//! loss aggregation, masks and group filters.
+//! loss aggregation, masks and group filters; the preference losses (DPO, cDPO, IPO).
 //!
 //! Everything here is pure math on candle tensors (or plain slices): no IO, no model code, no config
 //! parsing, no logging. Callers own the data; these functions only compute.
@@ -23,6 +23,7 @@ pub mod kl;
 pub mod loss;
 pub mod mask;
 pub mod normalize;
+pub mod preference;
 pub mod sft;
 
 pub use advantage::{AdvantageEstimator, AdvantageParams, compute_advantages};

@@ -7,6 +7,7 @@
 //! path to the working directory.
 
 mod devices;
+mod dpo;
 mod env;
 mod include;
 pub mod load;
@@ -28,6 +29,7 @@ use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use devices::{DeviceKind, DevicesConfig, Kernels};
+pub use dpo::{DpoConfig, DpoEvalConfig};
 pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
 pub use roles::Role;
@@ -52,6 +54,9 @@ pub struct RunConfig {
     /// Supervised fine-tuning on (prompt, ground_truth) pairs, run before `rl` when both are present.
     #[serde(default)]
     pub sft: Option<SftConfig>,
+    /// Preference optimisation on pairs (DPO, cDPO, IPO), run after `sft` and before `rl`.
+    #[serde(default)]
+    pub dpo: Option<DpoConfig>,
     #[serde(default)]
     pub rl: Option<RlConfig>,
     #[serde(default)]
@@ -367,6 +372,9 @@ impl RunConfig {
                 *p = dir.join(&*p);
             }
         }
+        if let Some(dpo) = &mut cfg.dpo {
+            dpo.rebase(dir);
+        }
         let cfg = load::apply_overrides(cfg, overrides)?;
         load::validated(cfg, &path.display().to_string())
     }
@@ -388,6 +396,11 @@ impl RunConfig {
         for d in &mut self.data.domains {
             if let Some(p) = &d.path {
                 d.path = Some(abs(p));
+            }
+        }
+        if let Some(dpo) = &mut self.dpo {
+            for p in dpo.paths_mut() {
+                *p = abs(p);
             }
         }
         self
@@ -438,8 +451,10 @@ impl Validate for RunConfig {
                 ));
             }
         }
-        let env_only = self.sft.is_none() && self.rl.as_ref().is_some_and(|rl| rl.env.is_some());
-        if self.data.domains.is_empty() && !env_only {
+        // SFT and RL on prompts read the domains; DPO reads its pairs, agentic RL its env.
+        let reads_domains =
+            self.sft.is_some() || self.rl.as_ref().is_some_and(|rl| rl.env.is_none());
+        if self.data.domains.is_empty() && reads_domains {
             p.push("data.domains must list at least one domain".into());
         }
         for (i, d) in self.data.domains.iter().enumerate() {
@@ -465,7 +480,10 @@ impl Validate for RunConfig {
             }
         }
         if self.stages().is_empty() {
-            p.push("nothing to do: add an 'sft' and/or an 'rl' section".into());
+            p.push("nothing to do: add an 'sft', 'dpo' or 'rl' section".into());
+        }
+        if let Some(dpo) = &self.dpo {
+            dpo.validate(p);
         }
         if let Some(sft) = &self.sft {
             if sft.steps == 0 || sft.batch_size == 0 {

@@ -8,6 +8,7 @@
 
 pub mod jsonl;
 pub mod mix;
+pub mod pairs;
 
 pub mod synthetic;
 

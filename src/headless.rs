@@ -131,6 +131,10 @@ pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> Stri
     }
     for (key, label) in [
         ("sft/loss", "loss"),
+        ("loss", "loss"),
+        ("rewards/accuracies", "acc"),
+        ("rewards/margins", "margin"),
+        ("eval/rewards/accuracies", "eval_acc"),
         ("actor/pg_loss", "pg_loss"),
         ("actor/kl", "kl"),
         ("actor/entropy", "entropy"),

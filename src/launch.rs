@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::config::{RunConfig, Stage, StageConfig};
+use crate::config::RunConfig;
 use crate::pipeline::{self, Observer, PipelineError, Resume, RunOutcome, RunStatus};
 use crate::store::liveness::ProcessIdentity;
 use crate::store::{
@@ -206,9 +206,8 @@ fn resume_point(
         )));
     }
     let resume = Resume::load(&last.path, &cfg).map_err(|e| refuse(e.to_string()))?;
-    let last_stage_steps = match cfg.stages().last() {
-        Some(StageConfig::Rl(rl)) => (Stage::Rl.as_str(), rl.steps),
-        Some(StageConfig::Sft(sft)) => (Stage::Sft.as_str(), sft.steps),
+    let last_stage_steps = match cfg.last_stage() {
+        Some(stage) => (stage.as_str(), cfg.steps_of(stage)),
         None => ("", 0),
     };
     if (resume.state.stage.as_str(), resume.state.step) == last_stage_steps {

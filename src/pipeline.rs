@@ -1,6 +1,7 @@
 //! Pipelines as plain sequential code over role handles (`crate::role`): a run is the ordered list
-//! of its stages ([`run`] loops over `RunConfig::stages`), each stage a module — SFT ([`sft`]) and
-//! RLVR ([`rlvr`]). Whether a role runs here or in a worker process is the role's business.
+//! of its stages ([`run`] loops over `RunConfig::stages`), each stage a module — SFT ([`sft`]),
+//! DPO ([`dpo`]), RLVR ([`rlvr`]) and agentic RL ([`agentic`]). Every stage that changes the
+//! policy's weights trains through actor_train (`role::actor_train`) with its own recipe. Whether a role runs here or in a worker process is the role's business.
 //!
 //! A pipeline reports progress only through [`Observer`] events and writes numbers only through a
 //! [`MetricSink`]; it never prints. Front-ends (headless, TUI) subscribe to the events. A run can start
@@ -11,6 +12,7 @@
 pub mod agentic;
 mod ahead;
 mod context;
+pub mod dpo;
 mod resume;
 mod rl_learner;
 mod rl_metrics;
@@ -200,6 +202,9 @@ pub fn run(
         let from = Resume::for_stage(resume, stage.stage());
         let (status, ckpt) = match *stage {
             StageConfig::Sft(c) => sft::run_sft(&mut ctx, c, &model, &data, from.as_ref())?,
+            StageConfig::Dpo(c) => {
+                dpo::run_dpo(&mut ctx, c, &model, cfg.data.chat_template, from.as_ref())?
+            }
             StageConfig::Rl(c) => match &c.env {
                 Some(env) => agentic::run_agentic(
                     &mut ctx,

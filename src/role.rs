@@ -21,6 +21,7 @@ pub mod actor_infer;
 pub mod actor_train;
 pub mod critic;
 pub mod epochs;
+pub mod recipe;
 pub mod reference;
 pub mod remote;
 pub mod reward;

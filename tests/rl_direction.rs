@@ -43,7 +43,10 @@ fn tiny_policy() -> LoadedModel {
 /// One RL update of `model` on `batch` with a fresh optimizer and no reference or critic.
 fn update_once(rl: &RlConfig, model: &LoadedModel, batch: &RlBatch) -> UpdateOutput {
     let vars: Vec<_> = model.transformer.params().named_vars();
-    let mut actor = ActorTrain::Local(AdamW::new(vars, rl.optimizer.clone(), 1).unwrap());
+    let mut actor = ActorTrain::Local {
+        opt: AdamW::new(vars, rl.optimizer.clone(), 1).unwrap(),
+        recipe: Box::new(rl.actor_recipe()),
+    };
     let mut kl = KlController::new(Default::default(), 0.0, 0.1, 1e4);
     let mut running = RunningStats::new();
     let state = UpdateState {

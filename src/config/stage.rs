@@ -1,16 +1,19 @@
 //! The stages a run goes through, in order: each has its own config section (`sft:`, `rl:`), its
 //! pipeline, its metric series and checkpoints in the store, and its panels in the workbench.
-//! Adding a stage (`agentic`, `dpo`, `distill`) starts with a variant here.
+//! Adding a stage (`distill`) starts with a variant here, its section in `RunConfig` and its
+//! module in `pipeline/`.
 
 use serde::{Deserialize, Serialize};
 
-use super::{RlConfig, RunConfig, SftConfig};
+use super::{DpoConfig, RlConfig, RunConfig, SftConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Supervised fine-tuning on (prompt, ground truth) pairs (`sft:`).
     Sft,
+    /// Preference optimisation on (prompt, chosen, rejected) pairs (`dpo:`).
+    Dpo,
     /// RL with verifiable rewards (`rl:`).
     Rl,
 }
@@ -18,12 +21,13 @@ pub enum Stage {
 impl Stage {
     /// Every stage this build knows, in the order a run goes through them unless its config's
     /// `stages:` says otherwise.
-    pub const ALL: [Stage; 2] = [Stage::Sft, Stage::Rl];
+    pub const ALL: [Stage; 3] = [Stage::Sft, Stage::Dpo, Stage::Rl];
 
     /// The stage's name: its config section, and how the store and the workbench name it.
     pub const fn as_str(self) -> &'static str {
         match self {
             Stage::Sft => "sft",
+            Stage::Dpo => "dpo",
             Stage::Rl => "rl",
         }
     }
@@ -65,6 +69,7 @@ impl std::fmt::Display for Stage {
 #[derive(Debug, Clone, Copy)]
 pub enum StageConfig<'a> {
     Sft(&'a SftConfig),
+    Dpo(&'a DpoConfig),
     Rl(&'a RlConfig),
 }
 
@@ -72,6 +77,7 @@ impl StageConfig<'_> {
     pub fn stage(&self) -> Stage {
         match self {
             StageConfig::Sft(_) => Stage::Sft,
+            StageConfig::Dpo(_) => Stage::Dpo,
             StageConfig::Rl(_) => Stage::Rl,
         }
     }
@@ -85,9 +91,30 @@ impl RunConfig {
             .into_iter()
             .filter_map(|stage| match stage {
                 Stage::Sft => self.sft.as_ref().map(StageConfig::Sft),
+                Stage::Dpo => self.dpo.as_ref().map(StageConfig::Dpo),
                 Stage::Rl => self.rl.as_ref().map(StageConfig::Rl),
             })
             .collect()
+    }
+
+    /// The stage a run goes through just before `stage` (whose final checkpoint `stage` starts
+    /// from), `None` when `stage` is the run's first or not one of its stages.
+    pub fn stage_before(&self, stage: Stage) -> Option<StageConfig<'_>> {
+        let stages = self.stages();
+        let at = stages.iter().position(|s| s.stage() == stage)?;
+        at.checked_sub(1).map(|i| stages[i])
+    }
+
+    /// The steps of `stage` in this run (0 when the run has no such stage).
+    pub fn steps_of(&self, stage: Stage) -> usize {
+        self.stages()
+            .into_iter()
+            .find(|s| s.stage() == stage)
+            .map_or(0, |s| match s {
+                StageConfig::Sft(c) => c.steps,
+                StageConfig::Dpo(c) => c.steps,
+                StageConfig::Rl(c) => c.steps,
+            })
     }
 
     /// The stage the run ends with.
@@ -109,16 +136,17 @@ mod tests {
                 format!("\"{s}\"")
             );
         }
-        assert_eq!(Stage::parse("dpo"), None);
+        assert_eq!(Stage::parse("distill"), None);
         assert_eq!(
             (
                 Stage::rank_of("sft"),
+                Stage::rank_of("dpo"),
                 Stage::rank_of("rl"),
                 Stage::rank_of("x")
             ),
-            (0, 1, 2)
+            (0, 1, 2, 3)
         );
-        assert_eq!(Stage::Sft.later(), [Stage::Rl]);
+        assert_eq!(Stage::Sft.later(), [Stage::Dpo, Stage::Rl]);
         assert!(Stage::Rl.later().is_empty());
     }
 }

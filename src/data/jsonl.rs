@@ -35,6 +35,16 @@ pub fn load_jsonl_numbered(
     path: &Path,
     default_domain: &str,
 ) -> Result<Vec<(usize, Example)>, DataError> {
+    read_lines(path, |text| parse_line(text, default_domain))
+}
+
+/// Each non-blank line of the JSONL file `path` through `parse`, with its line number, read a
+/// line at a time (at most [`MAX_LINE_BYTES`] each). `parse`'s error is reported with the file
+/// and the line; a file without a single line to parse is an error.
+pub(crate) fn read_lines<T>(
+    path: &Path,
+    mut parse: impl FnMut(&str) -> Result<T, String>,
+) -> Result<Vec<(usize, T)>, DataError> {
     use std::io::{BufRead, Read};
     let shown = path.display().to_string();
     let read_err = |source| DataError::Read {
@@ -96,12 +106,10 @@ pub fn load_jsonl_numbered(
             continue;
         }
         let example =
-            parse_line(text.trim_end_matches(['\n', '\r']), default_domain).map_err(|message| {
-                DataError::Line {
-                    path: shown.clone(),
-                    line,
-                    message,
-                }
+            parse(text.trim_end_matches(['\n', '\r'])).map_err(|message| DataError::Line {
+                path: shown.clone(),
+                line,
+                message,
             })?;
         examples.push((line, example));
     }

@@ -49,7 +49,9 @@ impl Resume {
         // An agentic RL stage reads no dataset: its episodes follow from seeds, not a cursor.
         let agentic = self.state.stage == Stage::Rl.as_str()
             && cfg.rl.as_ref().is_some_and(|rl| rl.env.is_some());
-        if let Some(m) = self.state.mixer.as_ref().filter(|_| !agentic) {
+        // A DPO stage's cursor is over its pairs (checked by the stage).
+        let pairs = self.state.stage == Stage::Dpo.as_str();
+        if let Some(m) = self.state.mixer.as_ref().filter(|_| !agentic && !pairs) {
             data.mixer(0)?.restore(m)?;
         }
         let Some(rl) = cfg

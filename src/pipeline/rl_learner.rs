@@ -63,12 +63,12 @@ impl<'m> Learner<'m> {
         resume: Option<&Resume>,
         mixer: Option<&mut DomainMixer>,
     ) -> Result<Learner<'m>, PipelineError> {
-        let updates = cfg.steps * cfg.ppo_epochs * cfg.mini_batches;
+        let updates = cfg.updates();
         let restore = resume.map(|r| Restore {
             dir: &r.dir,
             optimizer_steps: r.state.optimizer_steps,
         });
-        let actor = ActorTrain::start(ctx.cfg, cfg, model, updates, restore)?;
+        let actor = ActorTrain::start(ctx.cfg, cfg.actor_recipe(), model, updates, restore)?;
         // The reference is the policy as the stage began; a resumed stage reloads it from disk.
         let reference = match (cfg.kl.mode != KlMode::None, resume) {
             (false, _) => None,

@@ -14,7 +14,7 @@ use crate::model::LoadedModel;
 use super::{PipelineError, TensorContext};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
-use crate::role::epochs::{ActorStep, CriticStep, EpochRows, mean_of};
+use crate::role::epochs::{ActorStep, CriticStep, EpochRows, PolicyTargets, Targets, mean_of};
 use crate::role::reference::Reference;
 use crate::role::rows::Rows;
 
@@ -308,13 +308,15 @@ pub fn update(
             loss_mask,
             seed: st.seed,
         },
-        temperature,
-        kl_coef,
-        adv,
-        old_logp,
-        ref_logp,
+        targets: Targets::Policy(PolicyTargets {
+            temperature,
+            kl_coef,
+            adv,
+            old_logp,
+            ref_logp,
+        }),
     };
-    m.extend(st.actor.train(cfg, &step, policy)?);
+    m.extend(st.actor.train(&step, policy)?);
     if let (Some(critic), Some(old_values)) = (st.critic, old_values) {
         let step = CriticStep {
             rows: step.rows,

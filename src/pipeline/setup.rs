@@ -85,22 +85,26 @@ pub fn load_checkpoint_policy(
     )?)
 }
 
-/// The policy as it was when the RL stage began (the frozen reference of a resumed RL stage): the
-/// final SFT checkpoint when the run has an SFT stage, else the configured model.
+/// The policy as it was when the RL stage began (the frozen reference of a resumed RL stage).
 pub fn rl_start_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
-    match &cfg.sft {
-        Some(sft) => {
-            let dir = super::checkpoint_dir(&cfg.output_dir(), Stage::Sft, sft.steps);
-            if !dir.join("trainer_state.json").exists() {
-                return Err(PipelineError::Setup(format!(
-                    "resuming RL needs the final SFT checkpoint '{}' (the KL reference), and it is missing",
-                    dir.display()
-                )));
-            }
-            load_checkpoint_policy(cfg, &dir)
-        }
-        None => load_policy(cfg),
+    stage_start_policy(cfg, Stage::Rl)
+}
+
+/// The policy as it was when `stage` began (the frozen reference of a resumed RL or DPO stage):
+/// the final checkpoint of the stage before it, else the configured model.
+pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, PipelineError> {
+    let Some(before) = cfg.stage_before(stage).map(|s| s.stage()) else {
+        return load_policy(cfg);
+    };
+    let dir = super::checkpoint_dir(&cfg.output_dir(), before, cfg.steps_of(before));
+    if !dir.join("trainer_state.json").exists() {
+        return Err(PipelineError::Setup(format!(
+            "resuming {stage} needs the final {before} checkpoint '{}' (its reference policy), and \
+             it is missing",
+            dir.display()
+        )));
     }
+    load_checkpoint_policy(cfg, &dir)
 }
 
 /// A domain's examples with its mixing weight and reward rule.
@@ -158,7 +162,7 @@ impl Domains {
 }
 
 /// Bytes per model position beyond which a prompt is refused without tokenizing it.
-const MAX_PROMPT_BYTES_PER_POSITION: usize = 64;
+pub(super) const MAX_PROMPT_BYTES_PER_POSITION: usize = 64;
 
 /// Load or generate every domain, and check that the tokenizer can represent every prompt and answer
 /// (a character the tokenizer does not know would silently become `<unk>` and poison training).
@@ -277,28 +281,37 @@ pub struct Tokenizing<'a> {
 
 impl Tokenizing<'_> {
     pub fn prompt_ids(&self, prompt: &str) -> Result<Vec<u32>, String> {
-        let text = if self.chat_template {
-            let tok = &self.model.tokenizer;
-            let template = tok
-                .chat_template
-                .as_deref()
-                .ok_or("cannot be templated: the tokenizer has no chat_template")?;
+        if self.chat_template {
             let messages = [ChatMessage {
                 role: "user".into(),
                 content: prompt.into(),
             }];
-            render_chat(
-                template,
-                &messages,
-                true,
-                tok.bos_token.as_deref(),
-                tok.eos_token.as_deref(),
-            )
-            .map_err(|e| e.to_string())?
-        } else {
-            prompt.to_string()
-        };
-        let ids = self.encode(&text)?;
+            return self.messages_ids(&messages);
+        }
+        self.nonempty(prompt)
+    }
+
+    /// A conversation's messages through the tokenizer's chat template, ending with the prompt
+    /// of the assistant's turn (whatever `chat_template` says: messages only exist templated).
+    pub fn messages_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
+        let tok = &self.model.tokenizer;
+        let template = tok
+            .chat_template
+            .as_deref()
+            .ok_or("cannot be templated: the tokenizer has no chat_template")?;
+        let text = render_chat(
+            template,
+            messages,
+            true,
+            tok.bos_token.as_deref(),
+            tok.eos_token.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        self.nonempty(&text)
+    }
+
+    fn nonempty(&self, text: &str) -> Result<Vec<u32>, String> {
+        let ids = self.encode(text)?;
         if ids.is_empty() {
             return Err("is empty".into());
         }

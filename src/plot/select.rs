@@ -3,7 +3,10 @@
 //! Charts, in output order (metric keys per DESIGN.md):
 //! - `reward`: `reward/<domain>/mean` for every domain;
 //! - `accuracy`: `score/<domain>/accuracy` for every domain;
-//! - `loss`: `actor/pg_loss`, `critic/value_loss` and `sft/loss`;
+//! - `loss`: `actor/pg_loss`, `critic/value_loss`, `sft/loss`, and DPO's `loss` and `eval/loss`;
+//! - `preference_accuracy`: DPO's `rewards/accuracies`, `eval/rewards/accuracies`;
+//! - `implicit_reward`: DPO's `rewards/chosen|rejected|margins`, `eval/rewards/margins`;
+//! - `logps`: DPO's `logps/chosen`, `logps/rejected`;
 //! - `kl`: `actor/kl`; `entropy`: `actor/entropy`;
 //! - `response_length`: `response_length/mean`, `response_length/max`;
 //! - `grad_norm`: `actor/grad_norm`, `critic/grad_norm`;
@@ -51,7 +54,32 @@ const KINDS: &[ChartKind] = &[
     ChartKind {
         name: "loss",
         y_label: "loss",
-        matches: |key| matches!(key, "actor/pg_loss" | "critic/value_loss" | "sft/loss"),
+        matches: |key| {
+            matches!(
+                key,
+                "actor/pg_loss" | "critic/value_loss" | "sft/loss" | "loss" | "eval/loss"
+            )
+        },
+    },
+    ChartKind {
+        name: "preference_accuracy",
+        y_label: "accuracy",
+        matches: |key| matches!(key, "rewards/accuracies" | "eval/rewards/accuracies"),
+    },
+    ChartKind {
+        name: "implicit_reward",
+        y_label: "beta * log-ratio",
+        matches: |key| {
+            matches!(
+                key,
+                "rewards/chosen" | "rewards/rejected" | "rewards/margins" | "eval/rewards/margins"
+            )
+        },
+    },
+    ChartKind {
+        name: "logps",
+        y_label: "log-prob",
+        matches: |key| matches!(key, "logps/chosen" | "logps/rejected"),
     },
     ChartKind {
         name: "kl",
@@ -212,6 +240,36 @@ mod tests {
         let plans = plan_charts(&input);
         assert_eq!(plans[0].title, "reward (rl)");
         assert_eq!(plans[3].title, "loss (sft)");
+    }
+
+    #[test]
+    fn dpo_metrics_get_their_charts() {
+        let input = vec![
+            series("dpo", "loss", &[0.7]),
+            series("dpo", "eval/loss", &[0.6]),
+            series("dpo", "rewards/accuracies", &[0.5]),
+            series("dpo", "eval/rewards/accuracies", &[0.5]),
+            series("dpo", "rewards/chosen", &[0.1]),
+            series("dpo", "rewards/rejected", &[-0.1]),
+            series("dpo", "rewards/margins", &[0.2]),
+            series("dpo", "logps/chosen", &[-3.0]),
+            series("dpo", "logps/rejected", &[-4.0]),
+        ];
+        assert_eq!(
+            summary(&input),
+            owned(&[
+                ("dpo_loss", &["loss", "eval/loss"]),
+                (
+                    "dpo_preference_accuracy",
+                    &["rewards/accuracies", "eval/rewards/accuracies"]
+                ),
+                (
+                    "dpo_implicit_reward",
+                    &["rewards/chosen", "rewards/rejected", "rewards/margins"]
+                ),
+                ("dpo_logps", &["logps/chosen", "logps/rejected"]),
+            ])
+        );
     }
 
     #[test]

@@ -11,13 +11,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::epochs::{ActorStep, actor_epochs};
+use super::recipe::TrainRecipe;
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
 use super::train_serve::{TrainInit, TrainOp, restore_trainable};
 use super::{
     HostCopy, Protocol, ResidentRole, Restore, RoleCall, RoleError, TensorContext, WorkerNote,
     setup_err, step_file,
 };
-use crate::config::{PlacementMode, RlConfig, RunConfig};
+use crate::config::{PlacementMode, RunConfig};
 use crate::metrics::Metrics;
 use crate::model::{LoadError, LoadedModel};
 use crate::scheduler::host_copy::{HostArea, read_into_vars};
@@ -82,17 +83,21 @@ impl Protocol for ActorTrainProtocol {
 /// A train step longer than this is a hung worker (CPU steps of real models take minutes).
 const CALL_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// The policy's trainer: every stage that changes the policy's weights trains through it.
 pub enum ActorTrain {
-    Local(AdamW),
+    Local {
+        opt: AdamW,
+        recipe: Box<TrainRecipe>,
+    },
     Remote(Box<RemoteTrain>),
 }
 
 impl ActorTrain {
-    /// The policy's optimizer for `updates` AdamW steps, where the run places it; restored from
-    /// the checkpoint when resuming.
+    /// The policy's trainer for `recipe` and `updates` AdamW steps, where the run places
+    /// actor_train; its optimizer restored from the checkpoint when resuming.
     pub fn start(
         run: &RunConfig,
-        cfg: &RlConfig,
+        recipe: TrainRecipe,
         model: &LoadedModel,
         updates: usize,
         resume: Option<Restore<'_>>,
@@ -100,30 +105,28 @@ impl ActorTrain {
         if run.workers.actor_train.mode == PlacementMode::Process {
             let threads = run.worker_threads(Role::ActorTrain);
             let device = run.workers.device_of(Role::ActorTrain, 0);
-            return RemoteTrain::start(model, cfg, updates, resume, threads, device)
+            return RemoteTrain::start(model, recipe, updates, resume, threads, device)
                 .map(|r| ActorTrain::Remote(Box::new(r)));
         }
         let vars = model.transformer.params().named_vars();
-        let mut opt =
-            AdamW::new(vars, cfg.optimizer.clone(), updates).during("rl optimizer setup")?;
+        let mut opt = AdamW::new(vars, recipe.optimizer.clone(), updates)
+            .during("actor_train optimizer setup")?;
         if let Some(r) = resume {
             let (_, moments) = load_trainer_state(r.dir, model.transformer.device())?;
             opt.restore(r.optimizer_steps, &moments)
-                .during("restoring the rl optimizer")?;
+                .during("restoring the actor_train optimizer")?;
         }
-        Ok(ActorTrain::Local(opt))
+        Ok(ActorTrain::Local {
+            opt,
+            recipe: Box::new(recipe),
+        })
     }
 
-    /// The actor's epochs on `step`; afterwards `policy` holds the new weights.
-    pub fn train(
-        &mut self,
-        cfg: &RlConfig,
-        step: &ActorStep,
-        policy: &LoadedModel,
-    ) -> Result<Metrics, RoleError> {
+    /// The recipe's epochs on `step`; afterwards `policy` holds the new weights.
+    pub fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<Metrics, RoleError> {
         match self {
-            ActorTrain::Local(opt) => {
-                actor_epochs(cfg, step, &policy.transformer, policy.pad_id, opt)
+            ActorTrain::Local { opt, recipe } => {
+                actor_epochs(recipe, step, &policy.transformer, policy.pad_id, opt)
             }
             ActorTrain::Remote(r) => r.train(step, policy),
         }
@@ -142,7 +145,7 @@ impl ResidentRole for ActorTrain {
 
     fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            ActorTrain::Local(opt) => {
+            ActorTrain::Local { opt, .. } => {
                 let weights = host.policy.transformer.params().named_tensors();
                 host.area
                     .overwrite(Role::ActorTrain.as_str(), &opt.with_moments(weights))
@@ -154,7 +157,7 @@ impl ResidentRole for ActorTrain {
 
     fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            ActorTrain::Local(opt) => {
+            ActorTrain::Local { opt, .. } => {
                 let vars = host.policy.transformer.params().named_vars();
                 restore_trainable(host.area, Role::ActorTrain, &vars, opt)
             }
@@ -168,21 +171,21 @@ impl ResidentRole for ActorTrain {
 
     fn drain_events(&mut self) -> Vec<WorkerNote> {
         match self {
-            ActorTrain::Local(_) => vec![],
+            ActorTrain::Local { .. } => vec![],
             ActorTrain::Remote(r) => r.worker.drain_events(),
         }
     }
 
     fn restarts(&self) -> usize {
         match self {
-            ActorTrain::Local(_) => 0,
+            ActorTrain::Local { .. } => 0,
             ActorTrain::Remote(r) => r.worker.restarts,
         }
     }
 
     fn shutdown(&mut self) -> Vec<WorkerNote> {
         match self {
-            ActorTrain::Local(_) => vec![],
+            ActorTrain::Local { .. } => vec![],
             ActorTrain::Remote(r) => r.worker.shutdown(),
         }
     }
@@ -191,14 +194,14 @@ impl ResidentRole for ActorTrain {
 impl OptimizerState for ActorTrain {
     fn steps_taken(&self) -> usize {
         match self {
-            ActorTrain::Local(opt) => opt.steps_taken(),
+            ActorTrain::Local { opt, .. } => opt.steps_taken(),
             ActorTrain::Remote(r) => r.optimizer_steps,
         }
     }
 
     fn save_moments(&self, path: &Path) -> Result<(), LoadError> {
         match self {
-            ActorTrain::Local(opt) => opt.save_moments(path),
+            ActorTrain::Local { opt, .. } => opt.save_moments(path),
             ActorTrain::Remote(r) => {
                 let call = ActorTrainCall::Checkpoint {
                     moments: path.to_path_buf(),
@@ -231,7 +234,7 @@ fn lost(e: WorkerError) -> RoleError {
 impl RemoteTrain {
     fn start(
         model: &LoadedModel,
-        cfg: &RlConfig,
+        recipe: TrainRecipe,
         updates: usize,
         resume: Option<Restore<'_>>,
         threads: usize,
@@ -248,7 +251,7 @@ impl RemoteTrain {
             model_config: model.config().to_hf_json(),
             pad_id: model.pad_id,
             weights: area.path(WEIGHTS_OUT),
-            rl: cfg.clone(),
+            recipe,
             total_updates: updates,
             moments: resume.map(|r| r.dir.join("optimizer.safetensors")),
             optimizer_steps: resume.map_or(0, |r| r.optimizer_steps),

@@ -18,6 +18,7 @@ pub use net::CriticNet;
 use net::initial_tensors;
 
 use super::epochs::{CriticStep, critic_epochs};
+use super::recipe::TrainRecipe;
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
 use super::rows::{Rows, needs_critic};
 use super::step_file::{write_critic, write_rows};
@@ -127,9 +128,8 @@ impl Critic {
         updates: usize,
         resume: Option<Restore<'_>>,
     ) -> Result<Option<Critic>, RoleError> {
-        let Some(c) = cfg
-            .critic
-            .as_ref()
+        let Some(recipe) = cfg
+            .critic_recipe()
             .filter(|_| needs_critic(cfg.adv_estimator))
         else {
             return Ok(None);
@@ -138,7 +138,7 @@ impl Critic {
         if run.workers.critic.mode == PlacementMode::Process {
             let threads = run.worker_threads(Role::Critic);
             let device = run.workers.device_of(Role::Critic, 0);
-            return RemoteCritic::start(policy, cfg, updates, resume, steps, threads, device)
+            return RemoteCritic::start(policy, recipe, updates, resume, steps, threads, device)
                 .map(|r| Some(Critic::Remote(Box::new(r))));
         }
         // Copies: built from a variable's tensor, a `Var` would share the policy's storage.
@@ -151,7 +151,7 @@ impl Critic {
         let mut net = CriticNet::from_tensors(
             policy.config(),
             tensors,
-            &c.optimizer,
+            &recipe.optimizer,
             updates,
             origin,
             None,
@@ -189,7 +189,14 @@ impl Critic {
         pad_id: u32,
     ) -> Result<Metrics, RoleError> {
         match self {
-            Critic::Local(net) => critic_epochs(cfg, step, net, pad_id),
+            Critic::Local(net) => {
+                let recipe = cfg.critic_recipe().ok_or_else(|| {
+                    RoleError::Setup(
+                        "the critic was asked to train in a run without rl.critic".into(),
+                    )
+                })?;
+                critic_epochs(&recipe, step, net, pad_id)
+            }
             Critic::Remote(r) => r.train(step),
         }
     }
@@ -281,7 +288,7 @@ impl ResidentRole for Critic {
 impl RemoteCritic {
     fn start(
         policy: &LoadedModel,
-        cfg: &RlConfig,
+        recipe: TrainRecipe,
         updates: usize,
         resume: Option<Restore<'_>>,
         optimizer_steps: usize,
@@ -304,7 +311,7 @@ impl RemoteCritic {
             model_config: policy.config().to_hf_json(),
             pad_id: policy.pad_id,
             weights,
-            rl: cfg.clone(),
+            recipe,
             total_updates: updates,
             moments: resume.map(|r| r.dir.join(CRITIC_OPTIMIZER_FILE)),
             optimizer_steps,

@@ -1,25 +1,26 @@
-//! The optimisation half of an RL step: PPO-style epochs over mini-batches and micro-batches, for
-//! the actor (actor_train) and, under GAE, the critic. The two are independent — neither reads the
-//! other's weights — so each runs its own pass over the same seeded mini-batch plan, and either pass
-//! can run in a worker process ([`ActorStep`] and [`CriticStep`] are everything they need;
+//! The one training loop of every stage: epochs over mini-batches and micro-batches, gradients
+//! accumulated over a mini-batch's micro-batches (cut into lanes worked on side by side), one
+//! optimizer step per mini-batch. What the loop minimises is the role's [`TrainRecipe`]: RL's
+//! policy loss (actor_train) and, under GAE, the critic's value loss; SFT's negative
+//! log-likelihood (actor_train). The actor and the critic are independent — neither reads the
+//! other's weights — so each runs its own pass over the same seeded mini-batch plan, and either
+//! pass can run in a worker process ([`ActorStep`] and [`CriticStep`] are everything they need;
 //! `step_file` carries each as one shared-memory safetensors file).
 
-use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::{SeedableRng, rngs::StdRng};
 
 use super::critic::CriticNet;
+use super::recipe::{Objective, TrainRecipe};
 use super::{RoleError, TensorContext};
-use crate::algo::aggregate::{LossAgg, aggregate, masked_mean};
-use crate::algo::kl::{KlMode, kl_penalty};
-use crate::algo::loss::{entropy_bonus, policy_loss, value_loss};
-use crate::config::RlConfig;
+use crate::algo::aggregate::{LossAgg, masked_mean};
+use crate::algo::loss::value_loss;
 use crate::data::mix_seed;
 use crate::metrics::Metrics;
 use crate::model::threads::micro_batches_in_lanes;
-use crate::model::{Numerics, Tape, Transformer};
-use crate::train::{AdamW, GradAccumulator, TrainBatch, response_forward};
+use crate::model::{Numerics, Tape};
+use crate::train::{GradAccumulator, TrainBatch};
 
 /// The rows of a step and what decides how they are cut into mini- and micro-batches.
 pub struct EpochRows {
@@ -34,9 +35,47 @@ pub struct EpochRows {
     pub seed: u64,
 }
 
-/// Everything the actor's epochs read: the rows and the per-token targets.
+impl EpochRows {
+    /// (n, longest response) f32: 1 on every response token, 0 past a row's end.
+    pub fn response_mask(responses: &[Vec<u32>], device: &Device) -> candle_core::Result<Tensor> {
+        let width = responses.iter().map(Vec::len).max().unwrap_or(0);
+        let data: Vec<f32> = responses
+            .iter()
+            .flat_map(|r| (0..width).map(move |j| f32::from(u8::from(j < r.len()))))
+            .collect();
+        Tensor::from_vec(data, (responses.len(), width), device)
+    }
+}
+
+/// Everything actor_train's epochs read: the rows and what the stage's loss needs of them.
 pub struct ActorStep {
     pub rows: EpochRows,
+    pub targets: Targets,
+}
+
+/// What a stage hands actor_train besides the rows; it must match the role's [`Objective`].
+pub enum Targets {
+    /// RL: the per-token targets of the policy loss.
+    Policy(PolicyTargets),
+    /// SFT: the rows' responses are the targets themselves.
+    Likelihood,
+    /// Preference pairs (rows 2k chosen, 2k+1 rejected, `group_size` 2): the reference's
+    /// per-token log-probs of every row, (n, R) f32.
+    Preference { ref_logp: Tensor },
+}
+
+impl Targets {
+    fn name(&self) -> &'static str {
+        match self {
+            Targets::Policy(_) => "an RL step",
+            Targets::Likelihood => "an SFT batch",
+            Targets::Preference { .. } => "preference pairs",
+        }
+    }
+}
+
+/// The per-token targets of an RL step's policy loss.
+pub struct PolicyTargets {
     pub temperature: f64,
     pub kl_coef: f64,
     pub adv: Tensor,
@@ -63,6 +102,8 @@ struct Micro {
     /// This micro-batch's share of its mini-batch's loss.
     weight: f64,
     mask: Tensor,
+    /// The loss tokens of the whole mini-batch.
+    mini_tokens: f64,
 }
 
 impl Micro {
@@ -81,10 +122,10 @@ trait MiniBatchLearner {
     fn mini_done(&mut self) -> Result<(), RoleError>;
 }
 
-/// Drive `learner` through `cfg.ppo_epochs` passes, each micro-batch cut into `lanes` parts.
+/// Drive `learner` through the recipe's epochs, each micro-batch cut into `lanes` parts.
 /// Returns the mini-batches stepped.
 fn run_epochs(
-    cfg: &RlConfig,
+    recipe: &TrainRecipe,
     rows: &EpochRows,
     (pad_id, kv_groups, lanes): (u32, usize, usize),
     dev: &Device,
@@ -92,16 +133,18 @@ fn run_epochs(
 ) -> Result<usize, RoleError> {
     let g = rows.group_size;
     let n_groups = rows.prompts.len() / g;
-    let groups_per_mini = n_groups.div_ceil(cfg.mini_batches);
+    let groups_per_mini = n_groups.div_ceil(recipe.mini_batches.max(1));
     let mut minis = 0;
-    for epoch in 0..cfg.ppo_epochs {
-        // Mini-batches take whole groups in a seeded random order: batches arrive grouped by domain,
-        // and consecutive optimizer steps on one domain at a time would pull the policy back and forth.
+    for epoch in 0..recipe.epochs {
+        // Mini-batches take whole groups, in a seeded random order when the recipe says so
+        // (why: `TrainRecipe::shuffle`).
         let mut order: Vec<usize> = (0..n_groups).collect();
-        order.shuffle(&mut StdRng::seed_from_u64(mix_seed(&[
-            rows.seed,
-            epoch as u64,
-        ])));
+        if recipe.shuffle {
+            order.shuffle(&mut StdRng::seed_from_u64(mix_seed(&[
+                rows.seed,
+                epoch as u64,
+            ])));
+        }
         for (mini_idx, mini_groups) in order.chunks(groups_per_mini).enumerate() {
             let mini: Vec<usize> = mini_groups
                 .iter()
@@ -122,7 +165,12 @@ fn run_epochs(
                 .iter()
                 .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
                 .collect();
-            for micro in micro_batches_in_lanes(&lens, rows.micro, lanes) {
+            let micros = if recipe.objective.keeps_groups_whole() {
+                whole_groups(&lens, g, rows.micro, lanes)
+            } else {
+                micro_batches_in_lanes(&lens, rows.micro, lanes)
+            };
+            for micro in micros {
                 // Each lane is a micro-batch of its own, weighted by its share of the mini-batch,
                 // so the lanes' gradients sum to the micro-batch's.
                 let mut parts = vec![];
@@ -140,7 +188,7 @@ fn run_epochs(
                         .and_then(|x| x.narrow(1, 0, tb.response_width))
                         .during("rl slice")?;
                     let tokens = scalar(&mask.sum_all().during("mask")?)?;
-                    let weight = match cfg.policy_loss.agg {
+                    let weight = match recipe.objective.agg() {
                         LossAgg::TokenMean => tokens / mini_tokens,
                         _ => part.len() as f64 / mini.len() as f64,
                     };
@@ -150,6 +198,7 @@ fn run_epochs(
                         idx,
                         weight,
                         mask,
+                        mini_tokens,
                     });
                 }
                 learner.micro(&parts)?;
@@ -161,92 +210,39 @@ fn run_epochs(
     Ok(minis)
 }
 
-/// Sums of per-micro-batch diagnostics, weighted by each micro-batch's share of its mini-batch.
-#[derive(Default)]
-struct ActorTally {
-    pg_loss: f64,
-    clip_low: f64,
-    clip_high: f64,
-    approx_kl: f64,
-    entropy: f64,
-    grad_norm: f64,
-    lr: f64,
-    diff_sum: f64,
-    diff_tokens: f64,
-}
-
-struct ActorLearner<'a> {
-    cfg: &'a RlConfig,
-    step: &'a ActorStep,
-    policy: &'a Transformer,
-    opt: &'a mut AdamW,
-    acc: GradAccumulator,
-    t: ActorTally,
-}
-
-/// What one lane's pass of the actor gives: its gradients and its weighted diagnostics.
-struct ActorPart {
-    grads: GradStore,
-    t: ActorTally,
-}
-
-/// The actor's forward, losses and backward over one lane of a micro-batch.
-fn actor_pass(
-    cfg: &RlConfig,
-    st: &ActorStep,
-    policy: &Transformer,
-    mb: &Micro,
-) -> Result<ActorPart, RoleError> {
-    let agg = cfg.policy_loss.agg;
-    let mut t = ActorTally::default();
-    let mut tape = Tape::default();
-    let (logp, entropy) = response_forward(
-        policy,
-        &mb.tb,
-        st.temperature,
-        Numerics::Differentiable,
-        true,
-        Some(&mut tape),
-    )
-    .during("actor forward")?;
-    let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
-    let old = mb.slice(&st.old_logp)?;
-    if mb.first {
-        let d = ((logp.detach() - &old)
-            .during("diff")?
-            .abs()
-            .during("diff")?
-            * &mb.tb.response_mask)
-            .during("diff")?;
-        t.diff_sum = scalar(&d.sum_all().during("diff")?)?;
-        t.diff_tokens = scalar(&mb.tb.response_mask.sum_all().during("diff")?)?;
-    }
-    let adv = mb.slice(&st.adv)?;
-    let out = policy_loss(&cfg.policy_loss, &logp, &old, &adv, &mb.mask).during("policy loss")?;
-    let mut loss = out.loss.clone();
-    if cfg.entropy_coef != 0.0 {
-        let bonus = entropy_bonus(&entropy, &mb.mask, agg).during("entropy bonus")?;
-        loss = (loss - (bonus * cfg.entropy_coef).during("entropy")?).during("entropy")?;
-    }
-    if cfg.kl.mode == KlMode::InLoss
-        && let Some(ref_logp) = &st.ref_logp
-    {
-        let kl = kl_penalty(cfg.kl.estimator, &logp, &mb.slice(ref_logp)?).during("kl loss")?;
-        let kl = aggregate(&kl, &mb.mask, agg, cfg.policy_loss.norm_len).during("kl loss")?;
-        loss = (loss + (kl * st.kl_coef).during("kl loss")?).during("kl loss")?;
-    }
-    let loss = (loss * mb.weight).during("loss scaling")?;
-    let w = mb.weight;
-    t.pg_loss = w * scalar(&out.loss)?;
-    t.clip_low = w * out.clip_frac_low as f64;
-    t.clip_high = w * out.clip_frac_high as f64;
-    t.approx_kl = w * out.approx_kl as f64;
-    t.entropy = w * mean_of(&entropy.detach(), &mb.mask)?;
-    // The loss alone holds the head's piece now, so the backward frees it (the logits) before
-    // the layers' gradients pile up.
-    drop((logp, entropy, out));
-    let grads = tape.backward(loss).during("actor backward")?;
-    Ok(ActorPart { grads, t })
+/// [`micro_batches_in_lanes`] over whole groups of `g` consecutive rows (`lens` lists the rows of
+/// whole groups): micro-batches of about `micro` rows, lanes of whole groups, each group's rows
+/// consecutive and in their order.
+fn whole_groups(
+    lens: &[(usize, usize)],
+    g: usize,
+    micro: usize,
+    lanes: usize,
+) -> Vec<Vec<Vec<usize>>> {
+    let g = g.max(1);
+    // A group costs what its rows do side by side: its longest prompt and response, g times.
+    let group_lens: Vec<(usize, usize)> = lens
+        .chunks(g)
+        .map(|rows| {
+            let p = rows.iter().map(|r| r.0).max().unwrap_or(0);
+            let r = rows.iter().map(|r| r.1).max().unwrap_or(0);
+            (p, r)
+        })
+        .collect();
+    micro_batches_in_lanes(&group_lens, (micro / g).max(1), lanes)
+        .into_iter()
+        .map(|lanes| {
+            lanes
+                .into_iter()
+                .map(|groups| {
+                    groups
+                        .into_iter()
+                        .flat_map(|k| k * g..(k + 1) * g)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// `pass` over every lane, side by side when there are several; results in lane order.
@@ -259,92 +255,9 @@ fn lanes_map<T: Send>(
         .collect()
 }
 
-impl MiniBatchLearner for ActorLearner<'_> {
-    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
-        let (cfg, st, policy) = (self.cfg, self.step, self.policy);
-        // Summed in lane order, so a run is repeatable whatever thread finishes first.
-        for part in lanes_map(lanes, |mb| actor_pass(cfg, st, policy, mb))? {
-            self.acc
-                .add(self.opt.vars(), part.grads)
-                .during("actor backward")?;
-            self.t.pg_loss += part.t.pg_loss;
-            self.t.clip_low += part.t.clip_low;
-            self.t.clip_high += part.t.clip_high;
-            self.t.approx_kl += part.t.approx_kl;
-            self.t.entropy += part.t.entropy;
-            self.t.diff_sum += part.t.diff_sum;
-            self.t.diff_tokens += part.t.diff_tokens;
-        }
-        Ok(())
-    }
-
-    fn mini_done(&mut self) -> Result<(), RoleError> {
-        let acc = std::mem::take(&mut self.acc);
-        let stats = self.opt.step(acc).during("actor optimizer step")?;
-        self.t.grad_norm += stats.grad_norm;
-        self.t.lr = stats.lr;
-        Ok(())
-    }
-}
-
-/// The actor's epochs on `policy` with `opt`; returns the `actor/*` and `train_infer/*` metrics.
-/// Micro-batches are cut into the model's [lanes](crate::model::threads::lanes).
-pub fn actor_epochs(
-    cfg: &RlConfig,
-    step: &ActorStep,
-    policy: &Transformer,
-    pad_id: u32,
-    opt: &mut AdamW,
-) -> Result<Metrics, RoleError> {
-    let lanes = policy.lanes();
-    actor_epochs_in_lanes(cfg, step, policy, (pad_id, lanes), opt)
-}
-
-/// [`actor_epochs`] with each micro-batch cut into `lanes` parts worked on side by side.
-fn actor_epochs_in_lanes(
-    cfg: &RlConfig,
-    step: &ActorStep,
-    policy: &Transformer,
-    (pad_id, lanes): (u32, usize),
-    opt: &mut AdamW,
-) -> Result<Metrics, RoleError> {
-    let kv_groups = policy.config().kv_groups();
-    let dev = policy.device().clone();
-    let mut learner = ActorLearner {
-        cfg,
-        step,
-        policy,
-        opt,
-        acc: GradAccumulator::default(),
-        t: ActorTally::default(),
-    };
-    let minis = run_epochs(
-        cfg,
-        &step.rows,
-        (pad_id, kv_groups, lanes),
-        &dev,
-        &mut learner,
-    )?;
-    let (t, per) = (learner.t, (minis as f64).max(1.0));
-    let mut m = Metrics::new();
-    m.insert("actor/pg_loss".into(), t.pg_loss / per);
-    m.insert("actor/clip_frac_low".into(), t.clip_low / per);
-    m.insert("actor/clip_frac_high".into(), t.clip_high / per);
-    m.insert("actor/approx_kl".into(), t.approx_kl / per);
-    m.insert("actor/entropy".into(), t.entropy / per);
-    m.insert("actor/grad_norm".into(), t.grad_norm / per);
-    m.insert("actor/lr".into(), t.lr);
-    if t.diff_tokens > 0.0 {
-        m.insert(
-            "train_infer/logprob_abs_diff".into(),
-            t.diff_sum / t.diff_tokens,
-        );
-    }
-    Ok(m)
-}
-
 struct CriticLearner<'a> {
-    cfg: &'a RlConfig,
+    clip: Option<f64>,
+    agg: LossAgg,
     critic: &'a mut CriticNet,
     returns: &'a Tensor,
     old_values: &'a Tensor,
@@ -355,8 +268,7 @@ struct CriticLearner<'a> {
 
 impl MiniBatchLearner for CriticLearner<'_> {
     fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
-        let agg = self.cfg.policy_loss.agg;
-        let clip = self.cfg.critic.as_ref().and_then(|c| c.value_clip);
+        let (agg, clip) = (self.agg, self.clip);
         let (critic, returns, old_values) = (&*self.critic, self.returns, self.old_values);
         let parts = lanes_map(lanes, |mb| {
             let mut tape = Tape::default();
@@ -391,7 +303,7 @@ impl MiniBatchLearner for CriticLearner<'_> {
 
 /// The critic's epochs over the same mini-batch plan; returns the `critic/*` training metrics.
 pub fn critic_epochs(
-    cfg: &RlConfig,
+    recipe: &TrainRecipe,
     step: &CriticStep,
     critic: &mut CriticNet,
     pad_id: u32,
@@ -399,8 +311,14 @@ pub fn critic_epochs(
     let kv_groups = critic.model.config().kv_groups();
     let lanes = critic.model.lanes();
     let dev = critic.model.device().clone();
+    let Objective::Value { clip, agg } = recipe.objective else {
+        return Err(RoleError::Setup(
+            "the critic was set up without a value loss".into(),
+        ));
+    };
     let mut learner = CriticLearner {
-        cfg,
+        clip,
+        agg,
         critic,
         returns: &step.returns,
         old_values: &step.old_values,
@@ -409,7 +327,7 @@ pub fn critic_epochs(
         grad_norm: 0.0,
     };
     let minis = run_epochs(
-        cfg,
+        recipe,
         &step.rows,
         (pad_id, kv_groups, lanes),
         &dev,
@@ -436,6 +354,9 @@ pub(super) fn scalar(t: &Tensor) -> Result<f64, RoleError> {
 pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RoleError> {
     scalar(&masked_mean(x, mask).during("metrics")?)
 }
+
+mod actor;
+pub use actor::actor_epochs;
 
 #[cfg(test)]
 #[path = "epochs_tests.rs"]

@@ -2,11 +2,12 @@
 //! parts would as micro-batches of their own, one after the other.
 
 use super::*;
+use crate::config::RlConfig;
 use crate::config::RunConfig;
 use crate::config::load::from_yaml_str;
 use crate::model::hf_dir::{InitOptions, init_model};
 use crate::model::{Arch, LoadedModel};
-use crate::train::OptimizerConfig;
+use crate::train::{AdamW, OptimizerConfig};
 
 /// A tiny random policy (also the worker tests' model).
 pub(crate) fn model() -> LoadedModel {
@@ -64,11 +65,13 @@ pub(crate) fn step(micro: usize) -> ActorStep {
             loss_mask: t(mask),
             seed: 11,
         },
-        temperature: 1.0,
-        kl_coef: 0.0,
-        adv: t((0..40).map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0).collect()),
-        old_logp: t((0..40).map(|i| -2.0 - (i % 5) as f32 * 0.1).collect()),
-        ref_logp: None,
+        targets: Targets::Policy(PolicyTargets {
+            temperature: 1.0,
+            kl_coef: 0.0,
+            adv: t((0..40).map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0).collect()),
+            old_logp: t((0..40).map(|i| -2.0 - (i % 5) as f32 * 0.1).collect()),
+            ref_logp: None,
+        }),
     }
 }
 
@@ -85,8 +88,8 @@ fn train(micro: usize, lanes: usize) -> (Vec<Vec<f32>>, Metrics) {
         10,
     )
     .expect("opt");
-    let metrics = actor_epochs_in_lanes(
-        &rl(),
+    let metrics = actor::actor_epochs_in_lanes(
+        &rl().actor_recipe(),
         &step(micro),
         &m.transformer,
         (m.pad_id, lanes),
@@ -155,4 +158,134 @@ fn lanes_train_exactly_as_their_parts_would_one_after_the_other() {
             "{key}: lanes {v}, whole micro-batches {w}"
         );
     }
+}
+
+/// 4 preference pairs (rows 2k chosen, 2k+1 rejected, each pair one prompt) and the frozen
+/// policy's per-token log-probs of them as the reference.
+fn pairs_step(m: &LoadedModel, micro: usize) -> ActorStep {
+    let dev = Device::Cpu;
+    let prompts: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| (0..2 + i / 2 % 3).map(|k| 3 + (i / 2 + k) % 9).collect())
+        .collect();
+    let responses: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| (0..2 + i % 3).map(|k| 3 + (i * 5 + k) % 9).collect())
+        .collect();
+    let width = responses.iter().map(Vec::len).max().unwrap_or(0);
+    let rows = crate::role::rows::Rows {
+        prompts: &prompts,
+        responses: &responses,
+        micro: 8,
+        width,
+    };
+    let ref_logp =
+        crate::role::rows::response_logprobs(&m.transformer, m.pad_id, &rows, 1.0).expect("ref");
+    ActorStep {
+        rows: EpochRows {
+            loss_mask: EpochRows::response_mask(&responses, &dev).expect("mask"),
+            prompts,
+            responses,
+            group_size: 2,
+            micro,
+            seed: 3,
+        },
+        targets: Targets::Preference { ref_logp },
+    }
+}
+
+fn dpo(loss_type: crate::algo::preference::PreferenceLossType) -> crate::role::recipe::TrainRecipe {
+    crate::role::recipe::TrainRecipe {
+        optimizer: OptimizerConfig {
+            lr: 1e-2,
+            ..Default::default()
+        },
+        epochs: 1,
+        mini_batches: 1,
+        shuffle: false,
+        objective: crate::role::recipe::Objective::Preference(
+            crate::algo::preference::PreferenceParams {
+                loss_type,
+                beta: 0.1,
+                label_smoothing: 0.0,
+            },
+        ),
+    }
+}
+
+#[test]
+fn preference_pairs_start_at_the_losses_of_a_tie_and_learn_the_chosen_rows() {
+    use crate::algo::preference::PreferenceLossType::{Ipo, Sigmoid};
+    let m = model();
+    let vars = m.transformer.params().named_vars();
+    let recipe = dpo(Sigmoid);
+    let mut opt = AdamW::new(vars, recipe.optimizer.clone(), 20).expect("opt");
+    let step = pairs_step(&m, 8);
+    let first = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
+    // The policy is the reference: every pair's z is 0, so DPO's loss is -log σ(0) = ln 2 and
+    // every implicit reward 0 (up to the two forward paths' rounding).
+    assert!(
+        (first["loss"] - std::f64::consts::LN_2).abs() < 1e-5,
+        "{first:?}"
+    );
+    for key in ["rewards/chosen", "rewards/rejected", "rewards/margins"] {
+        assert!(first[key].abs() < 1e-5, "{key}: {first:?}");
+    }
+    // The rows' summed log-probs: about -ln 12 (a near-uniform 12-token vocabulary... with
+    // random weights) per token, 2-4 tokens a row.
+    assert!(first["logps/chosen"] < -2.0 && first["logps/rejected"] < -2.0);
+    let mut last = first;
+    for _ in 0..10 {
+        last = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
+    }
+    assert!(last["loss"] < 0.6, "{last:?}");
+    assert_eq!(last["rewards/accuracies"], 1.0, "{last:?}");
+    assert!(
+        last["rewards/chosen"] > last["rewards/rejected"],
+        "{last:?}"
+    );
+
+    // IPO at a tie: (0 - 1/(2 * 0.1))^2 = 25.
+    let m = model();
+    let vars = m.transformer.params().named_vars();
+    let recipe = dpo(Ipo);
+    let mut opt = AdamW::new(vars, recipe.optimizer.clone(), 20).expect("opt");
+    let ipo = actor_epochs(
+        &recipe,
+        &pairs_step(&m, 8),
+        &m.transformer,
+        m.pad_id,
+        &mut opt,
+    )
+    .expect("ipo");
+    assert!((ipo["loss"] - 25.0).abs() < 1e-3, "{ipo:?}");
+}
+
+#[test]
+fn preference_micro_batches_keep_pairs_whole_and_sum_to_the_batch() {
+    // Micro-batches of 1 row still take whole pairs (one pair each); their losses and gradients
+    // add up to the whole batch's, up to reordered sums.
+    let train = |micro: usize| {
+        let m = model();
+        let vars = m.transformer.params().named_vars();
+        let recipe = dpo(crate::algo::preference::PreferenceLossType::Sigmoid);
+        let mut opt = AdamW::new(vars.clone(), recipe.optimizer.clone(), 20).expect("opt");
+        let step = pairs_step(&m, micro);
+        let mut metrics = Metrics::new();
+        for _ in 0..3 {
+            metrics =
+                actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
+        }
+        (weights(&vars), metrics)
+    };
+    let (w1, m1) = train(1);
+    let (w8, m8) = train(8);
+    for (key, v) in &m8 {
+        assert!((m1[key] - v).abs() < 1e-4, "{key}: {} vs {v}", m1[key]);
+    }
+    let moved = w1
+        .iter()
+        .flatten()
+        .zip(w8.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(moved < 1e-3, "{moved}");
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::epochs::{ActorStep, CriticStep, EpochRows};
+use super::epochs::{ActorStep, CriticStep, EpochRows, PolicyTargets, Targets};
 use super::rows::Rows;
 use crate::scheduler::host_copy::{HostCopyError, read_tensors, write_tensors};
 
@@ -99,10 +99,12 @@ impl Opened {
 fn epoch_header(
     rows: &EpochRows,
     floats: &[f64],
+    more_ints: &[i64],
     path: &Path,
 ) -> Result<Vec<(String, Tensor)>, HostCopyError> {
     // Seeds use all 64 bits: they travel as their i64 bit pattern.
-    let ints = [rows.group_size as i64, rows.micro as i64, rows.seed as i64];
+    let mut ints = vec![rows.group_size as i64, rows.micro as i64, rows.seed as i64];
+    ints.extend(more_ints);
     let mut tensors =
         header(&rows.prompts, &rows.responses, floats, &ints).map_err(|source| HostCopyError {
             path: path.to_path_buf(),
@@ -112,20 +114,21 @@ fn epoch_header(
     Ok(tensors)
 }
 
-/// Open a file [`epoch_header`] began, expecting `floats` scalars after its own.
+/// Open a file [`epoch_header`] began, expecting `more_ints` integers after its own.
 fn open_epoch(
     what: &str,
     path: &Path,
     device: &Device,
-    floats: usize,
-) -> Result<(Opened, EpochRows, Vec<f64>), String> {
+    more_ints: usize,
+) -> Result<(Opened, EpochRows, Vec<f64>, Vec<i64>), String> {
     let (mut f, (prompts, responses, fl, ints)) = Opened::new(what, path, device)?;
-    let &[group_size, micro, seed] = &ints[..] else {
-        return Err(f.bad_scalars("3 integers"));
+    let (&[group_size, micro, seed], more) = ints.split_at_checked(3).unwrap_or((&[], &[])) else {
+        return Err(f.bad_scalars(&format!("{} integers", 3 + more_ints)));
     };
-    if fl.len() != floats {
-        return Err(f.bad_scalars(&format!("{floats} floats")));
+    if more.len() != more_ints {
+        return Err(f.bad_scalars(&format!("{} integers", 3 + more_ints)));
     }
+    let more = more.to_vec();
     let rows = EpochRows {
         prompts,
         responses,
@@ -134,39 +137,67 @@ fn open_epoch(
         loss_mask: f.take("loss_mask")?,
         seed: seed as u64,
     };
-    Ok((f, rows, fl))
+    Ok((f, rows, fl, more))
 }
+
+/// The kind of an actor step's targets, as its file's last integer says.
+const POLICY_TARGETS: i64 = 0;
+const LIKELIHOOD_TARGETS: i64 = 1;
+const PREFERENCE_TARGETS: i64 = 2;
 
 /// Write `step` to `path`; returns the bytes of tensor data written.
 pub fn write_actor(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
-    let floats = [step.temperature, step.kl_coef];
-    let mut tensors = epoch_header(&step.rows, &floats, path)?;
-    tensors.extend([
-        ("adv".into(), step.adv.clone()),
-        ("old_logp".into(), step.old_logp.clone()),
-    ]);
-    if let Some(r) = &step.ref_logp {
-        tensors.push(("ref_logp".into(), r.clone()));
-    }
+    let tensors = match &step.targets {
+        Targets::Policy(p) => {
+            let floats = [p.temperature, p.kl_coef];
+            let mut tensors = epoch_header(&step.rows, &floats, &[POLICY_TARGETS], path)?;
+            tensors.extend([
+                ("adv".into(), p.adv.clone()),
+                ("old_logp".into(), p.old_logp.clone()),
+            ]);
+            if let Some(r) = &p.ref_logp {
+                tensors.push(("ref_logp".into(), r.clone()));
+            }
+            tensors
+        }
+        Targets::Likelihood => epoch_header(&step.rows, &[], &[LIKELIHOOD_TARGETS], path)?,
+        Targets::Preference { ref_logp } => {
+            let mut tensors = epoch_header(&step.rows, &[], &[PREFERENCE_TARGETS], path)?;
+            tensors.push(("ref_logp".into(), ref_logp.clone()));
+            tensors
+        }
+    };
     write_tensors(path, &tensors)
 }
 
 /// Read what [`write_actor`] wrote, with the per-token tensors on `device`.
 pub fn read_actor(path: &Path, device: &Device) -> Result<ActorStep, String> {
-    let (mut f, rows, floats) = open_epoch("actor step", path, device, 2)?;
-    Ok(ActorStep {
-        rows,
-        temperature: floats[0],
-        kl_coef: floats[1],
-        adv: f.take("adv")?,
-        old_logp: f.take("old_logp")?,
-        ref_logp: f.take("ref_logp").ok(),
-    })
+    let (mut f, rows, floats, kind) = open_epoch("actor step", path, device, 1)?;
+    let targets = match (kind[0], &floats[..]) {
+        (POLICY_TARGETS, &[temperature, kl_coef]) => Targets::Policy(PolicyTargets {
+            temperature,
+            kl_coef,
+            adv: f.take("adv")?,
+            old_logp: f.take("old_logp")?,
+            ref_logp: f.take("ref_logp").ok(),
+        }),
+        (LIKELIHOOD_TARGETS, []) => Targets::Likelihood,
+        (PREFERENCE_TARGETS, []) => Targets::Preference {
+            ref_logp: f.take("ref_logp")?,
+        },
+        (kind, floats) => {
+            return Err(f.bad_scalars(&format!(
+                "a known kind of targets with its floats, found kind {kind} with {} floats",
+                floats.len()
+            )));
+        }
+    };
+    Ok(ActorStep { rows, targets })
 }
 
 /// Write a critic's step to `path`; returns the bytes of tensor data written.
 pub fn write_critic(step: &CriticStep, path: &Path) -> Result<u64, HostCopyError> {
-    let mut tensors = epoch_header(&step.rows, &[], path)?;
+    let mut tensors = epoch_header(&step.rows, &[], &[], path)?;
     tensors.extend([
         ("returns".into(), step.returns.clone()),
         ("old_values".into(), step.old_values.clone()),
@@ -176,7 +207,7 @@ pub fn write_critic(step: &CriticStep, path: &Path) -> Result<u64, HostCopyError
 
 /// Read what [`write_critic`] wrote, with the per-token tensors on `device`.
 pub fn read_critic(path: &Path, device: &Device) -> Result<CriticStep, String> {
-    let (mut f, rows, _) = open_epoch("critic step", path, device, 0)?;
+    let (mut f, rows, _, _) = open_epoch("critic step", path, device, 0)?;
     Ok(CriticStep {
         rows,
         returns: f.take("returns")?,
@@ -242,11 +273,13 @@ mod tests {
                 loss_mask: t(&[1., 0., 1., 1.]),
                 seed: u64::MAX - 3,
             },
-            temperature: 0.7,
-            kl_coef: 1.0 / 3.0,
-            adv: t(&[0.1, 0.0, -0.2, f32::MIN_POSITIVE]),
-            old_logp: t(&[-1.0, 0.0, -2.5, -0.125]),
-            ref_logp: None,
+            targets: Targets::Policy(PolicyTargets {
+                temperature: 0.7,
+                kl_coef: 1.0 / 3.0,
+                adv: t(&[0.1, 0.0, -0.2, f32::MIN_POSITIVE]),
+                old_logp: t(&[-1.0, 0.0, -2.5, -0.125]),
+                ref_logp: None,
+            }),
         };
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("step.safetensors");
@@ -258,12 +291,44 @@ mod tests {
             (back.rows.group_size, back.rows.micro, back.rows.seed),
             (2, 1, u64::MAX - 3)
         );
-        assert_eq!(back.temperature.to_bits(), 0.7f64.to_bits());
-        assert_eq!(back.kl_coef.to_bits(), (1.0f64 / 3.0).to_bits());
-        assert_eq!(bits(&back.adv), bits(&step.adv));
-        assert_eq!(bits(&back.old_logp), bits(&step.old_logp));
+        let (Targets::Policy(back_t), Targets::Policy(sent)) = (&back.targets, &step.targets)
+        else {
+            panic!("an RL step reads back as an RL step");
+        };
+        assert_eq!(back_t.temperature.to_bits(), 0.7f64.to_bits());
+        assert_eq!(back_t.kl_coef.to_bits(), (1.0f64 / 3.0).to_bits());
+        assert_eq!(bits(&back_t.adv), bits(&sent.adv));
+        assert_eq!(bits(&back_t.old_logp), bits(&sent.old_logp));
         assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
-        assert!(back.ref_logp.is_none());
+        assert!(back_t.ref_logp.is_none());
+
+        // An SFT batch is its rows alone, and reads back as one.
+        let sft = ActorStep {
+            rows: back.rows,
+            targets: Targets::Likelihood,
+        };
+        write_actor(&sft, &path).expect("write");
+        let back = read_actor(&path, &dev).expect("read");
+        assert!(matches!(back.targets, Targets::Likelihood));
+        assert_eq!(back.rows.responses, step.rows.responses);
+        assert_eq!(bits(&back.rows.loss_mask), bits(&step.rows.loss_mask));
+
+        // Preference pairs carry the reference's per-token log-probs.
+        let pairs = ActorStep {
+            targets: Targets::Preference {
+                ref_logp: t(&[-0.5, 0.0, -1.25, f32::MIN_POSITIVE]),
+            },
+            rows: back.rows,
+        };
+        write_actor(&pairs, &path).expect("write");
+        let back = read_actor(&path, &dev).expect("read");
+        let Targets::Preference { ref_logp } = &back.targets else {
+            panic!("preference pairs read back as preference pairs");
+        };
+        assert_eq!(
+            bits(ref_logp),
+            bits(&t(&[-0.5, 0.0, -1.25, f32::MIN_POSITIVE]))
+        );
     }
 
     #[test]
@@ -298,7 +363,7 @@ mod tests {
         let e = read_actor(&path, &dev)
             .err()
             .expect("a critic step is no actor step");
-        assert!(e.contains("expected 2 floats"), "{e}");
+        assert!(e.contains("expected 4 integers"), "{e}");
     }
 
     #[test]

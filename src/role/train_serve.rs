@@ -21,20 +21,20 @@ use serde::{Deserialize, Serialize};
 
 use super::critic::CriticNet;
 use super::epochs::{actor_epochs, critic_epochs};
+use super::recipe::TrainRecipe;
 use super::remote::ModelReply as Reply;
 use super::rows::Rows;
 use super::step_file::{read_actor, read_critic, read_rows};
 use super::{Calls, Role, RoleCall};
 use super::{RoleError, setup_err};
-use crate::config::RlConfig;
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
 use crate::scheduler::host_copy::{
     overwrite_tensors, read_tensors, read_variables, tensor_bytes, write_tensors,
 };
+use crate::train::AdamW;
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::optim::MOMENT_PREFIXES;
-use crate::train::{AdamW, OptimizerConfig};
 
 /// What to load: the network's shape, its weights from the host copy `weights` (for the critic
 /// with its `value_head.*`), its optimizer.
@@ -44,7 +44,8 @@ pub struct TrainInit {
     pub model_config: serde_json::Value,
     pub pad_id: u32,
     pub weights: PathBuf,
-    pub rl: RlConfig,
+    /// How the role trains: its optimizer, epochs and loss.
+    pub recipe: TrainRecipe,
     /// AdamW steps the learning-rate schedule spans.
     pub total_updates: usize,
     /// Resuming: the checkpoint's optimizer moments, and the AdamW steps taken before it.
@@ -60,7 +61,7 @@ struct Base {
     role: Role,
     config: ModelConfig,
     pad_id: u32,
-    rl: RlConfig,
+    recipe: TrainRecipe,
     total_updates: usize,
     /// Where the network lives while resident.
     device: Device,
@@ -77,18 +78,6 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 impl Base {
-    fn optimizer(&self) -> Result<&OptimizerConfig, String> {
-        match self.role {
-            Role::Critic => self
-                .rl
-                .critic
-                .as_ref()
-                .map(|c| &c.optimizer)
-                .ok_or_else(|| "the critic was started for a run without rl.critic".to_string()),
-            _ => Ok(&self.rl.optimizer),
-        }
-    }
-
     /// The network from named tensors (`origin` names their file), with an optimizer: fresh, or
     /// resumed from `moments` (the steps taken, and the tensors holding the moments).
     fn build(
@@ -97,7 +86,7 @@ impl Base {
         origin: &Path,
         moments: Option<(usize, &mut HashMap<String, Tensor>)>,
     ) -> Result<Resident, String> {
-        let optimizer = self.optimizer()?;
+        let optimizer = &self.recipe.optimizer;
         let updates = self.total_updates;
         if self.role == Role::Critic {
             let net = CriticNet::from_tensors(
@@ -241,7 +230,7 @@ fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
         role,
         config,
         pad_id: init.pad_id,
-        rl: init.rl.clone(),
+        recipe: init.recipe.clone(),
         total_updates: init.total_updates,
         device: crate::device::open(init.device).map_err(err)?,
     };
@@ -279,11 +268,11 @@ fn train(
     let metrics = match r {
         Resident::Actor { model, opt } => {
             let inputs = read_actor(step, model.device())?;
-            actor_epochs(&base.rl, &inputs, model, base.pad_id, opt).map_err(err)?
+            actor_epochs(&base.recipe, &inputs, model, base.pad_id, opt).map_err(err)?
         }
         Resident::Critic(net) => {
             let inputs = read_critic(step, net.model.device())?;
-            critic_epochs(&base.rl, &inputs, net, base.pad_id).map_err(err)?
+            critic_epochs(&base.recipe, &inputs, net, base.pad_id).map_err(err)?
         }
     };
     if let Some(path) = weights_out {

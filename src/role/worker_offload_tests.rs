@@ -152,7 +152,7 @@ fn a_trainer_worker_rewrites_its_copies_in_place() {
         model_config: model.transformer.config().to_hf_json(),
         pad_id: 0,
         weights: weights.clone(),
-        rl: super::epochs::tests::rl(),
+        recipe: super::epochs::tests::rl().actor_recipe(),
         total_updates: 10,
         moments: None,
         optimizer_steps: 0,

@@ -1,0 +1,122 @@
+//! The `dpo:` section: preference optimisation (DPO, cDPO, IPO) on pairs of completions, trained
+//! through actor_train against the reference role. Names follow TRL's `DPOConfig` where it has
+//! one (`beta`, `loss_type`, `label_smoothing`, `precompute_ref_log_probs` as `precompute_ref`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::algo::preference::{PreferenceLossType, PreferenceParams};
+use crate::train::OptimizerConfig;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpoConfig {
+    /// JSONL preference pairs in either of TRL's formats (`data::pairs`); a relative path is
+    /// relative to the config file.
+    pub data: PathBuf,
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Pairs per optimizer step.
+    pub batch_size: usize,
+    /// Pairs per forward and backward pass; gradients accumulate up to `batch_size`.
+    #[serde(default)]
+    pub micro_batch_size: Option<usize>,
+    /// How far the policy may move from the reference (TRL's default 0.1).
+    #[serde(default = "default_beta")]
+    pub beta: f64,
+    #[serde(default)]
+    pub loss_type: PreferenceLossType,
+    /// cDPO: the probability that a pair's labels are flipped (`sigmoid` only), in [0, 0.5).
+    #[serde(default)]
+    pub label_smoothing: f64,
+    /// Compute the reference's log-probs of every pair once, before the first step, instead of
+    /// for each batch; the reference is then unloaded for the rest of the stage.
+    #[serde(default)]
+    pub precompute_ref: bool,
+    /// Held-out pairs scored (`eval/rewards/*`, `eval/loss`) before the first step and every
+    /// `every` steps.
+    #[serde(default)]
+    pub eval: Option<DpoEvalConfig>,
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpoEvalConfig {
+    /// JSONL preference pairs, as `dpo.data`.
+    pub data: PathBuf,
+    /// Steps between evaluations (the last step is always evaluated).
+    #[serde(default = "default_eval_every")]
+    pub every: usize,
+}
+
+fn default_beta() -> f64 {
+    0.1
+}
+
+fn default_eval_every() -> usize {
+    10
+}
+
+impl DpoConfig {
+    /// The loss's parameters.
+    pub fn params(&self) -> PreferenceParams {
+        PreferenceParams {
+            loss_type: self.loss_type,
+            beta: self.beta,
+            label_smoothing: self.label_smoothing,
+        }
+    }
+
+    /// Pairs per forward and backward pass.
+    pub fn micro_pairs(&self) -> usize {
+        self.micro_batch_size
+            .unwrap_or(self.batch_size)
+            .min(self.batch_size)
+    }
+
+    /// Relative data paths made relative to `dir` (the config file's directory).
+    pub fn rebase(&mut self, dir: &Path) {
+        for p in self.paths_mut() {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+    }
+
+    /// Every data path, to make absolute or rebase.
+    pub fn paths_mut(&mut self) -> Vec<&mut PathBuf> {
+        let mut paths = vec![&mut self.data];
+        if let Some(e) = &mut self.eval {
+            paths.push(&mut e.data);
+        }
+        paths
+    }
+
+    pub fn validate(&self, p: &mut Vec<String>) {
+        if self.steps == 0 || self.batch_size == 0 {
+            p.push("dpo.steps and dpo.batch_size must be at least 1".into());
+        }
+        if self.micro_batch_size == Some(0) {
+            p.push("dpo.micro_batch_size must be at least 1".into());
+        }
+        if !(self.beta.is_finite() && self.beta > 0.0) {
+            p.push(format!("dpo.beta must be above 0, got {}", self.beta));
+        }
+        if !(0.0..0.5).contains(&self.label_smoothing) {
+            p.push(format!(
+                "dpo.label_smoothing must be in [0, 0.5), got {}",
+                self.label_smoothing
+            ));
+        }
+        if self.loss_type == PreferenceLossType::Ipo && self.label_smoothing != 0.0 {
+            p.push("dpo.label_smoothing applies to loss_type 'sigmoid' (cDPO), not 'ipo'".into());
+        }
+        if self.eval.as_ref().is_some_and(|e| e.every == 0) {
+            p.push("dpo.eval.every must be at least 1".into());
+        }
+        self.optimizer.validate("dpo.optimizer", p);
+    }
+}

@@ -1,0 +1,349 @@
+//! Preference optimisation (DPO, cDPO, IPO): each step deals a batch of pairs, asks the reference
+//! role for its log-probs of both completions (or reads them from a pass made before the first
+//! step, `dpo.precompute_ref`), and hands the pairs to actor_train, which trains on them as on any
+//! stage's batch with the preference loss (`DpoConfig::recipe`). Held-out pairs (`dpo.eval`) are
+//! scored with the policy and the reference without training.
+//!
+//! The reference is the policy as the stage began: a copy made at the start, or, resuming, the
+//! final checkpoint of the stage before (`setup::stage_start_policy`).
+
+mod pairs;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+
+use self::pairs::{PairOrder, PairSet};
+use super::setup::{Tokenizing, stage_start_policy};
+use super::worker_report::report_workers;
+use super::{
+    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
+    mix_seed,
+};
+use crate::algo::preference::{
+    PairLogps, PreferenceParams, pairs_of, preference_losses, preference_stats, sequence_logps,
+};
+use crate::config::{DpoConfig, Stage};
+use crate::data::mix::{DomainCursor, MixerState};
+use crate::metrics::Metrics;
+use crate::model::LoadedModel;
+use crate::role::actor_infer::copy_of;
+use crate::role::actor_train::ActorTrain;
+use crate::role::epochs::{ActorStep, EpochRows, Targets};
+use crate::role::reference::Reference;
+use crate::role::rows::{Rows, response_logprobs};
+use crate::role::{ResidentRole, Restore};
+
+/// The name of the stage's data cursor in checkpoints.
+const CURSOR: &str = "dpo pairs";
+
+pub fn run_dpo(
+    ctx: &mut RunContext<'_>,
+    cfg: &DpoConfig,
+    model: &LoadedModel,
+    chat_template: bool,
+    resume: Option<&Resume>,
+) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let tok = Tokenizing {
+        model,
+        chat_template,
+    };
+    let positions = model.config().max_position_embeddings;
+    let train = PairSet::load(&cfg.data, tok, positions)?;
+    let eval = match &cfg.eval {
+        Some(e) => Some(PairSet::load(&e.data, tok, positions)?),
+        None => None,
+    };
+    for set in std::iter::once(&train).chain(&eval) {
+        if set.skipped > 0 {
+            ctx.emit(PipelineEvent::Message(format!(
+                "dpo: skipped {} of the pairs in '{}': longer than the model's {positions} positions",
+                set.skipped,
+                set.path.display()
+            )));
+        }
+    }
+    if let Some(r) = resume {
+        let cursor = r.state.mixer.as_ref().and_then(|m| m.domains.first());
+        if cursor.is_none_or(|c| c.name != CURSOR || c.fingerprint != train.fingerprint) {
+            return Err(PipelineError::Setup(format!(
+                "cannot resume the dpo stage from '{}': the pairs in '{}' are not the ones it \
+                 trained on",
+                r.dir.display(),
+                train.path.display()
+            )));
+        }
+    }
+    let reference = match resume {
+        None => copy_of(model)?,
+        Some(_) => stage_start_policy(ctx.cfg, Stage::Dpo)?.transformer,
+    };
+    let mut refs = RefLogps::Live(
+        Box::new(Reference::start(ctx.cfg, reference, model.pad_id)?),
+        model.pad_id,
+    );
+    let restore = resume.map(|r| Restore {
+        dir: &r.dir,
+        optimizer_steps: r.state.optimizer_steps,
+    });
+    let mut actor = ActorTrain::start(ctx.cfg, cfg.recipe(), model, cfg.steps, restore)?;
+    let sets = Sets {
+        train: &train,
+        eval: eval.as_ref(),
+    };
+    let outcome = dpo_steps(ctx, cfg, model, sets, &mut refs, &mut actor, resume);
+    report_workers(ctx, actor.shutdown())?;
+    if let RefLogps::Live(r, _) = &mut refs {
+        report_workers(ctx, r.shutdown())?;
+    }
+    outcome
+}
+
+#[derive(Clone, Copy)]
+struct Sets<'a> {
+    train: &'a PairSet,
+    eval: Option<&'a PairSet>,
+}
+
+/// Where the reference's log-probs come from.
+enum RefLogps {
+    /// Asked of the reference role (and the pad id its rows take) for each batch.
+    Live(Box<Reference>, u32),
+    /// Computed once for every row of the training and held-out pairs (per token, cut to each
+    /// response's length), the reference gone since.
+    Precomputed {
+        train: Vec<Vec<f32>>,
+        eval: Vec<Vec<f32>>,
+    },
+}
+
+impl RefLogps {
+    /// The reference's (n, width) log-probs of the rows of pairs `idx` of `set` (`eval` says
+    /// which set it is).
+    fn of(
+        &mut self,
+        set: &PairSet,
+        eval: bool,
+        idx: &[usize],
+        micro: usize,
+        device: &Device,
+    ) -> Result<Tensor, PipelineError> {
+        let (prompts, responses) = set.rows(idx);
+        let width = responses.iter().map(Vec::len).max().unwrap_or(0);
+        match self {
+            RefLogps::Live(reference, pad) => {
+                let rows = Rows {
+                    prompts: &prompts,
+                    responses: &responses,
+                    micro,
+                    width,
+                };
+                Ok(reference.logprobs(*pad, &rows, 1.0, device)?)
+            }
+            RefLogps::Precomputed { train, eval: held } => {
+                let table = if eval { held } else { train };
+                let mut data = Vec::with_capacity(idx.len() * 2 * width);
+                for &i in idx {
+                    for row in [&table[2 * i], &table[2 * i + 1]] {
+                        data.extend_from_slice(row);
+                        data.extend(std::iter::repeat_n(0f32, width - row.len()));
+                    }
+                }
+                Tensor::from_vec(data, (idx.len() * 2, width), device).during("dpo reference")
+            }
+        }
+    }
+}
+
+/// Every row's reference log-probs of `set`, cut to its response, `batch` pairs at a time.
+fn precompute(
+    reference: &mut RefLogps,
+    set: &PairSet,
+    eval: bool,
+    (batch, micro): (usize, usize),
+    device: &Device,
+) -> Result<Vec<Vec<f32>>, PipelineError> {
+    let mut rows = vec![];
+    let all: Vec<usize> = (0..set.pairs.len()).collect();
+    for idx in all.chunks(batch) {
+        let (_, responses) = set.rows(idx);
+        let t = reference.of(set, eval, idx, micro, device)?;
+        for (row, r) in t
+            .to_vec2::<f32>()
+            .during("dpo reference")?
+            .into_iter()
+            .zip(&responses)
+        {
+            rows.push(row[..r.len()].to_vec());
+        }
+    }
+    Ok(rows)
+}
+
+fn dpo_steps(
+    ctx: &mut RunContext<'_>,
+    cfg: &DpoConfig,
+    model: &LoadedModel,
+    sets: Sets<'_>,
+    refs: &mut RefLogps,
+    actor: &mut ActorTrain,
+    resume: Option<&Resume>,
+) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let device = model.transformer.device().clone();
+    let micro_rows = cfg.micro_pairs() * 2;
+    let first_step = resume.map_or(1, |r| r.state.step + 1);
+    report_workers(ctx, actor.drain_events())?;
+    ctx.emit(PipelineEvent::StageStarted {
+        stage: Stage::Dpo,
+        total_steps: cfg.steps,
+        done_steps: first_step - 1,
+    });
+    if cfg.precompute_ref {
+        let t = Instant::now();
+        let sizes = (cfg.batch_size, micro_rows);
+        let train = precompute(refs, sets.train, false, sizes, &device)?;
+        let eval = match sets.eval {
+            Some(set) => precompute(refs, set, true, sizes, &device)?,
+            None => vec![],
+        };
+        if let RefLogps::Live(r, _) = refs {
+            report_workers(ctx, r.shutdown())?;
+        }
+        *refs = RefLogps::Precomputed { train, eval };
+        ctx.emit(PipelineEvent::Message(format!(
+            "dpo: the reference's log-probs of every pair computed in {:.1} s; the reference is \
+             unloaded",
+            t.elapsed().as_secs_f64()
+        )));
+    }
+    let mut order = PairOrder::new(sets.train.pairs.len(), mix_seed(&[ctx.cfg.seed, 2]));
+    let mut last = None;
+    for step in first_step..=cfg.steps {
+        let t0 = Instant::now();
+        let idx = order.batch(step, cfg.batch_size);
+        let ref_logp = refs.of(sets.train, false, &idx, micro_rows, &device)?;
+        let t_ref = t0.elapsed().as_secs_f64();
+        let (prompts, responses) = sets.train.rows(&idx);
+        let tokens: usize = responses.iter().map(Vec::len).sum();
+        let batch = ActorStep {
+            rows: EpochRows {
+                loss_mask: EpochRows::response_mask(&responses, &device).during("dpo batch")?,
+                prompts,
+                responses,
+                group_size: 2,
+                micro: micro_rows,
+                seed: 0,
+            },
+            targets: Targets::Preference { ref_logp },
+        };
+        let t_train = Instant::now();
+        let mut m = actor.train(&batch, model)?;
+        m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
+        report_workers(ctx, actor.drain_events())?;
+        let every = cfg.eval.as_ref().map_or(0, |e| e.every);
+        if let Some(set) = sets.eval
+            && (step == 1 || step % every == 0 || step == cfg.steps)
+        {
+            let t = Instant::now();
+            let scored = evaluate(model, set, refs, cfg, &device)?;
+            m.extend(scored);
+            m.insert("time/eval".into(), t.elapsed().as_secs_f64());
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        m.insert("time/ref".into(), t_ref);
+        m.insert("time/step".into(), secs);
+        m.insert("system/tokens_per_s".into(), tokens as f64 / secs.max(1e-9));
+        ctx.record_step(Stage::Dpo, step, cfg.steps, m)?;
+        let extras = || CheckpointExtras {
+            mixer: MixerState {
+                domains: vec![DomainCursor {
+                    name: CURSOR.into(),
+                    fingerprint: sets.train.fingerprint,
+                    epoch: 0,
+                    cursor: step * cfg.batch_size,
+                    credit: 0.0,
+                }],
+            },
+            rl: None,
+            critic: None,
+            reference: None,
+        };
+        if ctx.after_step(
+            model,
+            &*actor,
+            Stage::Dpo,
+            (step, cfg.steps),
+            &mut last,
+            extras,
+        )? {
+            return Ok((RunStatus::Interrupted, last));
+        }
+    }
+    Ok((RunStatus::Finished, last))
+}
+
+/// The held-out pairs scored by the policy as it is now against the reference: `eval/loss` and
+/// `eval/rewards/*`, `eval/logps/*` as the training step names them.
+fn evaluate(
+    model: &LoadedModel,
+    set: &PairSet,
+    refs: &mut RefLogps,
+    cfg: &DpoConfig,
+    device: &Device,
+) -> Result<Metrics, PipelineError> {
+    let params: PreferenceParams = cfg.params();
+    let average = params.loss_type.averages_tokens();
+    let micro = cfg.micro_pairs() * 2;
+    let (mut pol, mut refr) = (vec![], vec![]);
+    let all: Vec<usize> = (0..set.pairs.len()).collect();
+    for idx in all.chunks(cfg.batch_size) {
+        let (prompts, responses) = set.rows(idx);
+        let width = responses.iter().map(Vec::len).max().unwrap_or(0);
+        let rows = Rows {
+            prompts: &prompts,
+            responses: &responses,
+            micro,
+            width,
+        };
+        let mask = EpochRows::response_mask(&responses, device).during("dpo eval")?;
+        let logp =
+            response_logprobs(&model.transformer, model.pad_id, &rows, 1.0).during("dpo eval")?;
+        let ref_logp = refs.of(set, true, idx, micro, device)?;
+        for (out, x) in [(&mut pol, &logp), (&mut refr, &ref_logp)] {
+            let seq = sequence_logps(x, &mask, average).during("dpo eval")?;
+            out.extend(seq.to_vec1::<f32>().during("dpo eval")?);
+        }
+    }
+    let t = |v: Vec<f32>| Tensor::from_vec(v, pol.len(), device);
+    let (pol, refr) = (
+        t(pol.clone()).during("dpo eval")?,
+        t(refr).during("dpo eval")?,
+    );
+    let (c, r) = pairs_of(&pol).during("dpo eval")?;
+    let (rc, rr) = pairs_of(&refr).during("dpo eval")?;
+    let x = PairLogps {
+        chosen: &c,
+        rejected: &r,
+        ref_chosen: &rc,
+        ref_rejected: &rr,
+    };
+    let loss = preference_losses(&params, &x)
+        .and_then(|l| l.mean_all())
+        .and_then(|l| l.to_scalar::<f32>())
+        .during("dpo eval")?;
+    let s = preference_stats(params.beta, &x).during("dpo eval")?;
+    let mut m = Metrics::new();
+    for (key, v) in [
+        ("eval/loss", loss as f64),
+        ("eval/rewards/chosen", s.chosen_reward),
+        ("eval/rewards/rejected", s.rejected_reward),
+        ("eval/rewards/accuracies", s.accuracy),
+        ("eval/rewards/margins", s.margin),
+        ("eval/logps/chosen", s.chosen_logp),
+        ("eval/logps/rejected", s.rejected_logp),
+    ] {
+        m.insert(key.into(), v);
+    }
+    Ok(m)
+}

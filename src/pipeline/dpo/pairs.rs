@@ -1,0 +1,180 @@
+//! DPO's data as the stage trains on it: the pairs of a file tokenized once (a bad pair refused
+//! with its line, a pair too long for the model skipped and counted), the seeded order that deals
+//! them into batches, and the rows a batch of pairs is trained as.
+
+use std::path::{Path, PathBuf};
+
+use rand::seq::SliceRandom;
+use rand::{SeedableRng, rngs::StdRng};
+
+use super::super::PipelineError;
+use super::super::setup::{MAX_PROMPT_BYTES_PER_POSITION, Tokenizing};
+use crate::data::pairs::{PairPrompt, load_pairs};
+use crate::data::{DataError, mix_seed};
+
+/// One pair as token ids; the completions end with the end-of-sequence token.
+pub struct TokenPair {
+    pub prompt: Vec<u32>,
+    pub chosen: Vec<u32>,
+    pub rejected: Vec<u32>,
+}
+
+/// The pairs of one file.
+pub struct PairSet {
+    pub path: PathBuf,
+    pub pairs: Vec<TokenPair>,
+    /// Pairs longer than the model's positions, left out.
+    pub skipped: usize,
+    /// FNV-1a over the pairs' tokens: a resume refuses pairs that changed since the checkpoint.
+    pub fingerprint: u64,
+}
+
+impl PairSet {
+    /// Read and tokenize the pairs of `path` for a model of `positions` positions.
+    pub fn load(
+        path: &Path,
+        tok: Tokenizing<'_>,
+        positions: usize,
+    ) -> Result<PairSet, PipelineError> {
+        let shown = path.display().to_string();
+        let mut pairs = vec![];
+        let mut skipped = 0;
+        for pair in load_pairs(path, "pairs")? {
+            let bad = |message: String| {
+                PipelineError::Data(DataError::Line {
+                    path: shown.clone(),
+                    line: pair.line,
+                    message,
+                })
+            };
+            let prompt = match &pair.prompt {
+                PairPrompt::Text(text) => {
+                    // Refused before tokenizing, as prompt datasets' are (see `setup`).
+                    if text.len() > positions * MAX_PROMPT_BYTES_PER_POSITION {
+                        return Err(bad(format!(
+                            "the prompt is {} bytes; the model holds {positions} positions",
+                            text.len()
+                        )));
+                    }
+                    tok.prompt_ids(text)
+                }
+                PairPrompt::Messages(messages) => tok.messages_ids(messages),
+            }
+            .map_err(|e| bad(format!("prompt {e}")))?;
+            let chosen = tok
+                .answer_ids(&pair.chosen)
+                .map_err(|e| bad(format!("chosen {e}")))?;
+            let rejected = tok
+                .answer_ids(&pair.rejected)
+                .map_err(|e| bad(format!("rejected {e}")))?;
+            if prompt.len() + chosen.len().max(rejected.len()) > positions {
+                skipped += 1;
+                continue;
+            }
+            pairs.push(TokenPair {
+                prompt,
+                chosen,
+                rejected,
+            });
+        }
+        if pairs.is_empty() {
+            return Err(PipelineError::Setup(format!(
+                "dataset '{shown}': every one of its {skipped} pairs is longer than the model's \
+                 {positions} positions (prompt and completion together)"
+            )));
+        }
+        let mut bytes = vec![];
+        for p in &pairs {
+            for ids in [&p.prompt, &p.chosen, &p.rejected] {
+                bytes.extend(ids.iter().flat_map(|id| id.to_le_bytes()));
+                bytes.extend(u32::MAX.to_le_bytes());
+            }
+        }
+        Ok(PairSet {
+            path: path.to_path_buf(),
+            pairs,
+            skipped,
+            fingerprint: crate::data::mix::fnv1a(&bytes),
+        })
+    }
+
+    /// The rows of the pairs `idx`, chosen then rejected for each: (prompts, responses).
+    pub fn rows(&self, idx: &[usize]) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+        idx.iter()
+            .flat_map(|&i| {
+                let p = &self.pairs[i];
+                [
+                    (p.prompt.clone(), p.chosen.clone()),
+                    (p.prompt.clone(), p.rejected.clone()),
+                ]
+            })
+            .unzip()
+    }
+}
+
+/// The order pairs are dealt in: every pair once an epoch, each epoch in its own seeded random
+/// order. A batch depends only on its step, so a resumed stage deals what an uninterrupted one
+/// would have without keeping a cursor.
+pub struct PairOrder {
+    n: usize,
+    seed: u64,
+    epoch: Option<usize>,
+    perm: Vec<usize>,
+}
+
+impl PairOrder {
+    pub fn new(n: usize, seed: u64) -> PairOrder {
+        PairOrder {
+            n,
+            seed,
+            epoch: None,
+            perm: vec![],
+        }
+    }
+
+    /// The pairs of step `step` (from 1), `size` of them.
+    pub fn batch(&mut self, step: usize, size: usize) -> Vec<usize> {
+        ((step - 1) * size..step * size)
+            .map(|position| self.at(position))
+            .collect()
+    }
+
+    fn at(&mut self, position: usize) -> usize {
+        let epoch = position / self.n;
+        if self.epoch != Some(epoch) {
+            self.perm = (0..self.n).collect();
+            self.perm.shuffle(&mut StdRng::seed_from_u64(mix_seed(&[
+                self.seed,
+                epoch as u64,
+            ])));
+            self.epoch = Some(epoch);
+        }
+        self.perm[position % self.n]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_take_every_pair_once_an_epoch_and_depend_only_on_their_step() {
+        let mut order = PairOrder::new(5, 9);
+        let steps: Vec<Vec<usize>> = (1..=5).map(|s| order.batch(s, 2)).collect();
+        let mut first_epoch: Vec<usize> = steps.concat()[..5].to_vec();
+        first_epoch.sort();
+        assert_eq!(first_epoch, [0, 1, 2, 3, 4]);
+        let mut second_epoch: Vec<usize> = steps.concat()[5..10].to_vec();
+        second_epoch.sort();
+        assert_eq!(second_epoch, [0, 1, 2, 3, 4]);
+        // A fresh order (a resumed stage) deals step 4 as the first one did.
+        assert_eq!(PairOrder::new(5, 9).batch(4, 2), steps[3]);
+        // Another seed, another order.
+        assert_ne!(
+            (1..=5)
+                .map(|s| PairOrder::new(5, 10).batch(s, 2))
+                .collect::<Vec<_>>(),
+            steps
+        );
+    }
+}

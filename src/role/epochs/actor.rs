@@ -1,0 +1,374 @@
+//! actor_train's half of the training loop: the loss of each lane of a micro-batch — RL's policy
+//! loss, SFT's negative log-likelihood or a preference loss over pairs, as the role's
+//! [`Objective`] says — its backward, and the metrics of the epochs.
+
+use candle_core::Tensor;
+use candle_core::backprop::GradStore;
+
+use super::{
+    ActorStep, Micro, MiniBatchLearner, PolicyTargets, Targets, lanes_map, mean_of, run_epochs,
+    scalar,
+};
+use crate::algo::aggregate::aggregate;
+use crate::algo::kl::{KlEstimator, kl_penalty};
+use crate::algo::loss::{PolicyLossParams, entropy_bonus, policy_loss};
+use crate::algo::preference::{
+    PairLogps, PreferenceParams, PreferenceStats, pairs_of, preference_losses, preference_stats,
+    sequence_logps,
+};
+use crate::metrics::Metrics;
+use crate::model::{Numerics, Tape, Transformer};
+use crate::role::recipe::{Objective, TrainRecipe};
+use crate::role::{RoleError, TensorContext};
+use crate::train::{AdamW, GradAccumulator, response_forward};
+
+/// Sums of per-micro-batch diagnostics, weighted by each micro-batch's share of its mini-batch.
+#[derive(Default)]
+struct ActorTally {
+    /// The likelihood objective's loss.
+    nll: f64,
+    pg_loss: f64,
+    clip_low: f64,
+    clip_high: f64,
+    approx_kl: f64,
+    entropy: f64,
+    grad_norm: f64,
+    lr: f64,
+    diff_sum: f64,
+    diff_tokens: f64,
+    /// The preference objective's loss and pair statistics.
+    pref_loss: f64,
+    pref: PreferenceStats,
+}
+
+impl ActorTally {
+    fn add(&mut self, o: &ActorTally) {
+        self.nll += o.nll;
+        self.pref_loss += o.pref_loss;
+        self.pref.chosen_reward += o.pref.chosen_reward;
+        self.pref.rejected_reward += o.pref.rejected_reward;
+        self.pref.accuracy += o.pref.accuracy;
+        self.pref.margin += o.pref.margin;
+        self.pref.chosen_logp += o.pref.chosen_logp;
+        self.pref.rejected_logp += o.pref.rejected_logp;
+        self.pg_loss += o.pg_loss;
+        self.clip_low += o.clip_low;
+        self.clip_high += o.clip_high;
+        self.approx_kl += o.approx_kl;
+        self.entropy += o.entropy;
+        self.diff_sum += o.diff_sum;
+        self.diff_tokens += o.diff_tokens;
+    }
+}
+
+struct ActorLearner<'a> {
+    objective: &'a Objective,
+    step: &'a ActorStep,
+    policy: &'a Transformer,
+    opt: &'a mut AdamW,
+    acc: GradAccumulator,
+    t: ActorTally,
+}
+
+/// What one lane's pass of the actor gives: its gradients and its weighted diagnostics.
+struct ActorPart {
+    grads: GradStore,
+    t: ActorTally,
+}
+
+/// The actor's forward, loss and backward over one lane of a micro-batch.
+fn actor_pass(
+    objective: &Objective,
+    st: &ActorStep,
+    policy: &Transformer,
+    mb: &Micro,
+) -> Result<ActorPart, RoleError> {
+    match (objective, &st.targets) {
+        (
+            Objective::Policy {
+                loss,
+                entropy_coef,
+                kl_in_loss,
+            },
+            Targets::Policy(targets),
+        ) => {
+            let spec = PolicySpec {
+                loss,
+                entropy_coef: *entropy_coef,
+                kl_in_loss: *kl_in_loss,
+            };
+            policy_pass(&spec, targets, policy, mb)
+        }
+        (Objective::Likelihood, Targets::Likelihood) => likelihood_pass(policy, mb),
+        (Objective::Preference(params), Targets::Preference { ref_logp }) => {
+            preference_pass(params, ref_logp, policy, mb)
+        }
+        (objective, targets) => Err(RoleError::Setup(format!(
+            "actor_train was set up for {} and was handed {}",
+            objective_name(objective),
+            targets.name()
+        ))),
+    }
+}
+
+fn objective_name(objective: &Objective) -> &'static str {
+    match objective {
+        Objective::Policy { .. } => "an RL policy loss",
+        Objective::Value { .. } => "a critic's value loss",
+        Objective::Likelihood => "SFT",
+        Objective::Preference(_) => "a preference loss",
+    }
+}
+
+/// The policy objective's settings.
+struct PolicySpec<'a> {
+    loss: &'a PolicyLossParams,
+    entropy_coef: f64,
+    kl_in_loss: Option<KlEstimator>,
+}
+
+/// RL: the policy loss over the step's advantages, the entropy bonus and the in-loss KL.
+fn policy_pass(
+    cfg: &PolicySpec<'_>,
+    st: &PolicyTargets,
+    policy: &Transformer,
+    mb: &Micro,
+) -> Result<ActorPart, RoleError> {
+    let agg = cfg.loss.agg;
+    let mut t = ActorTally::default();
+    let mut tape = Tape::default();
+    let (logp, entropy) = response_forward(
+        policy,
+        &mb.tb,
+        st.temperature,
+        Numerics::Differentiable,
+        true,
+        Some(&mut tape),
+    )
+    .during("actor forward")?;
+    let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
+    let old = mb.slice(&st.old_logp)?;
+    if mb.first {
+        let d = ((logp.detach() - &old)
+            .during("diff")?
+            .abs()
+            .during("diff")?
+            * &mb.tb.response_mask)
+            .during("diff")?;
+        t.diff_sum = scalar(&d.sum_all().during("diff")?)?;
+        t.diff_tokens = scalar(&mb.tb.response_mask.sum_all().during("diff")?)?;
+    }
+    let adv = mb.slice(&st.adv)?;
+    let out = policy_loss(cfg.loss, &logp, &old, &adv, &mb.mask).during("policy loss")?;
+    let mut loss = out.loss.clone();
+    if cfg.entropy_coef != 0.0 {
+        let bonus = entropy_bonus(&entropy, &mb.mask, agg).during("entropy bonus")?;
+        loss = (loss - (bonus * cfg.entropy_coef).during("entropy")?).during("entropy")?;
+    }
+    if let (Some(estimator), Some(ref_logp)) = (cfg.kl_in_loss, &st.ref_logp) {
+        let kl = kl_penalty(estimator, &logp, &mb.slice(ref_logp)?).during("kl loss")?;
+        let kl = aggregate(&kl, &mb.mask, agg, cfg.loss.norm_len).during("kl loss")?;
+        loss = (loss + (kl * st.kl_coef).during("kl loss")?).during("kl loss")?;
+    }
+    let loss = (loss * mb.weight).during("loss scaling")?;
+    let w = mb.weight;
+    t.pg_loss = w * scalar(&out.loss)?;
+    t.clip_low = w * out.clip_frac_low as f64;
+    t.clip_high = w * out.clip_frac_high as f64;
+    t.approx_kl = w * out.approx_kl as f64;
+    t.entropy = w * mean_of(&entropy.detach(), &mb.mask)?;
+    // The loss alone holds the head's piece now, so the backward frees it (the logits) before
+    // the layers' gradients pile up.
+    drop((logp, entropy, out));
+    let grads = tape.backward(loss).during("actor backward")?;
+    Ok(ActorPart { grads, t })
+}
+
+/// SFT: the negative log-likelihood of the lane's loss tokens over the mini-batch's loss tokens,
+/// so the lanes' losses add up to the token mean of the whole mini-batch.
+fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleError> {
+    let mut tape = Tape::default();
+    let (logp, _) = response_forward(
+        policy,
+        &mb.tb,
+        1.0,
+        Numerics::Differentiable,
+        false,
+        Some(&mut tape),
+    )
+    .during("sft forward")?;
+    let loss = ((logp * &mb.mask)
+        .and_then(|x| x.sum_all())
+        .and_then(|x| x.neg())
+        .during("sft loss")?
+        / mb.mini_tokens)
+        .during("sft loss")?;
+    let nll = loss.to_scalar::<f32>().during("sft loss")? as f64;
+    let grads = tape.backward(loss).during("sft backward")?;
+    Ok(ActorPart {
+        grads,
+        t: ActorTally {
+            nll,
+            ..Default::default()
+        },
+    })
+}
+
+/// Preference pairs: each row's summed (IPO: mean) log-prob of its loss tokens, for the policy
+/// and the reference; the pairs' losses averaged over the mini-batch's pairs (the lane's rows are
+/// whole pairs, chosen then rejected).
+fn preference_pass(
+    params: &PreferenceParams,
+    ref_logp: &Tensor,
+    policy: &Transformer,
+    mb: &Micro,
+) -> Result<ActorPart, RoleError> {
+    let mut tape = Tape::default();
+    let (logp, _) = response_forward(
+        policy,
+        &mb.tb,
+        1.0,
+        Numerics::Differentiable,
+        false,
+        Some(&mut tape),
+    )
+    .during("dpo forward")?;
+    let average = params.loss_type.averages_tokens();
+    let seq = sequence_logps(&logp, &mb.mask, average).during("dpo log-probs")?;
+    let ref_seq =
+        sequence_logps(&mb.slice(ref_logp)?, &mb.mask, average).during("dpo log-probs")?;
+    let (chosen, rejected) = pairs_of(&seq).during("dpo pairs")?;
+    let (ref_chosen, ref_rejected) = pairs_of(&ref_seq).during("dpo pairs")?;
+    let x = PairLogps {
+        chosen: &chosen,
+        rejected: &rejected,
+        ref_chosen: &ref_chosen,
+        ref_rejected: &ref_rejected,
+    };
+    let losses = preference_losses(params, &x).during("dpo loss")?;
+    let loss = (losses.mean_all().during("dpo loss")? * mb.weight).during("dpo loss")?;
+    let (chosen_d, rejected_d) = (chosen.detach(), rejected.detach());
+    let detached = PairLogps {
+        chosen: &chosen_d,
+        rejected: &rejected_d,
+        ..x
+    };
+    let s = preference_stats(params.beta, &detached).during("dpo metrics")?;
+    let w = mb.weight;
+    let t = ActorTally {
+        pref_loss: scalar(&loss)?,
+        pref: PreferenceStats {
+            chosen_reward: w * s.chosen_reward,
+            rejected_reward: w * s.rejected_reward,
+            accuracy: w * s.accuracy,
+            margin: w * s.margin,
+            chosen_logp: w * s.chosen_logp,
+            rejected_logp: w * s.rejected_logp,
+        },
+        ..Default::default()
+    };
+    drop((logp, seq, chosen, rejected, losses));
+    let grads = tape.backward(loss).during("dpo backward")?;
+    Ok(ActorPart { grads, t })
+}
+
+impl MiniBatchLearner for ActorLearner<'_> {
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
+        let (objective, st, policy) = (self.objective, self.step, self.policy);
+        // Summed in lane order, so a run is repeatable whatever thread finishes first.
+        for part in lanes_map(lanes, |mb| actor_pass(objective, st, policy, mb))? {
+            self.acc
+                .add(self.opt.vars(), part.grads)
+                .during("actor backward")?;
+            self.t.add(&part.t);
+        }
+        Ok(())
+    }
+
+    fn mini_done(&mut self) -> Result<(), RoleError> {
+        let acc = std::mem::take(&mut self.acc);
+        let stats = self.opt.step(acc).during("actor optimizer step")?;
+        self.t.grad_norm += stats.grad_norm;
+        self.t.lr = stats.lr;
+        Ok(())
+    }
+}
+
+/// actor_train's epochs on `policy` with `opt`; returns the metrics of the recipe's objective
+/// (RL: `actor/*` and `train_infer/*`; SFT: `sft/loss`) and `actor/grad_norm`, `actor/lr`.
+/// Micro-batches are cut into the model's [lanes](crate::model::threads::lanes).
+pub fn actor_epochs(
+    recipe: &TrainRecipe,
+    step: &ActorStep,
+    policy: &Transformer,
+    pad_id: u32,
+    opt: &mut AdamW,
+) -> Result<Metrics, RoleError> {
+    let lanes = policy.lanes();
+    actor_epochs_in_lanes(recipe, step, policy, (pad_id, lanes), opt)
+}
+
+/// [`actor_epochs`] with each micro-batch cut into `lanes` parts worked on side by side.
+pub(in crate::role) fn actor_epochs_in_lanes(
+    recipe: &TrainRecipe,
+    step: &ActorStep,
+    policy: &Transformer,
+    (pad_id, lanes): (u32, usize),
+    opt: &mut AdamW,
+) -> Result<Metrics, RoleError> {
+    let kv_groups = policy.config().kv_groups();
+    let dev = policy.device().clone();
+    let mut learner = ActorLearner {
+        objective: &recipe.objective,
+        step,
+        policy,
+        opt,
+        acc: GradAccumulator::default(),
+        t: ActorTally::default(),
+    };
+    let minis = run_epochs(
+        recipe,
+        &step.rows,
+        (pad_id, kv_groups, lanes),
+        &dev,
+        &mut learner,
+    )?;
+    let (t, per) = (learner.t, (minis as f64).max(1.0));
+    let mut m = Metrics::new();
+    match recipe.objective {
+        Objective::Likelihood => {
+            m.insert("sft/loss".into(), t.nll / per);
+        }
+        // TRL's names.
+        Objective::Preference(_) => {
+            let p = &t.pref;
+            for (key, v) in [
+                ("loss", t.pref_loss),
+                ("rewards/chosen", p.chosen_reward),
+                ("rewards/rejected", p.rejected_reward),
+                ("rewards/accuracies", p.accuracy),
+                ("rewards/margins", p.margin),
+                ("logps/chosen", p.chosen_logp),
+                ("logps/rejected", p.rejected_logp),
+            ] {
+                m.insert(key.into(), v / per);
+            }
+        }
+        _ => {
+            m.insert("actor/pg_loss".into(), t.pg_loss / per);
+            m.insert("actor/clip_frac_low".into(), t.clip_low / per);
+            m.insert("actor/clip_frac_high".into(), t.clip_high / per);
+            m.insert("actor/approx_kl".into(), t.approx_kl / per);
+            m.insert("actor/entropy".into(), t.entropy / per);
+        }
+    }
+    m.insert("actor/grad_norm".into(), t.grad_norm / per);
+    m.insert("actor/lr".into(), t.lr);
+    if t.diff_tokens > 0.0 {
+        m.insert(
+            "train_infer/logprob_abs_diff".into(),
+            t.diff_sum / t.diff_tokens,
+        );
+    }
+    Ok(m)
+}

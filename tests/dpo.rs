@@ -1,0 +1,257 @@
+//! The DPO stage end to end on the binary: it starts at the loss of a tie (the policy is its own
+//! reference), learns to prefer the chosen completions on training and held-out pairs, its options
+//! change what they should, it computes the same in worker processes and with a precomputed
+//! reference, a killed run resumes to the uninterrupted numbers, and bad pairs and settings are
+//! refused with their file, line or key.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::Path;
+
+use common::{
+    assert_same_metrics, deterministic_metrics, ok, refused, roll, run_quiet, spawn_until,
+    write_config,
+};
+use serde_json::Value;
+
+/// Eight pairs over the tiny model's characters, sums preferred to differences and reversals to
+/// copies: a batch of 8 sees them all each step, so even the tiny model learns them. The held-out
+/// file has the four sums with chosen and rejected swapped: as the preference is learnt, their
+/// accuracy stays at 0 — an evaluation that read the training pairs would rise instead.
+fn write_pairs(dir: &Path) {
+    let mut train = String::new();
+    let mut held = String::new();
+    let pair = |p: &str, c: &str, r: &str| {
+        format!("{{\"prompt\": \"{p}\", \"chosen\": \"{c}\", \"rejected\": \"{r}\"}}\n")
+    };
+    for (a, b) in [(3, 5), (7, 2), (4, 4), (9, 6)] {
+        let (p, sum, diff) = (
+            format!("{a}+{b}="),
+            (a + b).to_string(),
+            a.max(b) - a.min(b),
+        );
+        train.push_str(&pair(&p, &sum, &diff.to_string()));
+        held.push_str(&pair(&p, &diff.to_string(), &sum));
+    }
+    for w in ["abc", "bca", "cab", "aab"] {
+        let rev: String = w.chars().rev().collect();
+        train.push_str(&pair(&format!("{w}>"), &rev, w));
+    }
+    std::fs::write(dir.join("pairs.jsonl"), train).unwrap();
+    std::fs::write(dir.join("held.jsonl"), held).unwrap();
+}
+
+fn rest(dir: &Path) -> String {
+    write_pairs(dir);
+    format!(
+        r#"
+name: pref
+seed: 4
+sft: {{ steps: 4, batch_size: 8, optimizer: {{ lr: 0.01 }} }}
+dpo:
+  data: {}
+  eval: {{ data: {}, every: 3 }}
+  steps: 8
+  batch_size: 8
+  micro_batch_size: 4
+  optimizer: {{ lr: 0.01 }}
+checkpoint: {{ every: 3 }}
+"#,
+        dir.join("pairs.jsonl").display(),
+        dir.join("held.jsonl").display()
+    )
+}
+
+/// `key` of the DPO stage: (steps, values).
+fn dpo_series(store: &Path, key: &str) -> (Vec<u64>, Vec<f64>) {
+    let all: Vec<Value> = serde_json::from_str(&ok(roll(
+        store,
+        &["metrics", "pref", "--key", key, "--json"],
+    )))
+    .unwrap();
+    let s = all
+        .iter()
+        .find(|s| s["stage"] == "dpo")
+        .unwrap_or_else(|| panic!("no dpo series '{key}' in {all:?}"));
+    let nums = |k: &str| -> Vec<Value> { s[k].as_array().unwrap().clone() };
+    (
+        nums("steps").iter().map(|v| v.as_u64().unwrap()).collect(),
+        nums("values").iter().map(|v| v.as_f64().unwrap()).collect(),
+    )
+}
+
+#[test]
+fn dpo_starts_at_a_tie_and_learns_to_prefer_the_chosen_completions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = run_quiet(dir.path(), "pref", &rest(dir.path()), &[]);
+    let (_, loss) = dpo_series(&store, "loss");
+    // The reference is the policy as the stage starts: every pair ties, -log σ(0) = ln 2.
+    assert!((loss[0] - std::f64::consts::LN_2).abs() < 1e-5, "{loss:?}");
+    assert!(loss[7] < loss[0] - 0.1, "{loss:?}");
+    let (_, margins) = dpo_series(&store, "rewards/margins");
+    assert!(margins[0].abs() < 1e-5 && margins[7] > 0.2, "{margins:?}");
+    let (_, acc) = dpo_series(&store, "rewards/accuracies");
+    assert!(acc[7] >= 0.875, "{acc:?}");
+    // The held-out (swapped) pairs after steps 1, 3, 6 and the last: the policy prefers what
+    // they reject, more and more.
+    let (steps, held) = dpo_series(&store, "eval/rewards/accuracies");
+    assert_eq!(steps, [1, 3, 6, 8]);
+    assert!(held.iter().all(|&a| a <= 0.25), "{held:?}");
+    let (_, held_loss) = dpo_series(&store, "eval/loss");
+    assert!(held_loss[3] > held_loss[0] + 0.1, "{held_loss:?}");
+}
+
+#[test]
+fn the_loss_options_change_the_loss_as_they_should() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let sigmoid = run_quiet(dir.path(), "s", &rest, &["dpo.steps=3"]);
+    let ipo = run_quiet(
+        dir.path(),
+        "i",
+        &rest,
+        &["dpo.steps=3", "dpo.loss_type=ipo"],
+    );
+    let cdpo = run_quiet(
+        dir.path(),
+        "c",
+        &rest,
+        &["dpo.steps=3", "dpo.label_smoothing=0.3"],
+    );
+    let beta = run_quiet(dir.path(), "b", &rest, &["dpo.steps=3", "dpo.beta=0.5"]);
+    let (_, s) = dpo_series(&sigmoid, "loss");
+    let (_, i) = dpo_series(&ipo, "loss");
+    let (_, c) = dpo_series(&cdpo, "loss");
+    let (_, b) = dpo_series(&beta, "loss");
+    // IPO at a tie: (0 - 1/(2 * 0.1))^2 = 25.
+    assert!((i[0] - 25.0).abs() < 1e-3, "{i:?}");
+    // cDPO at a tie: -(0.7 + 0.3) log σ(0) = ln 2 as well; once the margins grow, the smoothed
+    // loss is higher (it also charges the pairs for being right).
+    assert!((c[0] - std::f64::consts::LN_2).abs() < 1e-5, "{c:?}");
+    assert!(c[2] > s[2] + 1e-3, "cdpo {c:?} vs dpo {s:?}");
+    // A larger β scales the same margins up: the loss falls faster.
+    assert!(b[2] < s[2] - 1e-3, "beta 0.5 {b:?} vs 0.1 {s:?}");
+    let (_, s_margin) = dpo_series(&sigmoid, "rewards/margins");
+    let (_, b_margin) = dpo_series(&beta, "rewards/margins");
+    assert!(b_margin[1] > s_margin[1], "{b_margin:?} vs {s_margin:?}");
+}
+
+#[test]
+fn workers_and_a_precomputed_reference_compute_what_the_trainer_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let here = run_quiet(dir.path(), "here", &rest, &[]);
+    let there = run_quiet(
+        dir.path(),
+        "there",
+        &rest,
+        &[
+            "workers.actor_train.mode=process",
+            "workers.reference.mode=process",
+        ],
+    );
+    assert_same_metrics(&here, &there, "pref");
+    // The precomputed pass batches the rows differently (every pair in file order), so the
+    // reference's log-probs may differ in their last bits; the training cannot.
+    let pre = run_quiet(dir.path(), "pre", &rest, &["dpo.precompute_ref=true"]);
+    let (a, b) = (
+        deterministic_metrics(&here, "pref"),
+        deterministic_metrics(&pre, "pref"),
+    );
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x["key"], y["key"]);
+        for (u, v) in x["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(y["values"].as_array().unwrap())
+        {
+            let (u, v) = (u.as_f64().unwrap(), v.as_f64().unwrap());
+            assert!(
+                (u - v).abs() <= 1e-4 * (1.0 + u.abs()),
+                "{}: {u} vs {v}",
+                x["key"]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_killed_dpo_stage_resumes_to_the_uninterrupted_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let whole = run_quiet(dir.path(), "whole", &rest, &[]);
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", &rest);
+    let (mut child, _) = spawn_until(&store, ["run", cfg.to_str().unwrap()], "dpo     5/");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let resumed = ok(roll(&store, &["resume", "pref", "--quiet"]));
+    assert!(
+        resumed.contains("resumed run 'pref' from dpo step 3"),
+        "{resumed}"
+    );
+    assert_same_metrics(&whole, &store, "pref");
+}
+
+#[test]
+fn bad_pairs_and_settings_are_refused_with_where_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let cfg = write_config(dir.path(), "bad", &rest);
+    let store = dir.path().join("bad.db");
+    let run = |overrides: &[&str]| {
+        let mut args = vec!["run", "--quiet", cfg.to_str().unwrap(), "--overwrite"];
+        args.extend_from_slice(overrides);
+        refused(roll(&store, &args))
+    };
+    let pairs = dir.path().join("pairs.jsonl");
+    let good = std::fs::read_to_string(&pairs).unwrap();
+    std::fs::write(
+        &pairs,
+        format!("{good}{{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"2\"}}\n"),
+    )
+    .unwrap();
+    let e = run(&[]);
+    let line = good.lines().count() + 1;
+    assert!(
+        e.contains(&format!(
+            "pairs.jsonl' line {line}: 'chosen' and 'rejected' are the same"
+        )),
+        "{e}"
+    );
+    // A character the tokenizer does not know names the pair and the field.
+    std::fs::write(
+        &pairs,
+        format!("{{\"prompt\": \"1+1=\", \"chosen\": \"two\", \"rejected\": \"3\"}}\n{good}"),
+    )
+    .unwrap();
+    let e = run(&[]);
+    assert!(
+        e.contains("pairs.jsonl' line 1: chosen 'two' contains 't'"),
+        "{e}"
+    );
+    std::fs::write(&pairs, good).unwrap();
+    let e = run(&["dpo.beta=0", "dpo.label_smoothing=0.5"]);
+    assert!(e.contains("dpo.beta must be above 0, got 0"), "{e}");
+    assert!(
+        e.contains("dpo.label_smoothing must be in [0, 0.5), got 0.5"),
+        "{e}"
+    );
+    let e = run(&["dpo.loss_type=ipo", "dpo.label_smoothing=0.1"]);
+    assert!(e.contains("not 'ipo'"), "{e}");
+    let e = run(&["dpo.data=missing.jsonl"]);
+    assert!(e.contains("missing.jsonl': cannot read"), "{e}");
+    // Nothing bad reached the store as a run that trained.
+    let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert!(
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] != "finished"),
+        "{runs}"
+    );
+}
