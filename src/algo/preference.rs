@@ -1,11 +1,15 @@
 //! Preference losses over (chosen, rejected) pairs, as TRL's `DPOTrainer` defines them:
 //! DPO (`sigmoid`), its conservative form cDPO (`sigmoid` with `label_smoothing`), and IPO.
 //!
-//! Every input is one value per pair, `(pairs,)` f32: the policy's and the reference's log-probs
-//! of the chosen and the rejected completion. For DPO and cDPO these are the completion's summed
-//! token log-probs; for IPO its mean token log-prob (TRL divides the summed log-probs by the
-//! completion's length when `loss_type == "ipo"`, policy and reference alike) — the caller chooses
-//! with [`PreferenceLossType::averages_tokens`].
+//! [`preference_losses`] takes one value per pair, `(pairs,)` f32: the policy's and the
+//! reference's log-probs of the chosen and the rejected completion. For DPO and cDPO these are the
+//! completion's summed token log-probs; for IPO its log-ratio per token (TRL divides each
+//! completion's summed log-ratio by its length for `ipo`); [`preference_terms`] makes both from
+//! per-token log-probs.
+//!
+//! cDPO is the conservative DPO of TRL before 1.x (`sigmoid` with `label_smoothing`); TRL 1.16's
+//! `sigmoid` no longer reads `label_smoothing` (it moved to its `robust`, `exo_pair` and `aot`
+//! losses), so cDPO is checked against hand-computed values only.
 
 use candle_core::{Result, Tensor, bail};
 use serde::{Deserialize, Serialize};
@@ -80,14 +84,9 @@ fn log_sigmoid(x: &Tensor) -> Result<Tensor> {
     upper.where_cond(&on_pos, &on_neg)
 }
 
-/// logp, mask: (b, R) -> (b,): each row's sum of masked token log-probs, or with `average` their
-/// mean over the row's masked tokens (a row without any counts one, giving 0).
-pub fn sequence_logps(logp: &Tensor, mask: &Tensor, average: bool) -> Result<Tensor> {
-    let sum = (logp * mask)?.sum(1)?;
-    if !average {
-        return Ok(sum);
-    }
-    sum / mask.sum(1)?.clamp(1.0, f64::INFINITY)?
+/// logp, mask: (b, R) -> (b,): each row's sum of masked token log-probs.
+pub fn sequence_logps(logp: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    (logp * mask)?.sum(1)
 }
 
 /// (2k,) rows chosen, rejected, chosen, … -> the chosen (k,) and the rejected (k,).
@@ -101,6 +100,68 @@ pub fn pairs_of(x: &Tensor) -> Result<(Tensor, Tensor)> {
         pairs.narrow(1, 0, 1)?.squeeze(1)?,
         pairs.narrow(1, 1, 1)?.squeeze(1)?,
     ))
+}
+
+/// One value per pair for the policy and the reference, each `(pairs,)`.
+pub struct PairSeqs {
+    pub chosen: Tensor,
+    pub rejected: Tensor,
+    pub ref_chosen: Tensor,
+    pub ref_rejected: Tensor,
+}
+
+impl PairSeqs {
+    /// Rows chosen, rejected, chosen, … of the policy (`seq`) and the reference (`ref_seq`).
+    pub fn from_rows(seq: &Tensor, ref_seq: &Tensor) -> Result<PairSeqs> {
+        let (chosen, rejected) = pairs_of(seq)?;
+        let (ref_chosen, ref_rejected) = pairs_of(ref_seq)?;
+        Ok(PairSeqs {
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+        })
+    }
+
+    pub fn logps(&self) -> PairLogps<'_> {
+        PairLogps {
+            chosen: &self.chosen,
+            rejected: &self.rejected,
+            ref_chosen: &self.ref_chosen,
+            ref_rejected: &self.ref_rejected,
+        }
+    }
+}
+
+/// Each pair's loss, `(pairs,)`, and the pairs' summed log-probs (what the metrics report), from
+/// the rows' per-token log-probs of the policy and the reference. logp, ref_logp, mask: (2k, R),
+/// rows chosen, rejected, …
+///
+/// IPO takes each completion's log-ratio per token, as TRL (1.16) does: the summed log-ratio
+/// divided by the completion's length; its rewards and log-probs are still reported summed, as
+/// TRL logs them.
+pub fn preference_terms(
+    params: &PreferenceParams,
+    logp: &Tensor,
+    ref_logp: &Tensor,
+    mask: &Tensor,
+) -> Result<(Tensor, PairSeqs)> {
+    let sums = PairSeqs::from_rows(
+        &sequence_logps(logp, mask)?,
+        &sequence_logps(ref_logp, mask)?,
+    )?;
+    if !params.loss_type.averages_tokens() {
+        return Ok((preference_losses(params, &sums.logps())?, sums));
+    }
+    // A row without tokens (refused before it gets here) counts one, so nothing divides by 0.
+    let (len_c, len_r) = pairs_of(&mask.sum(1)?.clamp(1.0, f64::INFINITY)?)?;
+    let per_token = PairSeqs {
+        chosen: (&sums.chosen / &len_c)?,
+        rejected: (&sums.rejected / &len_r)?,
+        ref_chosen: (&sums.ref_chosen / &len_c)?,
+        ref_rejected: (&sums.ref_rejected / &len_r)?,
+    };
+    Ok((preference_losses(params, &per_token.logps())?, sums))
 }
 
 /// The implicit rewards of a batch of pairs, TRL's `rewards/*` and `logps/*` metrics as means
@@ -270,17 +331,39 @@ mod tests {
     }
 
     #[test]
-    fn rows_sum_or_average_their_loss_tokens_and_pair_up() {
+    fn rows_sum_their_loss_tokens_and_pair_up() {
         let logp = Tensor::new(&[[-1f32, -2., -4.], [-0.5, -0.5, 9.]], &Device::Cpu).expect("l");
         let mask = Tensor::new(&[[1f32, 1., 1.], [1., 1., 0.]], &Device::Cpu).expect("m");
-        let sum = sequence_logps(&logp, &mask, false).and_then(|x| x.to_vec1::<f32>());
+        let sum = sequence_logps(&logp, &mask).and_then(|x| x.to_vec1::<f32>());
         assert_eq!(sum.expect("sum"), [-7.0, -1.0]);
-        let mean = sequence_logps(&logp, &mask, true).and_then(|x| x.to_vec1::<f32>());
-        close(&mean.expect("mean"), &[-7.0 / 3.0, -0.5]);
         let (c, r) = pairs_of(&t(&[1., 2., 3., 4.])).expect("pairs");
         assert_eq!(c.to_vec1::<f32>().expect("c"), [1., 3.]);
         assert_eq!(r.to_vec1::<f32>().expect("r"), [2., 4.]);
         assert!(pairs_of(&t(&[1., 2., 3.])).is_err());
+    }
+
+    #[test]
+    fn ipo_takes_log_ratios_per_token_and_reports_sums() {
+        // One pair: chosen 3 tokens, rejected 2 (its third column masked out).
+        let logp = Tensor::new(&[[-1f32, -1., -1.], [-2., -2., 5.]], &Device::Cpu).expect("l");
+        let ref_logp = Tensor::new(&[[-2f32, -2., -2.], [-1., -1., 5.]], &Device::Cpu).expect("r");
+        let mask = Tensor::new(&[[1f32, 1., 1.], [1., 1., 0.]], &Device::Cpu).expect("m");
+        let p = |loss_type| PreferenceParams {
+            loss_type,
+            beta: 0.5,
+            label_smoothing: 0.0,
+        };
+        // Per token: chosen log-ratio (-3 - -6) / 3 = 1, rejected (-4 - -2) / 2 = -1: z = 2,
+        // (2 - 1/(2 * 0.5))^2 = 1. Summed (what DPO takes): z = 3 - (-2) = 5.
+        let (ipo, sums) =
+            preference_terms(&p(PreferenceLossType::Ipo), &logp, &ref_logp, &mask).expect("ipo");
+        close(&ipo.to_vec1::<f32>().expect("v"), &[1.0]);
+        assert_eq!(sums.chosen.to_vec1::<f32>().expect("c"), [-3.0]);
+        assert_eq!(sums.ref_rejected.to_vec1::<f32>().expect("r"), [-2.0]);
+        let (dpo, _) = preference_terms(&p(PreferenceLossType::Sigmoid), &logp, &ref_logp, &mask)
+            .expect("dpo");
+        // -log σ(0.5 * 5) = log(1 + e^-2.5) = 0.0788897.
+        close(&dpo.to_vec1::<f32>().expect("v"), &[0.078_889_7]);
     }
 
     #[test]

@@ -162,7 +162,9 @@ impl ModelSpec {
             return whole();
         };
         let (stage, step) = match at.split_once('-') {
-            Some((stage, step)) if matches!(stage, "rl" | "sft") => (Some(stage), step),
+            Some((stage, step)) if crate::config::Stage::parse(stage).is_some() => {
+                (Some(stage), step)
+            }
             _ => (None, at),
         };
         match step.parse::<usize>() {
@@ -313,6 +315,23 @@ mod tests {
     use super::*;
     use crate::model::hf_dir::tiny_test_options;
     use crate::model::{InitOptions, init_model, save_model_dir};
+
+    #[test]
+    fn run_at_step_names_any_stage() {
+        let spec = |text: &str| match ModelSpec::parse(text) {
+            ModelSpec::Run { run, stage, step } => (run, stage, step),
+            ModelSpec::Dir(d) => panic!("{d:?} is no run"),
+        };
+        for stage in crate::config::Stage::ALL {
+            assert_eq!(
+                spec(&format!("r@{stage}-7")),
+                ("r".into(), Some(stage.to_string()), Some(7))
+            );
+        }
+        assert_eq!(spec("r@12"), ("r".into(), None, Some(12)));
+        // Not a stage: the whole text is the run's name.
+        assert_eq!(spec("r@distill-3"), ("r@distill-3".into(), None, None));
+    }
 
     /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, as
     /// `roll-tui run` computes by default.

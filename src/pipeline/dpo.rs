@@ -21,9 +21,7 @@ use super::{
     CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
     mix_seed,
 };
-use crate::algo::preference::{
-    PairLogps, PreferenceParams, pairs_of, preference_losses, preference_stats, sequence_logps,
-};
+use crate::algo::preference::{PairLogps, PreferenceParams, preference_stats, preference_terms};
 use crate::config::{DpoConfig, Stage};
 use crate::data::mix::{DomainCursor, MixerState};
 use crate::metrics::Metrics;
@@ -293,11 +291,11 @@ fn evaluate(
     device: &Device,
 ) -> Result<Metrics, PipelineError> {
     let params: PreferenceParams = cfg.params();
-    let average = params.loss_type.averages_tokens();
     let micro = cfg.micro_pairs() * 2;
-    let (mut pol, mut refr) = (vec![], vec![]);
-    let all: Vec<usize> = (0..set.pairs.len()).collect();
-    for idx in all.chunks(cfg.batch_size) {
+    // The pairs' losses and summed log-probs, batch by batch: (losses, c, r, ref c, ref r).
+    let mut all: [Vec<f32>; 5] = Default::default();
+    let pairs: Vec<usize> = (0..set.pairs.len()).collect();
+    for idx in pairs.chunks(cfg.batch_size) {
         let (prompts, responses) = set.rows(idx);
         let width = responses.iter().map(Vec::len).max().unwrap_or(0);
         let rows = Rows {
@@ -310,32 +308,38 @@ fn evaluate(
         let logp =
             response_logprobs(&model.transformer, model.pad_id, &rows, 1.0).during("dpo eval")?;
         let ref_logp = refs.of(set, true, idx, micro, device)?;
-        for (out, x) in [(&mut pol, &logp), (&mut refr, &ref_logp)] {
-            let seq = sequence_logps(x, &mask, average).during("dpo eval")?;
-            out.extend(seq.to_vec1::<f32>().during("dpo eval")?);
+        let (losses, sums) =
+            preference_terms(&params, &logp, &ref_logp, &mask).during("dpo eval")?;
+        let parts = [
+            &losses,
+            &sums.chosen,
+            &sums.rejected,
+            &sums.ref_chosen,
+            &sums.ref_rejected,
+        ];
+        for (out, x) in all.iter_mut().zip(parts) {
+            out.extend(x.to_vec1::<f32>().during("dpo eval")?);
         }
     }
-    let t = |v: Vec<f32>| Tensor::from_vec(v, pol.len(), device);
-    let (pol, refr) = (
-        t(pol.clone()).during("dpo eval")?,
-        t(refr).during("dpo eval")?,
+    let n = all[0].len();
+    let loss = all[0].iter().map(|&l| l as f64).sum::<f64>() / n.max(1) as f64;
+    let [_, c, r, rc, rr] = all.map(|v| Tensor::from_vec(v, n, device));
+    let (c, r, rc, rr) = (
+        c.during("dpo eval")?,
+        r.during("dpo eval")?,
+        rc.during("dpo eval")?,
+        rr.during("dpo eval")?,
     );
-    let (c, r) = pairs_of(&pol).during("dpo eval")?;
-    let (rc, rr) = pairs_of(&refr).during("dpo eval")?;
     let x = PairLogps {
         chosen: &c,
         rejected: &r,
         ref_chosen: &rc,
         ref_rejected: &rr,
     };
-    let loss = preference_losses(&params, &x)
-        .and_then(|l| l.mean_all())
-        .and_then(|l| l.to_scalar::<f32>())
-        .during("dpo eval")?;
     let s = preference_stats(params.beta, &x).during("dpo eval")?;
     let mut m = Metrics::new();
     for (key, v) in [
-        ("eval/loss", loss as f64),
+        ("eval/loss", loss),
         ("eval/rewards/chosen", s.chosen_reward),
         ("eval/rewards/rejected", s.rejected_reward),
         ("eval/rewards/accuracies", s.accuracy),

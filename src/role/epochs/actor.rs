@@ -13,8 +13,7 @@ use crate::algo::aggregate::aggregate;
 use crate::algo::kl::{KlEstimator, kl_penalty};
 use crate::algo::loss::{PolicyLossParams, entropy_bonus, policy_loss};
 use crate::algo::preference::{
-    PairLogps, PreferenceParams, PreferenceStats, pairs_of, preference_losses, preference_stats,
-    sequence_logps,
+    PairLogps, PreferenceParams, PreferenceStats, preference_stats, preference_terms,
 };
 use crate::metrics::Metrics;
 use crate::model::{Numerics, Tape, Transformer};
@@ -214,9 +213,9 @@ fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleEr
     })
 }
 
-/// Preference pairs: each row's summed (IPO: mean) log-prob of its loss tokens, for the policy
-/// and the reference; the pairs' losses averaged over the mini-batch's pairs (the lane's rows are
-/// whole pairs, chosen then rejected).
+/// Preference pairs: the loss of each pair from the policy's and the reference's log-probs of its
+/// two rows (`preference_terms`), averaged over the mini-batch's pairs (the lane's rows are whole
+/// pairs, chosen then rejected); TRL's statistics from the summed log-probs.
 fn preference_pass(
     params: &PreferenceParams,
     ref_logp: &Tensor,
@@ -233,25 +232,14 @@ fn preference_pass(
         Some(&mut tape),
     )
     .during("dpo forward")?;
-    let average = params.loss_type.averages_tokens();
-    let seq = sequence_logps(&logp, &mb.mask, average).during("dpo log-probs")?;
-    let ref_seq =
-        sequence_logps(&mb.slice(ref_logp)?, &mb.mask, average).during("dpo log-probs")?;
-    let (chosen, rejected) = pairs_of(&seq).during("dpo pairs")?;
-    let (ref_chosen, ref_rejected) = pairs_of(&ref_seq).during("dpo pairs")?;
-    let x = PairLogps {
-        chosen: &chosen,
-        rejected: &rejected,
-        ref_chosen: &ref_chosen,
-        ref_rejected: &ref_rejected,
-    };
-    let losses = preference_losses(params, &x).during("dpo loss")?;
+    let (losses, sums) =
+        preference_terms(params, &logp, &mb.slice(ref_logp)?, &mb.mask).during("dpo loss")?;
     let loss = (losses.mean_all().during("dpo loss")? * mb.weight).during("dpo loss")?;
-    let (chosen_d, rejected_d) = (chosen.detach(), rejected.detach());
+    let (chosen_d, rejected_d) = (sums.chosen.detach(), sums.rejected.detach());
     let detached = PairLogps {
         chosen: &chosen_d,
         rejected: &rejected_d,
-        ..x
+        ..sums.logps()
     };
     let s = preference_stats(params.beta, &detached).during("dpo metrics")?;
     let w = mb.weight;
@@ -267,7 +255,7 @@ fn preference_pass(
         },
         ..Default::default()
     };
-    drop((logp, seq, chosen, rejected, losses));
+    drop((logp, sums, losses));
     let grads = tape.backward(loss).during("dpo backward")?;
     Ok(ActorPart { grads, t })
 }
