@@ -23,8 +23,10 @@ use serde_json::Value;
 fn write_pairs(dir: &Path) {
     let mut train = String::new();
     let mut held = String::new();
-    let pair = |p: &str, c: &str, r: &str| {
-        format!("{{\"prompt\": \"{p}\", \"chosen\": \"{c}\", \"rejected\": \"{r}\"}}\n")
+    let pair = |p: &str, c: &str, r: &str, d: &str| {
+        format!(
+            "{{\"prompt\": \"{p}\", \"chosen\": \"{c}\", \"rejected\": \"{r}\", \"domain\": \"{d}\"}}\n"
+        )
     };
     for (a, b) in [(3, 5), (7, 2), (4, 4), (9, 6)] {
         let (p, sum, diff) = (
@@ -32,12 +34,12 @@ fn write_pairs(dir: &Path) {
             (a + b).to_string(),
             a.max(b) - a.min(b),
         );
-        train.push_str(&pair(&p, &sum, &diff.to_string()));
-        held.push_str(&pair(&p, &diff.to_string(), &sum));
+        train.push_str(&pair(&p, &sum, &diff.to_string(), "add"));
+        held.push_str(&pair(&p, &diff.to_string(), &sum, "add"));
     }
     for w in ["abc", "bca", "cab", "aab"] {
         let rev: String = w.chars().rev().collect();
-        train.push_str(&pair(&format!("{w}>"), &rev, w));
+        train.push_str(&pair(&format!("{w}>"), &rev, w, "rev"));
     }
     std::fs::write(dir.join("pairs.jsonl"), train).unwrap();
     std::fs::write(dir.join("held.jsonl"), held).unwrap();
@@ -94,11 +96,24 @@ fn dpo_starts_at_a_tie_and_learns_to_prefer_the_chosen_completions() {
     assert!(margins[0].abs() < 1e-5 && margins[7] > 0.2, "{margins:?}");
     let (_, acc) = dpo_series(&store, "rewards/accuracies");
     assert!(acc[7] >= 0.875, "{acc:?}");
+    // Per domain (the pairs carry `domain` tags): four pairs each, so their means average to the
+    // batch's.
+    let (_, add) = dpo_series(&store, "rewards/add/accuracies");
+    let (_, rev) = dpo_series(&store, "rewards/rev/accuracies");
+    for step in 0..8 {
+        assert!(
+            ((add[step] + rev[step]) / 2.0 - acc[step]).abs() < 1e-9,
+            "step {}: add {add:?} rev {rev:?} all {acc:?}",
+            step + 1
+        );
+    }
     // The held-out (swapped) pairs after steps 1, 3, 6 and the last: the policy prefers what
     // they reject, more and more.
     let (steps, held) = dpo_series(&store, "eval/rewards/accuracies");
     assert_eq!(steps, [1, 3, 6, 8]);
     assert!(held.iter().all(|&a| a <= 0.25), "{held:?}");
+    // Every held-out pair is a sum: its one domain is the whole set.
+    assert_eq!(dpo_series(&store, "eval/rewards/add/accuracies").1, held);
     let (_, held_loss) = dpo_series(&store, "eval/loss");
     assert!(held_loss[3] > held_loss[0] + 0.1, "{held_loss:?}");
 }

@@ -226,6 +226,40 @@ pub fn preference_stats(beta: f64, x: &PairLogps<'_>) -> Result<PreferenceStats>
     Ok(s)
 }
 
+/// [`preference_stats`] per group: for each group id of `groups` (one per pair), the sums of its
+/// pairs' values (not their means) and its count of pairs, so that sums over several batches
+/// still average right.
+pub fn preference_sums_by_group(
+    beta: f64,
+    x: &PairLogps<'_>,
+    groups: &[u32],
+) -> Result<std::collections::BTreeMap<u32, (PreferenceStats, usize)>> {
+    let v = |t: &Tensor| -> Result<Vec<f64>> { t.to_dtype(candle_core::DType::F64)?.to_vec1() };
+    let (c, r, rc, rr) = (
+        v(x.chosen)?,
+        v(x.rejected)?,
+        v(x.ref_chosen)?,
+        v(x.ref_rejected)?,
+    );
+    if groups.len() != c.len() {
+        bail!("{} group ids for {} pairs", groups.len(), c.len());
+    }
+    let mut out: std::collections::BTreeMap<u32, (PreferenceStats, usize)> = Default::default();
+    for (i, &g) in groups.iter().enumerate() {
+        let (s, n) = out.entry(g).or_default();
+        let cr = beta * (c[i] - rc[i]);
+        let rj = beta * (r[i] - rr[i]);
+        s.chosen_reward += cr;
+        s.rejected_reward += rj;
+        s.accuracy += f64::from(u8::from(cr > rj));
+        s.margin += cr - rj;
+        s.chosen_logp += c[i];
+        s.rejected_logp += r[i];
+        *n += 1;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Var};
@@ -364,6 +398,28 @@ mod tests {
             .expect("dpo");
         // -log σ(0.5 * 5) = log(1 + e^-2.5) = 0.0788897.
         close(&dpo.to_vec1::<f32>().expect("v"), &[0.078_889_7]);
+    }
+
+    #[test]
+    fn group_sums_split_the_pairs_by_their_group() {
+        // β = 0.5, the pairs of `stats_as_trl_reports_them`, in groups 7 and 2.
+        let (c, r, rc, rr) = (
+            t(&[-1., -2.]),
+            t(&[-3., -1.]),
+            t(&[-2., -1.]),
+            t(&[-2., -1.]),
+        );
+        let x = PairLogps {
+            chosen: &c,
+            rejected: &r,
+            ref_chosen: &rc,
+            ref_rejected: &rr,
+        };
+        let g = preference_sums_by_group(0.5, &x, &[7, 2]).expect("groups");
+        assert_eq!(g.keys().copied().collect::<Vec<_>>(), [2, 7]);
+        assert_eq!((g[&7].0.accuracy, g[&7].0.margin, g[&7].1), (1.0, 1.0, 1));
+        assert_eq!((g[&2].0.accuracy, g[&2].0.margin, g[&2].1), (0.0, -0.5, 1));
+        assert!(preference_sums_by_group(0.5, &x, &[1]).is_err());
     }
 
     #[test]

@@ -37,14 +37,15 @@ pub struct PreferencePair {
     pub prompt: PairPrompt,
     pub chosen: String,
     pub rejected: String,
-    pub domain: String,
+    /// The pair's `domain` tag, when it has one.
+    pub domain: Option<String>,
     /// The line of the file it was read from (for errors about it later, e.g. while tokenizing).
     pub line: usize,
 }
 
-/// Every pair of `path`; `default_domain` tags the pairs without a `domain`.
-pub fn load_pairs(path: &Path, default_domain: &str) -> Result<Vec<PreferencePair>, DataError> {
-    Ok(read_lines(path, |text| parse_pair(text, default_domain))?
+/// Every pair of `path`.
+pub fn load_pairs(path: &Path) -> Result<Vec<PreferencePair>, DataError> {
+    Ok(read_lines(path, parse_pair)?
         .into_iter()
         .map(|(line, mut pair)| {
             pair.line = line;
@@ -64,7 +65,7 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn parse_pair(text: &str, default_domain: &str) -> Result<PreferencePair, String> {
+fn parse_pair(text: &str) -> Result<PreferencePair, String> {
     let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
     let Value::Object(mut object) = value else {
         return Err(format!("expected a JSON object, got {}", kind(&value)));
@@ -91,8 +92,8 @@ fn parse_pair(text: &str, default_domain: &str) -> Result<PreferencePair, String
         );
     }
     let domain = match object.remove("domain") {
-        None => default_domain.to_string(),
-        Some(Value::String(d)) if !d.is_empty() && !d.contains('/') => d,
+        None => None,
+        Some(Value::String(d)) if !d.is_empty() && !d.contains('/') => Some(d),
         Some(Value::String(d)) => {
             return Err(format!(
                 "field 'domain' is '{d}' (must be non-empty and contain no '/')"
@@ -233,7 +234,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("pairs.jsonl");
         std::fs::write(&path, text).expect("write");
-        load_pairs(&path, "default").map_err(|e| {
+        load_pairs(&path).map_err(|e| {
             e.to_string()
                 .replace(&path.display().to_string(), "pairs.jsonl")
         })
@@ -256,10 +257,10 @@ mod tests {
             (
                 pairs[0].chosen.as_str(),
                 pairs[0].rejected.as_str(),
-                pairs[0].domain.as_str(),
+                pairs[0].domain.as_deref(),
                 pairs[0].line
             ),
-            ("4", "5", "default", 1)
+            ("4", "5", None, 1)
         );
         let PairPrompt::Messages(m) = &pairs[1].prompt else {
             panic!("conversational prompt");
@@ -273,10 +274,10 @@ mod tests {
         assert_eq!(
             (
                 pairs[1].chosen.as_str(),
-                pairs[1].domain.as_str(),
+                pairs[1].domain.as_deref(),
                 pairs[1].line
             ),
-            ("hello", "chat", 3)
+            ("hello", Some("chat"), 3)
         );
     }
 

@@ -21,7 +21,9 @@ use super::{
     CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
     mix_seed,
 };
-use crate::algo::preference::{PairLogps, PreferenceParams, preference_stats, preference_terms};
+use crate::algo::preference::{
+    PairLogps, PreferenceParams, preference_stats, preference_sums_by_group, preference_terms,
+};
 use crate::config::{DpoConfig, Stage};
 use crate::data::mix::{DomainCursor, MixerState};
 use crate::metrics::Metrics;
@@ -233,10 +235,13 @@ fn dpo_steps(
                 micro: micro_rows,
                 seed: 0,
             },
-            targets: Targets::Preference { ref_logp },
+            targets: Targets::Preference {
+                ref_logp,
+                pair_domains: sets.train.domains_of(&idx),
+            },
         };
         let t_train = Instant::now();
-        let mut m = actor.train(&batch, model)?;
+        let mut m = sets.train.name_domains(actor.train(&batch, model)?);
         m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
         report_workers(ctx, actor.drain_events())?;
         let every = cfg.eval.as_ref().map_or(0, |e| e.every);
@@ -338,6 +343,22 @@ fn evaluate(
     };
     let s = preference_stats(params.beta, &x).during("dpo eval")?;
     let mut m = Metrics::new();
+    if !set.domains.is_empty() {
+        let groups = set.domains_of(&pairs);
+        let by_domain = preference_sums_by_group(params.beta, &x, &groups).during("dpo eval")?;
+        for (k, (sums, count)) in by_domain {
+            let domain = &set.domains[k as usize];
+            let n = count.max(1) as f64;
+            for (name, v) in [
+                ("chosen", sums.chosen_reward),
+                ("rejected", sums.rejected_reward),
+                ("accuracies", sums.accuracy),
+                ("margins", sums.margin),
+            ] {
+                m.insert(format!("eval/rewards/{domain}/{name}"), v / n);
+            }
+        }
+    }
     for (key, v) in [
         ("eval/loss", loss),
         ("eval/rewards/chosen", s.chosen_reward),

@@ -4,7 +4,8 @@
 //! - `reward`: `reward/<domain>/mean` for every domain;
 //! - `accuracy`: `score/<domain>/accuracy` for every domain;
 //! - `loss`: `actor/pg_loss`, `critic/value_loss`, `sft/loss`, and DPO's `loss` and `eval/loss`;
-//! - `preference_accuracy`: DPO's `rewards/accuracies`, `eval/rewards/accuracies`;
+//! - `preference_accuracy`: DPO's `rewards/accuracies`, `eval/rewards/accuracies`, and per domain
+//!   `rewards/<domain>/accuracies`, `eval/rewards/<domain>/accuracies`;
 //! - `implicit_reward`: DPO's `rewards/chosen|rejected|margins`, `eval/rewards/margins`;
 //! - `logps`: DPO's `logps/chosen`, `logps/rejected`;
 //! - `kl`: `actor/kl`; `entropy`: `actor/entropy`;
@@ -14,15 +15,13 @@
 //! - `throughput`: `system/tokens_per_s`;
 //! - `timings`: every `time/*` key.
 //!
-//! Stage rule: both stages count steps from 1, so one chart never mixes stages. The `rl` series of a
-//! chart go into the file named after the chart (`loss`), every other stage's into a file prefixed with
-//! the stage (`sft_loss`, `sft_timings`). Lines keep the order of the input. A series without a single
+//! Stage rule: every stage counts steps from 1, so one chart never mixes stages. The series of the
+//! run's last stage (in the stage list's order: `rl` after `dpo` after `sft`) go into the file named
+//! after the chart (`loss`), every other stage's into a file prefixed with the stage (`sft_loss`,
+//! `sft_timings`). Lines keep the order of the input. A series without a single
 //! finite value draws nothing and is left out; a chart left with no series is skipped.
 
 use crate::metrics::Series;
-
-/// The stage whose charts get the plain names: the last one a run has (its result).
-const MAIN_STAGE: &str = crate::config::Stage::Rl.as_str();
 
 /// One chart to draw: a file name without extension, a title and its lines.
 #[derive(Debug)]
@@ -64,7 +63,11 @@ const KINDS: &[ChartKind] = &[
     ChartKind {
         name: "preference_accuracy",
         y_label: "accuracy",
-        matches: |key| matches!(key, "rewards/accuracies" | "eval/rewards/accuracies"),
+        matches: |key| {
+            let held_out = key.strip_prefix("eval/");
+            matches!(key, "rewards/accuracies" | "eval/rewards/accuracies")
+                || is_domain_key(held_out.unwrap_or(key), "rewards", "accuracies")
+        },
     },
     ChartKind {
         name: "implicit_reward",
@@ -130,12 +133,22 @@ pub(crate) fn plan_charts(series: &[Series]) -> Vec<ChartPlan<'_>> {
         .iter()
         .filter(|s| s.values.iter().any(|v| v.is_finite()))
         .collect();
-    let mut stages: Vec<&str> = vec![MAIN_STAGE];
+    // The stage whose charts get the plain names comes first: the last one the run has (its
+    // result), in the order of the stage list.
+    let mut stages: Vec<&str> = vec![];
     for s in &drawable {
         if !stages.contains(&s.stage.as_str()) {
             stages.push(&s.stage);
         }
     }
+    let main = stages
+        .iter()
+        .copied()
+        .filter(|s| crate::config::Stage::parse(s).is_some())
+        .max_by_key(|s| crate::config::Stage::rank_of(s))
+        .unwrap_or(crate::config::Stage::Rl.as_str());
+    stages.retain(|s| *s != main);
+    stages.insert(0, main);
 
     let mut plans = Vec::new();
     for kind in KINDS {
@@ -148,7 +161,7 @@ pub(crate) fn plan_charts(series: &[Series]) -> Vec<ChartPlan<'_>> {
             if lines.is_empty() {
                 continue;
             }
-            let file_stem = if *stage == MAIN_STAGE {
+            let file_stem = if *stage == main {
                 kind.name.to_string()
             } else {
                 format!("{}_{}", file_safe(stage), kind.name)
@@ -249,6 +262,9 @@ mod tests {
             series("dpo", "eval/loss", &[0.6]),
             series("dpo", "rewards/accuracies", &[0.5]),
             series("dpo", "eval/rewards/accuracies", &[0.5]),
+            series("dpo", "rewards/add/accuracies", &[0.5]),
+            series("dpo", "eval/rewards/add/accuracies", &[0.5]),
+            series("dpo", "rewards/add/margins", &[0.5]),
             series("dpo", "rewards/chosen", &[0.1]),
             series("dpo", "rewards/rejected", &[-0.1]),
             series("dpo", "rewards/margins", &[0.2]),
@@ -258,17 +274,45 @@ mod tests {
         assert_eq!(
             summary(&input),
             owned(&[
-                ("dpo_loss", &["loss", "eval/loss"]),
+                ("loss", &["loss", "eval/loss"]),
                 (
-                    "dpo_preference_accuracy",
-                    &["rewards/accuracies", "eval/rewards/accuracies"]
+                    "preference_accuracy",
+                    &[
+                        "rewards/accuracies",
+                        "eval/rewards/accuracies",
+                        "rewards/add/accuracies",
+                        "eval/rewards/add/accuracies",
+                    ]
                 ),
                 (
-                    "dpo_implicit_reward",
+                    "implicit_reward",
                     &["rewards/chosen", "rewards/rejected", "rewards/margins"]
                 ),
-                ("dpo_logps", &["logps/chosen", "logps/rejected"]),
+                ("logps", &["logps/chosen", "logps/rejected"]),
             ])
+        );
+        // Before an RL stage, DPO's charts are prefixed: the run's result is RL's; after SFT,
+        // SFT's are.
+        let input = vec![
+            series("sft", "sft/loss", &[1.0]),
+            series("dpo", "loss", &[0.7]),
+            series("rl", "actor/pg_loss", &[0.1]),
+        ];
+        assert_eq!(
+            summary(&input),
+            owned(&[
+                ("loss", &["actor/pg_loss"]),
+                ("sft_loss", &["sft/loss"]),
+                ("dpo_loss", &["loss"]),
+            ])
+        );
+        let input = vec![
+            series("sft", "sft/loss", &[1.0]),
+            series("dpo", "loss", &[0.7]),
+        ];
+        assert_eq!(
+            summary(&input),
+            owned(&[("loss", &["loss"]), ("sft_loss", &["sft/loss"])])
         );
     }
 

@@ -60,8 +60,12 @@ pub enum Targets {
     /// SFT: the rows' responses are the targets themselves.
     Likelihood,
     /// Preference pairs (rows 2k chosen, 2k+1 rejected, `group_size` 2): the reference's
-    /// per-token log-probs of every row, (n, R) f32.
-    Preference { ref_logp: Tensor },
+    /// per-token log-probs of every row, (n, R) f32, and each pair's domain as an index (empty:
+    /// no per-domain metrics); the role reports `rewards/<index>/*` per domain.
+    Preference {
+        ref_logp: Tensor,
+        pair_domains: Vec<u32>,
+    },
 }
 
 impl Targets {

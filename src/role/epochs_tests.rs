@@ -188,7 +188,10 @@ fn pairs_step(m: &LoadedModel, micro: usize) -> ActorStep {
             micro,
             seed: 3,
         },
-        targets: Targets::Preference { ref_logp },
+        targets: Targets::Preference {
+            ref_logp,
+            pair_domains: vec![0, 1, 0, 1],
+        },
     }
 }
 
@@ -226,17 +229,32 @@ fn preference_pairs_start_at_the_losses_of_a_tie_and_learn_the_chosen_rows() {
         (first["loss"] - std::f64::consts::LN_2).abs() < 1e-5,
         "{first:?}"
     );
+    // Pairs 0 and 2 are domain 0, 1 and 3 domain 1: two each, so the domains' means average to
+    // the batch's.
+    let halves_agree = |m: &Metrics, names: &[&str]| {
+        for name in names {
+            let whole = m[&format!("rewards/{name}")];
+            let halves = (m[&format!("rewards/0/{name}")] + m[&format!("rewards/1/{name}")]) / 2.0;
+            assert!((whole - halves).abs() < 1e-9, "{name}: {whole} vs {halves}");
+        }
+    };
+    halves_agree(&first, &["accuracies", "margins", "chosen", "rejected"]);
     for key in ["rewards/chosen", "rewards/rejected", "rewards/margins"] {
         assert!(first[key].abs() < 1e-5, "{key}: {first:?}");
     }
-    // The rows' summed log-probs: about -ln 12 (a near-uniform 12-token vocabulary... with
-    // random weights) per token, 2-4 tokens a row.
-    assert!(first["logps/chosen"] < -2.0 && first["logps/rejected"] < -2.0);
+    // The rows' summed log-probs, not their means: a random model is near uniform over its 15
+    // tokens (12 characters, 3 special), about -ln 15 = -2.7 a token, and every row has 2 to 4
+    // tokens, so a sum is below -5 where a mean would be near -2.7.
+    assert!(
+        first["logps/chosen"] < -4.0 && first["logps/rejected"] < -4.0,
+        "{first:?}"
+    );
     let mut last = first;
     for _ in 0..10 {
         last = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
     }
     assert!(last["loss"] < 0.6, "{last:?}");
+    halves_agree(&last, &["accuracies", "margins"]);
     assert_eq!(last["rewards/accuracies"], 1.0, "{last:?}");
     assert!(
         last["rewards/chosen"] > last["rewards/rejected"],

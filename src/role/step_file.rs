@@ -161,9 +161,21 @@ pub fn write_actor(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> 
             tensors
         }
         Targets::Likelihood => epoch_header(&step.rows, &[], &[LIKELIHOOD_TARGETS], path)?,
-        Targets::Preference { ref_logp } => {
+        Targets::Preference {
+            ref_logp,
+            pair_domains,
+        } => {
             let mut tensors = epoch_header(&step.rows, &[], &[PREFERENCE_TARGETS], path)?;
             tensors.push(("ref_logp".into(), ref_logp.clone()));
+            // Absent when the pairs have no domains (an empty tensor is no use to anyone).
+            if !pair_domains.is_empty() {
+                let domains = Tensor::new(pair_domains.as_slice(), &crate::device::host())
+                    .map_err(|source| HostCopyError {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                tensors.push(("pair_domains".into(), domains));
+            }
             tensors
         }
     };
@@ -184,6 +196,12 @@ pub fn read_actor(path: &Path, device: &Device) -> Result<ActorStep, String> {
         (LIKELIHOOD_TARGETS, []) => Targets::Likelihood,
         (PREFERENCE_TARGETS, []) => Targets::Preference {
             ref_logp: f.take("ref_logp")?,
+            pair_domains: match f.take("pair_domains") {
+                Ok(t) => t
+                    .to_vec1::<u32>()
+                    .map_err(|e| format!("{}: pair_domains: {e}", f.origin))?,
+                Err(_) => vec![],
+            },
         },
         (kind, floats) => {
             return Err(f.bad_scalars(&format!(
@@ -317,14 +335,20 @@ mod tests {
         let pairs = ActorStep {
             targets: Targets::Preference {
                 ref_logp: t(&[-0.5, 0.0, -1.25, f32::MIN_POSITIVE]),
+                pair_domains: vec![3],
             },
             rows: back.rows,
         };
         write_actor(&pairs, &path).expect("write");
         let back = read_actor(&path, &dev).expect("read");
-        let Targets::Preference { ref_logp } = &back.targets else {
+        let Targets::Preference {
+            ref_logp,
+            pair_domains,
+        } = &back.targets
+        else {
             panic!("preference pairs read back as preference pairs");
         };
+        assert_eq!(pair_domains, &[3]);
         assert_eq!(
             bits(ref_logp),
             bits(&t(&[-0.5, 0.0, -1.25, f32::MIN_POSITIVE]))

@@ -17,6 +17,8 @@ pub struct TokenPair {
     pub prompt: Vec<u32>,
     pub chosen: Vec<u32>,
     pub rejected: Vec<u32>,
+    /// Its domain: an index into [`PairSet::domains`].
+    pub domain: u32,
 }
 
 /// The pairs of one file.
@@ -27,6 +29,9 @@ pub struct PairSet {
     pub skipped: usize,
     /// FNV-1a over the pairs' tokens: a resume refuses pairs that changed since the checkpoint.
     pub fingerprint: u64,
+    /// The pairs' domains in the order they first appear, when any pair has a `domain` tag
+    /// (untagged pairs then count as `untagged`); empty when none has.
+    pub domains: Vec<String>,
 }
 
 impl PairSet {
@@ -39,7 +44,10 @@ impl PairSet {
         let shown = path.display().to_string();
         let mut pairs = vec![];
         let mut skipped = 0;
-        for pair in load_pairs(path, "pairs")? {
+        let all = load_pairs(path)?;
+        let tagged = all.iter().any(|p| p.domain.is_some());
+        let mut domains: Vec<String> = vec![];
+        for pair in all {
             let bad = |message: String| {
                 PipelineError::Data(DataError::Line {
                     path: shown.clone(),
@@ -71,10 +79,19 @@ impl PairSet {
                 skipped += 1;
                 continue;
             }
+            let name = pair.domain.as_deref().unwrap_or("untagged");
+            let domain = match domains.iter().position(|d| d == name) {
+                Some(i) => i,
+                None => {
+                    domains.push(name.to_string());
+                    domains.len() - 1
+                }
+            } as u32;
             pairs.push(TokenPair {
                 prompt,
                 chosen,
                 rejected,
+                domain,
             });
         }
         if pairs.is_empty() {
@@ -95,7 +112,34 @@ impl PairSet {
             pairs,
             skipped,
             fingerprint: crate::data::mix::fnv1a(&bytes),
+            domains: if tagged { domains } else { vec![] },
         })
+    }
+
+    /// The domain index of each of the pairs `idx` (empty when the set has no domains).
+    pub fn domains_of(&self, idx: &[usize]) -> Vec<u32> {
+        if self.domains.is_empty() {
+            return vec![];
+        }
+        idx.iter().map(|&i| self.pairs[i].domain).collect()
+    }
+
+    /// Metric keys `<prefix>/<index>/<name>` of the role, named: `<prefix>/<domain>/<name>`.
+    pub fn name_domains(&self, m: crate::metrics::Metrics) -> crate::metrics::Metrics {
+        m.into_iter()
+            .map(|(key, v)| {
+                let parts: Vec<&str> = key.split('/').collect();
+                let named = match parts.as_slice() {
+                    [prefix, index, name] => index
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|i| self.domains.get(i))
+                        .map(|d| format!("{prefix}/{d}/{name}")),
+                    _ => None,
+                };
+                (named.unwrap_or(key), v)
+            })
+            .collect()
     }
 
     /// The rows of the pairs `idx`, chosen then rejected for each: (prompts, responses).

@@ -2,6 +2,8 @@
 //! loss, SFT's negative log-likelihood or a preference loss over pairs, as the role's
 //! [`Objective`] says — its backward, and the metrics of the epochs.
 
+use std::collections::BTreeMap;
+
 use candle_core::Tensor;
 use candle_core::backprop::GradStore;
 
@@ -13,7 +15,8 @@ use crate::algo::aggregate::aggregate;
 use crate::algo::kl::{KlEstimator, kl_penalty};
 use crate::algo::loss::{PolicyLossParams, entropy_bonus, policy_loss};
 use crate::algo::preference::{
-    PairLogps, PreferenceParams, PreferenceStats, preference_stats, preference_terms,
+    PairLogps, PreferenceParams, PreferenceStats, preference_stats, preference_sums_by_group,
+    preference_terms,
 };
 use crate::metrics::Metrics;
 use crate::model::{Numerics, Tape, Transformer};
@@ -35,21 +38,23 @@ struct ActorTally {
     lr: f64,
     diff_sum: f64,
     diff_tokens: f64,
-    /// The preference objective's loss and pair statistics.
+    /// The preference objective's loss and pair statistics, and per domain index the sums of
+    /// its pairs' statistics with their count.
     pref_loss: f64,
     pref: PreferenceStats,
+    pref_domains: BTreeMap<u32, (PreferenceStats, usize)>,
 }
 
 impl ActorTally {
     fn add(&mut self, o: &ActorTally) {
         self.nll += o.nll;
         self.pref_loss += o.pref_loss;
-        self.pref.chosen_reward += o.pref.chosen_reward;
-        self.pref.rejected_reward += o.pref.rejected_reward;
-        self.pref.accuracy += o.pref.accuracy;
-        self.pref.margin += o.pref.margin;
-        self.pref.chosen_logp += o.pref.chosen_logp;
-        self.pref.rejected_logp += o.pref.rejected_logp;
+        add_stats(&mut self.pref, &o.pref);
+        for (k, (sums, n)) in &o.pref_domains {
+            let (into, count) = self.pref_domains.entry(*k).or_default();
+            add_stats(into, sums);
+            *count += n;
+        }
         self.pg_loss += o.pg_loss;
         self.clip_low += o.clip_low;
         self.clip_high += o.clip_high;
@@ -58,6 +63,15 @@ impl ActorTally {
         self.diff_sum += o.diff_sum;
         self.diff_tokens += o.diff_tokens;
     }
+}
+
+fn add_stats(into: &mut PreferenceStats, o: &PreferenceStats) {
+    into.chosen_reward += o.chosen_reward;
+    into.rejected_reward += o.rejected_reward;
+    into.accuracy += o.accuracy;
+    into.margin += o.margin;
+    into.chosen_logp += o.chosen_logp;
+    into.rejected_logp += o.rejected_logp;
 }
 
 struct ActorLearner<'a> {
@@ -99,9 +113,13 @@ fn actor_pass(
             policy_pass(&spec, targets, policy, mb)
         }
         (Objective::Likelihood, Targets::Likelihood) => likelihood_pass(policy, mb),
-        (Objective::Preference(params), Targets::Preference { ref_logp }) => {
-            preference_pass(params, ref_logp, policy, mb)
-        }
+        (
+            Objective::Preference(params),
+            Targets::Preference {
+                ref_logp,
+                pair_domains,
+            },
+        ) => preference_pass(params, (ref_logp, pair_domains), policy, mb),
         (objective, targets) => Err(RoleError::Setup(format!(
             "actor_train was set up for {} and was handed {}",
             objective_name(objective),
@@ -218,7 +236,7 @@ fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleEr
 /// pairs, chosen then rejected); TRL's statistics from the summed log-probs.
 fn preference_pass(
     params: &PreferenceParams,
-    ref_logp: &Tensor,
+    (ref_logp, pair_domains): (&Tensor, &[u32]),
     policy: &Transformer,
     mb: &Micro,
 ) -> Result<ActorPart, RoleError> {
@@ -242,6 +260,19 @@ fn preference_pass(
         ..sums.logps()
     };
     let s = preference_stats(params.beta, &detached).during("dpo metrics")?;
+    let mut pref_domains = BTreeMap::new();
+    if !pair_domains.is_empty() {
+        // The lane's rows are whole pairs, chosen first: row 2k + 1's pair is k.
+        let rows = mb.idx.to_vec1::<u32>().during("dpo metrics")?;
+        let groups = rows
+            .iter()
+            .step_by(2)
+            .map(|&row| pair_domains.get(row as usize / 2).copied())
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| RoleError::Setup("a pair of the step has no domain".into()))?;
+        pref_domains =
+            preference_sums_by_group(params.beta, &detached, &groups).during("dpo metrics")?;
+    }
     let w = mb.weight;
     let t = ActorTally {
         pref_loss: scalar(&loss)?,
@@ -253,6 +284,7 @@ fn preference_pass(
             chosen_logp: w * s.chosen_logp,
             rejected_logp: w * s.rejected_logp,
         },
+        pref_domains,
         ..Default::default()
     };
     drop((logp, sums, losses));
@@ -340,6 +372,18 @@ pub(in crate::role) fn actor_epochs_in_lanes(
                 ("logps/rejected", p.rejected_logp),
             ] {
                 m.insert(key.into(), v / per);
+            }
+            // Per domain index (the stage names them): means over the domain's pairs.
+            for (k, (sums, n)) in &t.pref_domains {
+                let n = (*n).max(1) as f64;
+                for (name, v) in [
+                    ("chosen", sums.chosen_reward),
+                    ("rejected", sums.rejected_reward),
+                    ("accuracies", sums.accuracy),
+                    ("margins", sums.margin),
+                ] {
+                    m.insert(format!("rewards/{k}/{name}"), v / n);
+                }
             }
         }
         _ => {
