@@ -400,15 +400,20 @@ mod tests {
         close(&dpo.to_vec1::<f32>().expect("v"), &[0.078_889_7]);
     }
 
-    #[test]
-    fn group_sums_split_the_pairs_by_their_group() {
-        // β = 0.5, the pairs of `stats_as_trl_reports_them`, in groups 7 and 2.
-        let (c, r, rc, rr) = (
+    /// Two pairs: (chosen, rejected, ref chosen, ref rejected) of each.
+    fn two_pairs() -> [Tensor; 4] {
+        [
             t(&[-1., -2.]),
             t(&[-3., -1.]),
             t(&[-2., -1.]),
             t(&[-2., -1.]),
-        );
+        ]
+    }
+
+    #[test]
+    fn group_sums_split_the_pairs_by_their_group() {
+        // β = 0.5, the pairs of `stats_as_trl_reports_them`, in groups 7 and 2.
+        let [c, r, rc, rr] = two_pairs();
         let x = PairLogps {
             chosen: &c,
             rejected: &r,
@@ -426,12 +431,7 @@ mod tests {
     fn stats_as_trl_reports_them() {
         // β = 0.5. Pair 0: chosen reward 0.5 (-1 - -2) = 0.5, rejected 0.5 (-3 - -2) = -0.5.
         // Pair 1: chosen 0.5 (-2 - -1) = -0.5, rejected 0.5 (-1 - -1) = 0: wrong way round.
-        let (c, r, rc, rr) = (
-            t(&[-1., -2.]),
-            t(&[-3., -1.]),
-            t(&[-2., -1.]),
-            t(&[-2., -1.]),
-        );
+        let [c, r, rc, rr] = two_pairs();
         let x = PairLogps {
             chosen: &c,
             rejected: &r,

@@ -156,12 +156,18 @@ pub fn write_jsonl(path: &Path, examples: &[Example]) -> Result<(), DataError> {
     })
 }
 
-fn parse_line(line: &str, default_domain: &str) -> Result<Example, String> {
+/// A JSONL line as a JSON object, or what is wrong with it.
+pub(crate) fn parse_object(line: &str) -> Result<Map<String, Value>, String> {
     let value: Value =
         serde_json::from_str(line).map_err(|e| format!("invalid JSON: {}", json_reason(&e)))?;
-    let Value::Object(mut object) = value else {
-        return Err(format!("expected a JSON object, got {}", kind(&value)));
-    };
+    match value {
+        Value::Object(object) => Ok(object),
+        other => Err(format!("expected a JSON object, got {}", kind(&other))),
+    }
+}
+
+fn parse_line(line: &str, default_domain: &str) -> Result<Example, String> {
+    let mut object = parse_object(line)?;
     // Sorted, so the message does not depend on serde_json's map order feature.
     let mut unknown: Vec<&String> = object
         .keys()
@@ -291,7 +297,8 @@ fn json_reason(e: &serde_json::Error) -> String {
     format!("{reason} at column {}", e.column())
 }
 
-fn kind(value: &Value) -> &'static str {
+/// A JSON value's kind, for errors ("got a number").
+pub(crate) fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -18,7 +18,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::DataError;
-use super::jsonl::read_lines;
+use super::jsonl::{kind, parse_object, read_lines};
 use crate::model::chat_template::ChatMessage;
 
 const FIELDS: [&str; 4] = ["prompt", "chosen", "rejected", "domain"];
@@ -54,22 +54,8 @@ pub fn load_pairs(path: &Path) -> Result<Vec<PreferencePair>, DataError> {
         .collect())
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn parse_pair(text: &str) -> Result<PreferencePair, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
-    let Value::Object(mut object) = value else {
-        return Err(format!("expected a JSON object, got {}", kind(&value)));
-    };
+    let mut object = parse_object(text)?;
     let mut unknown: Vec<&String> = object
         .keys()
         .filter(|k| !FIELDS.contains(&k.as_str()))
@@ -320,7 +306,7 @@ mod tests {
                 r#"{"prompt": "p", "chosen": 4, "rejected": "b"}"#,
                 "field 'chosen' must be a string like 'prompt', got a number",
             ),
-            ("[1, 2]", "line 1: expected a JSON object, got a list"),
+            ("[1, 2]", "line 1: expected a JSON object, got an array"),
         ];
         for (line, expected) in cases {
             let e = load(line).expect_err(line);

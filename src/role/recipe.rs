@@ -29,6 +29,20 @@ pub struct TrainRecipe {
     pub objective: Objective,
 }
 
+impl TrainRecipe {
+    /// One optimizer step per batch, its rows in the stage's order (SFT, DPO: their samplers
+    /// mix the batches already).
+    pub fn step_per_batch(optimizer: &OptimizerConfig, objective: Objective) -> TrainRecipe {
+        TrainRecipe {
+            optimizer: optimizer.clone(),
+            epochs: 1,
+            mini_batches: 1,
+            shuffle: false,
+            objective,
+        }
+    }
+}
+
 /// The loss a role's epochs minimise.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Objective {
@@ -110,13 +124,7 @@ impl RlConfig {
 impl SftConfig {
     /// actor_train's recipe in an SFT stage: one optimizer step per batch, in the sampler's order.
     pub fn recipe(&self) -> TrainRecipe {
-        TrainRecipe {
-            optimizer: self.optimizer.clone(),
-            epochs: 1,
-            mini_batches: 1,
-            shuffle: false,
-            objective: Objective::Likelihood,
-        }
+        TrainRecipe::step_per_batch(&self.optimizer, Objective::Likelihood)
     }
 
     /// Rows per forward and backward pass.
@@ -130,13 +138,7 @@ impl SftConfig {
 impl DpoConfig {
     /// actor_train's recipe in a DPO stage: one optimizer step per batch of pairs, in order.
     pub fn recipe(&self) -> TrainRecipe {
-        TrainRecipe {
-            optimizer: self.optimizer.clone(),
-            epochs: 1,
-            mini_batches: 1,
-            shuffle: false,
-            objective: Objective::Preference(self.params()),
-        }
+        TrainRecipe::step_per_batch(&self.optimizer, Objective::Preference(self.params()))
     }
 }
 

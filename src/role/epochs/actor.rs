@@ -201,19 +201,28 @@ fn policy_pass(
     Ok(ActorPart { grads, t })
 }
 
-/// SFT: the negative log-likelihood of the lane's loss tokens over the mini-batch's loss tokens,
-/// so the lanes' losses add up to the token mean of the whole mini-batch.
-fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleError> {
-    let mut tape = Tape::default();
+/// The lane's per-token log-probs of its responses at temperature 1, taped for the backward.
+fn response_logps(
+    policy: &Transformer,
+    mb: &Micro,
+    tape: &mut Tape,
+) -> candle_core::Result<Tensor> {
     let (logp, _) = response_forward(
         policy,
         &mb.tb,
         1.0,
         Numerics::Differentiable,
         false,
-        Some(&mut tape),
-    )
-    .during("sft forward")?;
+        Some(tape),
+    )?;
+    Ok(logp)
+}
+
+/// SFT: the negative log-likelihood of the lane's loss tokens over the mini-batch's loss tokens,
+/// so the lanes' losses add up to the token mean of the whole mini-batch.
+fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleError> {
+    let mut tape = Tape::default();
+    let logp = response_logps(policy, mb, &mut tape).during("sft forward")?;
     let loss = ((logp * &mb.mask)
         .and_then(|x| x.sum_all())
         .and_then(|x| x.neg())
@@ -241,15 +250,7 @@ fn preference_pass(
     mb: &Micro,
 ) -> Result<ActorPart, RoleError> {
     let mut tape = Tape::default();
-    let (logp, _) = response_forward(
-        policy,
-        &mb.tb,
-        1.0,
-        Numerics::Differentiable,
-        false,
-        Some(&mut tape),
-    )
-    .during("dpo forward")?;
+    let logp = response_logps(policy, mb, &mut tape).during("dpo forward")?;
     let (losses, sums) =
         preference_terms(params, &logp, &mb.slice(ref_logp)?, &mb.mask).during("dpo loss")?;
     let loss = (losses.mean_all().during("dpo loss")? * mb.weight).during("dpo loss")?;
