@@ -441,6 +441,21 @@ pub enum ModelCommand {
     /// Measure generation and forward+backward tokens/s of a model on the device `ROLL_DEVICE`
     /// names (the CPU unless set), and a GPU's memory for a training step.
     Bench(BenchArgs),
+    /// Merge a LoRA adapter (a PEFT adapter directory) into its base model and write the merged
+    /// model as a Hugging Face directory.
+    Merge(MergeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The base model's Hugging Face directory.
+    pub base: PathBuf,
+    /// The adapter directory (adapter_config.json, adapter_model.safetensors), as PEFT writes it.
+    #[arg(long)]
+    pub adapter: PathBuf,
+    /// Where the merged model goes (created; it must not be the base's directory).
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// A model shape to benchmark with random weights.
@@ -663,6 +678,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Model(ModelCommand::Bench(args)) => model_bench::bench(args).map(|_| 0),
+        Command::Model(ModelCommand::Merge(args)) => model_cmd::merge(args).map(|_| 0),
         Command::Reward(RewardCommand::Score(args)) => reward_cmd::score(args),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => {

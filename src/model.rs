@@ -10,6 +10,7 @@ pub mod config;
 pub mod hf_dir;
 pub mod kv_cache;
 mod layer_grad;
+pub mod lora;
 pub mod packing;
 pub mod params;
 pub mod tape;

@@ -1,9 +1,9 @@
-//! `roll-tui model init|score`.
+//! `roll-tui model init|score|merge`.
 
 use anyhow::{Result, bail};
 
-use super::{InitArgs, ScoreArgs};
-use crate::model::{InitOptions, init_model_dir, load_model_dir};
+use super::{InitArgs, MergeArgs, ScoreArgs};
+use crate::model::{InitOptions, init_model_dir, load_model_dir, save_model_dir};
 
 pub fn init(args: InitArgs) -> Result<()> {
     let opts = InitOptions {
@@ -109,5 +109,39 @@ pub fn score(args: ScoreArgs) -> Result<()> {
         }
         println!("total log-prob {total:.6} over {} tokens", completion.len());
     }
+    Ok(())
+}
+
+pub fn merge(args: MergeArgs) -> Result<()> {
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        std::fs::canonicalize(a)
+            .ok()
+            .is_some_and(|a| Some(a) == std::fs::canonicalize(b).ok())
+    };
+    if same(&args.base, &args.out) {
+        bail!(
+            "--out '{}' is the base model's directory: write the merged model elsewhere",
+            args.out.display()
+        );
+    }
+    let device = crate::device::host();
+    // In the dtype the base stores, so the merged directory stores it too.
+    let model = load_model_dir(&args.base, None, &device)?;
+    let adapter = crate::model::lora::Adapter::load(&args.adapter, &device)?;
+    let params = model.transformer.params();
+    adapter.check_against(params, &format!("base '{}'", args.base.display()))?;
+    adapter
+        .merge_into(params)
+        .map_err(|e| anyhow::anyhow!("merging '{}': {e}", args.adapter.display()))?;
+    save_model_dir(&args.out, &model)?;
+    println!(
+        "merged {} LoRA pairs (rank {}, scale {}) of '{}' into '{}': wrote '{}'",
+        adapter.pairs.len(),
+        adapter.rank,
+        adapter.scale(),
+        args.adapter.display(),
+        args.base.display(),
+        args.out.display()
+    );
     Ok(())
 }
