@@ -1,5 +1,6 @@
 //! The actor_train role behind one interface: the policy's optimizer in the trainer's process, or
-//! the policy and its optimizer in a worker process ([`RemoteTrain`]).
+//! the policy and its optimizer in a worker process ([`RemoteTrain`]). Every stage that changes
+//! the policy's weights (SFT, DPO, RL) trains through it, with the recipe the stage gives it.
 //!
 //! Either way the trainer's process keeps the policy's weights (`LoadedModel`): in-process they
 //! are the weights being trained; with a worker they are its mirror, refreshed after every step,

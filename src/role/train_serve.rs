@@ -1,10 +1,11 @@
 //! The trainable roles in a worker process — actor_train (the policy's weights and AdamW state,
-//! and the actor's PPO epochs over each step's [`ActorStep`]) and the critic (its network, value
-//! head and AdamW state, the values of each step's rows and the critic's epochs over each
-//! [`CriticStep`]).
+//! and the epochs of its [`TrainRecipe`] over each step's [`ActorStep`]: an RL step, an SFT batch
+//! or DPO pairs) and the critic (its network, value head and AdamW state, the values of each
+//! step's rows and the critic's epochs over each [`CriticStep`]).
 //!
 //! The trainer's process prepares every step (rewards, reference log-probs, values, advantages,
-//! masks) and hands the worker one shared-memory file. actor_train trains and writes the new weights
+//! masks; an SFT batch's rows; a DPO batch's pairs and reference log-probs) and hands the worker
+//! one shared-memory file. actor_train trains and writes the new weights
 //! to the host copy it is told, which the trainer reads back as its mirror of the policy (for weight
 //! sync, reference refreshes and checkpoints); the critic keeps its weights to itself. Offloading
 //! writes weights and moments to a host copy and drops them, so the worker's memory is really freed
