@@ -81,6 +81,10 @@ pub struct ModelSource {
     /// Compute dtype: float32 (default) or bfloat16.
     #[serde(default)]
     pub dtype: Dtype,
+    /// Train a LoRA adapter instead of the weights (SFT and DPO stages): the base stays frozen
+    /// and checkpoints hold the adapter in PEFT's format.
+    #[serde(default)]
+    pub lora: Option<crate::model::lora::LoraSettings>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -484,6 +488,27 @@ impl Validate for RunConfig {
         }
         if let Some(dpo) = &self.dpo {
             dpo.validate(p);
+        }
+        if let Some(lora) = &self.model.lora {
+            lora.validate(p);
+            if self.rl.is_some() {
+                p.push(
+                    "model.lora trains the sft and dpo stages; an rl stage with a LoRA adapter is \
+                     not supported yet"
+                        .into(),
+                );
+            }
+            for (role, placed) in [
+                ("actor_train", &self.workers.actor_train),
+                ("reference", &self.workers.reference),
+            ] {
+                if placed.mode == PlacementMode::Process {
+                    p.push(format!(
+                        "model.lora: workers.{role}.mode 'process' is not supported with an \
+                         adapter yet (use 'in_process')"
+                    ));
+                }
+            }
         }
         if let Some(sft) = &self.sft {
             if sft.steps == 0 || sft.batch_size == 0 {

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """`roll-tui model merge` against PEFT on the same base model and adapters.
 
-What it checks, for a plain LoRA adapter and an rsLoRA one (every linear layer, random A and B):
+What it checks, for a plain LoRA adapter and an rsLoRA one (every linear layer, random A and B),
+and then for an adapter roll-tui trains:
   1. `roll-tui model init` writes a small random Qwen2 model (f32, character tokenizer).
   2. PEFT adds a LoRA adapter (`init_lora_weights=False`: B is random too, so the adapter changes
      the model) and saves it with `save_pretrained`.
   3. `roll-tui model merge BASE --adapter ADAPTER --out MERGED` merges it.
   4. transformers loads MERGED; its logits on a few prompts equal the PeftModel's (base with the
      adapter applied) within TOL, and its weights equal PEFT's own `merge_and_unload` within TOL.
+  5. roll-tui trains an adapter (SFT with `model.lora`, 6 steps); PEFT loads its checkpoint as an
+     adapter, and the PeftModel's logits equal those of the model `roll-tui model merge` makes of
+     it (and differ from the base's: the adapter trained).
 
 Usage (from the repository root; needs the peer venv of ../shared/peers plus `pip install
 peft==0.21.2`):
@@ -78,6 +82,37 @@ def check(binary, root, name, rslora):
     return ok
 
 
+def ours_into_peft(binary, root):
+    """An adapter roll-tui trained (SFT with model.lora) loads into PEFT, which computes what the
+    model `roll-tui model merge` makes of it computes."""
+    cfg = root / "sft.yaml"
+    cfg.write_text(
+        f"name: sft-lora\nseed: 2\noutput_dir: {root / 'sft-lora'}\n"
+        f"model: {{ path: {root / 'base'}, lora: {{ rank: 4, alpha: 8, target_modules: [q_proj, v_proj, "
+        f"o_proj, up_proj, down_proj] }} }}\n"
+        "data: { domains: [ { name: add, synthetic: { task: addition, count: 64, digits: 1 }, "
+        "reward: math_rule } ] }\n"
+        "sft: { steps: 6, batch_size: 8, optimizer: { lr: 0.01 } }\n")
+    run(binary, "--store", root / "sft.db", "run", "--quiet", cfg)
+    adapter = root / "sft-lora" / "checkpoints" / "sft-step6"
+    merged = root / "merged-ours"
+    run(binary, "model", "merge", root / "base", "--adapter", adapter, "--out", merged)
+    theirs = PeftModel.from_pretrained(load(root / "base"), adapter).eval()
+    ours = load(merged)
+    base = load(root / "base")
+    ok = True
+    with torch.no_grad():
+        for ids in PROMPTS:
+            x = torch.tensor([ids])
+            diff = (ours(x).logits - theirs(x).logits).abs().max().item()
+            moved = (base(x).logits - theirs(x).logits).abs().max().item()
+            good = diff <= TOL and moved > 1e-3
+            ok &= good
+            print(f"trained logits of {ids}: max |diff| {diff:.2e} (the adapter moved them "
+                  f"{moved:.2e})  {'ok' if good else 'FAIL'}")
+    return ok
+
+
 def main():
     repo = Path(__file__).resolve().parent.parent
     binary = Path(sys.argv[1]) if len(sys.argv) > 1 else repo / "target/release/roll-tui"
@@ -92,6 +127,7 @@ def main():
         run(binary, "model", "init", "--arch", "qwen2", *MODEL_ARGS, "--out", root / "base")
         ok = check(binary, root, "lora", False)
         ok &= check(binary, root, "rslora", True)
+        ok &= ours_into_peft(binary, root)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -29,6 +29,14 @@ impl LoadedModel {
         self.transformer.config()
     }
 
+    /// The same model with a LoRA adapter attached (or none).
+    pub fn with_lora(self, lora: Option<super::lora::LoraVars>) -> LoadedModel {
+        LoadedModel {
+            transformer: self.transformer.with_lora(lora),
+            ..self
+        }
+    }
+
     /// The same model computing on `device` (itself where it is there already).
     pub fn to_device(self, device: &Device) -> Result<LoadedModel, LoadError> {
         if self.transformer.device().same_device(device) {

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 use serde_json::{Value, json};
 
 use super::LoadError;
@@ -298,6 +298,219 @@ impl Adapter {
         let path = dir.join(CONFIG_FILE);
         let text = serde_json::to_string_pretty(&config).map_err(|e| bad(&path, e.to_string()))?;
         std::fs::write(&path, text).map_err(|e| bad(&path, e.to_string()))
+    }
+}
+
+/// `model.lora`: train a LoRA adapter of the policy instead of its weights.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSettings {
+    /// `r`: the adapter matrices' inner size (PEFT's default, 8).
+    #[serde(default = "eight")]
+    pub rank: usize,
+    /// `lora_alpha`: the update is scaled by `alpha / rank` (`alpha / sqrt(rank)` with `rslora`);
+    /// PEFT's default, 8.
+    #[serde(default = "eight_f")]
+    pub alpha: f64,
+    /// `lora_dropout`; only 0 is supported so far.
+    #[serde(default)]
+    pub dropout: f64,
+    /// The linear layers to adapt (default: all of them, PEFT's `all-linear` for these models).
+    #[serde(default = "all_linear")]
+    pub target_modules: Vec<String>,
+    #[serde(default)]
+    pub rslora: bool,
+}
+
+fn eight() -> usize {
+    8
+}
+
+fn eight_f() -> f64 {
+    8.0
+}
+
+fn all_linear() -> Vec<String> {
+    LINEAR_MODULES.iter().map(|m| m.to_string()).collect()
+}
+
+impl LoraSettings {
+    pub fn validate(&self, p: &mut Vec<String>) {
+        if self.rank == 0 {
+            p.push("model.lora.rank must be at least 1".into());
+        }
+        if !(self.alpha.is_finite() && self.alpha > 0.0) {
+            p.push(format!(
+                "model.lora.alpha must be above 0, got {}",
+                self.alpha
+            ));
+        }
+        if self.dropout != 0.0 {
+            p.push(format!(
+                "model.lora.dropout {} is not supported yet: set 0",
+                self.dropout
+            ));
+        }
+        if self.target_modules.is_empty() {
+            p.push("model.lora.target_modules must name at least one module".into());
+        }
+        for m in &self.target_modules {
+            if !LINEAR_MODULES.contains(&m.as_str()) {
+                p.push(format!(
+                    "model.lora.target_modules: '{m}' matches no module of these models (the \
+                     linear layers are {})",
+                    LINEAR_MODULES.join(", ")
+                ));
+            }
+        }
+    }
+
+    pub fn scale(&self) -> f64 {
+        if self.rslora {
+            self.alpha / (self.rank as f64).sqrt()
+        } else {
+            self.alpha / self.rank as f64
+        }
+    }
+}
+
+/// The base weight of module `module` (`q_proj`, …) of layer `layer`.
+pub fn base_weight(layer: usize, module: &str) -> String {
+    let block = match module {
+        "gate_proj" | "up_proj" | "down_proj" => "mlp",
+        _ => "self_attn",
+    };
+    format!("model.layers.{layer}.{block}.{module}.weight")
+}
+
+/// An adapter attached to a model: its matrices as variables (what trains), by base weight name.
+/// The base stays frozen: the model computes with `W + s B A` and takes no gradient of `W`.
+#[derive(Clone)]
+pub struct LoraVars {
+    pub settings: LoraSettings,
+    /// What the adapter's config records as its base (a directory, or the model's init).
+    pub base_model: String,
+    pairs: BTreeMap<String, (Var, Var)>,
+}
+
+impl LoraVars {
+    /// A fresh adapter of `settings` for the model of `params`, as PEFT initialises one: A
+    /// uniform in ±1/sqrt(in) (Kaiming-uniform with a = sqrt(5)), B zero, so the adapted model
+    /// starts as the base. Seeded.
+    pub fn init(
+        settings: &LoraSettings,
+        layers: usize,
+        params: &ParamStore,
+        seed: u64,
+        base_model: &str,
+    ) -> candle_core::Result<LoraVars> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut pairs = BTreeMap::new();
+        for layer in 0..layers {
+            for module in &settings.target_modules {
+                let name = base_weight(layer, module);
+                let Some(w) = params.get(&name) else {
+                    candle_core::bail!("the model has no weight '{name}' to adapt");
+                };
+                let (out, inp) = w.dims2()?;
+                let bound = 1.0 / (inp as f64).sqrt();
+                let a: Vec<f32> = (0..settings.rank * inp)
+                    .map(|_| rng.random_range(-bound..bound) as f32)
+                    .collect();
+                let a = Tensor::from_vec(a, (settings.rank, inp), w.device())?;
+                let b = Tensor::zeros((out, settings.rank), DType::F32, w.device())?;
+                pairs.insert(name, (Var::from_tensor(&a)?, Var::from_tensor(&b)?));
+            }
+        }
+        Ok(LoraVars {
+            settings: settings.clone(),
+            base_model: base_model.to_string(),
+            pairs,
+        })
+    }
+
+    /// The variables of a loaded adapter (checked against its base by the caller).
+    pub fn from_adapter(
+        adapter: &Adapter,
+        settings: &LoraSettings,
+        base_model: &str,
+        device: &Device,
+    ) -> candle_core::Result<LoraVars> {
+        let mut pairs = BTreeMap::new();
+        for (name, (a, b)) in &adapter.pairs {
+            pairs.insert(
+                name.clone(),
+                (
+                    Var::from_tensor(&a.to_device(device)?)?,
+                    Var::from_tensor(&b.to_device(device)?)?,
+                ),
+            );
+        }
+        Ok(LoraVars {
+            settings: settings.clone(),
+            base_model: base_model.to_string(),
+            pairs,
+        })
+    }
+
+    /// A frozen copy of the matrices as they are now (the reference of a stage that trains them).
+    pub fn snapshot(&self) -> candle_core::Result<LoraVars> {
+        let mut pairs = BTreeMap::new();
+        for (name, (a, b)) in &self.pairs {
+            pairs.insert(
+                name.clone(),
+                (
+                    Var::from_tensor(&a.as_tensor().copy()?)?,
+                    Var::from_tensor(&b.as_tensor().copy()?)?,
+                ),
+            );
+        }
+        Ok(LoraVars {
+            settings: self.settings.clone(),
+            base_model: self.base_model.clone(),
+            pairs,
+        })
+    }
+
+    /// The matrices as variables, by their PEFT names (what an optimizer of the adapter holds).
+    pub fn named_vars(&self) -> Vec<(String, Var)> {
+        let mut vars = vec![];
+        for (name, (a, b)) in &self.pairs {
+            let module = name.strip_suffix(".weight").unwrap_or(name);
+            vars.push((format!("{PREFIX}{module}.lora_A.weight"), a.clone()));
+            vars.push((format!("{PREFIX}{module}.lora_B.weight"), b.clone()));
+        }
+        vars
+    }
+
+    /// `s B A` for the base weight `name`, in `dtype`, in candle's graph (the gradient reaches
+    /// A and B); `None` when the weight is not adapted.
+    pub fn delta(&self, name: &str, dtype: DType) -> Option<candle_core::Result<Tensor>> {
+        let (a, b) = self.pairs.get(name)?;
+        let scale = self.settings.scale();
+        Some(
+            b.as_tensor()
+                .matmul(a.as_tensor())
+                .and_then(|d| d * scale)
+                .and_then(|d| d.to_dtype(dtype)),
+        )
+    }
+
+    /// The adapter as it is now, to save.
+    pub fn to_adapter(&self) -> Adapter {
+        Adapter {
+            rank: self.settings.rank,
+            alpha: self.settings.alpha,
+            rslora: self.settings.rslora,
+            dropout: self.settings.dropout,
+            target_modules: self.settings.target_modules.clone(),
+            pairs: self
+                .pairs
+                .iter()
+                .map(|(n, (a, b))| (n.clone(), (a.as_tensor().clone(), b.as_tensor().clone())))
+                .collect(),
+        }
     }
 }
 

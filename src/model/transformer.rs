@@ -6,11 +6,12 @@
 //! Owns numerics only: it takes token ids, per-token positions and an attention mask and returns hidden
 //! states or logits. Batch layout, sampling and training live elsewhere.
 
-use candle_core::{D, DType, Device, Result, Tensor};
+use candle_core::{D, DType, Device, Result, Tensor, Var};
 
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::layer_grad;
+use super::lora::LoraVars;
 use super::params::ParamStore;
 use super::tape::Tape;
 use roll_cpu_kernels as fused;
@@ -141,6 +142,9 @@ pub struct Transformer {
     cos: Tensor,
     sin: Tensor,
     dtype: DType,
+    /// A LoRA adapter being trained (`model.lora`): the base is then frozen and the adapted
+    /// layers compute with `W + s B A`.
+    lora: Option<LoraVars>,
 }
 
 impl Transformer {
@@ -194,7 +198,71 @@ impl Transformer {
             cos,
             sin,
             dtype,
+            lora: None,
         })
+    }
+
+    /// The same model with `lora` attached (or none): the base's weights are shared, not copied.
+    pub fn with_lora(mut self, lora: Option<LoraVars>) -> Self {
+        self.lora = lora;
+        self
+    }
+
+    pub fn lora(&self) -> Option<&LoraVars> {
+        self.lora.as_ref()
+    }
+
+    /// What training updates: the adapter's matrices when a LoRA adapter is attached, else every
+    /// parameter.
+    pub fn trainable_vars(&self) -> Vec<(String, Var)> {
+        match &self.lora {
+            Some(l) => l.named_vars(),
+            None => self.params.named_vars(),
+        }
+    }
+
+    /// Another view of this model whose adapter is a frozen copy of this one's as it is now,
+    /// sharing the base's weights (frozen under LoRA): a stage's reference without a second
+    /// copy of the base. `None` without an adapter.
+    pub fn adapter_snapshot(&self) -> Result<Option<Transformer>> {
+        let Some(lora) = &self.lora else {
+            return Ok(None);
+        };
+        let view = Transformer::new(self.cfg.clone(), self.params.clone())?;
+        Ok(Some(view.with_lora(Some(lora.snapshot()?))))
+    }
+
+    /// A base weight as the forward takes it: detached under LoRA (frozen: no gradient is taken
+    /// of it), itself otherwise.
+    fn frozen(&self, t: &Tensor) -> Tensor {
+        match self.lora {
+            Some(_) => t.detach(),
+            None => t.clone(),
+        }
+    }
+
+    /// Layer `l`'s weights as the forward takes them: under LoRA every base weight detached and
+    /// each adapted one `W + s B A`.
+    fn layer_weights(&self, l: usize) -> Result<std::borrow::Cow<'_, LayerWeights>> {
+        let w = &self.layers[l];
+        let Some(lora) = &self.lora else {
+            return Ok(std::borrow::Cow::Borrowed(w));
+        };
+        let mut out = w.map(|t| Ok(t.detach()))?;
+        for (module, field) in [
+            ("q_proj", &mut out.q_w),
+            ("k_proj", &mut out.k_w),
+            ("v_proj", &mut out.v_w),
+            ("o_proj", &mut out.o_w),
+            ("gate_proj", &mut out.gate_w),
+            ("up_proj", &mut out.up_w),
+            ("down_proj", &mut out.down_w),
+        ] {
+            if let Some(delta) = lora.delta(&super::lora::base_weight(l, module), field.dtype()) {
+                *field = (&*field + delta?)?;
+            }
+        }
+        Ok(std::borrow::Cow::Owned(out))
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -283,13 +351,14 @@ impl Transformer {
         // (b, t, hidden).
         let rows = match tape.as_deref_mut() {
             // The tape's leaf itself, not reshaped: the first layer's input is then a variable.
-            Some(tape) => tape.lookup(&self.embed, input_ids)?,
-            None => {
+            // A frozen embedding (under LoRA) takes no gradient: no lookup on the tape.
+            Some(tape) if self.lora.is_none() => tape.lookup(&self.embed, input_ids)?,
+            _ => {
                 // Inference keeps nothing of candle's graph (`Numerics::Fast` has no backward):
                 // with the embedding's rows detached, the fused layers' sums are taken in place.
                 let table = match numerics {
                     Numerics::Fast => self.embed.detach(),
-                    _ => self.embed.clone(),
+                    _ => self.frozen(&self.embed),
                 };
                 table
                     .index_select(&input_ids.flatten_all()?, 0)?
@@ -312,11 +381,15 @@ impl Transformer {
             .to_dtype(compute)?;
         let mask = mask.to_dtype(compute)?;
         if numerics != Numerics::Reference && fused::applies(&x) {
-            for (l, w) in self.layers.iter().enumerate() {
+            for l in 0..self.layers.len() {
+                let w = &*self.layer_weights(l)?;
                 x = match tape.as_deref_mut() {
-                    // Training: each layer differentiated by hand (`layer_grad`).
+                    // Training: each layer differentiated by hand (`layer_grad`), but for a
+                    // LoRA-adapted one, whose weights' gradients candle carries on to the adapter.
                     Some(tape)
-                        if numerics == Numerics::Differentiable && layer_grad::applies(w) =>
+                        if numerics == Numerics::Differentiable
+                            && self.lora.is_none()
+                            && layer_grad::applies(w) =>
                     {
                         let (out, record) =
                             layer_grad::forward(&x, w, &self.cfg, &cos, &sin, &mask)?;
@@ -332,12 +405,13 @@ impl Transformer {
                     }
                 };
             }
-            let final_norm = self.final_norm.to_dtype(compute)?;
+            let final_norm = self.frozen(&self.final_norm).to_dtype(compute)?;
             // Back in the weights' dtype for the heads (a no-op in f32).
             return fused::rms_norm::rms_norm(&x, &final_norm, self.cfg.rms_norm_eps)?
                 .to_dtype(self.dtype);
         }
-        for (l, w) in self.layers.iter().enumerate() {
+        for l in 0..self.layers.len() {
+            let w = &*self.layer_weights(l)?;
             let h = rms_norm(&x, &w.input_norm, self.cfg.rms_norm_eps, numerics)?;
             let layer_cache = cache.as_deref_mut().map(|c| (c, l));
             let attn = self.attention(&h, w, &cos, &sin, &mask, layer_cache, numerics)?;
@@ -362,7 +436,12 @@ impl Transformer {
                 x = tape.cut(x)?;
             }
         }
-        rms_norm(&x, &self.final_norm, self.cfg.rms_norm_eps, numerics)
+        rms_norm(
+            &x,
+            &self.frozen(&self.final_norm),
+            self.cfg.rms_norm_eps,
+            numerics,
+        )
     }
 
     /// The output head's weight (vocab, hidden): the embedding when the two are tied.
@@ -385,7 +464,7 @@ impl Transformer {
     pub fn head_operands(&self, hidden: &Tensor, numerics: Numerics) -> Result<(Tensor, Tensor)> {
         let head = match numerics {
             Numerics::Fast => self.lm_head.detach(),
-            _ => self.lm_head.clone(),
+            _ => self.frozen(&self.lm_head),
         };
         Ok((hidden.to_dtype(self.compute_dtype(numerics))?, head))
     }

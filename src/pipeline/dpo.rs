@@ -76,7 +76,15 @@ pub fn run_dpo(
         }
     }
     let reference = match resume {
-        None => copy_of(model)?,
+        // Under LoRA the frozen base is shared and only the adapter is copied.
+        None => match model
+            .transformer
+            .adapter_snapshot()
+            .during("dpo reference")?
+        {
+            Some(view) => view,
+            None => copy_of(model)?,
+        },
         Some(_) => stage_start_policy(ctx.cfg, Stage::Dpo)?.transformer,
     };
     let mut refs = RefLogps::Live(

@@ -2,6 +2,7 @@
 
 use crate::config::{RunConfig, Stage};
 use crate::data::{DomainMixer, Example};
+use crate::model::lora::{Adapter, LoraVars};
 use crate::model::tokenizer::{ChatMessage, render_chat};
 use crate::model::{InitOptions, LoadedModel, init_model, load_model_dir};
 use crate::reward::Reward;
@@ -39,10 +40,35 @@ fn check_fits(
     Ok(())
 }
 
-/// The policy named by `model:` (a HF directory, or a seeded random init).
-/// It computes on the trainer's device (`WorkersConfig::trainer_device`), where in-process roles
-/// run.
+/// The policy named by `model:` (a HF directory, or a seeded random init), with a fresh LoRA
+/// adapter when `model.lora` asks for one. It computes on the trainer's device
+/// (`WorkersConfig::trainer_device`), where in-process roles run.
 pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
+    let model = load_base_policy(cfg)?;
+    let Some(settings) = &cfg.model.lora else {
+        return Ok(model);
+    };
+    let lora = LoraVars::init(
+        settings,
+        model.config().num_hidden_layers,
+        model.transformer.params(),
+        crate::data::mix_seed(&[cfg.seed, 3]),
+        &base_model_name(cfg),
+    )
+    .map_err(|e| PipelineError::Setup(format!("model.lora: {e}")))?;
+    Ok(model.with_lora(Some(lora)))
+}
+
+/// How an adapter's config names its base: the model directory, or the init it came from.
+fn base_model_name(cfg: &RunConfig) -> String {
+    match &cfg.model.path {
+        Some(path) => path.display().to_string(),
+        None => format!("model.init of run '{}' (seed {})", cfg.name, cfg.seed),
+    }
+}
+
+/// The model `model:` names, without an adapter.
+fn load_base_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     let dtype = cfg.model.dtype;
     let device = crate::device::open(cfg.workers.trainer_device())?;
     match (&cfg.model.path, &cfg.model.init) {
@@ -72,12 +98,21 @@ pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     }
 }
 
-/// The policy saved in checkpoint `dir`, in the config's dtype.
+/// The policy saved in checkpoint `dir`, in the config's dtype: under `model.lora` the base
+/// `model:` names with the checkpoint's adapter.
 pub fn load_checkpoint_policy(
     cfg: &RunConfig,
     dir: &std::path::Path,
 ) -> Result<LoadedModel, PipelineError> {
     let device = crate::device::open(cfg.workers.trainer_device())?;
+    if let Some(settings) = &cfg.model.lora {
+        let base = load_base_policy(cfg)?;
+        let adapter = Adapter::load(dir, &device)?;
+        adapter.check_against(base.transformer.params(), &dir.display().to_string())?;
+        let lora = LoraVars::from_adapter(&adapter, settings, &base_model_name(cfg), &device)
+            .map_err(|e| PipelineError::Setup(format!("checkpoint '{}': {e}", dir.display())))?;
+        return Ok(base.with_lora(Some(lora)));
+    }
     Ok(load_model_dir(
         dir,
         Some(cfg.model.dtype.candle()),

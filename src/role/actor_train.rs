@@ -109,7 +109,8 @@ impl ActorTrain {
             return RemoteTrain::start(model, recipe, updates, resume, threads, device)
                 .map(|r| ActorTrain::Remote(Box::new(r)));
         }
-        let vars = model.transformer.params().named_vars();
+        // The weights, or under LoRA the adapter's matrices.
+        let vars = model.transformer.trainable_vars();
         let mut opt = AdamW::new(vars, recipe.optimizer.clone(), updates)
             .during("actor_train optimizer setup")?;
         if let Some(r) = resume {

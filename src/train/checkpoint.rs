@@ -82,7 +82,12 @@ pub fn save_checkpoint(
     if partial.exists() {
         std::fs::remove_dir_all(&partial).map_err(|e| LoadError::io(&partial, e))?;
     }
-    save_model_dir(&partial, model)?;
+    // A LoRA run checkpoints its adapter (PEFT's format) and not the frozen base: the directory
+    // is then what PEFT loads beside the base, and `roll-tui model merge` merges.
+    match model.transformer.lora() {
+        Some(lora) => lora.to_adapter().save(&partial, &lora.base_model)?,
+        None => save_model_dir(&partial, model)?,
+    }
     opt.save_moments(&partial.join("optimizer.safetensors"))?;
     if let Some(extra) = extra {
         extra(&partial)?;

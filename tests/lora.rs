@@ -1,0 +1,193 @@
+//! LoRA training end to end on the binary (`model.lora`): SFT and DPO train only the adapter,
+//! checkpoints hold the adapter in PEFT's format (no base weights), a killed run resumes to the
+//! uninterrupted numbers, `model merge` turns a checkpoint into a model, and what is not supported
+//! yet is refused by the config check.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::Path;
+
+use candle_core::Device;
+use common::{assert_same_metrics, bin, ok, refused, roll, run_quiet, spawn_until, write_config};
+use serde_json::Value;
+
+const LORA: [&str; 2] = ["model.lora.rank=4", "model.lora.alpha=8"];
+
+fn rest(dir: &Path) -> String {
+    let pairs: String = [
+        ("1+2=", "3", "1"),
+        ("4+4=", "8", "0"),
+        ("abc>", "cba", "abc"),
+    ]
+    .iter()
+    .map(|(p, c, r)| {
+        format!("{{\"prompt\": \"{p}\", \"chosen\": \"{c}\", \"rejected\": \"{r}\"}}\n")
+    })
+    .collect();
+    std::fs::write(dir.join("pairs.jsonl"), pairs).unwrap();
+    format!(
+        "name: lo\nseed: 3\nsft: {{ steps: 8, batch_size: 8, optimizer: {{ lr: 0.01 }} }}\n\
+         dpo: {{ data: {}, steps: 4, batch_size: 3, optimizer: {{ lr: 0.01 }} }}\n\
+         checkpoint: {{ every: 3 }}\n",
+        dir.join("pairs.jsonl").display()
+    )
+}
+
+fn series(store: &Path, stage: &str, key: &str) -> Vec<f64> {
+    let all: Vec<Value> =
+        serde_json::from_str(&ok(roll(store, &["metrics", "lo", "--key", key, "--json"]))).unwrap();
+    let s = all.iter().find(|s| s["stage"] == stage).unwrap();
+    s["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn sft_and_dpo_train_the_adapter_and_checkpoint_only_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = run_quiet(dir.path(), "lo", &rest(dir.path()), &LORA);
+    let sft = series(&store, "sft", "sft/loss");
+    assert!(sft[7] < sft[0], "{sft:?}");
+    // DPO's reference is the policy as the stage starts (base and adapter): a tie, ln 2.
+    let dpo = series(&store, "dpo", "loss");
+    assert!((dpo[0] - std::f64::consts::LN_2).abs() < 1e-5, "{dpo:?}");
+    let ckpt = dir.path().join("lo/checkpoints/dpo-step4");
+    for f in [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "optimizer.safetensors",
+    ] {
+        assert!(ckpt.join(f).is_file(), "{f} in {}", ckpt.display());
+    }
+    assert!(
+        !ckpt.join("model.safetensors").exists(),
+        "no base weights in a LoRA checkpoint"
+    );
+    // The optimizer holds the adapter's moments only: 2 matrices x 7 modules x 1 layer, m and v.
+    let moments =
+        candle_core::safetensors::load(ckpt.join("optimizer.safetensors"), &Device::Cpu).unwrap();
+    let names: Vec<&String> = moments.keys().filter(|k| k.contains("lora_")).collect();
+    assert_eq!(
+        names.len(),
+        2 * 7 * 2,
+        "{:?}",
+        moments.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        moments
+            .keys()
+            .all(|k| k.contains("lora_") || !k.contains("weight")),
+        "{:?}",
+        moments.keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_killed_lora_run_resumes_to_the_uninterrupted_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let whole = run_quiet(dir.path(), "lo", &rest, &LORA);
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", &rest);
+    let mut args = vec!["run", cfg.to_str().unwrap()];
+    args.extend(LORA);
+    let (mut child, _) = spawn_until(&store, args, "sft     5/");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let resumed = ok(roll(&store, &["resume", "lo", "--quiet"]));
+    assert!(
+        resumed.contains("resumed run 'lo' from sft step 3"),
+        "{resumed}"
+    );
+    assert_same_metrics(&whole, &store, "lo");
+}
+
+#[test]
+fn a_checkpoints_adapter_merges_into_the_base_it_trained_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    ok(bin()
+        .args([
+            "model", "init", "--arch", "qwen2", "--hidden", "32", "--layers", "1",
+        ])
+        .args(["--heads", "2", "--kv-heads", "1", "--intermediate", "64"])
+        .args(["--chars", "0123456789+=abc>", "--out"])
+        .arg(&base)
+        .output()
+        .unwrap());
+    let path = format!("model.path={}", base.display());
+    let mut overrides = vec!["model.init=null", path.as_str(), "dpo.steps=2"];
+    overrides.extend(LORA);
+    run_quiet(dir.path(), "lo", &rest(dir.path()), &overrides);
+    let adapter = dir.path().join("lo/checkpoints/dpo-step2");
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        config["base_model_name_or_path"],
+        base.display().to_string()
+    );
+    assert_eq!(
+        (&config["r"], &config["lora_alpha"]),
+        (&Value::from(4), &Value::from(8.0))
+    );
+    let merged = dir.path().join("merged");
+    ok(bin()
+        .args(["model", "merge"])
+        .arg(&base)
+        .arg("--adapter")
+        .arg(&adapter)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap());
+    let score = |d: &Path| {
+        ok(bin()
+            .args(["model", "score"])
+            .arg(d)
+            .args(["--prompt", "1+2=", "--completion", "3", "--json"])
+            .output()
+            .unwrap())
+    };
+    assert_ne!(
+        score(&base),
+        score(&merged),
+        "the trained adapter changes the model"
+    );
+}
+
+#[test]
+fn what_lora_does_not_support_yet_is_refused_by_the_config_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), "lo", &rest(dir.path()));
+    let store = dir.path().join("bad.db");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
+        args.extend(LORA);
+        args.extend_from_slice(extra);
+        refused(roll(&store, &args))
+    };
+    let e = run(&["model.lora.target_modules=[q_proj, qkv]"]);
+    assert!(e.contains("'qkv' matches no module"), "{e}");
+    let e = run(&["model.lora.dropout=0.1"]);
+    assert!(
+        e.contains("model.lora.dropout 0.1 is not supported yet"),
+        "{e}"
+    );
+    let e = run(&["workers.actor_train.mode=process"]);
+    assert!(
+        e.contains("workers.actor_train.mode 'process' is not supported"),
+        "{e}"
+    );
+    let e = run(&["rl={steps: 1, prompts_per_step: 2, group_size: 2}"]);
+    assert!(
+        e.contains("an rl stage with a LoRA adapter is not supported yet"),
+        "{e}"
+    );
+}
