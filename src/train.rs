@@ -12,3 +12,6 @@ pub mod value_head;
 pub use batch::{TrainBatch, response_forward};
 pub use optim::{AdamW, GradAccumulator, OptimizerConfig, Schedule};
 pub use value_head::ValueHead;
+
+#[cfg(test)]
+mod lora_grad_tests;

@@ -125,6 +125,9 @@ impl CustomOp3 for HeadLogprobs {
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let weight_var = weight;
+        // A frozen weight (detached: neither a variable nor computed in candle's graph, as a
+        // LoRA run's head is) takes no gradient: its vocab x dim product is skipped.
+        let weight_grad = weight_var.is_variable() || weight_var.track_op();
         // The products below are arithmetic on values, not part of any graph: detached, the
         // gradients hold no reference to the forward's tensors.
         let (hidden, weight) = (hidden.detach(), weight.detach());
@@ -137,7 +140,7 @@ impl CustomOp3 for HeadLogprobs {
         let chunk = (self.chunk_values / rows.max(1)).clamp(1, vocab.max(1));
         // The weight's gradient is written chunk by chunk into its rows, never zero-filled or
         // copied; the hidden states' is the first chunk's product, each later one added in place.
-        let mut grad_weight = fresh::unwritten(vocab * dim);
+        let mut grad_weight = fresh::unwritten(if weight_grad { vocab * dim } else { 0 });
         let mut grad_hidden: Option<Tensor> = None;
         for start in (0..vocab).step_by(chunk) {
             let len = chunk.min(vocab - start);
@@ -155,20 +158,25 @@ impl CustomOp3 for HeadLogprobs {
                 None => grad_hidden = Some(product::matmul(&d_logits, &weight_rows)?),
                 Some(sum) => product::matmul_add(sum, &d_logits, &weight_rows)?,
             }
-            product::matmul_into(
-                &mut grad_weight[start * dim..(start + len) * dim],
-                &d_logits.t()?,
-                &hidden,
-            )?;
+            if weight_grad {
+                product::matmul_into(
+                    &mut grad_weight[start * dim..(start + len) * dim],
+                    &d_logits.t()?,
+                    &hidden,
+                )?;
+            }
+        }
+        let grad_hidden = match grad_hidden {
+            Some(g) => g,
+            None => Tensor::zeros((rows, dim), DType::F32, hidden.device())?,
+        };
+        if !weight_grad {
+            return Ok((Some(grad_hidden), None, None));
         }
         // SAFETY: the chunks' rows cover the vocabulary, each written whole by its product.
         #[allow(unsafe_code)]
         let grad_weight = unsafe { fresh::assume_written(grad_weight) };
         let grad_weight = Tensor::from_vec(grad_weight, (vocab, dim), weight.device())?;
-        let grad_hidden = match grad_hidden {
-            Some(g) => g,
-            None => Tensor::zeros((rows, dim), DType::F32, hidden.device())?,
-        };
         match &self.sink {
             // Only a variable's gradient can wait outside the graph: a weight computed from
             // something else must pass its gradient on through candle.

@@ -104,6 +104,29 @@ fn values_and_gradients_equal_candles_ops_for_every_chunking() {
     }
 }
 
+/// A frozen (detached) weight takes no gradient, and the hidden states' is the one a variable
+/// weight gives: the skipped product only ever fed the weight's.
+#[test]
+fn a_frozen_weight_takes_no_gradient_and_the_hidden_one_is_unchanged() {
+    let c = case(2, 3, 16, 29);
+    let run = |weight: &Tensor| {
+        let (lp, h) =
+            head_logprobs(c.hidden.as_tensor(), weight, &c.targets, 1.0, true, None).unwrap();
+        let loss = ((lp * &c.w).unwrap().sum_all().unwrap()
+            + ((h * &c.w).unwrap().sum_all().unwrap() * 0.3).unwrap())
+        .unwrap();
+        loss.backward().unwrap()
+    };
+    let live = run(c.weight.as_tensor());
+    let frozen = run(&c.weight.as_tensor().detach());
+    assert!(live.get(c.weight.as_tensor()).is_some());
+    assert!(frozen.get(c.weight.as_tensor()).is_none());
+    assert_eq!(
+        flat(frozen.get(c.hidden.as_tensor()).unwrap()),
+        flat(live.get(c.hidden.as_tensor()).unwrap())
+    );
+}
+
 /// The log-probs are the unfused path's bits: the same matmul, the same scaling, the same rows.
 #[test]
 fn logprobs_equal_the_unfused_kernels_bit_for_bit() {

@@ -1,0 +1,128 @@
+//! An adapter attached to a model: the forward computes with `W + s B A`, and training takes
+//! gradients of A and B only, the ones the merged weight's gradient gives by the chain rule.
+
+use candle_core::{Device, Tensor};
+
+use crate::model::hf_dir::tiny_test_model;
+use crate::model::lora::{LoraSettings, LoraVars};
+use crate::model::{Numerics, Tape, Transformer};
+use crate::train::{TrainBatch, response_forward};
+
+const PAIRS: [(&[u32], &[u32]); 3] = [(&[3, 4, 5], &[6, 7]), (&[8], &[9, 3, 4]), (&[5, 5], &[6])];
+
+/// The rows' summed response log-probs, taped, and their gradients.
+fn logps_and_grads(model: &Transformer) -> (Vec<f32>, candle_core::backprop::GradStore) {
+    let tb = TrainBatch::new(&PAIRS, 0, model.config().kv_groups(), &Device::Cpu).expect("tb");
+    let mut tape = Tape::default();
+    let (logp, _) = response_forward(
+        model,
+        &tb,
+        1.0,
+        Numerics::Differentiable,
+        false,
+        Some(&mut tape),
+    )
+    .expect("forward");
+    let rows = logp.sum(1).and_then(|x| x.to_vec1()).expect("rows");
+    let grads = tape
+        .backward(logp.sum_all().expect("sum"))
+        .expect("backward");
+    (rows, grads)
+}
+
+fn lora(model: &Transformer, targets: &[&str]) -> LoraVars {
+    let settings = LoraSettings {
+        rank: 2,
+        alpha: 4.0,
+        dropout: 0.0,
+        target_modules: targets.iter().map(|t| t.to_string()).collect(),
+        rslora: false,
+    };
+    LoraVars::init(&settings, 1, model.params(), 9, "tiny").expect("init")
+}
+
+#[test]
+fn a_fresh_adapter_leaves_the_model_as_it_was_and_trains_only_b() {
+    let plain = tiny_test_model("0123456789", 32, 4).transformer;
+    let (base_rows, _) = logps_and_grads(&plain);
+    let adapted = tiny_test_model("0123456789", 32, 4).transformer;
+    let l = lora(&adapted, &["q_proj", "down_proj"]);
+    let adapted = adapted.with_lora(Some(l.clone()));
+    let (rows, grads) = logps_and_grads(&adapted);
+    // B is zero: W + s B A is W, to the bit.
+    assert_eq!(rows, base_rows);
+    // Only the adapter's matrices are variables of the loss; B's gradient is s (dW) Aᵀ,
+    // not zero, and A's is s Bᵀ dW = 0.
+    for (name, v) in adapted.params().named_vars() {
+        assert!(
+            grads.get(v.as_tensor()).is_none(),
+            "the frozen '{name}' got a gradient"
+        );
+    }
+    let vars = adapted.trainable_vars();
+    assert_eq!(vars.len(), 4);
+    for (name, v) in &vars {
+        let g = grads.get(v.as_tensor()).expect("adapter gradient");
+        let norm = g
+            .sqr()
+            .and_then(|x| x.sum_all())
+            .and_then(|x| x.to_scalar::<f32>());
+        let norm = norm.expect("norm");
+        if name.contains("lora_A") {
+            assert_eq!(norm, 0.0, "{name}");
+        } else {
+            assert!(norm > 0.0, "{name}");
+        }
+    }
+}
+
+#[test]
+fn an_adapted_model_computes_and_differentiates_as_its_merged_weights() {
+    let model = tiny_test_model("0123456789", 32, 4).transformer;
+    let l = lora(&model, &["v_proj", "up_proj"]);
+    // B made non-zero, so the adapter changes the model.
+    for (_, v) in l.named_vars() {
+        if v.dims()[1] == 2 {
+            let n = v.elem_count();
+            let b: Vec<f32> = (0..n).map(|i| ((i * 5 % 9) as f32 - 4.0) * 0.05).collect();
+            v.set(&Tensor::from_vec(b, v.dims(), &Device::Cpu).expect("b"))
+                .expect("set");
+        }
+    }
+    let adapted = model.with_lora(Some(l.clone()));
+    let (rows, grads) = logps_and_grads(&adapted);
+
+    // The merged model: each adapted W replaced by W + s B A, trained in full.
+    let merged = tiny_test_model("0123456789", 32, 4).transformer;
+    l.to_adapter().merge_into(merged.params()).expect("merge");
+    let (merged_rows, merged_grads) = logps_and_grads(&merged);
+    for (a, b) in rows.iter().zip(&merged_rows) {
+        assert!((a - b).abs() < 1e-5, "{rows:?} vs {merged_rows:?}");
+    }
+    // dL/dB = s (dL/dW) Aᵀ and dL/dA = s Bᵀ (dL/dW), with s = 4 / 2.
+    for (name, (a, b)) in &l.to_adapter().pairs {
+        let w = merged.params().get(name).expect("w");
+        let dw = merged_grads.get(w.as_tensor()).expect("dW");
+        let want_db = (dw.matmul(&a.t().expect("t")).expect("mm") * 2.0).expect("s");
+        let want_da = (b.t().expect("t").matmul(dw).expect("mm") * 2.0).expect("s");
+        for (got, want, which) in [
+            (grads.get(b).expect("dB"), &want_db, "B"),
+            (grads.get(a).expect("dA"), &want_da, "A"),
+        ] {
+            let diff = (got - want)
+                .and_then(|d| d.abs())
+                .and_then(|d| d.max_all())
+                .and_then(|d| d.to_scalar::<f32>())
+                .expect("diff");
+            let scale = want
+                .abs()
+                .and_then(|d| d.max_all())
+                .and_then(|d| d.to_scalar::<f32>())
+                .expect("scale");
+            assert!(
+                diff <= 1e-4 * scale.max(1e-3),
+                "{name} d{which}: off by {diff} of {scale}"
+            );
+        }
+    }
+}
