@@ -182,48 +182,41 @@ pub struct PreferenceStats {
 
 /// The stats of a batch of pairs from the same log-probs the loss took.
 pub fn preference_stats(beta: f64, x: &PairLogps<'_>) -> Result<PreferenceStats> {
-    let v = |t: &Tensor| -> Result<Vec<f64>> { t.to_dtype(candle_core::DType::F64)?.to_vec1() };
-    let (c, r, rc, rr) = (
-        v(x.chosen)?,
-        v(x.rejected)?,
-        v(x.ref_chosen)?,
-        v(x.ref_rejected)?,
-    );
-    let n = c.len();
-    if [r.len(), rc.len(), rr.len()] != [n; 3] {
-        bail!(
-            "pair log-probs of different lengths: {n}, {}, {}, {}",
-            r.len(),
-            rc.len(),
-            rr.len()
-        );
+    let n = x.chosen.dim(0)?;
+    let one_group = preference_sums_by_group(beta, x, &vec![0; n])?;
+    Ok(match one_group.get(&0) {
+        Some((sums, count)) => sums.mean_over(*count),
+        None => PreferenceStats::default(),
+    })
+}
+
+/// One domain's reward metrics, as the stage records them: `<prefix>/<domain>/chosen`,
+/// `…/rejected`, `…/accuracies`, `…/margins`.
+pub fn domain_rewards(prefix: &str, domain: &str, s: &PreferenceStats) -> Vec<(String, f64)> {
+    [
+        ("chosen", s.chosen_reward),
+        ("rejected", s.rejected_reward),
+        ("accuracies", s.accuracy),
+        ("margins", s.margin),
+    ]
+    .into_iter()
+    .map(|(name, v)| (format!("{prefix}/{domain}/{name}"), v))
+    .collect()
+}
+
+impl PreferenceStats {
+    /// These sums over `count` pairs as means.
+    pub fn mean_over(&self, count: usize) -> PreferenceStats {
+        let k = count.max(1) as f64;
+        PreferenceStats {
+            chosen_reward: self.chosen_reward / k,
+            rejected_reward: self.rejected_reward / k,
+            accuracy: self.accuracy / k,
+            margin: self.margin / k,
+            chosen_logp: self.chosen_logp / k,
+            rejected_logp: self.rejected_logp / k,
+        }
     }
-    let mut s = PreferenceStats::default();
-    if n == 0 {
-        return Ok(s);
-    }
-    for i in 0..n {
-        let cr = beta * (c[i] - rc[i]);
-        let rj = beta * (r[i] - rr[i]);
-        s.chosen_reward += cr;
-        s.rejected_reward += rj;
-        s.accuracy += f64::from(u8::from(cr > rj));
-        s.margin += cr - rj;
-        s.chosen_logp += c[i];
-        s.rejected_logp += r[i];
-    }
-    let k = n as f64;
-    for x in [
-        &mut s.chosen_reward,
-        &mut s.rejected_reward,
-        &mut s.accuracy,
-        &mut s.margin,
-        &mut s.chosen_logp,
-        &mut s.rejected_logp,
-    ] {
-        *x /= k;
-    }
-    Ok(s)
 }
 
 /// [`preference_stats`] per group: for each group id of `groups` (one per pair), the sums of its
@@ -241,8 +234,17 @@ pub fn preference_sums_by_group(
         v(x.ref_chosen)?,
         v(x.ref_rejected)?,
     );
-    if groups.len() != c.len() {
-        bail!("{} group ids for {} pairs", groups.len(), c.len());
+    let n = c.len();
+    if [r.len(), rc.len(), rr.len()] != [n; 3] {
+        bail!(
+            "pair log-probs of different lengths: {n}, {}, {}, {}",
+            r.len(),
+            rc.len(),
+            rr.len()
+        );
+    }
+    if groups.len() != n {
+        bail!("{} group ids for {n} pairs", groups.len());
     }
     let mut out: std::collections::BTreeMap<u32, (PreferenceStats, usize)> = Default::default();
     for (i, &g) in groups.iter().enumerate() {

@@ -22,7 +22,8 @@ use super::{
     mix_seed,
 };
 use crate::algo::preference::{
-    PairLogps, PreferenceParams, preference_stats, preference_sums_by_group, preference_terms,
+    PairLogps, PreferenceParams, domain_rewards, preference_stats, preference_sums_by_group,
+    preference_terms,
 };
 use crate::config::{DpoConfig, Stage};
 use crate::data::mix::{DomainCursor, MixerState};
@@ -356,15 +357,11 @@ fn evaluate(
         let by_domain = preference_sums_by_group(params.beta, &x, &groups).during("dpo eval")?;
         for (k, (sums, count)) in by_domain {
             let domain = &set.domains[k as usize];
-            let n = count.max(1) as f64;
-            for (name, v) in [
-                ("chosen", sums.chosen_reward),
-                ("rejected", sums.rejected_reward),
-                ("accuracies", sums.accuracy),
-                ("margins", sums.margin),
-            ] {
-                m.insert(format!("eval/rewards/{domain}/{name}"), v / n);
-            }
+            m.extend(domain_rewards(
+                "eval/rewards",
+                domain,
+                &sums.mean_over(count),
+            ));
         }
     }
     for (key, v) in [

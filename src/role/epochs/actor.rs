@@ -15,8 +15,8 @@ use crate::algo::aggregate::aggregate;
 use crate::algo::kl::{KlEstimator, kl_penalty};
 use crate::algo::loss::{PolicyLossParams, entropy_bonus, policy_loss};
 use crate::algo::preference::{
-    PairLogps, PreferenceParams, PreferenceStats, preference_stats, preference_sums_by_group,
-    preference_terms,
+    PairLogps, PreferenceParams, PreferenceStats, domain_rewards, preference_stats,
+    preference_sums_by_group, preference_terms,
 };
 use crate::metrics::Metrics;
 use crate::model::{Numerics, Tape, Transformer};
@@ -376,15 +376,11 @@ pub(in crate::role) fn actor_epochs_in_lanes(
             }
             // Per domain index (the stage names them): means over the domain's pairs.
             for (k, (sums, n)) in &t.pref_domains {
-                let n = (*n).max(1) as f64;
-                for (name, v) in [
-                    ("chosen", sums.chosen_reward),
-                    ("rejected", sums.rejected_reward),
-                    ("accuracies", sums.accuracy),
-                    ("margins", sums.margin),
-                ] {
-                    m.insert(format!("rewards/{k}/{name}"), v / n);
-                }
+                m.extend(domain_rewards(
+                    "rewards",
+                    &k.to_string(),
+                    &sums.mean_over(*n),
+                ));
             }
         }
         _ => {
