@@ -81,7 +81,7 @@ pub struct ModelSource {
     /// Compute dtype: float32 (default) or bfloat16.
     #[serde(default)]
     pub dtype: Dtype,
-    /// Train a LoRA adapter instead of the weights (SFT and DPO stages): the base stays frozen
+    /// Train a LoRA adapter instead of the weights: the base stays frozen
     /// and checkpoints hold the adapter in PEFT's format.
     #[serde(default)]
     pub lora: Option<crate::model::lora::LoraSettings>,
@@ -491,12 +491,16 @@ impl Validate for RunConfig {
         }
         if let Some(lora) = &self.model.lora {
             lora.validate(p);
-            if self.rl.is_some() {
-                p.push(
-                    "model.lora trains the sft and dpo stages; an rl stage with a LoRA adapter is \
-                     not supported yet"
-                        .into(),
-                );
+            if let Some(rl) = &self.rl {
+                if rl.async_generation_ratio > 0 {
+                    p.push(
+                        "model.lora with rl.async_generation_ratio above 0 is not supported yet"
+                            .into(),
+                    );
+                }
+                if rl.kl.refresh_every > 0 {
+                    p.push("model.lora with rl.kl.refresh_every is not supported yet".into());
+                }
             }
             for (role, placed) in [
                 ("actor_train", &self.workers.actor_train),

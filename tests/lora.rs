@@ -1,4 +1,5 @@
-//! LoRA training end to end on the binary (`model.lora`): SFT and DPO train only the adapter,
+//! LoRA training end to end on the binary (`model.lora`): SFT, DPO and RL train only the adapter
+//! (RL's actor_infer generating with it merged),
 //! checkpoints hold the adapter in PEFT's format (no base weights), a killed run resumes to the
 //! uninterrupted numbers, `model merge` turns a checkpoint into a model, and what is not supported
 //! yet is refused by the config check.
@@ -85,6 +86,30 @@ fn sft_and_dpo_train_the_adapter_and_checkpoint_only_it() {
         "{:?}",
         moments.keys().collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn rl_trains_the_adapter_and_actor_infer_generates_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rl = "rl={steps: 4, prompts_per_step: 4, group_size: 4, kl: {mode: in_loss, coef: 0.05}, entropy_coef: 0.5, \
+              sampling: {temperature: 1.0, max_new_tokens: 6}, optimizer: {lr: 0.05}}";
+    let mut overrides = vec![rl, "dpo=null"];
+    overrides.extend(LORA);
+    let store = run_quiet(dir.path(), "lo", &rest(dir.path()), &overrides);
+    // actor_infer generates with the adapter merged into its replica, re-merged after every
+    // step: the log-probs it sampled with are the ones training computes with the adapter.
+    // A replica left at the base (or a stale adapter) would be off by what each step moved.
+    let diff = series(&store, "rl", "train_infer/logprob_abs_diff");
+    assert_eq!(diff.len(), 4);
+    assert!(diff.iter().all(|d| *d < 1e-4), "{diff:?}");
+    let kl = series(&store, "rl", "actor/kl");
+    assert!(
+        kl[3] > 0.0,
+        "the adapter moved the policy from its reference: {kl:?}"
+    );
+    let ckpt = dir.path().join("lo/checkpoints/rl-step4");
+    assert!(ckpt.join("adapter_model.safetensors").is_file());
+    assert!(!ckpt.join("model.safetensors").exists());
 }
 
 #[test]
@@ -185,9 +210,9 @@ fn what_lora_does_not_support_yet_is_refused_by_the_config_check() {
         e.contains("workers.actor_train.mode 'process' is not supported"),
         "{e}"
     );
-    let e = run(&["rl={steps: 1, prompts_per_step: 2, group_size: 2}"]);
+    let e = run(&["rl={steps: 1, prompts_per_step: 2, group_size: 2, async_generation_ratio: 1}"]);
     assert!(
-        e.contains("an rl stage with a LoRA adapter is not supported yet"),
+        e.contains("model.lora with rl.async_generation_ratio above 0 is not supported yet"),
         "{e}"
     );
 }

@@ -221,6 +221,18 @@ impl Transformer {
         }
     }
 
+    /// The weights generation computes with: the parameters, or under LoRA a copy of them with
+    /// the adapter merged in (`W + s B A`: a replica decodes at the base's speed, with no
+    /// adapter product per token).
+    pub fn weights_for_inference(&self) -> Result<std::borrow::Cow<'_, ParamStore>> {
+        let Some(lora) = &self.lora else {
+            return Ok(std::borrow::Cow::Borrowed(&self.params));
+        };
+        let merged = self.params.deep_clone()?;
+        lora.to_adapter().merge_into(&merged)?;
+        Ok(std::borrow::Cow::Owned(merged))
+    }
+
     /// Another view of this model whose adapter is a frozen copy of this one's as it is now,
     /// sharing the base's weights (frozen under LoRA): a stage's reference without a second
     /// copy of the base. `None` without an adapter.

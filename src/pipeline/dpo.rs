@@ -29,7 +29,7 @@ use crate::config::{DpoConfig, Stage};
 use crate::data::mix::{DomainCursor, MixerState};
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
-use crate::role::actor_infer::copy_of;
+use crate::role::actor_infer::reference_of;
 use crate::role::actor_train::ActorTrain;
 use crate::role::epochs::{ActorStep, EpochRows, Targets};
 use crate::role::reference::Reference;
@@ -78,14 +78,7 @@ pub fn run_dpo(
     }
     let reference = match resume {
         // Under LoRA the frozen base is shared and only the adapter is copied.
-        None => match model
-            .transformer
-            .adapter_snapshot()
-            .during("dpo reference")?
-        {
-            Some(view) => view,
-            None => copy_of(model)?,
-        },
+        None => reference_of(model)?,
         Some(_) => stage_start_policy(ctx.cfg, Stage::Dpo)?.transformer,
     };
     let mut refs = RefLogps::Live(

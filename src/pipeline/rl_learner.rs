@@ -16,7 +16,7 @@ use crate::config::{PlacementMode, RlConfig, Stage};
 use crate::data::mix::{DomainMixer, MixerState};
 use crate::metrics::{Metrics, SampleRecord};
 use crate::model::{LoadedModel, ParamStore};
-use crate::role::actor_infer::{Infer, copy_of};
+use crate::role::actor_infer::{Infer, reference_of};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
 use crate::role::reference::Reference;
@@ -72,7 +72,7 @@ impl<'m> Learner<'m> {
         // The reference is the policy as the stage began; a resumed stage reloads it from disk.
         let reference = match (cfg.kl.mode != KlMode::None, resume) {
             (false, _) => None,
-            (true, None) => Some(copy_of(model)?),
+            (true, None) => Some(reference_of(model)?),
             (true, Some(_)) => Some(super::setup::rl_start_policy(ctx.cfg)?.transformer),
         };
         let mut kl_ctl = KlController::new(

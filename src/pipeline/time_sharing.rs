@@ -175,7 +175,13 @@ impl TimeSharing {
     /// seconds spent.
     pub fn sync_weights(&self, policy: &LoadedModel, infer: &Infer) -> Result<f64, PipelineError> {
         let t0 = Instant::now();
-        let params = policy.transformer.params();
+        // Under LoRA the adapter merged into a copy of the base: actor_infer generates with
+        // plain weights.
+        let params = policy
+            .transformer
+            .weights_for_inference()
+            .during("weight sync")?;
+        let params = &*params;
         match infer {
             Infer::Remote(r) => lock(r).set_weights(params)?,
             Infer::Local { .. } if self.offloaded.contains(&Role::ActorInfer) => {

@@ -68,14 +68,31 @@ impl Protocol for InferProtocol {
     type Reply = InferReply;
 }
 
-/// A frozen copy of the policy's weights (reference, critic trunk, actor_infer replica).
+/// A frozen copy of the policy's weights (reference, actor_infer replica); under LoRA with the
+/// adapter merged in.
 pub fn copy_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
-    let params = model
+    let params = match model
         .transformer
-        .params()
-        .deep_clone()
-        .during("copying the policy")?;
+        .weights_for_inference()
+        .during("copying the policy")?
+    {
+        std::borrow::Cow::Borrowed(p) => p.deep_clone().during("copying the policy")?,
+        std::borrow::Cow::Owned(merged) => merged,
+    };
     Transformer::new(model.config().clone(), params).during("copying the policy")
+}
+
+/// A stage's frozen reference: the policy as it is now. Under LoRA the frozen base is shared and
+/// only the adapter copied; otherwise a copy of the weights.
+pub fn reference_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
+    match model
+        .transformer
+        .adapter_snapshot()
+        .during("copying the adapter")?
+    {
+        Some(view) => Ok(view),
+        None => copy_of(model),
+    }
 }
 
 /// What the rollout needs from a generation engine.
