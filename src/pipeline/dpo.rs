@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 
-use self::pairs::{PairOrder, PairSet};
+use self::pairs::{PairOrder, PairRows, PairSet};
 use super::setup::{Tokenizing, stage_start_policy};
 use super::worker_report::report_workers;
 use super::{
@@ -33,7 +33,7 @@ use crate::role::actor_infer::reference_of;
 use crate::role::actor_train::ActorTrain;
 use crate::role::epochs::{ActorStep, EpochRows, Targets};
 use crate::role::reference::Reference;
-use crate::role::rows::{Rows, response_logprobs};
+use crate::role::rows::response_logprobs;
 use crate::role::{ResidentRole, Restore};
 
 /// The name of the stage's data cursor in checkpoints.
@@ -121,30 +121,22 @@ enum RefLogps {
 }
 
 impl RefLogps {
-    /// The reference's (n, width) log-probs of the rows of pairs `idx` of `set` (`eval` says
-    /// which set it is).
+    /// The reference's (n, width) log-probs of `rows`, pairs of the training set or, with
+    /// `eval`, of the held-out one.
     fn of(
         &mut self,
-        set: &PairSet,
+        rows: &PairRows<'_>,
         eval: bool,
-        idx: &[usize],
         micro: usize,
         device: &Device,
     ) -> Result<Tensor, PipelineError> {
-        let (prompts, responses) = set.rows(idx);
-        let width = responses.iter().map(Vec::len).max().unwrap_or(0);
         match self {
             RefLogps::Live(reference, pad) => {
-                let rows = Rows {
-                    prompts: &prompts,
-                    responses: &responses,
-                    micro,
-                    width,
-                };
-                Ok(reference.logprobs(*pad, &rows, 1.0, device)?)
+                Ok(reference.logprobs(*pad, &rows.as_rows(micro), 1.0, device)?)
             }
             RefLogps::Precomputed { train, eval: held } => {
                 let table = if eval { held } else { train };
+                let (idx, width) = (rows.idx, rows.width());
                 let mut data = Vec::with_capacity(idx.len() * 2 * width);
                 for &i in idx {
                     for row in [&table[2 * i], &table[2 * i + 1]] {
@@ -166,21 +158,21 @@ fn precompute(
     (batch, micro): (usize, usize),
     device: &Device,
 ) -> Result<Vec<Vec<f32>>, PipelineError> {
-    let mut rows = vec![];
+    let mut table = vec![];
     let all: Vec<usize> = (0..set.pairs.len()).collect();
     for idx in all.chunks(batch) {
-        let (_, responses) = set.rows(idx);
-        let t = reference.of(set, eval, idx, micro, device)?;
+        let rows = set.rows(idx);
+        let t = reference.of(&rows, eval, micro, device)?;
         for (row, r) in t
             .to_vec2::<f32>()
             .during("dpo reference")?
             .into_iter()
-            .zip(&responses)
+            .zip(&rows.responses)
         {
-            rows.push(row[..r.len()].to_vec());
+            table.push(row[..r.len()].to_vec());
         }
     }
-    Ok(rows)
+    Ok(table)
 }
 
 fn dpo_steps(
@@ -224,9 +216,12 @@ fn dpo_steps(
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
         let idx = order.batch(step, cfg.batch_size);
-        let ref_logp = refs.of(sets.train, false, &idx, micro_rows, &device)?;
+        let rows = sets.train.rows(&idx);
+        let ref_logp = refs.of(&rows, false, micro_rows, &device)?;
         let t_ref = t0.elapsed().as_secs_f64();
-        let (prompts, responses) = sets.train.rows(&idx);
+        let PairRows {
+            prompts, responses, ..
+        } = rows;
         let tokens: usize = responses.iter().map(Vec::len).sum();
         let batch = ActorStep {
             rows: EpochRows {
@@ -303,18 +298,11 @@ fn evaluate(
     let mut all: [Vec<f32>; 5] = Default::default();
     let pairs: Vec<usize> = (0..set.pairs.len()).collect();
     for idx in pairs.chunks(cfg.batch_size) {
-        let (prompts, responses) = set.rows(idx);
-        let width = responses.iter().map(Vec::len).max().unwrap_or(0);
-        let rows = Rows {
-            prompts: &prompts,
-            responses: &responses,
-            micro,
-            width,
-        };
-        let mask = EpochRows::response_mask(&responses, device).during("dpo eval")?;
-        let logp =
-            response_logprobs(&model.transformer, model.pad_id, &rows, 1.0).during("dpo eval")?;
-        let ref_logp = refs.of(set, true, idx, micro, device)?;
+        let rows = set.rows(idx);
+        let mask = EpochRows::response_mask(&rows.responses, device).during("dpo eval")?;
+        let logp = response_logprobs(&model.transformer, model.pad_id, &rows.as_rows(micro), 1.0)
+            .during("dpo eval")?;
+        let ref_logp = refs.of(&rows, true, micro, device)?;
         let (losses, sums) =
             preference_terms(&params, &logp, &ref_logp, &mask).during("dpo eval")?;
         let parts = [

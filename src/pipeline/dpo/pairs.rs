@@ -11,6 +11,7 @@ use super::super::PipelineError;
 use super::super::setup::{MAX_PROMPT_BYTES_PER_POSITION, Tokenizing};
 use crate::data::pairs::{PairPrompt, load_pairs};
 use crate::data::{DataError, mix_seed};
+use crate::role::rows::Rows;
 
 /// One pair as token ids; the completions end with the end-of-sequence token.
 pub struct TokenPair {
@@ -142,9 +143,10 @@ impl PairSet {
             .collect()
     }
 
-    /// The rows of the pairs `idx`, chosen then rejected for each: (prompts, responses).
-    pub fn rows(&self, idx: &[usize]) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
-        idx.iter()
+    /// The rows of the pairs `idx`, chosen then rejected for each.
+    pub fn rows<'a>(&self, idx: &'a [usize]) -> PairRows<'a> {
+        let (prompts, responses) = idx
+            .iter()
             .flat_map(|&i| {
                 let p = &self.pairs[i];
                 [
@@ -152,7 +154,38 @@ impl PairSet {
                     (p.prompt.clone(), p.rejected.clone()),
                 ]
             })
-            .unzip()
+            .unzip();
+        PairRows {
+            idx,
+            prompts,
+            responses,
+        }
+    }
+}
+
+/// The rows of some pairs of a set, built once for every use a batch has of them (the
+/// reference's log-probs, the policy's, the training step).
+pub struct PairRows<'a> {
+    /// The pairs, by their place in the set.
+    pub idx: &'a [usize],
+    pub prompts: Vec<Vec<u32>>,
+    pub responses: Vec<Vec<u32>>,
+}
+
+impl PairRows<'_> {
+    /// The longest response.
+    pub fn width(&self) -> usize {
+        self.responses.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// The rows as a forward pass takes them, `micro` at a time.
+    pub fn as_rows(&self, micro: usize) -> Rows<'_> {
+        Rows {
+            prompts: &self.prompts,
+            responses: &self.responses,
+            micro,
+            width: self.width(),
+        }
     }
 }
 
