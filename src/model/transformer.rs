@@ -225,12 +225,26 @@ impl Transformer {
     /// the adapter merged in (`W + s B A`: a replica decodes at the base's speed, with no
     /// adapter product per token).
     pub fn weights_for_inference(&self) -> Result<std::borrow::Cow<'_, ParamStore>> {
-        let Some(lora) = &self.lora else {
+        if self.lora.is_none() {
             return Ok(std::borrow::Cow::Borrowed(&self.params));
-        };
+        }
         let merged = self.params.deep_clone()?;
-        lora.to_adapter().merge_into(&merged)?;
+        self.merge_adapter_into(&merged)?;
         Ok(std::borrow::Cow::Owned(merged))
+    }
+
+    /// Write [`Self::weights_for_inference`] into `dest` (a replica's parameters of this shape)
+    /// in place: the base copied, then the adapter merged, with no copy in between.
+    pub fn write_inference_weights(&self, dest: &ParamStore) -> Result<()> {
+        dest.copy_from(&self.params)?;
+        self.merge_adapter_into(dest)
+    }
+
+    fn merge_adapter_into(&self, dest: &ParamStore) -> Result<()> {
+        match &self.lora {
+            Some(lora) => lora.to_adapter().merge_into(dest),
+            None => Ok(()),
+        }
     }
 
     /// Another view of this model whose adapter is a frozen copy of this one's as it is now,

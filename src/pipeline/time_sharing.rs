@@ -175,23 +175,25 @@ impl TimeSharing {
     /// seconds spent.
     pub fn sync_weights(&self, policy: &LoadedModel, infer: &Infer) -> Result<f64, PipelineError> {
         let t0 = Instant::now();
-        // Under LoRA the adapter merged into a copy of the base: actor_infer generates with
-        // plain weights.
-        let params = policy
-            .transformer
-            .weights_for_inference()
-            .during("weight sync")?;
-        let params = &*params;
+        // Under LoRA actor_infer generates with plain weights: the adapter merged into the base,
+        // in the replica's own tensors when it has them, else into a copy that is sent.
+        let merged = || {
+            policy
+                .transformer
+                .weights_for_inference()
+                .during("weight sync")
+        };
         match infer {
-            Infer::Remote(r) => lock(r).set_weights(params)?,
+            Infer::Remote(r) => lock(r).set_weights(&*merged()?)?,
             Infer::Local { .. } if self.offloaded.contains(&Role::ActorInfer) => {
                 self.area
-                    .overwrite(Role::ActorInfer.as_str(), &params.named_tensors())
+                    .overwrite(Role::ActorInfer.as_str(), &merged()?.named_tensors())
                     .map_err(copy_err)?;
             }
-            Infer::Local { replica, .. } => {
-                replica.params().copy_from(params).during("weight sync")?
-            }
+            Infer::Local { replica, .. } => policy
+                .transformer
+                .write_inference_weights(replica.params())
+                .during("weight sync")?,
         }
         Ok(t0.elapsed().as_secs_f64())
     }
