@@ -205,17 +205,55 @@ pub fn domain_rewards(prefix: &str, domain: &str, s: &PreferenceStats) -> Vec<(S
 }
 
 impl PreferenceStats {
+    /// Every value through `f`.
+    fn map(&self, f: impl Fn(f64) -> f64) -> PreferenceStats {
+        PreferenceStats {
+            chosen_reward: f(self.chosen_reward),
+            rejected_reward: f(self.rejected_reward),
+            accuracy: f(self.accuracy),
+            margin: f(self.margin),
+            chosen_logp: f(self.chosen_logp),
+            rejected_logp: f(self.rejected_logp),
+        }
+    }
+
     /// These sums over `count` pairs as means.
     pub fn mean_over(&self, count: usize) -> PreferenceStats {
         let k = count.max(1) as f64;
-        PreferenceStats {
-            chosen_reward: self.chosen_reward / k,
-            rejected_reward: self.rejected_reward / k,
-            accuracy: self.accuracy / k,
-            margin: self.margin / k,
-            chosen_logp: self.chosen_logp / k,
-            rejected_logp: self.rejected_logp / k,
-        }
+        self.map(|v| v / k)
+    }
+
+    /// Every value times `w` (a part's share of a batch's means).
+    pub fn scaled(&self, w: f64) -> PreferenceStats {
+        self.map(|v| w * v)
+    }
+
+    /// TRL's metrics of these stats, each key after `prefix`: `rewards/chosen`,
+    /// `rewards/rejected`, `rewards/accuracies`, `rewards/margins`, `logps/chosen`,
+    /// `logps/rejected`.
+    pub fn metrics(&self, prefix: &str) -> Vec<(String, f64)> {
+        [
+            ("rewards/chosen", self.chosen_reward),
+            ("rewards/rejected", self.rejected_reward),
+            ("rewards/accuracies", self.accuracy),
+            ("rewards/margins", self.margin),
+            ("logps/chosen", self.chosen_logp),
+            ("logps/rejected", self.rejected_logp),
+        ]
+        .into_iter()
+        .map(|(key, v)| (format!("{prefix}{key}"), v))
+        .collect()
+    }
+}
+
+impl std::ops::AddAssign<&PreferenceStats> for PreferenceStats {
+    fn add_assign(&mut self, o: &PreferenceStats) {
+        self.chosen_reward += o.chosen_reward;
+        self.rejected_reward += o.rejected_reward;
+        self.accuracy += o.accuracy;
+        self.margin += o.margin;
+        self.chosen_logp += o.chosen_logp;
+        self.rejected_logp += o.rejected_logp;
     }
 }
 

@@ -345,16 +345,7 @@ fn evaluate(
             ));
         }
     }
-    for (key, v) in [
-        ("eval/loss", loss),
-        ("eval/rewards/chosen", s.chosen_reward),
-        ("eval/rewards/rejected", s.rejected_reward),
-        ("eval/rewards/accuracies", s.accuracy),
-        ("eval/rewards/margins", s.margin),
-        ("eval/logps/chosen", s.chosen_logp),
-        ("eval/logps/rejected", s.rejected_logp),
-    ] {
-        m.insert(key.into(), v);
-    }
+    m.insert("eval/loss".into(), loss);
+    m.extend(s.metrics("eval/"));
     Ok(m)
 }

@@ -49,10 +49,10 @@ impl ActorTally {
     fn add(&mut self, o: &ActorTally) {
         self.nll += o.nll;
         self.pref_loss += o.pref_loss;
-        add_stats(&mut self.pref, &o.pref);
+        self.pref += &o.pref;
         for (k, (sums, n)) in &o.pref_domains {
             let (into, count) = self.pref_domains.entry(*k).or_default();
-            add_stats(into, sums);
+            *into += sums;
             *count += n;
         }
         self.pg_loss += o.pg_loss;
@@ -63,15 +63,6 @@ impl ActorTally {
         self.diff_sum += o.diff_sum;
         self.diff_tokens += o.diff_tokens;
     }
-}
-
-fn add_stats(into: &mut PreferenceStats, o: &PreferenceStats) {
-    into.chosen_reward += o.chosen_reward;
-    into.rejected_reward += o.rejected_reward;
-    into.accuracy += o.accuracy;
-    into.margin += o.margin;
-    into.chosen_logp += o.chosen_logp;
-    into.rejected_logp += o.rejected_logp;
 }
 
 struct ActorLearner<'a> {
@@ -274,17 +265,9 @@ fn preference_pass(
         pref_domains =
             preference_sums_by_group(params.beta, &detached, &groups).during("dpo metrics")?;
     }
-    let w = mb.weight;
     let t = ActorTally {
         pref_loss: scalar(&loss)?,
-        pref: PreferenceStats {
-            chosen_reward: w * s.chosen_reward,
-            rejected_reward: w * s.rejected_reward,
-            accuracy: w * s.accuracy,
-            margin: w * s.margin,
-            chosen_logp: w * s.chosen_logp,
-            rejected_logp: w * s.rejected_logp,
-        },
+        pref: s.scaled(mb.weight),
         pref_domains,
         ..Default::default()
     };
@@ -362,18 +345,8 @@ pub(in crate::role) fn actor_epochs_in_lanes(
         }
         // TRL's names.
         Objective::Preference(_) => {
-            let p = &t.pref;
-            for (key, v) in [
-                ("loss", t.pref_loss),
-                ("rewards/chosen", p.chosen_reward),
-                ("rewards/rejected", p.rejected_reward),
-                ("rewards/accuracies", p.accuracy),
-                ("rewards/margins", p.margin),
-                ("logps/chosen", p.chosen_logp),
-                ("logps/rejected", p.rejected_logp),
-            ] {
-                m.insert(key.into(), v / per);
-            }
+            m.insert("loss".into(), t.pref_loss / per);
+            m.extend(t.pref.mean_over(minis).metrics(""));
             // Per domain index (the stage names them): means over the domain's pairs.
             for (k, (sums, n)) in &t.pref_domains {
                 m.extend(domain_rewards(
