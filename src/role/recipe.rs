@@ -48,11 +48,7 @@ impl TrainRecipe {
 pub enum Objective {
     /// RL's policy-gradient loss over the step's advantages, with an entropy bonus and, when
     /// `kl_in_loss`, a KL penalty to the reference.
-    Policy {
-        loss: PolicyLossParams,
-        entropy_coef: f64,
-        kl_in_loss: Option<KlEstimator>,
-    },
+    Policy(PolicyObjective),
     /// The critic's value loss over the step's returns, clipped around the rollout's values.
     Value { clip: Option<f64>, agg: LossAgg },
     /// Supervised fine-tuning: the negative log-likelihood of the response tokens, averaged over
@@ -63,12 +59,21 @@ pub enum Objective {
     Preference(PreferenceParams),
 }
 
+/// RL's policy objective.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyObjective {
+    pub loss: PolicyLossParams,
+    pub entropy_coef: f64,
+    /// The KL estimator of a KL penalty in the loss (`rl.kl.mode: in_loss`), if any.
+    pub kl_in_loss: Option<KlEstimator>,
+}
+
 impl Objective {
     /// How a micro-batch's share of its mini-batch's loss is weighed: by its tokens under a
     /// token mean, by its rows otherwise.
     pub fn agg(&self) -> LossAgg {
         match self {
-            Objective::Policy { loss, .. } => loss.agg,
+            Objective::Policy(p) => p.loss.agg,
             Objective::Value { agg, .. } => *agg,
             Objective::Likelihood => LossAgg::TokenMean,
             // Each pair counts once, whatever its length.
@@ -91,11 +96,11 @@ impl RlConfig {
             epochs: self.ppo_epochs,
             mini_batches: self.mini_batches,
             shuffle: true,
-            objective: Objective::Policy {
+            objective: Objective::Policy(PolicyObjective {
                 loss: self.policy_loss,
                 entropy_coef: self.entropy_coef,
                 kl_in_loss: (self.kl.mode == KlMode::InLoss).then_some(self.kl.estimator),
-            },
+            }),
         }
     }
 
@@ -173,11 +178,11 @@ mod tests {
         assert_eq!((a.epochs, a.mini_batches, a.shuffle), (2, 3, true));
         assert_eq!(
             a.objective,
-            Objective::Policy {
+            Objective::Policy(PolicyObjective {
                 loss: rl.policy_loss,
                 entropy_coef: 0.01,
                 kl_in_loss: Some(KlEstimator::K3),
-            }
+            })
         );
         let c = rl.critic_recipe().expect("critic");
         assert_eq!(c.optimizer.lr, 0.002);

@@ -12,15 +12,15 @@ use super::{
     scalar,
 };
 use crate::algo::aggregate::aggregate;
-use crate::algo::kl::{KlEstimator, kl_penalty};
-use crate::algo::loss::{PolicyLossParams, entropy_bonus, policy_loss};
+use crate::algo::kl::kl_penalty;
+use crate::algo::loss::{entropy_bonus, policy_loss};
 use crate::algo::preference::{
     PairLogps, PreferenceParams, PreferenceStats, domain_rewards, preference_stats,
     preference_sums_by_group, preference_terms,
 };
 use crate::metrics::Metrics;
 use crate::model::{Numerics, Tape, Transformer};
-use crate::role::recipe::{Objective, TrainRecipe};
+use crate::role::recipe::{Objective, PolicyObjective, TrainRecipe};
 use crate::role::{RoleError, TensorContext};
 use crate::train::{AdamW, GradAccumulator, response_forward};
 
@@ -88,20 +88,8 @@ fn actor_pass(
     mb: &Micro,
 ) -> Result<ActorPart, RoleError> {
     match (objective, &st.targets) {
-        (
-            Objective::Policy {
-                loss,
-                entropy_coef,
-                kl_in_loss,
-            },
-            Targets::Policy(targets),
-        ) => {
-            let spec = PolicySpec {
-                loss,
-                entropy_coef: *entropy_coef,
-                kl_in_loss: *kl_in_loss,
-            };
-            policy_pass(&spec, targets, policy, mb)
+        (Objective::Policy(spec), Targets::Policy(targets)) => {
+            policy_pass(spec, targets, policy, mb)
         }
         (Objective::Likelihood, Targets::Likelihood) => likelihood_pass(policy, mb),
         (
@@ -121,23 +109,16 @@ fn actor_pass(
 
 fn objective_name(objective: &Objective) -> &'static str {
     match objective {
-        Objective::Policy { .. } => "an RL policy loss",
+        Objective::Policy(_) => "an RL policy loss",
         Objective::Value { .. } => "a critic's value loss",
         Objective::Likelihood => "SFT",
         Objective::Preference(_) => "a preference loss",
     }
 }
 
-/// The policy objective's settings.
-struct PolicySpec<'a> {
-    loss: &'a PolicyLossParams,
-    entropy_coef: f64,
-    kl_in_loss: Option<KlEstimator>,
-}
-
 /// RL: the policy loss over the step's advantages, the entropy bonus and the in-loss KL.
 fn policy_pass(
-    cfg: &PolicySpec<'_>,
+    cfg: &PolicyObjective,
     st: &PolicyTargets,
     policy: &Transformer,
     mb: &Micro,
@@ -167,7 +148,7 @@ fn policy_pass(
         t.diff_tokens = scalar(&mb.tb.response_mask.sum_all().during("diff")?)?;
     }
     let adv = mb.slice(&st.adv)?;
-    let out = policy_loss(cfg.loss, &logp, &old, &adv, &mb.mask).during("policy loss")?;
+    let out = policy_loss(&cfg.loss, &logp, &old, &adv, &mb.mask).during("policy loss")?;
     let mut loss = out.loss.clone();
     if cfg.entropy_coef != 0.0 {
         let bonus = entropy_bonus(&entropy, &mb.mask, agg).during("entropy bonus")?;
