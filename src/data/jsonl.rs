@@ -166,14 +166,20 @@ pub(crate) fn parse_object(line: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
-fn parse_line(line: &str, default_domain: &str) -> Result<Example, String> {
-    let mut object = parse_object(line)?;
-    // Sorted, so the message does not depend on serde_json's map order feature.
+/// The keys of `object` that are not in `known`, sorted, so that a message naming them does not
+/// depend on serde_json's map order feature.
+pub(crate) fn unknown_keys<'a>(object: &'a Map<String, Value>, known: &[&str]) -> Vec<&'a String> {
     let mut unknown: Vec<&String> = object
         .keys()
-        .filter(|k| !FIELDS.contains(&k.as_str()))
+        .filter(|k| !known.contains(&k.as_str()))
         .collect();
     unknown.sort();
+    unknown
+}
+
+fn parse_line(line: &str, default_domain: &str) -> Result<Example, String> {
+    let mut object = parse_object(line)?;
+    let unknown = unknown_keys(&object, &FIELDS);
     if !unknown.is_empty() {
         return Err(unknown_fields_message(&unknown));
     }

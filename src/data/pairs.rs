@@ -18,7 +18,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::DataError;
-use super::jsonl::{kind, parse_object, read_lines};
+use super::jsonl::{kind, parse_object, read_lines, unknown_keys};
 use crate::model::chat_template::ChatMessage;
 
 const FIELDS: [&str; 4] = ["prompt", "chosen", "rejected", "domain"];
@@ -56,11 +56,7 @@ pub fn load_pairs(path: &Path) -> Result<Vec<PreferencePair>, DataError> {
 
 fn parse_pair(text: &str) -> Result<PreferencePair, String> {
     let mut object = parse_object(text)?;
-    let mut unknown: Vec<&String> = object
-        .keys()
-        .filter(|k| !FIELDS.contains(&k.as_str()))
-        .collect();
-    unknown.sort();
+    let unknown = unknown_keys(&object, &FIELDS);
     if !unknown.is_empty() {
         let quoted: Vec<String> = unknown.iter().map(|k| format!("'{k}'")).collect();
         return Err(format!(
