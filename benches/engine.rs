@@ -31,41 +31,21 @@ use std::time::Instant;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use roll::config::{RunConfig, load::from_yaml_str};
-use roll::model::threads::{lane_rows, side_by_side};
-use roll::model::{Arch, InitOptions, Numerics, Tape, Transformer, init_model};
+use roll::model::threads::side_by_side;
+use roll::model::{Arch, InitOptions, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
 use roll::rollout::{Request, SamplingParams, generate};
-use roll::train::{AdamW, GradAccumulator, OptimizerConfig, TrainBatch, response_forward};
+use roll::train::{AdamW, GradAccumulator, OptimizerConfig};
 
-/// Start a new peak: Linux resets the process's high-water mark of resident memory (`VmHWM`) when
-/// "5" is written to its `clear_refs`. Elsewhere this does nothing and the peak is the process's.
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// The peak resident memory since the last [`reset_peak_rss`], in GB (`VmHWM`), where Linux tells.
-fn peak_rss_gb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024.0 / 1e9)
-}
-
-/// " (peak RSS x.xx GB)" where known.
-fn peak_note() -> String {
-    peak_rss_gb()
-        .map(|gb| format!(" (peak RSS {gb:.2} GB)"))
-        .unwrap_or_default()
-}
-
-/// The models' dtype: `BENCH_DTYPE` (`float32` by default, or `bfloat16`).
-fn bench_dtype() -> String {
-    std::env::var("BENCH_DTYPE").unwrap_or_else(|_| "float32".into())
-}
+#[path = "common/workloads.rs"]
+mod workloads;
+use workloads::{
+    bench_dtype, forward_backward, lanes_of, peak_note, qwen05_layers, qwen05_options,
+    reset_peak_rss,
+};
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -282,33 +262,10 @@ rl:
     }
 }
 
-/// The Qwen2.5-0.5B shape with random weights; the tokenizer is a character vocabulary of
-/// 151,933 CJK-range characters (plus 3 specials), so the embedding has the real size.
+/// The Qwen2.5-0.5B shape with random weights ([`qwen05_options`]).
 fn qwen05(only: &str) {
-    let layers = std::env::var("QWEN05_LAYERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
-    let chars: String = (0x4E00u32..)
-        .filter_map(char::from_u32)
-        .take(151_933)
-        .collect();
-    let model = init_model(&InitOptions {
-        arch: Arch::Qwen2,
-        hidden: 896,
-        layers,
-        heads: 14,
-        kv_heads: 2,
-        intermediate: 4864,
-        head_dim: None,
-        tie_embeddings: true,
-        max_positions: 256,
-        rope_theta: 1e6,
-        chars,
-        dtype: bench_dtype(),
-        seed: 1,
-    })
-    .expect("init");
+    let layers = qwen05_layers();
+    let model = init_model(&qwen05_options(layers)).expect("init");
     let vocab = model.config().vocab_size as u32;
     let pairs_owned: Vec<(Vec<u32>, Vec<u32>)> = (0..16u32)
         .map(|i| {
@@ -399,40 +356,6 @@ fn adamw_steps(model: &roll::model::LoadedModel) {
             peak_note()
         );
     }
-}
-
-/// `pairs` as training batches, cut into lanes as training cuts its micro-batches ([`lane_rows`]).
-fn lanes_of(pairs: &[(Vec<u32>, Vec<u32>)], lanes: usize, kv_groups: usize) -> Vec<TrainBatch> {
-    let lens: Vec<(usize, usize)> = pairs.iter().map(|(p, r)| (p.len(), r.len())).collect();
-    lane_rows(&lens, lanes)
-        .iter()
-        .map(|part| {
-            let rows: Vec<(&[u32], &[u32])> = part
-                .iter()
-                .map(|&i| (pairs[i].0.as_slice(), pairs[i].1.as_slice()))
-                .collect();
-            TrainBatch::new(&rows, 0, kv_groups, &Device::Cpu).expect("batch")
-        })
-        .collect()
-}
-
-/// One forward and backward of the negated summed response log-probs, cut by layer as training
-/// does (`roll::model::Tape`).
-fn forward_backward(model: &Transformer, tb: &TrainBatch) -> GradStore {
-    let mut tape = Tape::default();
-    let (logp, _) = response_forward(
-        model,
-        tb,
-        1.0,
-        Numerics::Differentiable,
-        false,
-        Some(&mut tape),
-    )
-    .expect("fwd");
-    let loss = logp.sum_all().and_then(|l| l.neg()).expect("loss");
-    // As training does: the loss alone holds the head's piece, which its backward then frees.
-    drop(logp);
-    tape.backward(loss).expect("bwd")
 }
 
 /// Run this bench's forward+backward in `n` processes at once (`RAYON_NUM_THREADS=threads` when

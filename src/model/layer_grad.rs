@@ -30,11 +30,17 @@ use roll_cpu_kernels as fused;
 use super::config::ModelConfig;
 use super::transformer::{LayerWeights, Product, affine, residual};
 
+mod adapter;
+pub(super) use adapter::{Adapted, Factor, LayerFactors};
+use adapter::{add_input_grad, input_grad};
+
 /// A layer's forward as its backward needs it. Holds the layer's activations (freed with it), less
 /// those its backward recomputes (the normed inputs, SwiGLU's output), and its weights as the
 /// model holds them: their gradients are keyed by them.
 pub(super) struct LayerRecord {
     w: LayerWeights,
+    /// Under LoRA, the adapter's factors (`w` is then the frozen base).
+    factors: LayerFactors,
     eps: f64,
     scale: f64,
     mask: Tensor,
@@ -65,10 +71,13 @@ pub(super) fn applies(w: &LayerWeights) -> bool {
 
 /// The layer's output (b, t, hidden), detached, and its record. The same operations as
 /// `Transformer::fused_layer` at `Numerics::Differentiable` without a cache (its products
-/// through the same gemm call), so the same bits.
+/// through the same gemm call), so the same bits. Under LoRA `w` holds the merged weights
+/// `W + s B A` and `adapted` the base and the factors that the backward differentiates
+/// (`adapter`).
 pub(super) fn forward(
     x: &Tensor,
     w: &LayerWeights,
+    adapted: Option<Adapted>,
     cfg: &ModelConfig,
     cos: &Tensor,
     sin: &Tensor,
@@ -112,8 +121,13 @@ pub(super) fn forward(
     let mlp = fused::swiglu::swiglu(&gate, &up)?;
     let out = residual(&x2, project(&mlp, &wd.down_w, None)?)?;
     drop(mlp);
+    let (w, factors) = match adapted {
+        Some(Adapted { base, factors }) => (base, factors),
+        None => (w.clone(), LayerFactors::default()),
+    };
     let record = LayerRecord {
-        w: w.clone(),
+        w,
+        factors,
         eps,
         scale,
         mask: mask.clone(),
@@ -166,6 +180,20 @@ fn product_grad(weight: &Tensor, dy: &Tensor, x: &Tensor) -> Result<Option<(Tens
 /// The gradients of a layer's weights, each with the weight it belongs to.
 pub(super) type WeightGrads = Vec<(Tensor, Tensor)>;
 
+/// For y = x wᵀ over rows, given dy (rows, out): the gradients of what trains of the product,
+/// with what they belong to: the adapter's A and B where `factor` adapts it, else w's own.
+fn weight_grads(
+    weight: &Tensor,
+    factor: Option<&Factor>,
+    dy: &Tensor,
+    x: &Tensor,
+) -> Result<WeightGrads> {
+    match factor {
+        Some(f) => Ok(f.grads(dy, x)?.into()),
+        None => Ok(product_grad(weight, dy, x)?.into_iter().collect()),
+    }
+}
+
 impl LayerRecord {
     /// Given dy, the gradient of the layer's output (b, t, hidden): the gradient of its input
     /// (b, t, hidden) and those of its weights that are trained (see [`applies`]).
@@ -174,20 +202,23 @@ impl LayerRecord {
         // The weights' values in the forward's dtype (widened again for a bf16 model: see
         // `Transformer::compute_dtype`); `w` keys their gradients.
         let wd = w.detached_in(self.x.dtype())?;
-        // Whether any of these weights is trained: else their input is not made again.
-        let trained = |ws: &[&Tensor]| ws.iter().any(|t| t.track_op());
+        let f = &self.factors;
+        // Whether any of these products trains (its weight or its adapter): else their input
+        // is not made again.
+        let trained =
+            |ws: &[(&Tensor, &Option<Factor>)]| ws.iter().any(|(t, f)| t.track_op() || f.is_some());
         let mut grads: WeightGrads = Vec::new();
         let shape = self.x.dims().to_vec();
         let dy = rows(dy)?;
 
         // out = x2 + down(swiglu(gate(h2), up(h2))). Down's weight gradient reads SwiGLU's
         // output, made again (the forward's bits) in the pass that takes SwiGLU's gradients.
-        let d_mlp = fused::product::matmul(&dy, &wd.down_w)?.reshape(self.gate.dims())?;
-        let (d_gate, d_up) = if trained(&[&w.down_w]) {
+        let d_mlp = input_grad(&dy, &wd.down_w, f.down.as_ref())?.reshape(self.gate.dims())?;
+        let (d_gate, d_up) = if trained(&[(&w.down_w, &f.down)]) {
             let (mlp, d_gate, d_up) =
                 fused::swiglu::swiglu_backward_and_output(&self.gate, &self.up, &d_mlp)?;
             drop(d_mlp);
-            grads.extend(product_grad(&w.down_w, &dy, &mlp)?);
+            grads.extend(weight_grads(&w.down_w, f.down.as_ref(), &dy, &mlp)?);
             (d_gate, d_up)
         } else {
             let d_gate_up = fused::swiglu::swiglu_backward(&self.gate, &self.up, &d_mlp)?;
@@ -195,13 +226,13 @@ impl LayerRecord {
             d_gate_up
         };
         let (d_gate, d_up) = (rows(&d_gate)?, rows(&d_up)?);
-        if trained(&[&w.gate_w, &w.up_w]) {
+        if trained(&[(&w.gate_w, &f.gate), (&w.up_w, &f.up)]) {
             let h2 = fused::rms_norm::rms_norm(&self.x2, &wd.post_norm, self.eps)?;
-            grads.extend(product_grad(&w.gate_w, &d_gate, &h2)?);
-            grads.extend(product_grad(&w.up_w, &d_up, &h2)?);
+            grads.extend(weight_grads(&w.gate_w, f.gate.as_ref(), &d_gate, &h2)?);
+            grads.extend(weight_grads(&w.up_w, f.up.as_ref(), &d_up, &h2)?);
         }
-        let d_h2 = fused::product::matmul(&d_gate, &wd.gate_w)?;
-        fused::product::matmul_add(&d_h2, &d_up, &wd.up_w)?;
+        let d_h2 = input_grad(&d_gate, &wd.gate_w, f.gate.as_ref())?;
+        add_input_grad(&d_h2, &d_up, &wd.up_w, f.up.as_ref())?;
         drop((d_gate, d_up));
         // The residual: the output's gradient reaches x2 directly too, added as the norm's
         // backward writes its part.
@@ -218,8 +249,8 @@ impl LayerRecord {
         let d_x2 = rows(&d_x2)?;
 
         // x2 = x + o(attention(rope(q), rope(k), v))
-        grads.extend(product_grad(&w.o_w, &d_x2, &self.attn)?);
-        let d_attn = fused::product::matmul(&d_x2, &wd.o_w)?.reshape(self.attn.dims())?;
+        grads.extend(weight_grads(&w.o_w, f.o.as_ref(), &d_x2, &self.attn)?);
+        let d_attn = input_grad(&d_x2, &wd.o_w, f.o.as_ref())?.reshape(self.attn.dims())?;
         let (dq, dk, dv) = fused::attention::attention_backward(
             &self.q, &self.k, &self.v, &self.mask, self.scale, &self.attn, &d_attn,
         )?;
@@ -246,15 +277,15 @@ impl LayerRecord {
                 }
             }
         }
-        if trained(&[&w.q_w, &w.k_w, &w.v_w]) {
+        if trained(&[(&w.q_w, &f.q), (&w.k_w, &f.k), (&w.v_w, &f.v)]) {
             let h1 = fused::rms_norm::rms_norm(&self.x, &wd.input_norm, self.eps)?;
-            grads.extend(product_grad(&w.q_w, &dq, &h1)?);
-            grads.extend(product_grad(&w.k_w, &dk, &h1)?);
-            grads.extend(product_grad(&w.v_w, &dv, &h1)?);
+            grads.extend(weight_grads(&w.q_w, f.q.as_ref(), &dq, &h1)?);
+            grads.extend(weight_grads(&w.k_w, f.k.as_ref(), &dk, &h1)?);
+            grads.extend(weight_grads(&w.v_w, f.v.as_ref(), &dv, &h1)?);
         }
-        let d_h1 = fused::product::matmul(&dq, &wd.q_w)?;
-        fused::product::matmul_add(&d_h1, &dk, &wd.k_w)?;
-        fused::product::matmul_add(&d_h1, &dv, &wd.v_w)?;
+        let d_h1 = input_grad(&dq, &wd.q_w, f.q.as_ref())?;
+        add_input_grad(&d_h1, &dk, &wd.k_w, f.k.as_ref())?;
+        add_input_grad(&d_h1, &dv, &wd.v_w, f.v.as_ref())?;
         // And x2's gradient reaches x directly too.
         let (dx, d_in) = fused::rms_norm::rms_norm_backward_plus(
             &self.x,

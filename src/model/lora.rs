@@ -334,6 +334,19 @@ fn all_linear() -> Vec<String> {
     LINEAR_MODULES.iter().map(|m| m.to_string()).collect()
 }
 
+/// PEFT's defaults: rank 8, alpha 8, no dropout, every linear layer.
+impl Default for LoraSettings {
+    fn default() -> Self {
+        LoraSettings {
+            rank: eight(),
+            alpha: eight_f(),
+            dropout: 0.0,
+            target_modules: all_linear(),
+            rslora: false,
+        }
+    }
+}
+
 impl LoraSettings {
     pub fn validate(&self, p: &mut Vec<String>) {
         if self.rank == 0 {
@@ -495,6 +508,11 @@ impl LoraVars {
                 .and_then(|d| d * scale)
                 .and_then(|d| d.to_dtype(dtype)),
         )
+    }
+
+    /// A's and B's variables for the base weight `name`, where it is adapted.
+    pub fn factors(&self, name: &str) -> Option<(&Var, &Var)> {
+        self.pairs.get(name).map(|(a, b)| (a, b))
     }
 
     /// The adapter as it is now, to save.

@@ -291,6 +291,35 @@ impl Transformer {
         Ok(std::borrow::Cow::Owned(out))
     }
 
+    /// Under LoRA, layer `l` as its hand-differentiated backward takes it: the base out of
+    /// candle's graph and the adapter's factors (`layer_grad::adapter`).
+    fn adapted_layer(&self, l: usize) -> Result<Option<layer_grad::Adapted>> {
+        let Some(lora) = &self.lora else {
+            return Ok(None);
+        };
+        let scale = lora.settings.scale();
+        let factor = |module: &str| {
+            lora.factors(&super::lora::base_weight(l, module))
+                .map(|(a, b)| layer_grad::Factor {
+                    a: a.as_tensor().clone(),
+                    b: b.as_tensor().clone(),
+                    scale,
+                })
+        };
+        Ok(Some(layer_grad::Adapted {
+            base: self.layers[l].map(|t| Ok(t.detach()))?,
+            factors: layer_grad::LayerFactors {
+                q: factor("q_proj"),
+                k: factor("k_proj"),
+                v: factor("v_proj"),
+                o: factor("o_proj"),
+                gate: factor("gate_proj"),
+                up: factor("up_proj"),
+                down: factor("down_proj"),
+            },
+        }))
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
@@ -410,15 +439,15 @@ impl Transformer {
             for l in 0..self.layers.len() {
                 let w = &*self.layer_weights(l)?;
                 x = match tape.as_deref_mut() {
-                    // Training: each layer differentiated by hand (`layer_grad`), but for a
-                    // LoRA-adapted one, whose weights' gradients candle carries on to the adapter.
+                    // Training: each layer differentiated by hand (`layer_grad`), a
+                    // LoRA-adapted one through its adapter's factors.
                     Some(tape)
                         if numerics == Numerics::Differentiable
-                            && self.lora.is_none()
-                            && layer_grad::applies(w) =>
+                            && (self.lora.is_some() || layer_grad::applies(w)) =>
                     {
+                        let adapted = self.adapted_layer(l)?;
                         let (out, record) =
-                            layer_grad::forward(&x, w, &self.cfg, &cos, &sin, &mask)?;
+                            layer_grad::forward(&x, w, adapted, &self.cfg, &cos, &sin, &mask)?;
                         tape.layer(x, out, record)?
                     }
                     Some(tape) => {

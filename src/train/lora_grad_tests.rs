@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::model::hf_dir::tiny_test_model;
+use crate::model::hf_dir::{init_model, tiny_test_model, tiny_test_options};
 use crate::model::lora::{LoraSettings, LoraVars};
 use crate::model::{Numerics, Tape, Transformer};
 use crate::train::{TrainBatch, response_forward};
@@ -12,17 +12,19 @@ const PAIRS: [(&[u32], &[u32]); 3] = [(&[3, 4, 5], &[6, 7]), (&[8], &[9, 3, 4]),
 
 /// The rows' summed response log-probs, taped, and their gradients.
 fn logps_and_grads(model: &Transformer) -> (Vec<f32>, candle_core::backprop::GradStore) {
+    logps_and_grads_by(model, Numerics::Differentiable)
+}
+
+/// [`logps_and_grads`] with the forward's `numerics`: `Differentiable` takes the fused layers
+/// differentiated by hand (`model::layer_grad`), `Reference` candle's ops and its backward.
+fn logps_and_grads_by(
+    model: &Transformer,
+    numerics: Numerics,
+) -> (Vec<f32>, candle_core::backprop::GradStore) {
     let tb = TrainBatch::new(&PAIRS, 0, model.config().kv_groups(), &Device::Cpu).expect("tb");
     let mut tape = Tape::default();
-    let (logp, _) = response_forward(
-        model,
-        &tb,
-        1.0,
-        Numerics::Differentiable,
-        false,
-        Some(&mut tape),
-    )
-    .expect("forward");
+    let (logp, _) =
+        response_forward(model, &tb, 1.0, numerics, false, Some(&mut tape)).expect("forward");
     let rows = logp.sum(1).and_then(|x| x.to_vec1()).expect("rows");
     let grads = tape
         .backward(logp.sum_all().expect("sum"))
@@ -38,7 +40,8 @@ fn lora(model: &Transformer, targets: &[&str]) -> LoraVars {
         target_modules: targets.iter().map(|t| t.to_string()).collect(),
         rslora: false,
     };
-    LoraVars::init(&settings, 1, model.params(), 9, "tiny").expect("init")
+    let layers = model.config().num_hidden_layers;
+    LoraVars::init(&settings, layers, model.params(), 9, "tiny").expect("init")
 }
 
 #[test]
@@ -76,11 +79,8 @@ fn a_fresh_adapter_leaves_the_model_as_it_was_and_trains_only_b() {
     }
 }
 
-#[test]
-fn an_adapted_model_computes_and_differentiates_as_its_merged_weights() {
-    let model = tiny_test_model("0123456789", 32, 4).transformer;
-    let l = lora(&model, &["v_proj", "up_proj"]);
-    // B made non-zero, so the adapter changes the model.
+/// B made non-zero, so that the adapter changes the model and A gets a gradient.
+fn with_nonzero_b(l: &LoraVars) {
     for (_, v) in l.named_vars() {
         if v.dims()[1] == 2 {
             let n = v.elem_count();
@@ -89,6 +89,64 @@ fn an_adapted_model_computes_and_differentiates_as_its_merged_weights() {
                 .expect("set");
         }
     }
+}
+
+/// The largest difference between two tensors, and the largest magnitude of the second.
+fn off_by(got: &Tensor, want: &Tensor) -> (f32, f32) {
+    let diff = (got - want)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.max_all())
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("diff");
+    let scale = want
+        .abs()
+        .and_then(|d| d.max_all())
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("scale");
+    (diff, scale)
+}
+
+#[test]
+fn the_fused_layers_and_candles_backward_give_an_adapter_the_same_gradients() {
+    // Every projection adapted, so that each of the fused backward's seven products takes its
+    // adapter's part (the input's gradient through s (dy B) A included: a projection whose
+    // correction were lost would change the gradients of the layers below it: two layers, and
+    // Qwen3's q/k norms between the projections and attention).
+    let mut opts = tiny_test_options("0123456789", 32, 4);
+    opts.layers = 2;
+    opts.arch = crate::model::Arch::Qwen3;
+    let model = init_model(&opts).expect("model").transformer;
+    let all = [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ];
+    let l = lora(&model, &all);
+    with_nonzero_b(&l);
+    let adapted = model.with_lora(Some(l.clone()));
+    let (rows, grads) = logps_and_grads_by(&adapted, Numerics::Differentiable);
+    let (ref_rows, ref_grads) = logps_and_grads_by(&adapted, Numerics::Reference);
+    for (a, b) in rows.iter().zip(&ref_rows) {
+        assert!((a - b).abs() < 1e-5, "{rows:?} vs {ref_rows:?}");
+    }
+    for (name, v) in adapted.trainable_vars() {
+        let got = grads.get(v.as_tensor()).expect("fused gradient");
+        let want = ref_grads.get(v.as_tensor()).expect("candle's gradient");
+        let (diff, scale) = off_by(got, want);
+        assert!(scale > 0.0, "{name}: no gradient");
+        assert!(diff <= 1e-4 * scale, "{name}: off by {diff} of {scale}");
+    }
+}
+
+#[test]
+fn an_adapted_model_computes_and_differentiates_as_its_merged_weights() {
+    let model = tiny_test_model("0123456789", 32, 4).transformer;
+    let l = lora(&model, &["v_proj", "up_proj"]);
+    with_nonzero_b(&l);
     let adapted = model.with_lora(Some(l.clone()));
     let (rows, grads) = logps_and_grads(&adapted);
 
@@ -109,16 +167,7 @@ fn an_adapted_model_computes_and_differentiates_as_its_merged_weights() {
             (grads.get(b).expect("dB"), &want_db, "B"),
             (grads.get(a).expect("dA"), &want_da, "A"),
         ] {
-            let diff = (got - want)
-                .and_then(|d| d.abs())
-                .and_then(|d| d.max_all())
-                .and_then(|d| d.to_scalar::<f32>())
-                .expect("diff");
-            let scale = want
-                .abs()
-                .and_then(|d| d.max_all())
-                .and_then(|d| d.to_scalar::<f32>())
-                .expect("scale");
+            let (diff, scale) = off_by(got, want);
             assert!(
                 diff <= 1e-4 * scale.max(1e-3),
                 "{name} d{which}: off by {diff} of {scale}"

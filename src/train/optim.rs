@@ -141,6 +141,14 @@ impl GradAccumulator {
     pub fn is_empty(&self) -> bool {
         self.grads.is_empty()
     }
+
+    /// The bytes the summed gradients hold.
+    pub fn bytes(&self) -> usize {
+        self.grads
+            .values()
+            .map(|g| g.elem_count() * g.dtype().size_in_bytes())
+            .sum()
+    }
 }
 
 /// What one optimizer step did.
@@ -339,6 +347,15 @@ impl AdamW {
             }
         }
         Ok(StepStats { grad_norm, lr })
+    }
+
+    /// The bytes of the optimizer's state: both moments, and the f32 masters of parameters
+    /// stored in another dtype.
+    pub fn state_bytes(&self) -> usize {
+        self.named_moments()
+            .iter()
+            .map(|(_, t)| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
     }
 
     /// Moments and step count, for checkpoints.
