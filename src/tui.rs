@@ -130,12 +130,18 @@ fn answered(msg: &Msg) -> Option<Effect> {
         Msg::RunsLoaded(_) => Effect::LoadRuns,
         Msg::SeriesLoaded { run, .. } => Effect::load_whole(*run),
         Msg::SampleStepsLoaded { run, .. } => Effect::LoadSampleSteps(*run),
-        Msg::SamplesLoaded { run, step, .. } => Effect::LoadSamples {
+        Msg::SamplesLoaded {
+            run, stage, step, ..
+        } => Effect::LoadSamples {
             run: *run,
+            stage: stage.clone(),
             step: *step,
         },
-        Msg::PromptLoaded { run, prompt, .. } => Effect::LoadPrompt {
+        Msg::PromptLoaded {
+            run, stage, prompt, ..
+        } => Effect::LoadPrompt {
             run: *run,
+            stage: stage.clone(),
             prompt: prompt.clone(),
         },
         Msg::EventsLoaded { run, .. } => Effect::LoadEvents {

@@ -116,6 +116,59 @@ fn dpo_starts_at_a_tie_and_learns_to_prefer_the_chosen_completions() {
     assert_eq!(dpo_series(&store, "eval/rewards/add/accuracies").1, held);
     let (_, held_loss) = dpo_series(&store, "eval/loss");
     assert!(held_loss[3] > held_loss[0] + 0.1, "{held_loss:?}");
+
+    // The step's pairs as samples (the Samples view's): chosen then rejected under their
+    // prompt, each with its implicit reward 0.1 (logp - ref_logp). With the whole batch in one
+    // mini-batch every row is read before the update, so their means are the step's metrics
+    // (f32 sums against f64 means: 1e-5).
+    let all: Vec<Value> = serde_json::from_str(&ok(roll(
+        &store,
+        &["samples", "pref", "--json", "--limit", "10000"],
+    )))
+    .unwrap();
+    let dpo: Vec<&Value> = all.iter().filter(|s| s["stage"] == "dpo").collect();
+    assert_eq!(dpo.len(), 8 * 8 * 2, "two records per pair and step");
+    let (_, chosen_m) = dpo_series(&store, "rewards/chosen");
+    let (_, rejected_m) = dpo_series(&store, "rewards/rejected");
+    let f = |v: &Value| v.as_f64().unwrap();
+    for step in 1..=8u64 {
+        let at: Vec<&&Value> = dpo.iter().filter(|s| s["step"] == step).collect();
+        assert_eq!(at.len(), 16, "step {step}");
+        let (mut chosen, mut rejected, mut right) = (0.0, 0.0, 0.0);
+        for pair in at.chunks(2) {
+            let (c, r) = (pair[0], pair[1]);
+            assert_eq!(
+                (&c["finish_reason"], &r["finish_reason"]),
+                (&"chosen".into(), &"rejected".into())
+            );
+            assert_eq!(c["prompt"], r["prompt"]);
+            for s in [c, r] {
+                let b = &s["breakdown"];
+                let want = 0.1 * (f(&b["logp"]) - f(&b["ref_logp"]));
+                assert!((f(&s["reward"]) - want).abs() < 1e-5, "{s}");
+            }
+            let margin = f(&c["reward"]) - f(&r["reward"]);
+            assert!((f(&c["breakdown"]["margin"]) - margin).abs() < 1e-5, "{c}");
+            assert_eq!(c["correct"], Value::Bool(margin > 0.0), "{c}");
+            assert_eq!(c["correct"], r["correct"]);
+            chosen += f(&c["reward"]) / 8.0;
+            rejected += f(&r["reward"]) / 8.0;
+            right += f64::from(u8::from(margin > 0.0)) / 8.0;
+        }
+        let i = step as usize - 1;
+        assert!(
+            (chosen - chosen_m[i]).abs() < 1e-5,
+            "step {step}: {chosen} vs {chosen_m:?}"
+        );
+        assert!(
+            (rejected - rejected_m[i]).abs() < 1e-5,
+            "step {step}: {rejected} vs {rejected_m:?}"
+        );
+        assert!(
+            (right - acc[i]).abs() < 1e-9,
+            "step {step}: {right} vs {acc:?}"
+        );
+    }
 }
 
 #[test]
@@ -168,6 +221,19 @@ fn workers_and_a_precomputed_reference_compute_what_the_trainer_does() {
         ],
     );
     assert_same_metrics(&here, &there, "pref");
+    // The pairs' samples too: a worker's reply carries the rows' log-probs bit for bit.
+    let samples = |store: &Path| {
+        ok(roll(
+            store,
+            &["samples", "pref", "--json", "--limit", "10000"],
+        ))
+    };
+    let (a, b) = (samples(&here), samples(&there));
+    assert!(
+        a.contains("\"stage\":\"dpo\"") || a.contains("\"stage\": \"dpo\""),
+        "{a}"
+    );
+    assert_eq!(a, b);
     // The precomputed pass batches the rows differently (every pair in file order), so the
     // reference's log-probs may differ in their last bits; the training cannot.
     let pre = run_quiet(dir.path(), "pre", &rest, &["dpo.precompute_ref=true"]);

@@ -245,6 +245,53 @@ async fn write_then_read_everything_back() {
     assert!(err.contains("no run 'b'"), "{err}");
 }
 
+/// The Samples view shows the stage that recorded samples last: a run's dpo stage, then its rl
+/// stage once that records (whatever their step numbers), and nothing for a run without samples.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_latest_sample_stage_is_the_one_that_recorded_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("roll.db")).await;
+    let me = ProcessIdentity::current();
+    let run = store.create_run(&new_run("a"), false, &me).await.unwrap();
+    let other = store.create_run(&new_run("b"), false, &me).await.unwrap();
+    assert_eq!(store.latest_sample_stage(run).await.unwrap(), None);
+    let (writer, task) = store.spawn_writer();
+    let at = |stage: &str, step| SampleRecord {
+        stage: stage.into(),
+        ..sample(step, "add")
+    };
+    let write = |records: Vec<SampleRecord>, to: RunId| {
+        let w = writer.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                w.samples_blocking(to, records).unwrap();
+                w.flush_blocking().unwrap();
+            })
+            .await
+            .unwrap()
+        }
+    };
+    write(vec![at("dpo", 5), at("dpo", 9)], run).await;
+    assert_eq!(
+        store.latest_sample_stage(run).await.unwrap().as_deref(),
+        Some("dpo")
+    );
+    write(vec![at("rl", 1)], run).await;
+    // Another run's samples after it change nothing of this one.
+    write(vec![at("dpo", 1)], other).await;
+    assert_eq!(
+        store.latest_sample_stage(run).await.unwrap().as_deref(),
+        Some("rl")
+    );
+    assert_eq!(
+        store.latest_sample_stage(other).await.unwrap().as_deref(),
+        Some("dpo")
+    );
+    assert_eq!(store.sample_steps(run, "dpo").await.unwrap(), vec![5, 9]);
+    drop(writer);
+    task.await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_never_see_a_locked_database_while_the_writer_writes() {
     let dir = tempfile::tempdir().unwrap();

@@ -21,6 +21,7 @@ use roll::tui::commands::{RunSignal, Started};
 use roll::tui::control::Confirm;
 use roll::tui::loader::Loader;
 use roll::tui::runs::RunRow;
+use roll::tui::samples::SampleSteps;
 use roll::tui::ui::render;
 
 /// The clock of every snapshot: 2026-01-01T00:00:00Z.
@@ -391,12 +392,16 @@ fn replay_moves_every_view_to_the_selected_step_and_plays() {
     assert_eq!(effects, vec![Effect::LoadSampleSteps(RunId(1))]);
     let effects = app.update(Msg::SampleStepsLoaded {
         run: RunId(1),
-        result: Ok(vec![1, 2, 3, 4, 5]),
+        result: Ok(SampleSteps {
+            stage: Some("rl".into()),
+            steps: vec![1, 2, 3, 4, 5],
+        }),
     });
     assert_eq!(
         effects,
         vec![Effect::LoadSamples {
             run: RunId(1),
+            stage: "rl".into(),
             step: 3
         }]
     );
@@ -799,10 +804,14 @@ fn esc_closes_the_innermost_thing_first_in_every_view() {
     assert_eq!(app.view, View::Samples);
     app.update(Msg::SampleStepsLoaded {
         run: RunId(1),
-        result: Ok(vec![1]),
+        result: Ok(SampleSteps {
+            stage: Some("rl".into()),
+            steps: vec![1],
+        }),
     });
     app.update(Msg::SamplesLoaded {
         run: RunId(1),
+        stage: "rl".into(),
         step: 1,
         result: Ok(vec![
             sample_record("add", "2+3=", "5", 1.0),

@@ -91,7 +91,7 @@ fn start_the_quickstart_watch_it_open_samples_stop_it_and_quit() {
     t.keys("\r");
     let screen = t.wait_until("the samples of a step", 60, |s| {
         s.lines()
-            .any(|l| l.trim_start().starts_with("Samples · step "))
+            .any(|l| l.trim_start().starts_with("Samples · rl step "))
             && s.contains("reward")
     });
     dump("samples", &screen);

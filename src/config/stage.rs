@@ -45,6 +45,12 @@ impl Stage {
             .unwrap_or(Stage::ALL.len())
     }
 
+    /// Whether the stage records samples each step (the Samples view's): rl its scored
+    /// rollouts, dpo its pairs with their implicit rewards.
+    pub const fn records_samples(self) -> bool {
+        matches!(self, Stage::Dpo | Stage::Rl)
+    }
+
     /// The stages after this one in [`Stage::ALL`] order.
     pub fn later(self) -> &'static [Stage] {
         let at = Stage::ALL.iter().position(|s| *s == self).unwrap_or(0);

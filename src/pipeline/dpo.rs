@@ -8,6 +8,7 @@
 //! final checkpoint of the stage before (`setup::stage_start_policy`).
 
 mod pairs;
+mod samples;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -15,6 +16,7 @@ use std::time::Instant;
 use candle_core::{Device, Tensor};
 
 use self::pairs::{PairOrder, PairRows, PairSet};
+use self::samples::StepPairs;
 use super::setup::{Tokenizing, stage_start_policy};
 use super::worker_report::report_workers;
 use super::{
@@ -223,9 +225,10 @@ fn dpo_steps(
             prompts, responses, ..
         } = rows;
         let tokens: usize = responses.iter().map(Vec::len).sum();
+        let loss_mask = EpochRows::response_mask(&responses, &device).during("dpo batch")?;
         let batch = ActorStep {
             rows: EpochRows {
-                loss_mask: EpochRows::response_mask(&responses, &device).during("dpo batch")?,
+                loss_mask: loss_mask.clone(),
                 prompts,
                 responses,
                 group_size: 2,
@@ -233,13 +236,25 @@ fn dpo_steps(
                 seed: 0,
             },
             targets: Targets::Preference {
-                ref_logp,
+                ref_logp: ref_logp.clone(),
                 pair_domains: sets.train.domains_of(&idx),
             },
         };
         let t_train = Instant::now();
-        let mut m = sets.train.name_domains(actor.train(&batch, model)?);
+        let report = actor.train(&batch, model)?;
+        let mut m = sets.train.name_domains(report.metrics);
         m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
+        let pairs = StepPairs {
+            step,
+            set: sets.train,
+            idx: &idx,
+            row_logps: &report.row_logps,
+            ref_logp: &ref_logp,
+            mask: &loss_mask,
+            beta: cfg.beta,
+        };
+        let tokenizer = &model.tokenizer.tokenizer;
+        ctx.record_samples(&pairs.records(|ids| tokenizer.decode(ids, true).unwrap_or_default())?)?;
         report_workers(ctx, actor.drain_events())?;
         let every = cfg.eval.as_ref().map_or(0, |e| e.every);
         if let Some(set) = sets.eval

@@ -316,7 +316,7 @@ pub fn update(
             ref_logp,
         }),
     };
-    m.extend(st.actor.train(&step, policy)?);
+    m.extend(st.actor.train(&step, policy)?.metrics);
     if let (Some(critic), Some(old_values)) = (st.critic, old_values) {
         let step = CriticStep {
             rows: step.rows,

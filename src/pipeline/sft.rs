@@ -94,7 +94,7 @@ fn sft_steps(
             },
             targets: Targets::Likelihood,
         };
-        let mut m = actor.train(&batch, model)?;
+        let mut m = actor.train(&batch, model)?.metrics;
         report_workers(ctx, actor.drain_events())?;
         let secs = t0.elapsed().as_secs_f64();
         m.insert("time/train".into(), secs);

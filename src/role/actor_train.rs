@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::epochs::{ActorStep, actor_epochs};
+use super::epochs::{ActorReport, ActorStep, actor_epochs};
 use super::recipe::TrainRecipe;
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
 use super::train_serve::{TrainInit, TrainOp, restore_trainable};
@@ -20,7 +20,6 @@ use super::{
     setup_err, step_file,
 };
 use crate::config::{PlacementMode, RunConfig};
-use crate::metrics::Metrics;
 use crate::model::{LoadError, LoadedModel};
 use crate::scheduler::host_copy::{HostArea, read_into_vars};
 use crate::train::AdamW;
@@ -125,7 +124,11 @@ impl ActorTrain {
     }
 
     /// The recipe's epochs on `step`; afterwards `policy` holds the new weights.
-    pub fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<Metrics, RoleError> {
+    pub fn train(
+        &mut self,
+        step: &ActorStep,
+        policy: &LoadedModel,
+    ) -> Result<ActorReport, RoleError> {
         match self {
             ActorTrain::Local { opt, recipe } => {
                 actor_epochs(recipe, step, &policy.transformer, policy.pad_id, opt)
@@ -273,7 +276,7 @@ impl RemoteTrain {
         self.worker.call(call).map_err(lost)
     }
 
-    fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<Metrics, RoleError> {
+    fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<ActorReport, RoleError> {
         let path = self.area.path(STEP_FILE);
         step_file::write_actor(step, &path).map_err(setup_err)?;
         let weights_out = self.area.path(WEIGHTS_OUT);
@@ -281,11 +284,11 @@ impl RemoteTrain {
             step: path,
             weights_out: weights_out.clone(),
         })?;
-        let (metrics, optimizer_steps) = trained(Role::ActorTrain, reply)?;
+        let (report, optimizer_steps) = trained(Role::ActorTrain, reply)?;
         read_into_vars(&weights_out, &policy.transformer.params().named_vars())
             .map_err(setup_err)?;
         self.optimizer_steps = optimizer_steps;
-        Ok(metrics)
+        Ok(report)
     }
 
     /// Offload: the worker writes weights and moments to its host copy and frees them.

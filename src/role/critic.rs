@@ -355,7 +355,8 @@ impl RemoteCritic {
         let path = self.area.path(STEP_FILE);
         write_critic(step, &path).map_err(setup_err)?;
         let reply = self.call(CriticCall::Step { step: path })?;
-        let (metrics, optimizer_steps) = trained(Role::Critic, reply)?;
+        let (report, optimizer_steps) = trained(Role::Critic, reply)?;
+        let metrics = report.metrics;
         self.optimizer_steps = optimizer_steps;
         Ok(metrics)
     }

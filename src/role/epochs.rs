@@ -359,6 +359,16 @@ pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RoleError> {
     scalar(&masked_mean(x, mask).during("metrics")?)
 }
 
+/// What actor_train's epochs over a step give back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActorReport {
+    pub metrics: Metrics,
+    /// A preference step's rows: each one's summed response log-prob under the policy as the
+    /// step's first epoch read it, by the row's index in the step (the pairs' implicit rewards,
+    /// which the stage records as samples). Empty for the other objectives.
+    pub row_logps: std::collections::BTreeMap<u32, f32>,
+}
+
 mod actor;
 pub use actor::actor_epochs;
 

@@ -95,7 +95,8 @@ fn train(micro: usize, lanes: usize) -> (Vec<Vec<f32>>, Metrics) {
         (m.pad_id, lanes),
         &mut opt,
     )
-    .expect("epochs");
+    .expect("epochs")
+    .metrics;
     (weights(&vars), metrics)
 }
 
@@ -222,7 +223,9 @@ fn preference_pairs_start_at_the_losses_of_a_tie_and_learn_the_chosen_rows() {
     let recipe = dpo(Sigmoid);
     let mut opt = AdamW::new(vars, recipe.optimizer.clone(), 20).expect("opt");
     let step = pairs_step(&m, 8);
-    let first = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
+    let first = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt)
+        .expect("dpo")
+        .metrics;
     // The policy is the reference: every pair's z is 0, so DPO's loss is -log σ(0) = ln 2 and
     // every implicit reward 0 (up to the two forward paths' rounding).
     assert!(
@@ -251,7 +254,9 @@ fn preference_pairs_start_at_the_losses_of_a_tie_and_learn_the_chosen_rows() {
     );
     let mut last = first;
     for _ in 0..10 {
-        last = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
+        last = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt)
+            .expect("dpo")
+            .metrics;
     }
     assert!(last["loss"] < 0.6, "{last:?}");
     halves_agree(&last, &["accuracies", "margins"]);
@@ -273,7 +278,8 @@ fn preference_pairs_start_at_the_losses_of_a_tie_and_learn_the_chosen_rows() {
         m.pad_id,
         &mut opt,
     )
-    .expect("ipo");
+    .expect("ipo")
+    .metrics;
     assert!((ipo["loss"] - 25.0).abs() < 1e-3, "{ipo:?}");
 }
 
@@ -289,8 +295,9 @@ fn preference_micro_batches_keep_pairs_whole_and_sum_to_the_batch() {
         let step = pairs_step(&m, micro);
         let mut metrics = Metrics::new();
         for _ in 0..3 {
-            metrics =
-                actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt).expect("dpo");
+            metrics = actor_epochs(&recipe, &step, &m.transformer, m.pad_id, &mut opt)
+                .expect("dpo")
+                .metrics;
         }
         (weights(&vars), metrics)
     };

@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::epochs::ActorReport;
 use super::{Protocol, RoleCall, RoleError, WorkerNote, payload, setup_err};
-use crate::metrics::{Metrics, WorkerNotice};
+use crate::metrics::WorkerNotice;
 use crate::worker::{ProtocolError, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 
 /// What a model role's worker answers (actor_train, critic, reference).
@@ -24,6 +25,9 @@ pub enum ModelReply {
     /// the AdamW steps taken so far.
     Trained {
         metric_bits: Vec<(String, u64)>,
+        /// `ActorReport::row_logps` (f32 bit patterns), by row.
+        #[serde(default)]
+        row_logp_bits: Vec<(u32, u32)>,
         optimizer_steps: usize,
     },
 }
@@ -200,17 +204,24 @@ fn launch<P: Protocol>(
     .map_err(setup_err)
 }
 
-/// The metrics and AdamW steps so far from a train call's reply.
-pub fn trained(role: Role, reply: ModelReply) -> Result<(Metrics, usize), RoleError> {
+/// The report and AdamW steps so far from a train call's reply.
+pub fn trained(role: Role, reply: ModelReply) -> Result<(ActorReport, usize), RoleError> {
     match reply {
         ModelReply::Trained {
             metric_bits,
+            row_logp_bits,
             optimizer_steps,
         } => Ok((
-            metric_bits
-                .into_iter()
-                .map(|(k, bits)| (k, f64::from_bits(bits)))
-                .collect(),
+            ActorReport {
+                metrics: metric_bits
+                    .into_iter()
+                    .map(|(k, bits)| (k, f64::from_bits(bits)))
+                    .collect(),
+                row_logps: row_logp_bits
+                    .into_iter()
+                    .map(|(row, bits)| (row, f32::from_bits(bits)))
+                    .collect(),
+            },
             optimizer_steps,
         )),
         other => Err(RoleError::Setup(format!(

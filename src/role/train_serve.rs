@@ -21,7 +21,7 @@ use candle_core::{Device, Tensor, Var};
 use serde::{Deserialize, Serialize};
 
 use super::critic::CriticNet;
-use super::epochs::{actor_epochs, critic_epochs};
+use super::epochs::{ActorReport, actor_epochs, critic_epochs};
 use super::recipe::TrainRecipe;
 use super::remote::ModelReply as Reply;
 use super::rows::Rows;
@@ -266,14 +266,17 @@ fn train(
     step: &Path,
     weights_out: Option<&Path>,
 ) -> Result<Reply, String> {
-    let metrics = match r {
+    let report = match r {
         Resident::Actor { model, opt } => {
             let inputs = read_actor(step, model.device())?;
             actor_epochs(&base.recipe, &inputs, model, base.pad_id, opt).map_err(err)?
         }
         Resident::Critic(net) => {
             let inputs = read_critic(step, net.model.device())?;
-            critic_epochs(&base.recipe, &inputs, net, base.pad_id).map_err(err)?
+            ActorReport {
+                metrics: critic_epochs(&base.recipe, &inputs, net, base.pad_id).map_err(err)?,
+                ..Default::default()
+            }
         }
     };
     if let Some(path) = weights_out {
@@ -282,7 +285,16 @@ fn train(
         overwrite_tensors(path, &r.weights()).map_err(err)?;
     }
     Ok(Reply::Trained {
-        metric_bits: metrics.into_iter().map(|(k, v)| (k, v.to_bits())).collect(),
+        metric_bits: report
+            .metrics
+            .into_iter()
+            .map(|(k, v)| (k, v.to_bits()))
+            .collect(),
+        row_logp_bits: report
+            .row_logps
+            .into_iter()
+            .map(|(row, v)| (row, v.to_bits()))
+            .collect(),
         optimizer_steps: r.opt().steps_taken(),
     })
 }

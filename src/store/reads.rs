@@ -113,6 +113,21 @@ impl Store {
             .collect())
     }
 
+    /// The stage that recorded `run`'s newest sample (`None`: the run has recorded none).
+    pub async fn latest_sample_stage(&self, run: RunId) -> Result<Option<String>, StoreError> {
+        // Per stage its newest row id, from the (run, stage, step) index (its entries hold
+        // the row id): no scan of the table.
+        let row = sqlx::query(
+            "SELECT stage, MAX(id) AS newest FROM samples WHERE run_id = ? GROUP BY stage \
+             ORDER BY newest DESC LIMIT 1",
+        )
+        .bind(run.0)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(self.err("reading which stage recorded samples"))?;
+        Ok(row.map(|r| r.get("stage")))
+    }
+
     /// The steps of `stage` that recorded samples, in order.
     pub async fn sample_steps(&self, run: RunId, stage: &str) -> Result<Vec<u64>, StoreError> {
         let rows = sqlx::query(

@@ -19,7 +19,7 @@ use super::launch::LaunchForm;
 use super::palette::{Palette, PaletteOutcome};
 use super::replay::{Replay, Timeline};
 use super::runs::{RunRow, RunsView};
-use super::samples::SamplesView;
+use super::samples::{SampleSteps, SamplesView};
 use super::theme::Theme;
 use super::workers::WorkersView;
 use crate::metrics::SampleRecord;
@@ -106,10 +106,11 @@ pub enum Msg {
     },
     SampleStepsLoaded {
         run: RunId,
-        result: Result<Vec<u64>, String>,
+        result: Result<SampleSteps, String>,
     },
     SamplesLoaded {
         run: RunId,
+        stage: String,
         step: u64,
         result: Result<Vec<SampleRecord>, String>,
     },
@@ -125,6 +126,7 @@ pub enum Msg {
     },
     PromptLoaded {
         run: RunId,
+        stage: String,
         prompt: String,
         result: Result<Vec<SampleRecord>, String>,
     },
@@ -170,10 +172,12 @@ pub enum Effect {
     LoadSampleSteps(RunId),
     LoadSamples {
         run: RunId,
+        stage: String,
         step: u64,
     },
     LoadPrompt {
         run: RunId,
+        stage: String,
         prompt: String,
     },
     /// The steps of the run that recorded agentic episodes.
@@ -613,9 +617,11 @@ impl App {
                     d.act(action);
                 }
             }
-            (View::Samples, Some(run)) => {
-                if let Some(request) = self.samples.as_mut().and_then(|s| s.act(action)) {
-                    return vec![samples_effect(run, request)];
+            (View::Samples, Some(_)) => {
+                if let Some(s) = self.samples.as_mut()
+                    && let Some(request) = s.act(action)
+                {
+                    return vec![s.effect(request)];
                 }
             }
             (View::Workers, _) => {
@@ -728,8 +734,10 @@ impl App {
             View::Dashboard => self.series_loads(),
             View::Samples => {
                 let mut effects = vec![Effect::LoadSampleSteps(run)];
-                if let Some(r) = self.samples.as_mut().and_then(|s| s.act(Action::Refresh)) {
-                    effects.push(samples_effect(run, r));
+                if let Some(s) = self.samples.as_mut()
+                    && let Some(r) = s.act(Action::Refresh)
+                {
+                    effects.push(s.effect(r));
                 }
                 effects
             }
@@ -798,14 +806,14 @@ impl App {
     /// Enter on the dashboard: the samples of the replayed step, or of the newest one.
     fn open_samples(&mut self) -> Vec<Effect> {
         let mut effects = self.go_to_view(3);
-        let step = self.replay_rl_step();
-        if let (Some(run), Some(s), Some(step)) = (
-            self.open.as_ref().map(|o| o.id),
-            self.samples.as_mut(),
-            step,
-        ) && let Some(request) = s.go_to(step)
+        let step = self
+            .samples
+            .as_ref()
+            .and_then(|s| self.replay_step_in(s.stage()));
+        if let (Some(s), Some(step)) = (self.samples.as_mut(), step)
+            && let Some(request) = s.go_to(step)
         {
-            effects.push(samples_effect(run, request));
+            effects.push(s.effect(request));
         }
         effects
     }
@@ -884,12 +892,4 @@ fn debug_effects(jobs: Vec<DebugJob>) -> Vec<Effect> {
     jobs.into_iter()
         .map(|j| Effect::Debug(Box::new(j)))
         .collect()
-}
-
-pub(super) fn samples_effect(run: RunId, request: super::samples::SamplesRequest) -> Effect {
-    use super::samples::SamplesRequest;
-    match request {
-        SamplesRequest::Step(step) => Effect::LoadSamples { run, step },
-        SamplesRequest::Prompt(prompt) => Effect::LoadPrompt { run, prompt },
-    }
 }

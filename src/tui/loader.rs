@@ -10,7 +10,7 @@ use super::app::{Effect, Msg};
 use super::commands::{self, Started};
 use super::launch::{CONFIG_DIRS, find_configs};
 use super::runs::RunRow;
-use super::samples::STAGE;
+use super::samples::SampleSteps;
 use crate::store::liveness::{ProcessIdentity, is_stopped};
 use crate::store::reads::SampleFilter;
 use crate::store::{OpenMode, RunId, Store, StoreError};
@@ -130,21 +130,32 @@ impl Loader {
             Effect::LoadSampleSteps(run) => Msg::SampleStepsLoaded {
                 run,
                 result: self
-                    .read(|s| async move { s.sample_steps(run, STAGE).await })
+                    .read(|s| async move {
+                        let Some(stage) = s.latest_sample_stage(run).await? else {
+                            return Ok(SampleSteps::default());
+                        };
+                        let steps = s.sample_steps(run, &stage).await?;
+                        Ok(SampleSteps {
+                            stage: Some(stage),
+                            steps,
+                        })
+                    })
                     .await,
             },
-            Effect::LoadSamples { run, step } => Msg::SamplesLoaded {
+            Effect::LoadSamples { run, stage, step } => Msg::SamplesLoaded {
                 run,
                 step,
                 result: self
                     .samples(
                         run,
                         SampleFilter {
+                            stage: Some(stage.clone()),
                             step: Some(step),
                             ..Default::default()
                         },
                     )
                     .await,
+                stage,
             },
             Effect::LoadEpisodeSteps(run) => Msg::EpisodeStepsLoaded {
                 run,
@@ -159,17 +170,19 @@ impl Loader {
                     .read(|s| async move { s.trajectories(run, Some(step)).await })
                     .await,
             },
-            Effect::LoadPrompt { run, prompt } => Msg::PromptLoaded {
+            Effect::LoadPrompt { run, stage, prompt } => Msg::PromptLoaded {
                 run,
                 result: self
                     .samples(
                         run,
                         SampleFilter {
+                            stage: Some(stage.clone()),
                             prompt: Some(prompt.clone()),
                             ..Default::default()
                         },
                     )
                     .await,
+                stage,
                 prompt,
             },
             Effect::LoadEvents { run, after } => Msg::EventsLoaded {
@@ -221,10 +234,6 @@ impl Loader {
         run: RunId,
         filter: SampleFilter,
     ) -> Result<Vec<crate::metrics::SampleRecord>, String> {
-        let filter = SampleFilter {
-            stage: Some(STAGE.into()),
-            ..filter
-        };
         self.read(|s| async move { s.samples(run, &filter).await })
             .await
     }

@@ -3,6 +3,7 @@
 //! anything, so every string goes through [`one_line`] or [`wrap`] first: control characters are
 //! made visible, nothing is cut inside a character, and very long text is cut short.
 
+use crate::config::Stage;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -142,7 +143,7 @@ fn header(view: &SamplesView, theme: &Theme) -> Line<'static> {
         }
         (None, Some(step)) => {
             let last = view.steps().last().copied().unwrap_or(step);
-            format!("step {step} of {last}")
+            format!("{} step {step} of {last}", view.stage())
         }
         (None, None) => String::new(),
     };
@@ -180,9 +181,17 @@ pub fn render(frame: &mut Frame, area: Rect, view: &SamplesView, spinner: &str, 
         return say(frame, format!("{spinner} loading samples…"));
     }
     if view.steps().is_empty() {
+        let stages: Vec<&str> = Stage::ALL
+            .into_iter()
+            .filter(|s| s.records_samples())
+            .map(Stage::as_str)
+            .collect();
         return say(
             frame,
-            "This run has no RL samples yet: they appear once an rl step is recorded.".into(),
+            format!(
+                "This run has no samples yet: they appear as its {} steps are recorded.",
+                stages.join(" and ")
+            ),
         );
     }
     let Some(listing) = view.listing() else {
@@ -197,8 +206,8 @@ pub fn render(frame: &mut Frame, area: Rect, view: &SamplesView, spinner: &str, 
     };
     if listing.samples.is_empty() {
         let text = match (view.following(), view.step()) {
-            (None, Some(step)) => format!("No rl samples at step {step}."),
-            _ => "No rl samples of this prompt.".into(),
+            (None, Some(step)) => format!("No {} samples at step {step}.", view.stage()),
+            _ => format!("No {} samples of this prompt.", view.stage()),
         };
         return say(frame, text);
     }

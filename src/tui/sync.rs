@@ -1,7 +1,7 @@
 //! Keeping the open run's views in step: answers from the loader go to the view that asked, the
 //! replay cursor moves every view to the same point of the run, and mouse clicks select.
 
-use super::app::{App, Effect, Msg, View, samples_effect};
+use super::app::{App, Effect, Msg, View};
 use super::replay::{Cursor, Replay, Timeline};
 use std::sync::Arc;
 
@@ -20,16 +20,21 @@ impl App {
                 return self.series_loaded(run, since, result);
             }
             Msg::SampleStepsLoaded { run, result } if mine(run) => match result {
-                Ok(steps) => {
-                    let request = self.samples.as_mut().and_then(|s| s.set_steps(steps));
-                    let mut effects: Vec<Effect> = request
-                        .map(|r| samples_effect(run, r))
+                Ok(found) => {
+                    let Some(s) = self.samples.as_mut() else {
+                        return vec![];
+                    };
+                    let mut effects: Vec<Effect> = s
+                        .set_stage_steps(found)
+                        .map(|r| s.effect(r))
                         .into_iter()
                         .collect();
-                    if let (Some(step), Some(s)) = (self.replay_rl_step(), self.samples.as_mut())
+                    let stage = s.stage().to_string();
+                    if let (Some(step), Some(s)) =
+                        (self.replay_step_in(&stage), self.samples.as_mut())
                         && let Some(r) = s.go_to(step)
                     {
-                        effects = vec![samples_effect(run, r)];
+                        effects = vec![s.effect(r)];
                     }
                     return effects;
                 }
@@ -56,7 +61,9 @@ impl App {
                 }
                 Err(e) => self.status = Some(e),
             },
-            Msg::SamplesLoaded { run, step, result } if mine(run) => match result {
+            Msg::SamplesLoaded {
+                run, step, result, ..
+            } if mine(run) => match result {
                 Ok(samples) => {
                     if let Some(s) = self.samples.as_mut() {
                         s.set_step_samples(step, samples);
@@ -68,6 +75,7 @@ impl App {
                 run,
                 prompt,
                 result,
+                ..
             } if mine(run) => match result {
                 Ok(samples) => {
                     if let Some(s) = self.samples.as_mut() {
@@ -257,8 +265,13 @@ impl App {
 
     /// The replayed step, when it is an RL step (samples exist only for those).
     pub(super) fn replay_rl_step(&self) -> Option<u64> {
+        self.replay_step_in(Stage::Rl.as_str())
+    }
+
+    /// The replay cursor's step when it is in `stage`.
+    pub(super) fn replay_step_in(&self, stage: &str) -> Option<u64> {
         let tick = self.replay.as_ref()?.tick(&self.timeline)?;
-        (&*tick.stage == Stage::Rl.as_str()).then_some(tick.step)
+        (&*tick.stage == stage).then_some(tick.step)
     }
 
     pub(super) fn toggle_replay(&mut self) -> Vec<Effect> {
@@ -295,12 +308,12 @@ impl App {
     pub(super) fn cursor_moved(&mut self) -> Vec<Effect> {
         self.sync_as_of();
         let run = self.open.as_ref().map(|o| o.id);
-        let mut effects: Vec<Effect> = match (run, self.replay_rl_step(), self.samples.as_mut()) {
-            (Some(run), Some(step), Some(s)) => s
-                .go_to(step)
-                .map(|r| samples_effect(run, r))
-                .into_iter()
-                .collect(),
+        let samples_step = self
+            .samples
+            .as_ref()
+            .and_then(|s| self.replay_step_in(s.stage()));
+        let mut effects: Vec<Effect> = match (samples_step, self.samples.as_mut()) {
+            (Some(step), Some(s)) => s.go_to(step).map(|r| s.effect(r)).into_iter().collect(),
             _ => vec![],
         };
         if let (Some(run), Some(step), Some(e)) =

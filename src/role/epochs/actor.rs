@@ -8,8 +8,8 @@ use candle_core::Tensor;
 use candle_core::backprop::GradStore;
 
 use super::{
-    ActorStep, Micro, MiniBatchLearner, PolicyTargets, Targets, lanes_map, mean_of, run_epochs,
-    scalar,
+    ActorReport, ActorStep, Micro, MiniBatchLearner, PolicyTargets, Targets, lanes_map, mean_of,
+    run_epochs, scalar,
 };
 use crate::algo::aggregate::aggregate;
 use crate::algo::kl::kl_penalty;
@@ -43,6 +43,8 @@ struct ActorTally {
     pref_loss: f64,
     pref: PreferenceStats,
     pref_domains: BTreeMap<u32, (PreferenceStats, usize)>,
+    /// Each row's summed log-prob the first time a pass read it (see `ActorReport::row_logps`).
+    row_logps: BTreeMap<u32, f32>,
 }
 
 impl ActorTally {
@@ -54,6 +56,9 @@ impl ActorTally {
             let (into, count) = self.pref_domains.entry(*k).or_default();
             *into += sums;
             *count += n;
+        }
+        for (&row, &logp) in &o.row_logps {
+            self.row_logps.entry(row).or_insert(logp);
         }
         self.pg_loss += o.pg_loss;
         self.clip_low += o.clip_low;
@@ -246,10 +251,20 @@ fn preference_pass(
         pref_domains =
             preference_sums_by_group(params.beta, &detached, &groups).during("dpo metrics")?;
     }
+    // Row 2k of the lane is pair k's chosen completion, row 2k + 1 its rejected one.
+    let rows = mb.idx.to_vec1::<u32>().during("dpo metrics")?;
+    let chosen = chosen_d.to_vec1::<f32>().during("dpo metrics")?;
+    let rejected = rejected_d.to_vec1::<f32>().during("dpo metrics")?;
+    let row_logps = rows
+        .chunks(2)
+        .zip(chosen.iter().zip(&rejected))
+        .flat_map(|(pair, (&c, &r))| pair.iter().copied().zip([c, r]))
+        .collect();
     let t = ActorTally {
         pref_loss: scalar(&loss)?,
         pref: s.scaled(mb.weight),
         pref_domains,
+        row_logps,
         ..Default::default()
     };
     drop((logp, sums, losses));
@@ -280,7 +295,8 @@ impl MiniBatchLearner for ActorLearner<'_> {
 }
 
 /// actor_train's epochs on `policy` with `opt`; returns the metrics of the recipe's objective
-/// (RL: `actor/*` and `train_infer/*`; SFT: `sft/loss`) and `actor/grad_norm`, `actor/lr`.
+/// (RL: `actor/*` and `train_infer/*`; SFT: `sft/loss`; preference: TRL's names) and
+/// `actor/grad_norm`, `actor/lr`, and a preference step's rows' log-probs.
 /// Micro-batches are cut into the model's [lanes](crate::model::threads::lanes).
 pub fn actor_epochs(
     recipe: &TrainRecipe,
@@ -288,7 +304,7 @@ pub fn actor_epochs(
     policy: &Transformer,
     pad_id: u32,
     opt: &mut AdamW,
-) -> Result<Metrics, RoleError> {
+) -> Result<ActorReport, RoleError> {
     let lanes = policy.lanes();
     actor_epochs_in_lanes(recipe, step, policy, (pad_id, lanes), opt)
 }
@@ -300,7 +316,7 @@ pub(in crate::role) fn actor_epochs_in_lanes(
     policy: &Transformer,
     (pad_id, lanes): (u32, usize),
     opt: &mut AdamW,
-) -> Result<Metrics, RoleError> {
+) -> Result<ActorReport, RoleError> {
     let kv_groups = policy.config().kv_groups();
     let dev = policy.device().clone();
     let mut learner = ActorLearner {
@@ -353,5 +369,8 @@ pub(in crate::role) fn actor_epochs_in_lanes(
             t.diff_sum / t.diff_tokens,
         );
     }
-    Ok(m)
+    Ok(ActorReport {
+        metrics: m,
+        row_logps: t.row_logps,
+    })
 }
