@@ -33,8 +33,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use candle_core::{Device, Tensor};
 use roll::config::{RunConfig, load::from_yaml_str};
+use roll::model::init_model;
 use roll::model::threads::side_by_side;
-use roll::model::{Arch, InitOptions, init_model};
 use roll::pipeline::rl_update::{RlBatch, UpdateState, update};
 use roll::role::actor_train::ActorTrain;
 use roll::rollout::{Request, SamplingParams, generate};
@@ -44,7 +44,7 @@ use roll::train::{AdamW, GradAccumulator, OptimizerConfig};
 mod workloads;
 use workloads::{
     bench_dtype, forward_backward, lanes_of, peak_note, qwen05_layers, qwen05_options,
-    reset_peak_rss,
+    reset_peak_rss, tiny_options,
 };
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -82,22 +82,7 @@ fn main() {
     roll::allocator::configure();
     let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
-    let model = init_model(&InitOptions {
-        arch: Arch::Qwen2,
-        hidden: 128,
-        layers: 4,
-        heads: 4,
-        kv_heads: 2,
-        intermediate: 512,
-        head_dim: None,
-        tie_embeddings: true,
-        max_positions: 64,
-        rope_theta: 10_000.0,
-        chars: "0123456789+=abcdefgh>".into(),
-        dtype: bench_dtype(),
-        seed: 1,
-    })
-    .expect("init");
+    let model = init_model(&tiny_options()).expect("init");
     if bench_dtype() != "float32" {
         println!("models in {}", bench_dtype());
     }

@@ -26,14 +26,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use roll::model::lora::{LoraSettings, LoraVars};
 use roll::model::threads::side_by_side;
-use roll::model::{Arch, InitOptions, Transformer, init_model};
+use roll::model::{Transformer, init_model};
 use roll::train::{AdamW, GradAccumulator, OptimizerConfig};
 
 #[path = "common/workloads.rs"]
 mod workloads;
 use workloads::{
     bench_dtype, forward_backward, lanes_of, peak_note, qwen05_layers, qwen05_options,
-    reset_peak_rss,
+    reset_peak_rss, tiny_options,
 };
 
 /// One way of training the model, and what it has measured.
@@ -98,21 +98,7 @@ fn main() {
         .into_iter()
         .find(|name| args.iter().any(|a| a == name));
     let opts = if tiny {
-        InitOptions {
-            arch: Arch::Qwen2,
-            hidden: 128,
-            layers: 4,
-            heads: 4,
-            kv_heads: 2,
-            intermediate: 512,
-            head_dim: None,
-            tie_embeddings: true,
-            max_positions: 64,
-            rope_theta: 10_000.0,
-            chars: "0123456789+=abcdefgh>".into(),
-            dtype: bench_dtype(),
-            seed: 1,
-        }
+        tiny_options()
     } else {
         qwen05_options(qwen05_layers())
     };

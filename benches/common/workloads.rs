@@ -36,6 +36,26 @@ pub fn bench_dtype() -> String {
     std::env::var("BENCH_DTYPE").unwrap_or_else(|_| "float32".into())
 }
 
+/// The engine bench's tiny Qwen2 shape (hidden 128, intermediate 512, 4 layers, 4 heads, 2 KV
+/// heads, a 24-token character vocabulary, tied embeddings), random weights.
+pub fn tiny_options() -> InitOptions {
+    InitOptions {
+        arch: Arch::Qwen2,
+        hidden: 128,
+        layers: 4,
+        heads: 4,
+        kv_heads: 2,
+        intermediate: 512,
+        head_dim: None,
+        tie_embeddings: true,
+        max_positions: 64,
+        rope_theta: 10_000.0,
+        chars: "0123456789+=abcdefgh>".into(),
+        dtype: bench_dtype(),
+        seed: 1,
+    }
+}
+
 /// `QWEN05_LAYERS` of the 0.5B shape's 24 layers (all by default).
 pub fn qwen05_layers() -> usize {
     std::env::var("QWEN05_LAYERS")

@@ -116,16 +116,7 @@ fn the_fused_layers_and_candles_backward_give_an_adapter_the_same_gradients() {
     opts.layers = 2;
     opts.arch = crate::model::Arch::Qwen3;
     let model = init_model(&opts).expect("model").transformer;
-    let all = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
-    let l = lora(&model, &all);
+    let l = lora(&model, &crate::model::lora::LINEAR_MODULES);
     with_nonzero_b(&l);
     let adapted = model.with_lora(Some(l.clone()));
     let (rows, grads) = logps_and_grads_by(&adapted, Numerics::Differentiable);
