@@ -204,6 +204,32 @@ fn the_loss_options_change_the_loss_as_they_should() {
     let (_, s_margin) = dpo_series(&sigmoid, "rewards/margins");
     let (_, b_margin) = dpo_series(&beta, "rewards/margins");
     assert!(b_margin[1] > s_margin[1], "{b_margin:?} vs {s_margin:?}");
+
+    // TRL's list form: DPO plus half the chosen completions' negative log-likelihood (RPO). At
+    // the tie the loss is ln 2 + 0.5 (-8 logps/chosen) / 25: 8 pairs whose chosen completions
+    // have 17 characters (1 + 1 + 1 + 2 digits, 4 x 3 letters) and 8 end-of-sequence tokens.
+    let rpo = run_quiet(
+        dir.path(),
+        "p",
+        &rest,
+        &[
+            "dpo.steps=3",
+            "dpo.loss_type=[sigmoid, sft]",
+            "dpo.loss_weights=[1.0, 0.5]",
+        ],
+    );
+    let (_, p) = dpo_series(&rpo, "loss");
+    let (_, p_chosen) = dpo_series(&rpo, "logps/chosen");
+    let want = std::f64::consts::LN_2 + 0.5 * (-8.0 * p_chosen[0]) / 25.0;
+    assert!((p[0] - want).abs() < 1e-5, "{p:?} vs {want}");
+    // The likelihood term holds the chosen completions up: their log-probs end higher than
+    // under DPO alone, which lowers both sides.
+    let (_, s_chosen) = dpo_series(&sigmoid, "logps/chosen");
+    assert_eq!(p_chosen[0], s_chosen[0]);
+    assert!(
+        p_chosen[2] > s_chosen[2] + 1e-3,
+        "{p_chosen:?} vs {s_chosen:?}"
+    );
 }
 
 #[test]
@@ -324,6 +350,16 @@ fn bad_pairs_and_settings_are_refused_with_where_they_are() {
     );
     let e = run(&["dpo.loss_type=ipo", "dpo.label_smoothing=0.1"]);
     assert!(e.contains("not 'ipo'"), "{e}");
+    let e = run(&[
+        "dpo.loss_type=[sigmoid, ipo, sigmoid]",
+        "dpo.loss_weights=[1.0]",
+    ]);
+    assert!(e.contains("lists 'sigmoid' twice"), "{e}");
+    assert!(e.contains("both 'sigmoid' and 'ipo'"), "{e}");
+    assert!(
+        e.contains("dpo.loss_weights has 1 weights for the 3 loss types"),
+        "{e}"
+    );
     let e = run(&["dpo.data=missing.jsonl"]);
     assert!(e.contains("missing.jsonl': cannot read"), "{e}");
     // Nothing bad reached the store as a run that trained.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """roll-tui's DPO stage against TRL's DPOTrainer on the same model, pairs and settings.
 
-What it checks, for each loss TRL shares with us (sigmoid = DPO, ipo):
+What it checks, for each loss TRL shares with us (sigmoid = DPO, ipo, and sigmoid plus a weighted
+sft term on the chosen completions, TRL's `loss_type: [sigmoid, sft]`, RPO):
   1. `roll-tui model init` writes a small random Qwen2 model (f32, character tokenizer).
   2. roll-tui runs a DPO-only config on it for 2 steps: every step is the whole set of pairs
      (batch_size = pairs), AdamW at a constant lr without warm-up or weight decay, gradient norm
@@ -43,7 +44,11 @@ METRICS = ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "
            "logps/chosen", "logps/rejected"]
 # cDPO (sigmoid with label_smoothing) is not compared: TRL 1.16's sigmoid ignores label_smoothing
 # (it moved to its robust, exo_pair and aot losses); ours is checked against hand-computed values.
-LOSSES = {"sigmoid": {}, "ipo": {}}
+LOSSES = {
+    "sigmoid": {"types": ["sigmoid"]},
+    "ipo": {"types": ["ipo"]},
+    "rpo": {"types": ["sigmoid", "sft"], "weights": [1.0, 0.5]},
+}
 MODEL_ARGS = ["--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
               "--intermediate", "128", "--seed", "3"]
 # Prompts and completions of different lengths, right and wrong answers both ways.
@@ -63,14 +68,17 @@ def run(*args):
     return subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True).stdout
 
 
-def ours(binary, model_dir, pairs_file, root, name, loss_type, extra):
+def ours(binary, model_dir, pairs_file, root, name, extra):
     cfg = root / f"{name}.yaml"
     smoothing = extra.get("label_smoothing", 0.0)
+    loss_type = "[" + ", ".join(extra["types"]) + "]"
+    weights = extra.get("weights")
+    weights = f"  loss_weights: [{', '.join(str(w) for w in weights)}]\n" if weights else ""
     cfg.write_text(
         f"name: {name}\nseed: 1\noutput_dir: {root / name}\n"
         f"model: {{ path: {model_dir} }}\n"
         f"dpo:\n  data: {pairs_file}\n  steps: 2\n  batch_size: {len(PAIRS)}\n"
-        f"  beta: 0.1\n  loss_type: {loss_type}\n  label_smoothing: {smoothing}\n"
+        f"  beta: 0.1\n  loss_type: {loss_type}\n{weights}  label_smoothing: {smoothing}\n"
         f"  optimizer: {{ lr: {LR}, warmup_steps: 0, schedule: constant, weight_decay: 0.0, "
         f"max_grad_norm: 1.0, betas: [0.9, 0.999], eps: 1.0e-8 }}\n")
     store = root / f"{name}.db"
@@ -84,7 +92,7 @@ def ours(binary, model_dir, pairs_file, root, name, loss_type, extra):
     return got
 
 
-def theirs(model_dir, loss_type, extra, out):
+def theirs(model_dir, extra, out):
     major = int(transformers.__version__.split(".")[0])
     dtype_kw = "dtype" if major >= 5 else "torch_dtype"
     model = AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_kw: torch.float32})
@@ -93,7 +101,7 @@ def theirs(model_dir, loss_type, extra, out):
         tok.pad_token = tok.eos_token
     data = Dataset.from_list([{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS])
     args = DPOConfig(
-        output_dir=str(out), beta=0.1, loss_type=loss_type,
+        output_dir=str(out), beta=0.1, loss_type=extra["types"], loss_weights=extra.get("weights"),
         label_smoothing=extra.get("label_smoothing", 0.0),
         per_device_train_batch_size=len(PAIRS), gradient_accumulation_steps=1, max_steps=2,
         learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
@@ -129,9 +137,8 @@ def main():
         pairs_file.write_text("".join(
             json.dumps({"prompt": p, "chosen": c, "rejected": r}) + "\n" for p, c, r in PAIRS))
         for name, extra in LOSSES.items():
-            loss_type = "ipo" if name == "ipo" else "sigmoid"
-            a = ours(binary, model_dir, pairs_file, root, name, loss_type, extra)
-            b = theirs(model_dir, loss_type, extra, root / f"trl-{name}")
+            a = ours(binary, model_dir, pairs_file, root, name, extra)
+            b = theirs(model_dir, extra, root / f"trl-{name}")
             for step in (1, 2):
                 for key in METRICS:
                     x, y = a.get(step, {}).get(key), b.get(step, {}).get(key)

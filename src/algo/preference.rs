@@ -32,12 +32,23 @@ impl PreferenceLossType {
     }
 }
 
-/// The loss's parameters (`dpo.loss_type`, `dpo.beta`, `dpo.label_smoothing`).
+/// The loss's parameters (`dpo.loss_type`, `dpo.loss_weights`, `dpo.beta`,
+/// `dpo.label_smoothing`): `weight` times the mean of the pairs' `loss_type` losses, plus
+/// `sft_weight` times the negative log-likelihood of the chosen completions (a mean over their
+/// tokens: TRL's `sft` loss type, RPO's term).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PreferenceParams {
     pub loss_type: PreferenceLossType,
     pub beta: f64,
     pub label_smoothing: f64,
+    #[serde(default = "one")]
+    pub weight: f64,
+    #[serde(default)]
+    pub sft_weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// The log-probs of a batch of pairs, each `(pairs,)`.
@@ -322,6 +333,8 @@ mod tests {
             loss_type,
             beta,
             label_smoothing: ls,
+            weight: 1.0,
+            sft_weight: 0.0,
         };
         let x = PairLogps {
             chosen: &c,
@@ -379,6 +392,8 @@ mod tests {
             loss_type: PreferenceLossType::Sigmoid,
             beta: 0.5,
             label_smoothing: 0.0,
+            weight: 1.0,
+            sft_weight: 0.0,
         };
         let x = PairLogps {
             chosen: c.as_tensor(),
@@ -426,6 +441,8 @@ mod tests {
             loss_type,
             beta: 0.5,
             label_smoothing: 0.0,
+            weight: 1.0,
+            sft_weight: 0.0,
         };
         // Per token: chosen log-ratio (-3 - -6) / 3 = 1, rejected (-4 - -2) / 2 = -1: z = 2,
         // (2 - 1/(2 * 0.5))^2 = 1. Summed (what DPO takes): z = 3 - (-2) = 5.
@@ -495,7 +512,9 @@ mod tests {
                 &PreferenceParams {
                     loss_type: PreferenceLossType::Sigmoid,
                     beta: 0.0,
-                    label_smoothing: 0.0
+                    label_smoothing: 0.0,
+                    weight: 1.0,
+                    sft_weight: 0.0,
                 },
                 &x
             )

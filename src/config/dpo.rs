@@ -1,6 +1,7 @@
 //! The `dpo:` section: preference optimisation (DPO, cDPO, IPO) on pairs of completions, trained
 //! through actor_train against the reference role. Names follow TRL's `DPOConfig` where it has
-//! one (`beta`, `loss_type`, `label_smoothing`, `precompute_ref_log_probs` as `precompute_ref`).
+//! one (`beta`, `loss_type`, `loss_weights`, `label_smoothing`, `precompute_ref_log_probs` as
+//! `precompute_ref`).
 
 use std::path::{Path, PathBuf};
 
@@ -25,8 +26,13 @@ pub struct DpoConfig {
     /// How far the policy may move from the reference (TRL's default 0.1).
     #[serde(default = "default_beta")]
     pub beta: f64,
+    /// One loss type or a list whose losses are added (TRL's list form): `sigmoid` or `ipo` (the
+    /// pairwise loss, at most one of them), and `sft` (the chosen completions' likelihood).
     #[serde(default)]
-    pub loss_type: PreferenceLossType,
+    pub loss_type: DpoLossTypes,
+    /// Each listed loss type's weight (TRL's `loss_weights`; all 1 without it).
+    #[serde(default)]
+    pub loss_weights: Option<Vec<f64>>,
     /// cDPO: the probability that a pair's labels are flipped (`sigmoid` only), in [0, 0.5).
     #[serde(default)]
     pub label_smoothing: f64,
@@ -52,6 +58,39 @@ pub struct DpoEvalConfig {
     pub every: usize,
 }
 
+/// A loss type `dpo.loss_type` may list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DpoLoss {
+    Sigmoid,
+    Ipo,
+    /// The negative log-likelihood of the chosen completions, a mean over their tokens.
+    Sft,
+}
+
+/// `dpo.loss_type`: one name, or a list of them (TRL's `loss_type: [sigmoid, sft]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DpoLossTypes {
+    One(DpoLoss),
+    Many(Vec<DpoLoss>),
+}
+
+impl Default for DpoLossTypes {
+    fn default() -> Self {
+        DpoLossTypes::One(DpoLoss::Sigmoid)
+    }
+}
+
+impl DpoLossTypes {
+    pub fn list(&self) -> Vec<DpoLoss> {
+        match self {
+            DpoLossTypes::One(l) => vec![*l],
+            DpoLossTypes::Many(ls) => ls.clone(),
+        }
+    }
+}
+
 fn default_beta() -> f64 {
     0.1
 }
@@ -63,10 +102,28 @@ fn default_eval_every() -> usize {
 impl DpoConfig {
     /// The loss's parameters.
     pub fn params(&self) -> PreferenceParams {
+        let list = self.loss_type.list();
+        let weights = match &self.loss_weights {
+            Some(w) => w.clone(),
+            None => vec![1.0; list.len()],
+        };
+        let weight_of = |l: DpoLoss| {
+            list.iter()
+                .zip(&weights)
+                .find(|(x, _)| **x == l)
+                .map_or(0.0, |(_, w)| *w)
+        };
+        let loss_type = if list.contains(&DpoLoss::Ipo) {
+            PreferenceLossType::Ipo
+        } else {
+            PreferenceLossType::Sigmoid
+        };
         PreferenceParams {
-            loss_type: self.loss_type,
+            loss_type,
             beta: self.beta,
             label_smoothing: self.label_smoothing,
+            weight: weight_of(DpoLoss::Sigmoid) + weight_of(DpoLoss::Ipo),
+            sft_weight: weight_of(DpoLoss::Sft),
         }
     }
 
@@ -111,12 +168,46 @@ impl DpoConfig {
                 self.label_smoothing
             ));
         }
-        if self.loss_type == PreferenceLossType::Ipo && self.label_smoothing != 0.0 {
+        let list = self.loss_type.list();
+        if list.is_empty() {
+            p.push("dpo.loss_type lists no loss".into());
+        }
+        for (i, l) in list.iter().enumerate() {
+            if list[..i].contains(l) {
+                p.push(format!("dpo.loss_type lists '{}' twice", name_of(*l)));
+            }
+        }
+        if list.contains(&DpoLoss::Sigmoid) && list.contains(&DpoLoss::Ipo) {
+            p.push(
+                "dpo.loss_type lists both 'sigmoid' and 'ipo': one pairwise loss at a time".into(),
+            );
+        }
+        if let Some(w) = &self.loss_weights {
+            if w.len() != list.len() {
+                p.push(format!(
+                    "dpo.loss_weights has {} weights for the {} loss types of dpo.loss_type",
+                    w.len(),
+                    list.len()
+                ));
+            }
+            if let Some(bad) = w.iter().find(|x| !(x.is_finite() && **x >= 0.0)) {
+                p.push(format!("dpo.loss_weights must be 0 or more, got {bad}"));
+            }
+        }
+        if list.contains(&DpoLoss::Ipo) && self.label_smoothing != 0.0 {
             p.push("dpo.label_smoothing applies to loss_type 'sigmoid' (cDPO), not 'ipo'".into());
         }
         if self.eval.as_ref().is_some_and(|e| e.every == 0) {
             p.push("dpo.eval.every must be at least 1".into());
         }
         self.optimizer.validate("dpo.optimizer", p);
+    }
+}
+
+fn name_of(l: DpoLoss) -> &'static str {
+    match l {
+        DpoLoss::Sigmoid => "sigmoid",
+        DpoLoss::Ipo => "ipo",
+        DpoLoss::Sft => "sft",
     }
 }

@@ -311,6 +311,7 @@ fn evaluate(
     let micro = cfg.micro_pairs() * 2;
     // The pairs' losses and summed log-probs, batch by batch: (losses, c, r, ref c, ref r).
     let mut all: [Vec<f32>; 5] = Default::default();
+    let mut chosen_tokens = 0usize;
     let pairs: Vec<usize> = (0..set.pairs.len()).collect();
     for idx in pairs.chunks(cfg.batch_size) {
         let rows = set.rows(idx);
@@ -330,9 +331,22 @@ fn evaluate(
         for (out, x) in all.iter_mut().zip(parts) {
             out.extend(x.to_vec1::<f32>().during("dpo eval")?);
         }
+        // Row 2k is pair k's chosen completion.
+        chosen_tokens += rows
+            .responses
+            .iter()
+            .step_by(2)
+            .map(Vec::len)
+            .sum::<usize>();
     }
     let n = all[0].len();
-    let loss = all[0].iter().map(|&l| l as f64).sum::<f64>() / n.max(1) as f64;
+    // As a training step's: the pairs' mean loss, weighted, plus the weighted negative
+    // log-likelihood of the chosen completions over their tokens.
+    let mut loss = params.weight * all[0].iter().map(|&l| l as f64).sum::<f64>() / n.max(1) as f64;
+    if params.sft_weight != 0.0 {
+        let chosen: f64 = all[1].iter().map(|&l| l as f64).sum();
+        loss += params.sft_weight * -chosen / chosen_tokens.max(1) as f64;
+    }
     let [_, c, r, rc, rr] = all.map(|v| Tensor::from_vec(v, n, device));
     let (c, r, rc, rr) = (
         c.during("dpo eval")?,

@@ -108,6 +108,9 @@ struct Micro {
     mask: Tensor,
     /// The loss tokens of the whole mini-batch.
     mini_tokens: f64,
+    /// The loss tokens of the first row of each of the mini-batch's groups: a preference step's
+    /// chosen completions.
+    mini_lead_tokens: f64,
 }
 
 impl Micro {
@@ -165,6 +168,14 @@ fn run_epochs(
             if mini_tokens == 0.0 {
                 continue;
             }
+            let leads: Vec<usize> = mini_groups.iter().map(|&grp| grp * g).collect();
+            let mini_lead_tokens = scalar(
+                &rows
+                    .loss_mask
+                    .index_select(&index_tensor(&leads, dev)?, 0)
+                    .and_then(|x| x.sum_all())
+                    .during("mask")?,
+            )?;
             let lens: Vec<(usize, usize)> = mini
                 .iter()
                 .map(|&i| (rows.prompts[i].len(), rows.responses[i].len()))
@@ -203,6 +214,7 @@ fn run_epochs(
                         weight,
                         mask,
                         mini_tokens,
+                        mini_lead_tokens,
                     });
                 }
                 learner.micro(&parts)?;

@@ -210,6 +210,8 @@ fn dpo(loss_type: crate::algo::preference::PreferenceLossType) -> crate::role::r
                 loss_type,
                 beta: 0.1,
                 label_smoothing: 0.0,
+                weight: 1.0,
+                sft_weight: 0.0,
             },
         ),
     }

@@ -230,7 +230,20 @@ fn preference_pass(
     let logp = response_logps(policy, mb, &mut tape).during("dpo forward")?;
     let (losses, sums) =
         preference_terms(params, &logp, &mb.slice(ref_logp)?, &mb.mask).during("dpo loss")?;
-    let loss = (losses.mean_all().during("dpo loss")? * mb.weight).during("dpo loss")?;
+    let mut loss =
+        (losses.mean_all().during("dpo loss")? * (params.weight * mb.weight)).during("dpo loss")?;
+    if params.sft_weight != 0.0 {
+        // The chosen completions' negative log-likelihood, a mean over the mini-batch's chosen
+        // tokens (the lane's part of it).
+        let nll = sums
+            .chosen
+            .sum_all()
+            .and_then(|x| x.neg())
+            .and_then(|x| x / mb.mini_lead_tokens.max(1.0))
+            .and_then(|x| x * params.sft_weight)
+            .during("dpo sft loss")?;
+        loss = (loss + nll).during("dpo sft loss")?;
+    }
     let (chosen_d, rejected_d) = (sums.chosen.detach(), sums.rejected.detach());
     let detached = PairLogps {
         chosen: &chosen_d,
