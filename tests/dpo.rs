@@ -350,6 +350,8 @@ fn bad_pairs_and_settings_are_refused_with_where_they_are() {
     );
     let e = run(&["dpo.loss_type=ipo", "dpo.label_smoothing=0.1"]);
     assert!(e.contains("not 'ipo'"), "{e}");
+    let e = run(&["dpo.loss_type=[sigmoid, kto]"]);
+    assert!(e.contains("unknown loss type 'kto'"), "{e}");
     let e = run(&[
         "dpo.loss_type=[sigmoid, ipo, sigmoid]",
         "dpo.loss_weights=[1.0]",

@@ -132,6 +132,31 @@ fn a_killed_lora_run_resumes_to_the_uninterrupted_numbers() {
     assert_same_metrics(&whole, &store, "lo");
 }
 
+/// Killed inside the DPO stage: the resumed stage's reference is the policy's own frozen base
+/// with the SFT stage's final adapter (`setup::stage_start_reference`), as the uninterrupted
+/// stage's was, so every number comes out the same.
+#[test]
+fn a_lora_run_killed_in_its_dpo_stage_resumes_to_the_uninterrupted_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let mut overrides = vec!["dpo.steps=8"];
+    overrides.extend(LORA);
+    let whole = run_quiet(dir.path(), "lo", &rest, &overrides);
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", &rest);
+    let mut args = vec!["run", cfg.to_str().unwrap()];
+    args.extend(&overrides);
+    let (mut child, _) = spawn_until(&store, args, "dpo     5/");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let resumed = ok(roll(&store, &["resume", "lo", "--quiet"]));
+    assert!(
+        resumed.contains("resumed run 'lo' from dpo step "),
+        "{resumed}"
+    );
+    assert_same_metrics(&whole, &store, "lo");
+}
+
 #[test]
 fn a_checkpoints_adapter_merges_into_the_base_it_trained_on() {
     let dir = tempfile::tempdir().unwrap();

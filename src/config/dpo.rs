@@ -69,11 +69,39 @@ pub enum DpoLoss {
 }
 
 /// `dpo.loss_type`: one name, or a list of them (TRL's `loss_type: [sigmoid, sft]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum DpoLossTypes {
     One(DpoLoss),
     Many(Vec<DpoLoss>),
+}
+
+/// By hand: serde's untagged enums say only that nothing matched; this names the bad entry.
+impl<'de> Deserialize<'de> for DpoLossTypes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            Many(Vec<String>),
+        }
+        let parse = |name: &str| match name {
+            "sigmoid" => Ok(DpoLoss::Sigmoid),
+            "ipo" => Ok(DpoLoss::Ipo),
+            "sft" => Ok(DpoLoss::Sft),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown loss type '{other}': expected sigmoid, ipo or sft (one, or a list)"
+            ))),
+        };
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a loss type (sigmoid, ipo, sft) or a list of them")
+        })? {
+            Raw::One(name) => Ok(DpoLossTypes::One(parse(&name)?)),
+            Raw::Many(names) => Ok(DpoLossTypes::Many(
+                names.iter().map(|n| parse(n)).collect::<Result<_, _>>()?,
+            )),
+        }
+    }
 }
 
 impl Default for DpoLossTypes {

@@ -5,7 +5,7 @@
 //! scored with the policy and the reference without training.
 //!
 //! The reference is the policy as the stage began: a copy made at the start, or, resuming, the
-//! final checkpoint of the stage before (`setup::stage_start_policy`).
+//! final checkpoint of the stage before (`setup::stage_start_reference`).
 
 mod pairs;
 mod samples;
@@ -17,7 +17,7 @@ use candle_core::{Device, Tensor};
 
 use self::pairs::{PairOrder, PairRows, PairSet};
 use self::samples::StepPairs;
-use super::setup::{Tokenizing, stage_start_policy};
+use super::setup::{Tokenizing, stage_start_reference};
 use super::worker_report::report_workers;
 use super::{
     CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
@@ -81,7 +81,7 @@ pub fn run_dpo(
     let reference = match resume {
         // Under LoRA the frozen base is shared and only the adapter is copied.
         None => reference_of(model)?,
-        Some(_) => stage_start_policy(ctx.cfg, Stage::Dpo)?.transformer,
+        Some(_) => stage_start_reference(ctx.cfg, Stage::Dpo, model)?,
     };
     let mut refs = RefLogps::Live(
         Box::new(Reference::start(ctx.cfg, reference, model.pad_id)?),

@@ -73,7 +73,11 @@ impl<'m> Learner<'m> {
         let reference = match (cfg.kl.mode != KlMode::None, resume) {
             (false, _) => None,
             (true, None) => Some(reference_of(model)?),
-            (true, Some(_)) => Some(super::setup::rl_start_policy(ctx.cfg)?.transformer),
+            (true, Some(_)) => Some(super::setup::stage_start_reference(
+                ctx.cfg,
+                crate::config::Stage::Rl,
+                model,
+            )?),
         };
         let mut kl_ctl = KlController::new(
             cfg.kl.controller,

@@ -4,7 +4,7 @@ use crate::config::{RunConfig, Stage};
 use crate::data::{DomainMixer, Example};
 use crate::model::lora::{Adapter, LoraVars};
 use crate::model::tokenizer::{ChatMessage, render_chat};
-use crate::model::{InitOptions, LoadedModel, init_model, load_model_dir};
+use crate::model::{InitOptions, LoadedModel, Transformer, init_model, load_model_dir};
 use crate::reward::Reward;
 
 use super::PipelineError;
@@ -140,6 +140,53 @@ pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, 
         )));
     }
     load_checkpoint_policy(cfg, &dir)
+}
+
+/// The frozen reference of a resumed `stage`: [`stage_start_policy`]'s model, but under LoRA a
+/// view of `policy`'s own base (frozen, so the stage has not moved it) with the adapter as the
+/// stage began — the previous stage's final adapter, or without a stage before the seeded fresh
+/// one [`load_policy`] makes — so that a resumed stage holds no second copy of the base either.
+pub fn stage_start_reference(
+    cfg: &RunConfig,
+    stage: Stage,
+    policy: &LoadedModel,
+) -> Result<Transformer, PipelineError> {
+    let (Some(settings), Some(_)) = (&cfg.model.lora, policy.transformer.lora()) else {
+        return Ok(stage_start_policy(cfg, stage)?.transformer);
+    };
+    let base = policy.transformer.params();
+    let view = Transformer::new(policy.config().clone(), base.clone())
+        .map_err(|e| PipelineError::Setup(format!("the reference of {stage}: {e}")))?;
+    let lora = match cfg.stage_before(stage).map(|s| s.stage()) {
+        None => LoraVars::init(
+            settings,
+            policy.config().num_hidden_layers,
+            base,
+            crate::data::mix_seed(&[cfg.seed, 3]),
+            &base_model_name(cfg),
+        )
+        .map_err(|e| PipelineError::Setup(format!("model.lora: {e}")))?,
+        Some(before) => {
+            let dir = super::checkpoint_dir(&cfg.output_dir(), before, cfg.steps_of(before));
+            if !dir.join("trainer_state.json").exists() {
+                return Err(PipelineError::Setup(format!(
+                    "resuming {stage} needs the final {before} checkpoint '{}' (its reference \
+                     adapter), and it is missing",
+                    dir.display()
+                )));
+            }
+            let adapter = Adapter::load(&dir, policy.transformer.device())?;
+            adapter.check_against(base, &dir.display().to_string())?;
+            LoraVars::from_adapter(
+                &adapter,
+                settings,
+                &base_model_name(cfg),
+                policy.transformer.device(),
+            )
+            .map_err(|e| PipelineError::Setup(format!("checkpoint '{}': {e}", dir.display())))?
+        }
+    };
+    Ok(view.with_lora(Some(lora)))
 }
 
 /// A domain's examples with its mixing weight and reward rule.
