@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::{
-    assert_same_metrics, deterministic_metrics, ok, refused, roll, run_quiet, spawn_until,
+    assert_same_metrics, deterministic_metrics, killed_and_resumed, ok, refused, roll, run_quiet,
     write_config,
 };
 use serde_json::Value;
@@ -291,12 +291,7 @@ fn a_killed_dpo_stage_resumes_to_the_uninterrupted_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let rest = rest(dir.path());
     let whole = run_quiet(dir.path(), "whole", &rest, &[]);
-    let store = dir.path().join("killed.db");
-    let cfg = write_config(dir.path(), "killed", &rest);
-    let (mut child, _) = spawn_until(&store, ["run", cfg.to_str().unwrap()], "dpo     5/");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let resumed = ok(roll(&store, &["resume", "pref", "--quiet"]));
+    let (store, resumed) = killed_and_resumed(dir.path(), "pref", &rest, &[], "dpo     5/");
     assert!(
         resumed.contains("resumed run 'pref' from dpo step 3"),
         "{resumed}"

@@ -11,7 +11,9 @@ mod common;
 use std::path::Path;
 
 use candle_core::Device;
-use common::{assert_same_metrics, bin, ok, refused, roll, run_quiet, spawn_until, write_config};
+use common::{
+    assert_same_metrics, bin, killed_and_resumed, ok, refused, roll, run_quiet, write_config,
+};
 use serde_json::Value;
 
 const LORA: [&str; 2] = ["model.lora.rank=4", "model.lora.alpha=8"];
@@ -117,14 +119,7 @@ fn a_killed_lora_run_resumes_to_the_uninterrupted_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let rest = rest(dir.path());
     let whole = run_quiet(dir.path(), "lo", &rest, &LORA);
-    let store = dir.path().join("killed.db");
-    let cfg = write_config(dir.path(), "killed", &rest);
-    let mut args = vec!["run", cfg.to_str().unwrap()];
-    args.extend(LORA);
-    let (mut child, _) = spawn_until(&store, args, "sft     5/");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let resumed = ok(roll(&store, &["resume", "lo", "--quiet"]));
+    let (store, resumed) = killed_and_resumed(dir.path(), "lo", &rest, &LORA, "sft     5/");
     assert!(
         resumed.contains("resumed run 'lo' from sft step 3"),
         "{resumed}"
@@ -142,14 +137,7 @@ fn a_lora_run_killed_in_its_dpo_stage_resumes_to_the_uninterrupted_numbers() {
     let mut overrides = vec!["dpo.steps=8"];
     overrides.extend(LORA);
     let whole = run_quiet(dir.path(), "lo", &rest, &overrides);
-    let store = dir.path().join("killed.db");
-    let cfg = write_config(dir.path(), "killed", &rest);
-    let mut args = vec!["run", cfg.to_str().unwrap()];
-    args.extend(&overrides);
-    let (mut child, _) = spawn_until(&store, args, "dpo     5/");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let resumed = ok(roll(&store, &["resume", "lo", "--quiet"]));
+    let (store, resumed) = killed_and_resumed(dir.path(), "lo", &rest, &overrides, "dpo     5/");
     assert!(
         resumed.contains("resumed run 'lo' from dpo step "),
         "{resumed}"

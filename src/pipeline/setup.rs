@@ -2,7 +2,7 @@
 
 use crate::config::{RunConfig, Stage};
 use crate::data::{DomainMixer, Example};
-use crate::model::lora::{Adapter, LoraVars};
+use crate::model::lora::{Adapter, LoraSettings, LoraVars};
 use crate::model::tokenizer::{ChatMessage, render_chat};
 use crate::model::{InitOptions, LoadedModel, Transformer, init_model, load_model_dir};
 use crate::reward::Reward;
@@ -48,15 +48,38 @@ pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
     let Some(settings) = &cfg.model.lora else {
         return Ok(model);
     };
-    let lora = LoraVars::init(
+    let lora = fresh_adapter(cfg, settings, &model)?;
+    Ok(model.with_lora(Some(lora)))
+}
+
+/// The run's fresh adapter for `model`'s base: seeded, so a resumed stage makes the same one.
+fn fresh_adapter(
+    cfg: &RunConfig,
+    settings: &LoraSettings,
+    model: &LoadedModel,
+) -> Result<LoraVars, PipelineError> {
+    LoraVars::init(
         settings,
         model.config().num_hidden_layers,
         model.transformer.params(),
         crate::data::mix_seed(&[cfg.seed, 3]),
         &base_model_name(cfg),
     )
-    .map_err(|e| PipelineError::Setup(format!("model.lora: {e}")))?;
-    Ok(model.with_lora(Some(lora)))
+    .map_err(|e| PipelineError::Setup(format!("model.lora: {e}")))
+}
+
+/// The adapter of checkpoint `dir` on `base`'s device, checked against the base it will adapt.
+fn checkpoint_adapter(
+    cfg: &RunConfig,
+    settings: &LoraSettings,
+    dir: &std::path::Path,
+    base: &crate::model::Transformer,
+) -> Result<LoraVars, PipelineError> {
+    let device = base.device();
+    let adapter = Adapter::load(dir, device)?;
+    adapter.check_against(base.params(), &dir.display().to_string())?;
+    LoraVars::from_adapter(&adapter, settings, &base_model_name(cfg), device)
+        .map_err(|e| PipelineError::Setup(format!("checkpoint '{}': {e}", dir.display())))
 }
 
 /// How an adapter's config names its base: the model directory, or the init it came from.
@@ -107,10 +130,7 @@ pub fn load_checkpoint_policy(
     let device = crate::device::open(cfg.workers.trainer_device())?;
     if let Some(settings) = &cfg.model.lora {
         let base = load_base_policy(cfg)?;
-        let adapter = Adapter::load(dir, &device)?;
-        adapter.check_against(base.transformer.params(), &dir.display().to_string())?;
-        let lora = LoraVars::from_adapter(&adapter, settings, &base_model_name(cfg), &device)
-            .map_err(|e| PipelineError::Setup(format!("checkpoint '{}': {e}", dir.display())))?;
+        let lora = checkpoint_adapter(cfg, settings, dir, &base.transformer)?;
         return Ok(base.with_lora(Some(lora)));
     }
     Ok(load_model_dir(
@@ -128,8 +148,20 @@ pub fn rl_start_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
 /// The policy as it was when `stage` began (the frozen reference of a resumed RL or DPO stage):
 /// the final checkpoint of the stage before it, else the configured model.
 pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, PipelineError> {
+    match stage_start_checkpoint(cfg, stage)? {
+        Some(dir) => load_checkpoint_policy(cfg, &dir),
+        None => load_policy(cfg),
+    }
+}
+
+/// The final checkpoint of the stage before `stage` (what a resumed `stage` starts its reference
+/// from); `None` when `stage` is the run's first. Missing is an error.
+fn stage_start_checkpoint(
+    cfg: &RunConfig,
+    stage: Stage,
+) -> Result<Option<std::path::PathBuf>, PipelineError> {
     let Some(before) = cfg.stage_before(stage).map(|s| s.stage()) else {
-        return load_policy(cfg);
+        return Ok(None);
     };
     let dir = super::checkpoint_dir(&cfg.output_dir(), before, cfg.steps_of(before));
     if !dir.join("trainer_state.json").exists() {
@@ -139,7 +171,7 @@ pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, 
             dir.display()
         )));
     }
-    load_checkpoint_policy(cfg, &dir)
+    Ok(Some(dir))
 }
 
 /// The frozen reference of a resumed `stage`: [`stage_start_policy`]'s model, but under LoRA a
@@ -154,37 +186,11 @@ pub fn stage_start_reference(
     let (Some(settings), Some(_)) = (&cfg.model.lora, policy.transformer.lora()) else {
         return Ok(stage_start_policy(cfg, stage)?.transformer);
     };
-    let base = policy.transformer.params();
-    let view = Transformer::new(policy.config().clone(), base.clone())
+    let view = Transformer::new(policy.config().clone(), policy.transformer.params().clone())
         .map_err(|e| PipelineError::Setup(format!("the reference of {stage}: {e}")))?;
-    let lora = match cfg.stage_before(stage).map(|s| s.stage()) {
-        None => LoraVars::init(
-            settings,
-            policy.config().num_hidden_layers,
-            base,
-            crate::data::mix_seed(&[cfg.seed, 3]),
-            &base_model_name(cfg),
-        )
-        .map_err(|e| PipelineError::Setup(format!("model.lora: {e}")))?,
-        Some(before) => {
-            let dir = super::checkpoint_dir(&cfg.output_dir(), before, cfg.steps_of(before));
-            if !dir.join("trainer_state.json").exists() {
-                return Err(PipelineError::Setup(format!(
-                    "resuming {stage} needs the final {before} checkpoint '{}' (its reference \
-                     adapter), and it is missing",
-                    dir.display()
-                )));
-            }
-            let adapter = Adapter::load(&dir, policy.transformer.device())?;
-            adapter.check_against(base, &dir.display().to_string())?;
-            LoraVars::from_adapter(
-                &adapter,
-                settings,
-                &base_model_name(cfg),
-                policy.transformer.device(),
-            )
-            .map_err(|e| PipelineError::Setup(format!("checkpoint '{}': {e}", dir.display())))?
-        }
+    let lora = match stage_start_checkpoint(cfg, stage)? {
+        Some(dir) => checkpoint_adapter(cfg, settings, &dir, &policy.transformer)?,
+        None => fresh_adapter(cfg, settings, policy)?,
     };
     Ok(view.with_lora(Some(lora)))
 }

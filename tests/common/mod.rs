@@ -215,6 +215,26 @@ pub fn run_quiet(dir: &Path, name: &str, rest: &str, overrides: &[&str]) -> std:
     store
 }
 
+/// Run `rest` with `overrides` as `DIR/killed.db` until its output shows `at`, kill it, and
+/// resume `run` (the config's name) quietly: the store and what the resume printed.
+pub fn killed_and_resumed(
+    dir: &Path,
+    run: &str,
+    rest: &str,
+    overrides: &[&str],
+    at: &str,
+) -> (std::path::PathBuf, String) {
+    let store = dir.join("killed.db");
+    let cfg = write_config(dir, "killed", rest);
+    let mut args = vec!["run", cfg.to_str().unwrap()];
+    args.extend_from_slice(overrides);
+    let (mut child, _) = spawn_until(&store, args, at);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let resumed = ok(roll(&store, &["resume", run, "--quiet"]));
+    (store, resumed)
+}
+
 /// SIGKILL process `pid` (`kill -9`); whether it was sent.
 pub fn kill_9(pid: u32) -> bool {
     Command::new("kill")

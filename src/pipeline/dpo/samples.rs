@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use candle_core::Tensor;
 
 use super::PairSet;
+use crate::algo::preference::sequence_logps;
 use crate::config::Stage;
 use crate::metrics::SampleRecord;
 use crate::pipeline::{PipelineError, TensorContext};
@@ -39,8 +40,7 @@ impl StepPairs<'_> {
         &self,
         decode: impl Fn(&[u32]) -> String,
     ) -> Result<Vec<SampleRecord>, PipelineError> {
-        let ref_sums = (self.ref_logp * self.mask)
-            .and_then(|x| x.sum(1))
+        let ref_sums = sequence_logps(self.ref_logp, self.mask)
             .and_then(|x| x.to_vec1::<f32>())
             .during("dpo samples")?;
         let mut out = Vec::with_capacity(2 * self.idx.len());
