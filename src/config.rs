@@ -491,17 +491,6 @@ impl Validate for RunConfig {
         }
         if let Some(lora) = &self.model.lora {
             lora.validate(p);
-            if let Some(rl) = &self.rl {
-                if rl.async_generation_ratio > 0 {
-                    p.push(
-                        "model.lora with rl.async_generation_ratio above 0 is not supported yet"
-                            .into(),
-                    );
-                }
-                if rl.kl.refresh_every > 0 {
-                    p.push("model.lora with rl.kl.refresh_every is not supported yet".into());
-                }
-            }
             for (role, placed) in [
                 ("actor_train", &self.workers.actor_train),
                 ("reference", &self.workers.reference),

@@ -486,6 +486,18 @@ impl LoraVars {
         })
     }
 
+    /// Set the matrices to `other`'s (the same adapter's shape): a refreshed reference's adapter.
+    pub fn copy_from(&self, other: &LoraVars) -> candle_core::Result<()> {
+        for (name, (a, b)) in &self.pairs {
+            let Some((oa, ob)) = other.pairs.get(name) else {
+                candle_core::bail!("the adapter to copy has no matrices for '{name}'");
+            };
+            a.set(oa.as_tensor())?;
+            b.set(ob.as_tensor())?;
+        }
+        Ok(())
+    }
+
     /// The matrices as variables, by their PEFT names (what an optimizer of the adapter holds).
     pub fn named_vars(&self) -> Vec<(String, Var)> {
         let mut vars = vec![];

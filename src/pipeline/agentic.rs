@@ -205,7 +205,7 @@ pub(super) struct LearnStep<'a, 'r> {
     cfg: &'a RlConfig,
     runner: &'a EpisodeRunner<'r>,
     /// Where the new weights go when actor_infer runs in its own thread.
-    handoff: Option<&'a mut Option<crate::model::ParamStore>>,
+    handoff: Option<&'a mut Option<crate::role::actor_infer::PolicyUpdate>>,
     t_step: Instant,
 }
 

@@ -9,13 +9,13 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Instant;
 
 use super::{PipelineError, RunStatus};
-use crate::model::ParamStore;
+use crate::role::actor_infer::PolicyUpdate;
 
 /// The trainer asks for step `step`'s batch, sending the weights of version `step − 1` (none when
 /// the generator has them already).
 pub(super) struct Ask {
     pub step: usize,
-    pub weights: Option<ParamStore>,
+    pub weights: Option<PolicyUpdate>,
 }
 
 /// Run `generate` (given the asks and where to answer them) in its own thread, and `learn` on
@@ -27,7 +27,7 @@ pub(super) fn drive_ahead<Out: Send>(
         &Sender<Result<Out, PipelineError>>,
     ) -> Result<(), PipelineError>
     + Send,
-    mut learn: impl FnMut(usize, Out, &mut Option<ParamStore>, Instant) -> Result<bool, PipelineError>,
+    mut learn: impl FnMut(usize, Out, &mut Option<PolicyUpdate>, Instant) -> Result<bool, PipelineError>,
 ) -> Result<RunStatus, PipelineError> {
     std::thread::scope(|scope| {
         let (ask_tx, ask_rx) = mpsc::channel::<Ask>();

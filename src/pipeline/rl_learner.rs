@@ -15,8 +15,8 @@ use crate::algo::normalize::RunningStats;
 use crate::config::{PlacementMode, RlConfig, Stage};
 use crate::data::mix::{DomainMixer, MixerState};
 use crate::metrics::{Metrics, SampleRecord};
-use crate::model::{LoadedModel, ParamStore};
-use crate::role::actor_infer::{Infer, reference_of};
+use crate::model::LoadedModel;
+use crate::role::actor_infer::{Infer, PolicyUpdate, reference_of};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
 use crate::role::reference::Reference;
@@ -106,8 +106,9 @@ impl<'m> Learner<'m> {
             _ => 0,
         };
         if let (Some(reference), Some(r), true) = (&reference, resume, reference_version > 0) {
+            // Under LoRA the checkpoint holds the reference's adapter.
             load_vars(
-                &reference.params().named_vars(),
+                &reference.trainable_vars(),
                 &r.dir.join(super::REFERENCE_FILE),
             )?;
         }
@@ -196,7 +197,7 @@ impl<'m> Learner<'m> {
         cfg: &RlConfig,
         sharing: &mut TimeSharing,
         infer: &Infer,
-        handoff: Option<&mut Option<ParamStore>>,
+        handoff: Option<&mut Option<PolicyUpdate>>,
         step: usize,
         mut out: StepRollout,
         mut m: Metrics,
@@ -237,7 +238,7 @@ impl<'m> Learner<'m> {
         cfg: &RlConfig,
         sharing: &mut TimeSharing,
         infer: &Infer,
-        handoff: Option<&mut Option<ParamStore>>,
+        handoff: Option<&mut Option<PolicyUpdate>>,
         step: usize,
         learned: Learned<'_>,
         mut m: Metrics,
@@ -269,16 +270,19 @@ impl<'m> Learner<'m> {
             None => sharing.sync_weights(self.model, infer)?,
             Some(slot) => {
                 let t0 = Instant::now();
-                let params = self.model.transformer.params();
                 *slot = Some(
-                    params
-                        .deep_clone()
+                    PolicyUpdate::snapshot(self.model)
                         .during("snapshotting weights for actor_infer")?,
                 );
                 t0.elapsed().as_secs_f64()
             }
         };
         m.insert("time/weight_sync".into(), sync);
+        // What each sync hands actor_infer: the model, or under LoRA only the adapter.
+        m.insert(
+            "weight_sync/bytes".into(),
+            PolicyUpdate::of(self.model).bytes() as f64,
+        );
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
         ctx.record_samples(&(learned.records)(&advantages))?;
         ctx.record_step(Stage::Rl, step, cfg.steps, m)?;

@@ -18,8 +18,8 @@ use std::time::Instant;
 use super::{PipelineError, RunContext, TensorContext};
 use crate::config::Role;
 use crate::metrics::Metrics;
-use crate::model::{LoadedModel, ParamStore};
-use crate::role::actor_infer::{Infer, lock};
+use crate::model::LoadedModel;
+use crate::role::actor_infer::{Infer, PolicyUpdate};
 use crate::role::reference::Reference;
 use crate::role::{HostCopy, ResidentRole};
 use crate::scheduler::host_copy::{HostArea, HostCopyError};
@@ -175,25 +175,19 @@ impl TimeSharing {
     /// seconds spent.
     pub fn sync_weights(&self, policy: &LoadedModel, infer: &Infer) -> Result<f64, PipelineError> {
         let t0 = Instant::now();
-        // Under LoRA actor_infer generates with plain weights: the adapter merged into the base,
-        // in the replica's own tensors when it has them, else into a copy that is sent.
-        let merged = || {
-            policy
-                .transformer
-                .weights_for_inference()
-                .during("weight sync")
-        };
         match infer {
-            Infer::Remote(r) => lock(r).set_weights(&*merged()?)?,
+            // An offloaded replica in this process takes the weights it generates with (under
+            // LoRA the adapter merged) at its next reload, from its host copy.
             Infer::Local { .. } if self.offloaded.contains(&Role::ActorInfer) => {
+                let merged = policy
+                    .transformer
+                    .weights_for_inference()
+                    .during("weight sync")?;
                 self.area
-                    .overwrite(Role::ActorInfer.as_str(), &merged()?.named_tensors())
+                    .overwrite(Role::ActorInfer.as_str(), &merged.named_tensors())
                     .map_err(copy_err)?;
             }
-            Infer::Local { replica, .. } => policy
-                .transformer
-                .write_inference_weights(replica.params())
-                .during("weight sync")?,
+            _ => infer.set_weights(&PolicyUpdate::of(policy))?,
         }
         Ok(t0.elapsed().as_secs_f64())
     }
@@ -207,7 +201,6 @@ impl TimeSharing {
     ) -> Result<(), PipelineError> {
         let name = Role::Reference.as_str();
         let offloaded = self.offloaded.contains(&Role::Reference);
-        let params: &ParamStore = policy.transformer.params();
-        Ok(reference.refresh(params, offloaded.then_some((&self.area, name)))?)
+        Ok(reference.refresh(&policy.transformer, offloaded.then_some((&self.area, name)))?)
     }
 }

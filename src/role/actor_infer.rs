@@ -3,6 +3,7 @@
 
 mod remote;
 pub mod serve;
+mod update;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use remote::RemoteInfer;
 pub use serve::{InferInit, InferOp, WireCompletion};
+pub use update::PolicyUpdate;
 
 use super::{
     HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
@@ -27,12 +29,19 @@ pub enum InferCall {
     Init(InferInit),
     /// Apply `ops` in order, then run one engine step; replies with what finished.
     Step { ops: Vec<InferOp> },
-    /// Take the weights in the host copy at `path` (weight sync).
-    SetWeights { path: PathBuf },
+    /// Take the weights in the host copy at `path` (weight sync); under LoRA `path` holds the
+    /// frozen base and `adapter` the adapter directory to merge into it.
+    SetWeights {
+        path: PathBuf,
+        adapter: Option<PathBuf>,
+    },
     /// Free the weights, which the host copy at `path` holds already (weight sync writes it).
     Offload { path: PathBuf },
-    /// Load them back from the host copy at `path`.
-    Reload { path: PathBuf },
+    /// Load them back from the host copy at `path` (and under LoRA the adapter at `adapter`).
+    Reload {
+        path: PathBuf,
+        adapter: Option<PathBuf>,
+    },
 }
 
 impl RoleCall for InferCall {
@@ -148,9 +157,13 @@ pub enum Infer {
     /// `multi_turn`: the run has an environment, whose requests continue earlier ones of the
     /// same id (agentic episodes): its engines keep finished sequences' caches for them
     /// ([`Engine::with_prefix_reuse`]), as a worker process's do (`InferInit::multi_turn`).
+    ///
+    /// `base`: under LoRA the policy's frozen base (shared, not copied), which each adapter sent
+    /// is merged into.
     Local {
         replica: Transformer,
         multi_turn: bool,
+        base: Option<ParamStore>,
     },
     Remote(Mutex<RemoteInfer>),
 }
@@ -162,6 +175,10 @@ impl Infer {
             PlacementMode::InProcess => Infer::Local {
                 replica: copy_of(model)?,
                 multi_turn: cfg.env.is_some(),
+                base: model
+                    .transformer
+                    .lora()
+                    .map(|_| model.transformer.params().clone()),
             },
             PlacementMode::Process => Infer::Remote(Mutex::new(RemoteInfer::start(
                 model,
@@ -185,6 +202,7 @@ impl Infer {
             Infer::Local {
                 replica,
                 multi_turn,
+                ..
             } => {
                 let engine = Engine::new(replica, eos_ids, max_batch).with_detokenizer(detokenize);
                 match multi_turn {
@@ -197,13 +215,12 @@ impl Infer {
     }
 
     /// Take new weights (α > 0: between two decode steps).
-    pub fn set_weights(&self, params: &ParamStore) -> Result<(), RoleError> {
+    pub fn set_weights(&self, update: &PolicyUpdate) -> Result<(), RoleError> {
         match self {
-            Infer::Local { replica: model, .. } => model
-                .params()
-                .copy_from(params)
+            Infer::Local { replica, base, .. } => update
+                .write_into(replica.params(), base.as_ref())
                 .during("weight sync to actor_infer"),
-            Infer::Remote(remote) => lock(remote).set_weights(params),
+            Infer::Remote(remote) => lock(remote).set_weights(update),
         }
     }
 }

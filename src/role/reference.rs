@@ -23,7 +23,7 @@ use super::{
     HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
 };
 use crate::config::{PlacementMode, RunConfig};
-use crate::model::{LoadError, ParamStore, Transformer};
+use crate::model::{LoadError, Transformer};
 use crate::scheduler::host_copy::{HostArea, read_tensors};
 use crate::train::checkpoint::save_vars;
 use crate::worker::{Role, WorkerError};
@@ -130,9 +130,19 @@ impl Reference {
     /// offloaded in-process reference keeps its weights (written instead of the tensors).
     pub fn refresh(
         &mut self,
-        policy: &ParamStore,
+        policy: &Transformer,
         offloaded_copy: Option<(&HostArea, &str)>,
     ) -> Result<(), RoleError> {
+        // Under LoRA the reference is the policy's own frozen base with a copy of the adapter,
+        // which lives in this process whether or not the base is offloaded: only it changes.
+        if let Self::Local(model) = self
+            && let (Some(mine), Some(theirs)) = (model.lora(), policy.lora())
+        {
+            return mine
+                .copy_from(theirs)
+                .during("refreshing the KL reference's adapter");
+        }
+        let policy = policy.params();
         match self {
             Reference::Local(model) => match offloaded_copy {
                 Some((area, name)) => area
@@ -163,7 +173,8 @@ impl Reference {
     /// Write the reference's weights to `path` (a checkpoint's reference file).
     pub fn save(&self, path: &Path) -> Result<(), LoadError> {
         match self {
-            Reference::Local(model) => save_vars(&model.params().named_vars(), path),
+            // Under LoRA the adapter, the part of the reference that is its own.
+            Reference::Local(model) => save_vars(&model.trainable_vars(), path),
             Reference::Remote(r) => std::fs::copy(r.area.path(HOST_COPY), path)
                 .map(drop)
                 .map_err(|e| LoadError::io(path, e)),

@@ -91,6 +91,7 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
     let init = InferInit {
         model_dir: dir.path().to_path_buf(),
         weights: area.path(HOST_COPY),
+        adapter: None,
         dtype: Dtype::Float32,
         max_batch: 4,
         multi_turn: false,
@@ -103,7 +104,10 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
         &area,
         &tensors,
         |path| InferCall::Offload { path },
-        |path| InferCall::Reload { path },
+        |path| InferCall::Reload {
+            path,
+            adapter: None,
+        },
         InferReply::Moved {
             bytes: weight_bytes(&model),
         },

@@ -9,13 +9,18 @@
 //! The host copy (`actor_infer.safetensors` in this run's shared-memory area) always holds the
 //! current weights: weight sync writes it before telling the worker, so an offload is the worker
 //! letting go of its weights, without writing them. A restarted worker therefore loads the right
-//! version, whatever it was doing.
+//! version, whatever it was doing. Under LoRA the host copy holds the frozen base, written once,
+//! and weight sync writes only the adapter (`actor_infer-adapter/`, PEFT's format), which the
+//! worker merges into the base whenever it takes weights.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{InferCall as Call, InferInit, InferOp, InferProtocol, InferReply as Reply};
+use super::{
+    InferCall as Call, InferInit, InferOp, InferProtocol, InferReply as Reply, PolicyUpdate,
+};
 use crate::config::Dtype;
-use crate::model::{LoadedModel, ParamStore, save_model_dir};
+use crate::model::{LoadedModel, save_model_dir};
 use crate::role::remote::{RemoteWorker, worker_lost};
 use crate::role::{RoleError, WorkerNote, setup_err};
 use crate::rollout::{Completion, Request};
@@ -25,6 +30,7 @@ use crate::worker::WorkerError;
 /// A generation step or a host-copy move that takes longer than this is a hung worker.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const HOST_COPY: &str = "actor_infer";
+const ADAPTER_DIR: &str = "actor_infer-adapter";
 
 pub struct RemoteInfer {
     pub worker: RemoteWorker<InferProtocol>,
@@ -34,6 +40,8 @@ pub struct RemoteInfer {
     /// Changes for the worker's engine, sent with the next step.
     ops: Vec<InferOp>,
     offloaded: bool,
+    /// Under LoRA, the adapter directory weight sync writes.
+    adapter: Option<PathBuf>,
 }
 
 impl RemoteInfer {
@@ -53,11 +61,21 @@ impl RemoteInfer {
         })?;
         let model_dir = area.dir().join("actor_infer-model");
         save_model_dir(&model_dir, model)?;
+        // Under LoRA the parameters are the frozen base.
         area.write(HOST_COPY, &model.transformer.params().named_tensors())
             .map_err(setup_err)?;
+        let adapter = match model.transformer.lora() {
+            Some(lora) => {
+                let dir = area.dir().join(ADAPTER_DIR);
+                lora.to_adapter().save(&dir, &lora.base_model)?;
+                Some(dir)
+            }
+            None => None,
+        };
         let init = InferInit {
             model_dir,
             weights: area.path(HOST_COPY),
+            adapter: adapter.clone(),
             dtype,
             max_batch,
             multi_turn,
@@ -70,6 +88,7 @@ impl RemoteInfer {
             in_flight: vec![],
             ops: vec![],
             offloaded: false,
+            adapter,
         })
     }
 
@@ -183,21 +202,37 @@ impl RemoteInfer {
     pub fn reload(&mut self) -> Result<u64, RoleError> {
         let reply = self.call(|s| Call::Reload {
             path: s.area.path(HOST_COPY),
+            adapter: s.adapter.clone(),
         })?;
         self.offloaded = false;
         moved(reply)
     }
 
-    /// Weight sync: the host copy gets `params`; a resident worker then takes them from there, an
-    /// offloaded one at its next reload. The copy is rewritten in place: the worker reads it only
-    /// when a call (behind this handle's lock) tells it to, after the write.
-    pub fn set_weights(&mut self, params: &ParamStore) -> Result<(), RoleError> {
-        self.area
-            .overwrite(HOST_COPY, &params.named_tensors())
-            .map_err(setup_err)?;
+    /// Weight sync: the host copy gets the new weights (under LoRA the adapter directory gets the
+    /// adapter, and the base stays); a resident worker then takes them from there, an offloaded
+    /// one at its next reload. Copies are rewritten in place: the worker reads them only when a
+    /// call (behind this handle's lock) tells it to, after the write.
+    pub fn set_weights(&mut self, update: &PolicyUpdate) -> Result<(), RoleError> {
+        match (update, &self.adapter) {
+            (PolicyUpdate::Weights(params), None) => {
+                self.area
+                    .overwrite(HOST_COPY, &params.named_tensors())
+                    .map_err(setup_err)?;
+            }
+            // The worker does not read the base's name: it merges into the base it holds.
+            (PolicyUpdate::Adapter(adapter), Some(dir)) => adapter.save(dir, "")?,
+            _ => {
+                return Err(RoleError::Setup(
+                    "weight sync: actor_infer's worker and the policy disagree on whether a LoRA \
+                     adapter is trained"
+                        .into(),
+                ));
+            }
+        }
         if !self.offloaded {
             let reply = self.call(|s| Call::SetWeights {
                 path: s.area.path(HOST_COPY),
+                adapter: s.adapter.clone(),
             })?;
             moved(reply)?;
         }

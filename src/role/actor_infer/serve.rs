@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{InferCall as Request, InferReply as Reply};
 use crate::config::Dtype;
+use crate::model::lora::Adapter;
 use crate::model::tokenizer::TokenizerFiles;
 use crate::model::{ModelConfig, ParamStore, Transformer, load_model_dir};
 use crate::role::Calls;
@@ -23,11 +24,14 @@ use crate::scheduler::host_copy::{check_holds, read_into_vars, read_tensors, ten
 use crate::worker::serve::CallQueue;
 
 /// What to load: config and tokenizer from `model_dir`, the weights from the host copy `weights`
-/// (exactly the parent's tensors, in the run's dtype).
+/// (exactly the parent's tensors, in the run's dtype); under LoRA those are the frozen base, and
+/// the adapter directory `adapter` is merged into them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InferInit {
     pub model_dir: PathBuf,
     pub weights: PathBuf,
+    #[serde(default)]
+    pub adapter: Option<PathBuf>,
     pub dtype: Dtype,
     pub max_batch: usize,
     /// Requests continue earlier ones of the same id (agentic episodes): the engine keeps
@@ -129,8 +133,8 @@ pub fn serve(queue: CallQueue) {
                 }
                 Err(e) => reply(id, Err(e)),
             },
-            Request::Reload { path } => match &base {
-                Some(b) => match reload(b, &path) {
+            Request::Reload { path, adapter } => match &base {
+                Some(b) => match reload(b, &path, adapter.as_deref()) {
                     Ok((m, bytes)) => {
                         reply(id, Ok(Reply::Moved { bytes }));
                         model = Some(m);
@@ -162,8 +166,11 @@ fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
     let device = crate::device::open(init.device).map_err(|e| e.to_string())?;
     let loaded = load_model_dir(&init.model_dir, Some(init.dtype.candle()), &device)
         .map_err(|e| e.to_string())?;
-    read_into_vars(&init.weights, &loaded.transformer.params().named_vars())
-        .map_err(|e| e.to_string())?;
+    take_weights(
+        loaded.transformer.params(),
+        &init.weights,
+        init.adapter.as_deref(),
+    )?;
     let base = Base {
         config: loaded.config().clone(),
         tokenizer: loaded.tokenizer,
@@ -175,7 +182,33 @@ fn load(init: &InferInit) -> Result<(Base, Transformer), String> {
     Ok((base, loaded.transformer))
 }
 
-fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
+/// Read the host copy at `path` into `params`; under LoRA it holds the frozen base, and the
+/// adapter directory `adapter` is merged in (the operations the trainer merges with, so the
+/// weights equal an in-process replica's bit for bit). Returns the bytes read.
+fn take_weights(params: &ParamStore, path: &Path, adapter: Option<&Path>) -> Result<u64, String> {
+    let bytes = read_into_vars(path, &params.named_vars()).map_err(|e| e.to_string())?;
+    if let Some(dir) = adapter {
+        merge_adapter(params, dir)?;
+    }
+    Ok(bytes)
+}
+
+fn merge_adapter(params: &ParamStore, dir: &Path) -> Result<(), String> {
+    let device = params
+        .iter()
+        .next()
+        .map_or(Device::Cpu, |(_, v)| v.device().clone());
+    let adapter = Adapter::load(dir, &device).map_err(|e| e.to_string())?;
+    let origin = dir.display().to_string();
+    adapter
+        .check_against(params, &origin)
+        .map_err(|e| e.to_string())?;
+    adapter
+        .merge_into(params)
+        .map_err(|e| format!("merging the adapter at {origin}: {e}"))
+}
+
+fn reload(base: &Base, path: &Path, adapter: Option<&Path>) -> Result<(Transformer, u64), String> {
     let tensors = read_tensors(path, &base.device).map_err(|e| e.to_string())?;
     let bytes = tensors.values().map(tensor_bytes).sum();
     let params = ParamStore::from_tensors(tensors.into_iter().collect())
@@ -183,6 +216,9 @@ fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
     params
         .check_against(&base.config, &path.display().to_string())
         .map_err(|e| e.to_string())?;
+    if let Some(dir) = adapter {
+        merge_adapter(&params, dir)?;
+    }
     let model = Transformer::new(base.config.clone(), params).map_err(|e| e.to_string())?;
     Ok((model, bytes))
 }
@@ -211,15 +247,10 @@ fn run_engine(
         };
         match request {
             Request::Step { ops } => reply(id, step(&mut engine, ops)),
-            Request::SetWeights { path } => {
-                let result = read_into_vars(&path, &model.params().named_vars());
+            Request::SetWeights { path, adapter } => {
+                let result = take_weights(model.params(), &path, adapter.as_deref());
                 engine.forget_prefixes();
-                reply(
-                    id,
-                    result
-                        .map(|bytes| Reply::Moved { bytes })
-                        .map_err(|e| e.to_string()),
-                );
+                reply(id, result.map(|bytes| Reply::Moved { bytes }));
             }
             Request::Offload { path } => {
                 if !engine.is_idle() {
