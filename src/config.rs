@@ -491,16 +491,13 @@ impl Validate for RunConfig {
         }
         if let Some(lora) = &self.model.lora {
             lora.validate(p);
-            for (role, placed) in [
-                ("actor_train", &self.workers.actor_train),
-                ("reference", &self.workers.reference),
-            ] {
-                if placed.mode == PlacementMode::Process {
-                    p.push(format!(
-                        "model.lora: workers.{role}.mode 'process' is not supported with an \
-                         adapter yet (use 'in_process')"
-                    ));
-                }
+            if self.workers.reference.mode == PlacementMode::Process {
+                p.push(
+                    "model.lora: workers.reference.mode 'process' would hold a second copy of \
+                     the base; under LoRA the reference is the policy's own frozen base with a \
+                     copy of the adapter, so it stays in the trainer's process (use 'in_process')"
+                        .into(),
+                );
             }
         }
         if let Some(sft) = &self.sft {

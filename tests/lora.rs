@@ -88,6 +88,25 @@ fn sft_and_dpo_train_the_adapter_and_checkpoint_only_it() {
         "{:?}",
         moments.keys().collect::<Vec<_>>()
     );
+
+    // actor_train in a worker process: SFT and DPO train the adapter there, to the same numbers,
+    // and its checkpoints hold the same adapter and moments.
+    let mut process = LORA.to_vec();
+    process.push("workers.actor_train.mode=process");
+    let there = run_quiet(dir.path(), "there", &rest(dir.path()), &process);
+    assert_same_metrics(&store, &there, "lo");
+    let theirs = dir.path().join("there/checkpoints/dpo-step4");
+    for f in ["adapter_model.safetensors", "optimizer.safetensors"] {
+        let (a, b) = (
+            candle_core::safetensors::load(ckpt.join(f), &Device::Cpu).unwrap(),
+            candle_core::safetensors::load(theirs.join(f), &Device::Cpu).unwrap(),
+        );
+        assert_eq!(a.len(), b.len(), "{f}");
+        for (name, t) in &a {
+            let bits = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(bits(t), bits(&b[name]), "{f}: {name}");
+        }
+    }
 }
 
 #[test]
@@ -121,8 +140,13 @@ fn rl_trains_the_adapter_and_actor_infer_generates_with_it() {
 
     // A worker-process actor_infer is sent the adapter and merges it into the base it keeps:
     // it generates exactly what the in-process replica does, step after step.
+    // actor_train in a worker process trains the adapter over the base it was sent once and
+    // returns only the adapter each step: the same numbers again.
     let mut process = overrides.clone();
-    process.push("workers.actor_infer.mode=process");
+    process.extend([
+        "workers.actor_infer.mode=process",
+        "workers.actor_train.mode=process",
+    ]);
     let there = run_quiet(dir.path(), "there", &rest(dir.path()), &process);
     assert_same_metrics(&store, &there, "lo");
 }
@@ -311,9 +335,9 @@ fn what_lora_does_not_support_yet_is_refused_by_the_config_check() {
         e.contains("model.lora.dropout 0.1 is not supported yet"),
         "{e}"
     );
-    let e = run(&["workers.actor_train.mode=process"]);
+    let e = run(&["workers.reference.mode=process"]);
     assert!(
-        e.contains("workers.actor_train.mode 'process' is not supported"),
+        e.contains("workers.reference.mode 'process' would hold a second copy of the base"),
         "{e}"
     );
 }

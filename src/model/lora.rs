@@ -467,6 +467,51 @@ impl LoraVars {
         })
     }
 
+    /// The variables of the matrices `tensors` holds under their PEFT names (as
+    /// [`Self::named_vars`] gives them: a trainer worker's host copies); every other tensor is
+    /// left in `tensors`. The tensors become the variables without a copy where they are ones.
+    pub fn take_named(
+        settings: &LoraSettings,
+        base_model: &str,
+        tensors: &mut BTreeMap<String, Tensor>,
+    ) -> candle_core::Result<LoraVars> {
+        let names: Vec<String> = tensors
+            .keys()
+            .filter(|n| base_weight_of(n).is_some())
+            .cloned()
+            .collect();
+        let mut halves: BTreeMap<String, (Option<Var>, Option<Var>)> = BTreeMap::new();
+        for name in names {
+            let Some((base, which)) = base_weight_of(&name) else {
+                continue;
+            };
+            let Some(t) = tensors.remove(&name) else {
+                continue;
+            };
+            let var = Var::from_tensor(&t)?;
+            let entry = halves.entry(base).or_default();
+            match which {
+                'A' => entry.0 = Some(var),
+                _ => entry.1 = Some(var),
+            }
+        }
+        let mut pairs = BTreeMap::new();
+        for (base, half) in halves {
+            let (Some(a), Some(b)) = half else {
+                candle_core::bail!("the adapter of '{base}' has only one of lora_A and lora_B");
+            };
+            pairs.insert(base, (a, b));
+        }
+        if pairs.is_empty() {
+            candle_core::bail!("no LoRA matrices among the tensors");
+        }
+        Ok(LoraVars {
+            settings: settings.clone(),
+            base_model: base_model.to_string(),
+            pairs,
+        })
+    }
+
     /// A frozen copy of the matrices as they are now (the reference of a stage that trains them).
     pub fn snapshot(&self) -> candle_core::Result<LoraVars> {
         let mut pairs = BTreeMap::new();

@@ -209,3 +209,53 @@ fn what_peft_can_write_and_this_cannot_apply_is_refused() {
         "{e}"
     );
 }
+
+/// A trainer worker's host copies hold the base's tensors and the adapter's under PEFT's names
+/// side by side: `take_named` takes the adapter's out, pairs each A with its B, and leaves the
+/// rest; an A without its B is refused, naming the weight.
+#[test]
+fn an_adapter_is_taken_out_of_a_host_copys_tensors_by_its_peft_names() {
+    let settings = LoraSettings {
+        rank: 2,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: vec!["q_proj".into(), "down_proj".into()],
+        rslora: false,
+    };
+    let lora = LoraVars::from_adapter(&adapter(), &settings, "tiny", &Device::Cpu).expect("vars");
+    let mut tensors: BTreeMap<String, Tensor> = lora
+        .named_vars()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().clone()))
+        .collect();
+    let base = Tensor::zeros((16, 16), DType::F32, &Device::Cpu).expect("base");
+    tensors.insert("model.layers.0.self_attn.q_proj.weight".into(), base);
+    let taken = LoraVars::take_named(&settings, "tiny", &mut tensors).expect("take");
+    assert_eq!(
+        tensors.keys().collect::<Vec<_>>(),
+        ["model.layers.0.self_attn.q_proj.weight"]
+    );
+    for name in adapter().pairs.keys() {
+        let ((a, b), (ta, tb)) = (
+            lora.factors(name).expect("pair"),
+            taken.factors(name).expect("taken pair"),
+        );
+        assert_eq!(values(a.as_tensor()), values(ta.as_tensor()), "{name} A");
+        assert_eq!(values(b.as_tensor()), values(tb.as_tensor()), "{name} B");
+    }
+
+    let mut lone: BTreeMap<String, Tensor> = lora
+        .named_vars()
+        .into_iter()
+        .filter(|(n, _)| !n.contains("down_proj.lora_B"))
+        .map(|(n, v)| (n, v.as_tensor().clone()))
+        .collect();
+    let e = LoraVars::take_named(&settings, "tiny", &mut lone)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("'model.layers.0.mlp.down_proj.weight' has only one of lora_A and lora_B"),
+        "{e}"
+    );
+}

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::epochs::{ActorReport, ActorStep, actor_epochs};
 use super::recipe::TrainRecipe;
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
-use super::train_serve::{TrainInit, TrainOp, restore_trainable};
+use super::train_serve::{LoraInit, TrainInit, TrainOp, restore_trainable};
 use super::{
     HostCopy, Protocol, ResidentRole, Restore, RoleCall, RoleError, TensorContext, WorkerNote,
     setup_err, step_file,
@@ -229,7 +229,10 @@ pub struct RemoteTrain {
 }
 
 const STEP_FILE: &str = "actor_step";
+/// The policy's weights as the worker loads them, and each step's new ones; under LoRA the
+/// frozen base, written once, and each step's adapter goes to [`ADAPTER_OUT`].
 const WEIGHTS_OUT: &str = "actor_train_weights";
+const ADAPTER_OUT: &str = "actor_train_adapter";
 const HOST_COPY: &str = "actor_train";
 
 fn lost(e: WorkerError) -> RoleError {
@@ -252,6 +255,21 @@ impl RemoteTrain {
         })?;
         area.write(WEIGHTS_OUT, &model.transformer.params().named_tensors())
             .map_err(setup_err)?;
+        let lora = match model.transformer.lora() {
+            Some(lora) => {
+                let matrices: Vec<(String, candle_core::Tensor)> = lora
+                    .named_vars()
+                    .into_iter()
+                    .map(|(n, v)| (n, v.as_tensor().clone()))
+                    .collect();
+                area.write(ADAPTER_OUT, &matrices).map_err(setup_err)?;
+                Some(LoraInit {
+                    settings: lora.settings.clone(),
+                    adapter: area.path(ADAPTER_OUT),
+                })
+            }
+            None => None,
+        };
         let init = TrainInit {
             model_config: model.config().to_hf_json(),
             pad_id: model.pad_id,
@@ -261,6 +279,7 @@ impl RemoteTrain {
             moments: resume.map(|r| r.dir.join("optimizer.safetensors")),
             optimizer_steps: resume.map_or(0, |r| r.optimizer_steps),
             device,
+            lora,
         };
         let optimizer_steps = init.optimizer_steps;
         let worker =
@@ -279,14 +298,18 @@ impl RemoteTrain {
     fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<ActorReport, RoleError> {
         let path = self.area.path(STEP_FILE);
         step_file::write_actor(step, &path).map_err(setup_err)?;
-        let weights_out = self.area.path(WEIGHTS_OUT);
+        // Under LoRA only the adapter trains, and only it comes back.
+        let out = match policy.transformer.lora() {
+            Some(_) => ADAPTER_OUT,
+            None => WEIGHTS_OUT,
+        };
+        let weights_out = self.area.path(out);
         let reply = self.call(ActorTrainCall::Step {
             step: path,
             weights_out: weights_out.clone(),
         })?;
         let (report, optimizer_steps) = trained(Role::ActorTrain, reply)?;
-        read_into_vars(&weights_out, &policy.transformer.params().named_vars())
-            .map_err(setup_err)?;
+        read_into_vars(&weights_out, &policy.transformer.trainable_vars()).map_err(setup_err)?;
         self.optimizer_steps = optimizer_steps;
         Ok(report)
     }

@@ -316,6 +316,7 @@ impl RemoteCritic {
             moments: resume.map(|r| r.dir.join(CRITIC_OPTIMIZER_FILE)),
             optimizer_steps,
             device,
+            lora: None,
         };
         let worker = RemoteWorker::start(CriticCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
         // Loaded: the worker holds the weights now, so the initial copy is not needed.

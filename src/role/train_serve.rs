@@ -28,6 +28,7 @@ use super::rows::Rows;
 use super::step_file::{read_actor, read_critic, read_rows};
 use super::{Calls, Role, RoleCall};
 use super::{RoleError, setup_err};
+use crate::model::lora::{LoraSettings, LoraVars};
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
 use crate::scheduler::host_copy::{
@@ -55,6 +56,19 @@ pub struct TrainInit {
     /// The device the worker computes on (`workers.devices`, the role's `device_mapping`).
     #[serde(default)]
     pub device: crate::device::DeviceSpec,
+    /// actor_train under LoRA: `weights` holds the frozen base, and only the adapter trains.
+    #[serde(default)]
+    pub lora: Option<LoraInit>,
+}
+
+/// A LoRA adapter for actor_train's worker to train.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoraInit {
+    pub settings: LoraSettings,
+    /// The host copy of its matrices, under their PEFT names; a step's new matrices are written
+    /// to the `weights_out` it names, so this file and the base's are never rewritten by the
+    /// worker.
+    pub adapter: PathBuf,
 }
 
 /// Everything but the weights and moments: kept while offloaded.
@@ -66,6 +80,9 @@ struct Base {
     total_updates: usize,
     /// Where the network lives while resident.
     device: Device,
+    /// Under LoRA: the adapter's settings, and the host copy of the frozen base (the parent's,
+    /// written once), which an offload leaves where it is and a reload reads again.
+    lora: Option<(LoraSettings, PathBuf)>,
 }
 
 /// The network and its optimizer, while on the device.
@@ -100,8 +117,17 @@ impl Base {
             )?;
             return Ok(Resident::Critic(net));
         }
-        let model = build_transformer(&self.config, tensors, origin)?;
-        let vars = model.params().named_vars();
+        let mut tensors = tensors;
+        let lora = match &self.lora {
+            Some((settings, _)) => Some(
+                LoraVars::take_named(settings, "", &mut tensors)
+                    .map_err(|e| format!("host copy '{}': {e}", origin.display()))?,
+            ),
+            None => None,
+        };
+        let model = build_transformer(&self.config, tensors, origin)?.with_lora(lora);
+        // The weights, or under LoRA the adapter's matrices.
+        let vars = model.trainable_vars();
         let opt = AdamW::new_or_resumed(vars, optimizer.clone(), updates, moments)
             .map_err(|e| format!("host copy '{}': {e}", origin.display()))?;
         Ok(Resident::Actor { model, opt })
@@ -123,10 +149,10 @@ impl Resident {
         }
     }
 
-    /// The trained variables (for the critic, network then value head).
+    /// The trained variables (for the critic, network then value head; under LoRA the adapter's).
     fn vars(&self) -> Vec<(String, Var)> {
         match self {
-            Resident::Actor { model, .. } => model.params().named_vars(),
+            Resident::Actor { model, .. } => model.trainable_vars(),
             Resident::Critic(net) => net.vars(),
         }
     }
@@ -234,8 +260,15 @@ fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
         recipe: init.recipe.clone(),
         total_updates: init.total_updates,
         device: crate::device::open(init.device).map_err(err)?,
+        lora: init
+            .lora
+            .as_ref()
+            .map(|l| (l.settings.clone(), init.weights.clone())),
     };
-    let tensors = read_tensors(&init.weights, &base.device).map_err(err)?;
+    let mut tensors = read_tensors(&init.weights, &base.device).map_err(err)?;
+    if let Some(lora) = &init.lora {
+        tensors.extend(read_tensors(&lora.adapter, &base.device).map_err(err)?);
+    }
     let mut resident = base.build(tensors.into_iter().collect(), &init.weights, None)?;
     if let Some(path) = &init.moments {
         let moments = load_moments(path, &base.device).map_err(err)?;
@@ -330,11 +363,18 @@ fn checkpoint(r: &Resident, weights: Option<&Path>, moments: &Path) -> Result<u6
 fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), String> {
     // Read as variables on the CPU, so the network takes the tensors without copying them
     // again; onto another device they are copied there as they are read.
-    let mut tensors = if base.device.is_cpu() {
-        read_variables(path).map_err(err)?
-    } else {
-        read_tensors(path, &base.device).map_err(err)?
+    let read = |path: &Path| {
+        if base.device.is_cpu() {
+            read_variables(path).map_err(err)
+        } else {
+            read_tensors(path, &base.device).map_err(err)
+        }
     };
+    let mut tensors = read(path)?;
+    // Under LoRA the offload wrote the adapter and its moments; the frozen base is where it was.
+    if let Some((_, frozen)) = &base.lora {
+        tensors.extend(read(frozen)?);
+    }
     let mut moments: HashMap<String, Tensor> = tensors
         .extract_if(|k, _| MOMENT_PREFIXES.iter().any(|p| k.starts_with(p)))
         .collect();

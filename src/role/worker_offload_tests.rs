@@ -161,6 +161,7 @@ fn a_trainer_worker_rewrites_its_copies_in_place() {
         moments: None,
         optimizer_steps: 0,
         device: crate::device::DeviceSpec::CPU,
+        lora: None,
     };
     let mut worker = InMemory::start(|queue| {
         super::train_serve::serve::<ActorTrainCall>(Role::ActorTrain, &Calls::new(queue));
