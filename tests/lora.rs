@@ -151,6 +151,34 @@ fn rl_trains_the_adapter_and_actor_infer_generates_with_it() {
     assert_same_metrics(&store, &there, "lo");
 }
 
+/// `model.lora.dropout`: each training forward drops the adapter's inputs by masks drawn from
+/// the step's seed — training changes (and still learns), and actor_train in a worker process
+/// draws the same masks, to the same numbers.
+#[test]
+fn lora_dropout_changes_training_and_a_worker_draws_the_same_masks() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let plain = run_quiet(dir.path(), "plain", &rest, &LORA);
+    let mut dropped = LORA.to_vec();
+    dropped.push("model.lora.dropout=0.3");
+    let here = run_quiet(dir.path(), "here", &rest, &dropped);
+    let (a, b) = (
+        series(&plain, "sft", "sft/loss"),
+        series(&here, "sft", "sft/loss"),
+    );
+    // Step 1: B is zero, so the masks change nothing the loss sees; from step 2 on they do.
+    assert_eq!(a[0], b[0]);
+    assert!(
+        a[1..].iter().zip(&b[1..]).all(|(x, y)| x != y),
+        "{a:?} vs {b:?}"
+    );
+    assert!(b[7] < b[0], "{b:?}");
+    let mut process = dropped.clone();
+    process.push("workers.actor_train.mode=process");
+    let there = run_quiet(dir.path(), "there", &rest, &process);
+    assert_same_metrics(&here, &there, "lo");
+}
+
 /// `rl.kl.refresh_every` under LoRA: the reference (the policy's frozen base with its own copy of
 /// the adapter) takes the policy's adapter every 2 steps, and a checkpoint holds that copy, so a
 /// run killed after a refresh resumes with the reference it had.
@@ -330,9 +358,9 @@ fn what_lora_does_not_support_yet_is_refused_by_the_config_check() {
     };
     let e = run(&["model.lora.target_modules=[q_proj, qkv]"]);
     assert!(e.contains("'qkv' matches no module"), "{e}");
-    let e = run(&["model.lora.dropout=0.1"]);
+    let e = run(&["model.lora.dropout=1.0"]);
     assert!(
-        e.contains("model.lora.dropout 0.1 is not supported yet"),
+        e.contains("model.lora.dropout must be at least 0 and below 1, got 1"),
         "{e}"
     );
     let e = run(&["workers.reference.mode=process"]);

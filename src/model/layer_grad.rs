@@ -31,7 +31,7 @@ use super::config::ModelConfig;
 use super::transformer::{LayerWeights, Product, affine, residual};
 
 mod adapter;
-pub(super) use adapter::{Adapted, Factor, LayerFactors};
+pub(super) use adapter::{Adapted, Dropout, Factor, LayerFactors};
 use adapter::{add_input_grad, input_grad};
 
 /// A layer's forward as its backward needs it. Holds the layer's activations (freed with it), less
@@ -73,7 +73,8 @@ pub(super) fn applies(w: &LayerWeights) -> bool {
 /// `Transformer::fused_layer` at `Numerics::Differentiable` without a cache (its products
 /// through the same gemm call), so the same bits. Under LoRA `w` holds the merged weights
 /// `W + s B A` and `adapted` the base and the factors that the backward differentiates
-/// (`adapter`).
+/// (`adapter`); under LoRA dropout `w` is the base, and each adapted projection adds its
+/// adapter's product of the masked input apart.
 pub(super) fn forward(
     x: &Tensor,
     w: &LayerWeights,
@@ -94,11 +95,34 @@ pub(super) fn forward(
     // `Transformer::compute_dtype`); the record keeps `w` itself (its gradients are keyed by it).
     let wd = w.detached_in(x.dtype())?;
     let x = x.detach();
+    let f = adapted.as_ref().map(|a| &a.factors);
+    // Under dropout, `x Wᵀ (+ b)` then the adapter's term; else the merged weight's product.
+    let adapt = |y: Tensor, factor: Option<&Factor>, input: &Tensor| -> Result<Tensor> {
+        if let Some(factor) = factor.filter(|f| f.dropout.is_some()) {
+            factor.add_output(&y, input)?;
+        }
+        Ok(y)
+    };
     let h1 = fused::rms_norm::rms_norm(&x, &wd.input_norm, eps)?;
     let bias = |i: usize| wd.qkv_b.as_ref().map(|(q, k, v)| [q, k, v][i]);
-    let q_lin = project(&h1, &wd.q_w, bias(0))?.reshape((b, t, nh, hd))?;
-    let k_lin = project(&h1, &wd.k_w, bias(1))?.reshape((b, t, nkv, hd))?;
-    let v = project(&h1, &wd.v_w, bias(2))?.reshape((b, t, nkv, hd))?;
+    let q_lin = adapt(
+        project(&h1, &wd.q_w, bias(0))?,
+        f.and_then(|f| f.q.as_ref()),
+        &h1,
+    )?
+    .reshape((b, t, nh, hd))?;
+    let k_lin = adapt(
+        project(&h1, &wd.k_w, bias(1))?,
+        f.and_then(|f| f.k.as_ref()),
+        &h1,
+    )?
+    .reshape((b, t, nkv, hd))?;
+    let v = adapt(
+        project(&h1, &wd.v_w, bias(2))?,
+        f.and_then(|f| f.v.as_ref()),
+        &h1,
+    )?
+    .reshape((b, t, nkv, hd))?;
     // The backward makes the normed inputs and SwiGLU's output again: freed as soon as read.
     drop(h1);
     let (q_in, k_in, qk_lin) = match &wd.qk_norm {
@@ -113,13 +137,31 @@ pub(super) fn forward(
     let k = fused::rope::rope(&k_in, cos, sin)?;
     let scale = 1.0 / (hd as f64).sqrt();
     let attn = fused::attention::attention(&q, &k, &v, mask, scale)?;
-    let x2 = residual(&x, project(&attn, &wd.o_w, None)?)?;
+    let o = adapt(
+        project(&attn, &wd.o_w, None)?,
+        f.and_then(|f| f.o.as_ref()),
+        &attn,
+    )?;
+    let x2 = residual(&x, o)?;
     let h2 = fused::rms_norm::rms_norm(&x2, &wd.post_norm, eps)?;
-    let gate = project(&h2, &wd.gate_w, None)?;
-    let up = project(&h2, &wd.up_w, None)?;
+    let gate = adapt(
+        project(&h2, &wd.gate_w, None)?,
+        f.and_then(|f| f.gate.as_ref()),
+        &h2,
+    )?;
+    let up = adapt(
+        project(&h2, &wd.up_w, None)?,
+        f.and_then(|f| f.up.as_ref()),
+        &h2,
+    )?;
     drop(h2);
     let mlp = fused::swiglu::swiglu(&gate, &up)?;
-    let out = residual(&x2, project(&mlp, &wd.down_w, None)?)?;
+    let down = adapt(
+        project(&mlp, &wd.down_w, None)?,
+        f.and_then(|f| f.down.as_ref()),
+        &mlp,
+    )?;
+    let out = residual(&x2, down)?;
     drop(mlp);
     let (w, factors) = match adapted {
         Some(Adapted { base, factors }) => (base, factors),

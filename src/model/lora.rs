@@ -312,11 +312,14 @@ pub struct LoraSettings {
     /// PEFT's default, 8.
     #[serde(default = "eight_f")]
     pub alpha: f64,
-    /// `lora_dropout`; only 0 is supported so far.
+    /// `lora_dropout`: the probability that a training forward drops an element of an adapted
+    /// layer's input as the adapter reads it (PEFT's default, 0).
     #[serde(default)]
     pub dropout: f64,
-    /// The linear layers to adapt (default: all of them, PEFT's `all-linear` for these models).
-    #[serde(default = "all_linear")]
+    /// The linear layers to adapt (default: all of them, PEFT's `all-linear` for these models):
+    /// a list, or as PEFT and ROLL write it a string — `all-linear` (PEFT), `all` (ROLL's
+    /// `lora_target`) or names separated by commas (`q_proj,v_proj`).
+    #[serde(default = "all_linear", deserialize_with = "target_modules")]
     pub target_modules: Vec<String>,
     #[serde(default)]
     pub rslora: bool,
@@ -332,6 +335,32 @@ fn eight_f() -> f64 {
 
 fn all_linear() -> Vec<String> {
     LINEAR_MODULES.iter().map(|m| m.to_string()).collect()
+}
+
+/// `target_modules` as a list, or as a string in PEFT's or ROLL's forms.
+fn target_modules<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Targets {
+        List(Vec<String>),
+        Text(String),
+    }
+    let targets = <Targets as serde::Deserialize>::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(
+            "target_modules must be a list of module names, 'all-linear', 'all' or names \
+             separated by commas",
+        )
+    })?;
+    Ok(match targets {
+        Targets::List(list) => list,
+        Targets::Text(t) if t == "all-linear" || t == "all" => all_linear(),
+        Targets::Text(t) => t
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect(),
+    })
 }
 
 /// PEFT's defaults: rank 8, alpha 8, no dropout, every linear layer.
@@ -358,9 +387,9 @@ impl LoraSettings {
                 self.alpha
             ));
         }
-        if self.dropout != 0.0 {
+        if !(0.0..1.0).contains(&self.dropout) {
             p.push(format!(
-                "model.lora.dropout {} is not supported yet: set 0",
+                "model.lora.dropout must be at least 0 and below 1, got {}",
                 self.dropout
             ));
         }

@@ -259,3 +259,29 @@ fn an_adapter_is_taken_out_of_a_host_copys_tensors_by_its_peft_names() {
         "{e}"
     );
 }
+
+/// `target_modules` as PEFT and ROLL write it: a list, `all-linear` (PEFT), `all` (ROLL's
+/// `lora_target`), or names separated by commas; anything else names the forms it takes.
+#[test]
+fn target_modules_take_peft_and_rolls_forms() {
+    let parse = |yaml: &str| serde_saphyr::from_str::<LoraSettings>(yaml);
+    let targets = |yaml: &str| parse(yaml).expect(yaml).target_modules;
+    assert_eq!(
+        targets("{target_modules: [q_proj, v_proj]}"),
+        ["q_proj", "v_proj"]
+    );
+    assert_eq!(
+        targets("{target_modules: 'q_proj, v_proj'}"),
+        ["q_proj", "v_proj"]
+    );
+    assert_eq!(targets("{target_modules: all-linear}"), LINEAR_MODULES);
+    assert_eq!(targets("{target_modules: all}"), LINEAR_MODULES);
+    assert_eq!(targets("{rank: 4}"), LINEAR_MODULES);
+    let e = parse("{target_modules: {q_proj: 1}}")
+        .expect_err("a map")
+        .to_string();
+    assert!(
+        e.contains("'all-linear', 'all' or names separated by commas"),
+        "{e}"
+    );
+}

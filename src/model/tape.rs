@@ -43,6 +43,10 @@ pub struct Tape {
     lookups: Vec<Lookup>,
     /// Where the fused output head leaves its weight's gradient (see [`Tape::head_sink`]).
     head_grads: WeightGradSink,
+    /// Seeds the random masks of the forwards' LoRA dropout (`model.lora.dropout`), with the
+    /// count of forwards taped so far: each forward draws its own, and the same seed the same.
+    seed: u64,
+    forwards: u64,
 }
 
 /// The embedding lookup at the bottom, differentiated by the tape itself: its gradient is added
@@ -81,6 +85,21 @@ struct Cut {
 }
 
 impl Tape {
+    /// A tape whose forwards draw their LoRA dropout masks from `seed` (a micro-batch's: see
+    /// `role::epochs`).
+    pub fn seeded(seed: u64) -> Tape {
+        Tape {
+            seed,
+            ..Tape::default()
+        }
+    }
+
+    /// The seed of the next taped forward's dropout masks.
+    pub(super) fn next_dropout_seed(&mut self) -> u64 {
+        self.forwards += 1;
+        crate::seed::mix_seed(&[self.seed, self.forwards])
+    }
+
     /// `x` continued as the input of a new piece: a leaf holding a copy of its values (a few MB per
     /// layer: one hidden state per token).
     pub fn cut(&mut self, x: Tensor) -> Result<Tensor> {

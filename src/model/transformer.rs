@@ -258,6 +258,11 @@ impl Transformer {
         Ok(Some(view.with_lora(Some(lora.snapshot()?))))
     }
 
+    /// Whether a training forward drops the adapter's inputs (`model.lora.dropout` above 0).
+    fn lora_dropout(&self) -> bool {
+        self.lora.as_ref().is_some_and(|l| l.settings.dropout > 0.0)
+    }
+
     /// A base weight as the forward takes it: detached under LoRA (frozen: no gradient is taken
     /// of it), itself otherwise.
     fn frozen(&self, t: &Tensor) -> Tensor {
@@ -292,19 +297,31 @@ impl Transformer {
     }
 
     /// Under LoRA, layer `l` as its hand-differentiated backward takes it: the base out of
-    /// candle's graph and the adapter's factors (`layer_grad::adapter`).
-    fn adapted_layer(&self, l: usize) -> Result<Option<layer_grad::Adapted>> {
+    /// candle's graph and the adapter's factors (`layer_grad::adapter`), with LoRA dropout drawn
+    /// from `dropout_seed` (a taped forward's: [`Tape`]) when `model.lora.dropout` asks for it.
+    fn adapted_layer(
+        &self,
+        l: usize,
+        dropout_seed: Option<u64>,
+    ) -> Result<Option<layer_grad::Adapted>> {
         let Some(lora) = &self.lora else {
             return Ok(None);
         };
         let scale = lora.settings.scale();
+        let p = lora.settings.dropout;
         let factor = |module: &str| {
-            lora.factors(&super::lora::base_weight(l, module))
-                .map(|(a, b)| layer_grad::Factor {
-                    a: a.as_tensor().clone(),
-                    b: b.as_tensor().clone(),
-                    scale,
-                })
+            let name = super::lora::base_weight(l, module);
+            lora.factors(&name).map(|(a, b)| layer_grad::Factor {
+                a: a.as_tensor().clone(),
+                b: b.as_tensor().clone(),
+                scale,
+                dropout: dropout_seed
+                    .filter(|_| p > 0.0)
+                    .map(|seed| layer_grad::Dropout {
+                        p,
+                        seed: crate::seed::mix_seed(&[seed, l as u64, fnv(module)]),
+                    }),
+            })
         };
         Ok(Some(layer_grad::Adapted {
             base: self.layers[l].map(|t| Ok(t.detach()))?,
@@ -435,9 +452,30 @@ impl Transformer {
             .reshape((b, t, half))?
             .to_dtype(compute)?;
         let mask = mask.to_dtype(compute)?;
+        // LoRA dropout: in a training forward only, through the fused layers' own adapter
+        // products (no merged weight computes it).
+        let dropout_seed = match tape.as_deref_mut() {
+            Some(tape) if self.lora_dropout() => {
+                if numerics != Numerics::Differentiable || !fused::applies(&x) {
+                    candle_core::bail!(
+                        "model.lora.dropout above 0 trains through the fused CPU layers, which \
+                         this forward does not take ({numerics:?} numerics, {:?} on {:?}); set \
+                         model.lora.dropout to 0",
+                        x.dtype(),
+                        x.device().location()
+                    );
+                }
+                Some(tape.next_dropout_seed())
+            }
+            _ => None,
+        };
         if numerics != Numerics::Reference && fused::applies(&x) {
             for l in 0..self.layers.len() {
-                let w = &*self.layer_weights(l)?;
+                // Under dropout the layer takes the base and its adapter apart.
+                let w = &*match dropout_seed {
+                    Some(_) => std::borrow::Cow::Borrowed(&self.layers[l]),
+                    None => self.layer_weights(l)?,
+                };
                 x = match tape.as_deref_mut() {
                     // Training: each layer differentiated by hand (`layer_grad`), a
                     // LoRA-adapted one through its adapter's factors.
@@ -445,7 +483,7 @@ impl Transformer {
                         if numerics == Numerics::Differentiable
                             && (self.lora.is_some() || layer_grad::applies(w)) =>
                     {
-                        let adapted = self.adapted_layer(l)?;
+                        let adapted = self.adapted_layer(l, dropout_seed)?;
                         let (out, record) =
                             layer_grad::forward(&x, w, adapted, &self.cfg, &cos, &sin, &mask)?;
                         tape.layer(x, out, record)?
@@ -822,4 +860,11 @@ pub fn attention_mask(
         }
     }
     Tensor::from_vec(data, (b, 1, groups * t, total), device)
+}
+
+/// A stable number for a module's name (FNV-1a), to mix into its dropout seed.
+fn fnv(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }

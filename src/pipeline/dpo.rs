@@ -233,7 +233,8 @@ fn dpo_steps(
                 responses,
                 group_size: 2,
                 micro: micro_rows,
-                seed: 0,
+                // Seeds LoRA dropout's masks, one draw per step.
+                seed: mix_seed(&[ctx.cfg.seed, 6, step as u64]),
             },
             targets: Targets::Preference {
                 ref_logp: ref_logp.clone(),

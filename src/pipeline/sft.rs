@@ -90,7 +90,8 @@ fn sft_steps(
                 group_size: 1,
                 micro: cfg.micro(),
                 loss_mask,
-                seed: 0,
+                // Seeds LoRA dropout's masks, one draw per step.
+                seed: mix_seed(&[ctx.cfg.seed, 5, step as u64]),
             },
             targets: Targets::Likelihood,
         };

@@ -111,6 +111,9 @@ struct Micro {
     /// The loss tokens of the first row of each of the mini-batch's groups: a preference step's
     /// chosen completions.
     mini_lead_tokens: f64,
+    /// Seeds its forward's random choices (LoRA dropout): a function of the step's seed and
+    /// where the micro-batch falls in it, so a resumed run or a worker process draws the same.
+    seed: u64,
 }
 
 impl Micro {
@@ -185,11 +188,11 @@ fn run_epochs(
             } else {
                 micro_batches_in_lanes(&lens, rows.micro, lanes)
             };
-            for micro in micros {
+            for (micro_idx, micro) in micros.into_iter().enumerate() {
                 // Each lane is a micro-batch of its own, weighted by its share of the mini-batch,
                 // so the lanes' gradients sum to the micro-batch's.
                 let mut parts = vec![];
-                for part in micro {
+                for (lane, part) in micro.into_iter().enumerate() {
                     let part: Vec<usize> = part.iter().map(|&k| mini[k]).collect();
                     let pairs: Vec<(&[u32], &[u32])> = part
                         .iter()
@@ -215,6 +218,13 @@ fn run_epochs(
                         mask,
                         mini_tokens,
                         mini_lead_tokens,
+                        seed: mix_seed(&[
+                            rows.seed,
+                            epoch as u64,
+                            mini_idx as u64,
+                            micro_idx as u64,
+                            lane as u64,
+                        ]),
                     });
                 }
                 learner.micro(&parts)?;

@@ -21,8 +21,16 @@ fn logps_and_grads_by(
     model: &Transformer,
     numerics: Numerics,
 ) -> (Vec<f32>, candle_core::backprop::GradStore) {
+    logps_and_grads_seeded(model, numerics, Tape::default())
+}
+
+/// [`logps_and_grads_by`] on `tape` (whose seed draws LoRA dropout's masks).
+fn logps_and_grads_seeded(
+    model: &Transformer,
+    numerics: Numerics,
+    mut tape: Tape,
+) -> (Vec<f32>, candle_core::backprop::GradStore) {
     let tb = TrainBatch::new(&PAIRS, 0, model.config().kv_groups(), &Device::Cpu).expect("tb");
-    let mut tape = Tape::default();
     let (logp, _) =
         response_forward(model, &tb, 1.0, numerics, false, Some(&mut tape)).expect("forward");
     let rows = logp.sum(1).and_then(|x| x.to_vec1()).expect("rows");
@@ -33,10 +41,14 @@ fn logps_and_grads_by(
 }
 
 fn lora(model: &Transformer, targets: &[&str]) -> LoraVars {
+    lora_with_dropout(model, targets, 0.0)
+}
+
+fn lora_with_dropout(model: &Transformer, targets: &[&str], dropout: f64) -> LoraVars {
     let settings = LoraSettings {
         rank: 2,
         alpha: 4.0,
-        dropout: 0.0,
+        dropout,
         target_modules: targets.iter().map(|t| t.to_string()).collect(),
         rslora: false,
     };
@@ -165,4 +177,81 @@ fn an_adapted_model_computes_and_differentiates_as_its_merged_weights() {
             );
         }
     }
+}
+
+/// LoRA dropout through the whole model. With p so small that every mask is 1 (to f32), the
+/// dropout path — the base's products with the adapter's added apart, and the masked gradients —
+/// computes what the merged weights do, in every layer and projection; with p = 0.5 a training
+/// forward draws its masks from its tape's seed (the same seed the same numbers, another seed
+/// others), and a forward without a tape (scoring, generation) drops nothing.
+#[test]
+fn lora_dropout_masks_the_adapters_input_in_training_forwards_only() {
+    let mut opts = tiny_test_options("0123456789", 32, 4);
+    opts.layers = 2;
+    let base = || init_model(&opts).expect("model").transformer;
+    let all = &crate::model::lora::LINEAR_MODULES;
+    let plain = base();
+    let l = lora(&plain, all);
+    with_nonzero_b(&l);
+    let plain = plain.with_lora(Some(l.clone()));
+    let (want_rows, want_grads) = logps_and_grads_by(&plain, Numerics::Differentiable);
+
+    let with_p = |p: f64| {
+        let model = base();
+        let d = lora_with_dropout(&model, all, p);
+        d.copy_from(&l).expect("copy");
+        model.with_lora(Some(d))
+    };
+    let tiny = with_p(1e-12);
+    let (rows, grads) = logps_and_grads_seeded(&tiny, Numerics::Differentiable, Tape::seeded(1));
+    for (a, b) in rows.iter().zip(&want_rows) {
+        assert!((a - b).abs() < 1e-5, "{rows:?} vs {want_rows:?}");
+    }
+    for ((name, v), (_, w)) in tiny.trainable_vars().iter().zip(plain.trainable_vars()) {
+        let (diff, scale) = off_by(
+            grads.get(v.as_tensor()).expect("dropout path's gradient"),
+            want_grads
+                .get(w.as_tensor())
+                .expect("merged path's gradient"),
+        );
+        assert!(scale > 0.0, "{name}: no gradient");
+        assert!(diff <= 1e-4 * scale, "{name}: off by {diff} of {scale}");
+    }
+
+    let half = with_p(0.5);
+    let run = |seed| logps_and_grads_seeded(&half, Numerics::Differentiable, Tape::seeded(seed)).0;
+    let (one, again, two) = (run(1), run(1), run(2));
+    assert_eq!(one, again, "the same seed draws the same masks");
+    assert_ne!(one, two, "another seed draws other masks");
+    assert!(
+        one.iter()
+            .zip(&want_rows)
+            .any(|(a, b)| (a - b).abs() > 1e-3),
+        "dropout changed nothing: {one:?} vs {want_rows:?}"
+    );
+    // Scoring takes no tape: no dropout, the merged weights' numbers.
+    let tb = TrainBatch::new(&PAIRS, 0, half.config().kv_groups(), &Device::Cpu).expect("tb");
+    let (scored, _) =
+        response_forward(&half, &tb, 1.0, Numerics::Differentiable, false, None).expect("score");
+    let (plain_scored, _) =
+        response_forward(&plain, &tb, 1.0, Numerics::Differentiable, false, None).expect("score");
+    assert_eq!(
+        scored
+            .flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .expect("v"),
+        plain_scored
+            .flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .expect("v")
+    );
+    // A training forward that cannot take the fused layers refuses dropout rather than skip it.
+    let mut tape = Tape::seeded(1);
+    let e = response_forward(&half, &tb, 1.0, Numerics::Reference, false, Some(&mut tape))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("model.lora.dropout above 0 trains through the fused CPU layers"),
+        "{e}"
+    );
 }

@@ -130,7 +130,7 @@ fn policy_pass(
 ) -> Result<ActorPart, RoleError> {
     let agg = cfg.loss.agg;
     let mut t = ActorTally::default();
-    let mut tape = Tape::default();
+    let mut tape = Tape::seeded(mb.seed);
     let (logp, entropy) = response_forward(
         policy,
         &mb.tb,
@@ -198,7 +198,7 @@ fn response_logps(
 /// SFT: the negative log-likelihood of the lane's loss tokens over the mini-batch's loss tokens,
 /// so the lanes' losses add up to the token mean of the whole mini-batch.
 fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleError> {
-    let mut tape = Tape::default();
+    let mut tape = Tape::seeded(mb.seed);
     let logp = response_logps(policy, mb, &mut tape).during("sft forward")?;
     let loss = ((logp * &mb.mask)
         .and_then(|x| x.sum_all())
@@ -226,7 +226,7 @@ fn preference_pass(
     policy: &Transformer,
     mb: &Micro,
 ) -> Result<ActorPart, RoleError> {
-    let mut tape = Tape::default();
+    let mut tape = Tape::seeded(mb.seed);
     let logp = response_logps(policy, mb, &mut tape).during("dpo forward")?;
     let (losses, sums) =
         preference_terms(params, &logp, &mb.slice(ref_logp)?, &mb.mask).during("dpo loss")?;
