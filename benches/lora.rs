@@ -5,7 +5,9 @@
 //! sequences of 6 + 58 tokens in the model's lanes, the gradients summed, one AdamW step.
 //!
 //! Full fine-tuning trains every parameter; LoRA (`LoraSettings::default()`: rank 8, alpha 8,
-//! every linear layer) trains only its adapter, the base frozen. Each step prints its seconds,
+//! every linear layer) trains only its adapter, the base frozen; `dropout` is the same adapter
+//! with `lora_dropout` 0.05 (its masks drawn and its products taken apart from the base's).
+//! Each step prints its seconds,
 //! the bytes of its summed gradients and of its optimizer's state (what the memory
 //! criterion counts: both scale with what trains), and the process's peak resident memory
 //! during the step. Both models share one copy of the base weights (the adapter's model is the
@@ -13,8 +15,8 @@
 //! the adapter: the timing does not depend on the weights' values.
 //!
 //! The peak resident memory is the process's: with both contenders in one process it counts the
-//! other's optimizer state and what the allocator kept of the other's step. `-- full` or
-//! `-- lora` runs one of them alone, for its own peak.
+//! others' optimizer state and what the allocator kept of the others' steps. `-- full`,
+//! `-- lora` or `-- dropout` runs one of them alone, for its own peak.
 //!
 //! Run: `cargo bench --bench lora` (the 0.5B shape: minutes, ~11 GB) or `cargo bench --bench
 //! lora -- tiny`; record the figures in benches/RESULTS.md.
@@ -94,7 +96,7 @@ fn main() {
     roll::allocator::configure();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tiny = args.iter().any(|a| a == "tiny");
-    let alone = ["full", "lora"]
+    let alone = ["full", "lora", "dropout"]
         .into_iter()
         .find(|name| args.iter().any(|a| a == name));
     let opts = if tiny {
@@ -117,9 +119,20 @@ fn main() {
     let settings = LoraSettings::default();
     let adapter = LoraVars::init(&settings, layers, full.params(), 7, "bench").expect("adapter");
     // A second view of the same parameters (shared, not copied), with the adapter attached.
-    let adapted = Transformer::new(full.config().clone(), full.params().clone())
-        .expect("view")
-        .with_lora(Some(adapter));
+    let dropped = LoraVars::init(
+        &LoraSettings {
+            dropout: 0.05,
+            ..settings.clone()
+        },
+        layers,
+        full.params(),
+        7,
+        "bench",
+    )
+    .expect("adapter");
+    let view = || Transformer::new(full.config().clone(), full.params().clone()).expect("view");
+    let adapted = view().with_lora(Some(adapter));
+    let with_dropout = view().with_lora(Some(dropped));
     let lanes = full.lanes();
     let tbs = lanes_of(&pairs, lanes, full.config().kv_groups());
     let params: usize = full
@@ -143,11 +156,12 @@ fn main() {
         settings.target_modules.join(", "),
         trained as f64 / 1e6
     );
-    let mut contenders: Vec<Contender> = [("full", full), ("lora", adapted)]
-        .into_iter()
-        .filter(|(name, _)| alone.is_none_or(|a| a == *name))
-        .map(|(name, model)| Contender::new(name, model))
-        .collect();
+    let mut contenders: Vec<Contender> =
+        [("full", full), ("lora", adapted), ("dropout", with_dropout)]
+            .into_iter()
+            .filter(|(name, _)| alone.is_none_or(|a| a == *name))
+            .map(|(name, model)| Contender::new(name, model))
+            .collect();
     let rounds = std::env::var("BENCH_ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -158,7 +172,7 @@ fn main() {
             c.step(&tbs, round);
         }
     }
-    let [full, lora] = &contenders[..] else {
+    let [full, lora, dropout] = &contenders[..] else {
         return;
     };
     // The warm rounds (all but the first), each LoRA step against the full step beside it.
@@ -172,5 +186,12 @@ fn main() {
             / (full.grad_bytes + full.state_bytes) as f64,
         (lora.grad_bytes + lora.state_bytes) as f64 / 1e6,
         (full.grad_bytes + full.state_bytes) as f64 / 1e6
+    );
+    let ratios: Vec<String> = (1..rounds)
+        .map(|r| format!("{:.2}", dropout.seconds[r] / lora.seconds[r]))
+        .collect();
+    println!(
+        "lora with dropout 0.05 / lora: step time {} (warm rounds)",
+        ratios.join(", ")
     );
 }
