@@ -151,6 +151,22 @@ fn rl_trains_the_adapter_and_actor_infer_generates_with_it() {
     assert_same_metrics(&store, &there, "lo");
 }
 
+/// actor_train in a worker process, killed inside the DPO stage: the resumed worker is sent the
+/// checkpoint's adapter and its moments (under their PEFT names, as an in-process trainer saves
+/// them) and the run ends with the numbers of an uninterrupted in-process one.
+#[test]
+fn a_lora_run_with_actor_train_in_a_worker_resumes_to_the_in_process_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let rest = rest(dir.path());
+    let mut overrides = vec!["dpo.steps=8"];
+    overrides.extend(LORA);
+    let whole = run_quiet(dir.path(), "lo", &rest, &overrides);
+    overrides.push("workers.actor_train.mode=process");
+    let (store, resumed) = killed_and_resumed(dir.path(), "lo", &rest, &overrides, "dpo     5/");
+    assert!(resumed.contains("resumed run 'lo' from "), "{resumed}");
+    assert_same_metrics(&whole, &store, "lo");
+}
+
 /// `model.lora.dropout`: each training forward drops the adapter's inputs by masks drawn from
 /// the step's seed — training changes (and still learns), and actor_train in a worker process
 /// draws the same masks, to the same numbers.
