@@ -353,7 +353,8 @@ fn render_responses(frame: &mut Frame, area: Rect, l: &Listing, theme: &Theme) {
         Constraint::Length(6),
         Constraint::Length(6),
         Constraint::Length(4),
-        Constraint::Length(6),
+        // The longest finish: a DPO pair's "rejected".
+        Constraint::Length(8),
         Constraint::Length(4),
         Constraint::Min(10),
     ];
