@@ -17,6 +17,7 @@
 pub mod advantage;
 pub mod agentic;
 pub mod aggregate;
+pub mod distill;
 pub mod filter;
 pub use roll_cpu_kernels::logprobs as fused_logprobs;
 pub mod kl;
