@@ -7,6 +7,7 @@
 //! path to the working directory.
 
 mod devices;
+mod distill;
 mod dpo;
 mod env;
 mod include;
@@ -29,6 +30,7 @@ use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
 pub use devices::{DeviceKind, DevicesConfig, Kernels};
+pub use distill::DistillConfig;
 pub use dpo::{DpoConfig, DpoEvalConfig};
 pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
@@ -54,6 +56,9 @@ pub struct RunConfig {
     /// Supervised fine-tuning on (prompt, ground_truth) pairs, run before `rl` when both are present.
     #[serde(default)]
     pub sft: Option<SftConfig>,
+    /// Offline knowledge distillation from a teacher model, run after `sft` and before `dpo`.
+    #[serde(default)]
+    pub distill: Option<DistillConfig>,
     /// Preference optimisation on pairs (DPO, cDPO, IPO), run after `sft` and before `rl`.
     #[serde(default)]
     pub dpo: Option<DpoConfig>,
@@ -484,10 +489,13 @@ impl Validate for RunConfig {
             }
         }
         if self.stages().is_empty() {
-            p.push("nothing to do: add an 'sft', 'dpo' or 'rl' section".into());
+            p.push("nothing to do: add an 'sft', 'distill', 'dpo' or 'rl' section".into());
         }
         if let Some(dpo) = &self.dpo {
             dpo.validate(p);
+        }
+        if let Some(distill) = &self.distill {
+            distill.validate(p);
         }
         if let Some(lora) = &self.model.lora {
             lora.validate(p);

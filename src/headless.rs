@@ -131,6 +131,9 @@ pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> Stri
     }
     for (key, label) in [
         ("sft/loss", "loss"),
+        ("distill/loss", "loss"),
+        ("distill/kd", "kd"),
+        ("distill/top1_agreement", "top1"),
         ("loss", "loss"),
         ("rewards/accuracies", "acc"),
         ("rewards/margins", "margin"),

@@ -12,6 +12,7 @@
 pub mod agentic;
 mod ahead;
 mod context;
+pub mod distill;
 pub mod dpo;
 mod resume;
 mod rl_learner;
@@ -202,6 +203,9 @@ pub fn run(
         let from = Resume::for_stage(resume, stage.stage());
         let (status, ckpt) = match *stage {
             StageConfig::Sft(c) => sft::run_sft(&mut ctx, c, &model, &data, from.as_ref())?,
+            StageConfig::Distill(c) => {
+                distill::run_distill(&mut ctx, c, &model, &data, from.as_ref())?
+            }
             StageConfig::Dpo(c) => {
                 dpo::run_dpo(&mut ctx, c, &model, cfg.data.chat_template, from.as_ref())?
             }

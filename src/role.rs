@@ -27,6 +27,7 @@ pub mod remote;
 pub mod reward;
 pub mod rows;
 pub mod step_file;
+pub mod teacher;
 mod train_serve;
 #[cfg(test)]
 mod worker_offload_tests;

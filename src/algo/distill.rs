@@ -90,6 +90,7 @@ pub fn gather_logits(hidden: &Tensor, head: &Tensor, ids: &Tensor) -> Result<Ten
     }
     let rows = head
         .index_select(&ids.flatten_all()?, 0)?
+        .to_dtype(hidden.dtype())?
         .reshape((n, k, h))?;
     // (n, k, h) x (n, h, 1) -> (n, k, 1).
     rows.matmul(&hidden.unsqueeze(2)?)?.squeeze(2)

@@ -1,17 +1,19 @@
 //! The stages a run goes through, in order: each has its own config section (`sft:`, `rl:`), its
 //! pipeline, its metric series and checkpoints in the store, and its panels in the workbench.
-//! Adding a stage (`distill`) starts with a variant here, its section in `RunConfig` and its
-//! module in `pipeline/`.
+//! Adding a stage starts with a variant here, its section in `RunConfig` and its module in
+//! `pipeline/`.
 
 use serde::{Deserialize, Serialize};
 
-use super::{DpoConfig, RlConfig, RunConfig, SftConfig};
+use super::{DistillConfig, DpoConfig, RlConfig, RunConfig, SftConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Supervised fine-tuning on (prompt, ground truth) pairs (`sft:`).
     Sft,
+    /// Knowledge distillation from a teacher's top-k (`distill:`).
+    Distill,
     /// Preference optimisation on (prompt, chosen, rejected) pairs (`dpo:`).
     Dpo,
     /// RL with verifiable rewards (`rl:`).
@@ -21,12 +23,13 @@ pub enum Stage {
 impl Stage {
     /// Every stage this build knows, in the order a run goes through them unless its config's
     /// `stages:` says otherwise.
-    pub const ALL: [Stage; 3] = [Stage::Sft, Stage::Dpo, Stage::Rl];
+    pub const ALL: [Stage; 4] = [Stage::Sft, Stage::Distill, Stage::Dpo, Stage::Rl];
 
     /// The stage's name: its config section, and how the store and the workbench name it.
     pub const fn as_str(self) -> &'static str {
         match self {
             Stage::Sft => "sft",
+            Stage::Distill => "distill",
             Stage::Dpo => "dpo",
             Stage::Rl => "rl",
         }
@@ -75,6 +78,7 @@ impl std::fmt::Display for Stage {
 #[derive(Debug, Clone, Copy)]
 pub enum StageConfig<'a> {
     Sft(&'a SftConfig),
+    Distill(&'a DistillConfig),
     Dpo(&'a DpoConfig),
     Rl(&'a RlConfig),
 }
@@ -83,6 +87,7 @@ impl StageConfig<'_> {
     pub fn stage(&self) -> Stage {
         match self {
             StageConfig::Sft(_) => Stage::Sft,
+            StageConfig::Distill(_) => Stage::Distill,
             StageConfig::Dpo(_) => Stage::Dpo,
             StageConfig::Rl(_) => Stage::Rl,
         }
@@ -97,6 +102,7 @@ impl RunConfig {
             .into_iter()
             .filter_map(|stage| match stage {
                 Stage::Sft => self.sft.as_ref().map(StageConfig::Sft),
+                Stage::Distill => self.distill.as_ref().map(StageConfig::Distill),
                 Stage::Dpo => self.dpo.as_ref().map(StageConfig::Dpo),
                 Stage::Rl => self.rl.as_ref().map(StageConfig::Rl),
             })
@@ -118,6 +124,7 @@ impl RunConfig {
             .find(|s| s.stage() == stage)
             .map_or(0, |s| match s {
                 StageConfig::Sft(c) => c.steps,
+                StageConfig::Distill(c) => c.steps,
                 StageConfig::Dpo(c) => c.steps,
                 StageConfig::Rl(c) => c.steps,
             })
@@ -142,17 +149,18 @@ mod tests {
                 format!("\"{s}\"")
             );
         }
-        assert_eq!(Stage::parse("distill"), None);
+        assert_eq!(Stage::parse("grpo"), None);
         assert_eq!(
             (
                 Stage::rank_of("sft"),
+                Stage::rank_of("distill"),
                 Stage::rank_of("dpo"),
                 Stage::rank_of("rl"),
                 Stage::rank_of("x")
             ),
-            (0, 1, 2, 3)
+            (0, 1, 2, 3, 4)
         );
-        assert_eq!(Stage::Sft.later(), [Stage::Dpo, Stage::Rl]);
+        assert_eq!(Stage::Sft.later(), [Stage::Distill, Stage::Dpo, Stage::Rl]);
         assert!(Stage::Rl.later().is_empty());
     }
 }

@@ -330,7 +330,7 @@ mod tests {
         }
         assert_eq!(spec("r@12"), ("r".into(), None, Some(12)));
         // Not a stage: the whole text is the run's name.
-        assert_eq!(spec("r@distill-3"), ("r@distill-3".into(), None, None));
+        assert_eq!(spec("r@grpo-3"), ("r@grpo-3".into(), None, None));
     }
 
     /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, as

@@ -56,7 +56,13 @@ const KINDS: &[ChartKind] = &[
         matches: |key| {
             matches!(
                 key,
-                "actor/pg_loss" | "critic/value_loss" | "sft/loss" | "loss" | "eval/loss"
+                "actor/pg_loss"
+                    | "critic/value_loss"
+                    | "sft/loss"
+                    | "distill/loss"
+                    | "distill/kd"
+                    | "loss"
+                    | "eval/loss"
             )
         },
     },

@@ -66,6 +66,9 @@ pub enum Targets {
         ref_logp: Tensor,
         pair_domains: Vec<u32>,
     },
+    /// Distillation: the teacher's top k at every response position, most likely first: ids
+    /// (n, R, k) u32 and log-probs renormalised over the k (n, R, k) f32.
+    Distill { topk_ids: Tensor, topk_logp: Tensor },
 }
 
 impl Targets {
@@ -74,6 +77,7 @@ impl Targets {
             Targets::Policy(_) => "an RL step",
             Targets::Likelihood => "an SFT batch",
             Targets::Preference { .. } => "preference pairs",
+            Targets::Distill { .. } => "a distillation batch",
         }
     }
 }
@@ -122,6 +126,11 @@ impl Micro {
         x.index_select(&self.idx, 0)
             .and_then(|x| x.narrow(1, 0, self.tb.response_width))
             .during("rl slice")
+    }
+
+    /// The micro-batch's rows of a (n, R, k) tensor, cut to its response width, contiguous.
+    fn slice3(&self, x: &Tensor) -> Result<Tensor, RoleError> {
+        self.slice(x)?.contiguous().during("slice")
     }
 }
 

@@ -8,10 +8,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::algo::aggregate::LossAgg;
+use crate::algo::distill::KdParams;
 use crate::algo::kl::{KlEstimator, KlMode};
 use crate::algo::loss::PolicyLossParams;
 use crate::algo::preference::PreferenceParams;
-use crate::config::{DpoConfig, RlConfig, SftConfig};
+use crate::config::{DistillConfig, DpoConfig, RlConfig, SftConfig};
 use crate::train::OptimizerConfig;
 
 /// How a trainable role's epochs run, and the loss they minimise.
@@ -57,6 +58,9 @@ pub enum Objective {
     /// Preference optimisation (DPO, cDPO, IPO) over pairs of rows, chosen then rejected, against
     /// the reference's log-probs of the same rows; the loss is the mean over the pairs.
     Preference(PreferenceParams),
+    /// Knowledge distillation: `(1 − weight) CE + weight KD` over the response tokens, KD the
+    /// divergence from the teacher's top-k at each of them (`algo::distill`).
+    Distill { params: KdParams, weight: f64 },
 }
 
 /// RL's policy objective.
@@ -75,7 +79,7 @@ impl Objective {
         match self {
             Objective::Policy(p) => p.loss.agg,
             Objective::Value { agg, .. } => *agg,
-            Objective::Likelihood => LossAgg::TokenMean,
+            Objective::Likelihood | Objective::Distill { .. } => LossAgg::TokenMean,
             // Each pair counts once, whatever its length.
             Objective::Preference(_) => LossAgg::SeqMeanTokenMean,
         }
@@ -137,6 +141,20 @@ impl SftConfig {
         self.micro_batch_size
             .unwrap_or(self.batch_size)
             .min(self.batch_size)
+    }
+}
+
+impl DistillConfig {
+    /// actor_train's recipe in a distill stage: one optimizer step per batch, in the sampler's
+    /// order, as SFT's.
+    pub fn recipe(&self) -> TrainRecipe {
+        TrainRecipe::step_per_batch(
+            &self.optimizer,
+            Objective::Distill {
+                params: self.params(),
+                weight: self.distill_loss_weight,
+            },
+        )
     }
 }
 

@@ -144,6 +144,7 @@ fn open_epoch(
 const POLICY_TARGETS: i64 = 0;
 const LIKELIHOOD_TARGETS: i64 = 1;
 const PREFERENCE_TARGETS: i64 = 2;
+const DISTILL_TARGETS: i64 = 3;
 
 /// Write `step` to `path`; returns the bytes of tensor data written.
 pub fn write_actor(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> {
@@ -178,6 +179,15 @@ pub fn write_actor(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> 
             }
             tensors
         }
+        Targets::Distill {
+            topk_ids,
+            topk_logp,
+        } => {
+            let mut tensors = epoch_header(&step.rows, &[], &[DISTILL_TARGETS], path)?;
+            tensors.push(("topk_ids".into(), topk_ids.clone()));
+            tensors.push(("topk_logp".into(), topk_logp.clone()));
+            tensors
+        }
     };
     write_tensors(path, &tensors)
 }
@@ -194,6 +204,10 @@ pub fn read_actor(path: &Path, device: &Device) -> Result<ActorStep, String> {
             ref_logp: f.take("ref_logp").ok(),
         }),
         (LIKELIHOOD_TARGETS, []) => Targets::Likelihood,
+        (DISTILL_TARGETS, []) => Targets::Distill {
+            topk_ids: f.take("topk_ids")?,
+            topk_logp: f.take("topk_logp")?,
+        },
         (PREFERENCE_TARGETS, []) => Targets::Preference {
             ref_logp: f.take("ref_logp")?,
             pair_domains: match f.take("pair_domains") {

@@ -155,6 +155,29 @@ pub fn response_forward(
 ) -> Result<(Tensor, Option<Tensor>)> {
     let sink = tape.as_deref().map(Tape::head_sink);
     let hidden = response_hidden(model, batch, numerics, tape)?;
+    head_logprobs(
+        model,
+        batch,
+        &hidden,
+        temperature,
+        numerics,
+        with_entropy,
+        sink,
+    )
+}
+
+/// [`response_forward`]'s head over the response positions' hidden states `hidden` (b, R,
+/// hidden) that [`response_hidden`] gave: the log-probs (b, R) and optionally the entropy.
+/// `sink`: the tape's head sink, when training.
+pub fn head_logprobs(
+    model: &Transformer,
+    batch: &TrainBatch,
+    hidden: &Tensor,
+    temperature: f64,
+    numerics: Numerics,
+    with_entropy: bool,
+    sink: Option<fused_head::WeightGradSink>,
+) -> Result<(Tensor, Option<Tensor>)> {
     let scale = if temperature > 0.0 && temperature != 1.0 {
         1.0 / temperature
     } else {
@@ -165,7 +188,7 @@ pub fn response_forward(
     // (rows, vocab) logits' gradient (the peak of a step at a large vocabulary). The log-probs
     // are the same bits as below.
     if numerics == Numerics::Differentiable {
-        let (head_hidden, head) = model.head_operands(&hidden, numerics)?;
+        let (head_hidden, head) = model.head_operands(hidden, numerics)?;
         if fused_head::applies(&head_hidden, &head) {
             let (logp, entropy) = fused_head::head_logprobs(
                 &head_hidden,
@@ -182,7 +205,7 @@ pub fn response_forward(
             return Ok(((logp * &batch.response_mask)?, entropy));
         }
     }
-    let mut logits = model.logits(&hidden, numerics)?;
+    let mut logits = model.logits(hidden, numerics)?;
     if scale != 1.0 {
         logits = logits.affine(scale, 0.0)?;
     }

@@ -49,8 +49,13 @@ pub(in crate::model) struct Dropout {
 const MASK_BLOCK_ROWS: usize = 16;
 
 impl Dropout {
-    /// The mask (rows, cols) f32: 0, or 1/(1 − p) where kept.
-    pub(in crate::model) fn mask(&self, rows: usize, cols: usize) -> Result<Tensor> {
+    /// The mask (rows, cols) f32 on `device`: 0, or 1/(1 − p) where kept.
+    pub(in crate::model) fn mask(
+        &self,
+        rows: usize,
+        cols: usize,
+        device: &candle_core::Device,
+    ) -> Result<Tensor> {
         let kept = (1.0 / (1.0 - self.p)) as f32;
         // An element is dropped when its uniform u32 falls below p 2³².
         let threshold = (self.p * 4_294_967_296.0).min(u32::MAX as f64) as u32;
@@ -69,7 +74,7 @@ impl Dropout {
                     };
                 }
             });
-        Tensor::from_vec(values, (rows, cols), &candle_core::Device::Cpu)
+        Tensor::from_vec(values, (rows, cols), device)
     }
 }
 
@@ -110,7 +115,9 @@ impl Factor {
     /// The mask of this projection's dropout for an input of (rows, in), if it has one.
     fn mask(&self, x_rows: &Tensor) -> Result<Option<Tensor>> {
         let (n, cols) = x_rows.dims2()?;
-        self.dropout.map(|d| d.mask(n, cols)).transpose()
+        self.dropout
+            .map(|d| d.mask(n, cols, x_rows.device()))
+            .transpose()
     }
 
     /// The input as the adapter reads it (rows, in): x, or under dropout x ⊙ M.
@@ -208,13 +215,13 @@ mod tests {
     #[test]
     fn a_dropout_mask_keeps_one_minus_p_scaled_and_depends_on_its_seed_only() {
         let d = Dropout { p: 0.25, seed: 11 };
-        let m = d.mask(200, 150).expect("mask");
+        let m = d.mask(200, 150, &Device::Cpu).expect("mask");
         let v = m.flatten_all().and_then(|t| t.to_vec1::<f32>()).expect("v");
         let dropped = v.iter().filter(|x| **x == 0.0).count() as f64 / v.len() as f64;
         // 30,000 draws: the dropped fraction's standard deviation is 0.0025.
         assert!((dropped - 0.25).abs() < 0.01, "{dropped}");
         assert!(v.iter().all(|x| *x == 0.0 || *x == (1.0f64 / 0.75) as f32));
-        let again = d.mask(200, 150).expect("again");
+        let again = d.mask(200, 150, &Device::Cpu).expect("again");
         assert_eq!(
             v,
             again
@@ -222,7 +229,9 @@ mod tests {
                 .and_then(|t| t.to_vec1::<f32>())
                 .expect("again")
         );
-        let other = Dropout { seed: 12, ..d }.mask(200, 150).expect("other");
+        let other = Dropout { seed: 12, ..d }
+            .mask(200, 150, &Device::Cpu)
+            .expect("other");
         assert_ne!(
             v,
             other
@@ -244,7 +253,7 @@ mod tests {
         let b = Var::from_tensor(&t(out, r, 4)).expect("b");
         let upstream = t(n, out, 5);
         let dropout = Dropout { p: 0.3, seed: 9 };
-        let mask = dropout.mask(n, inp).expect("mask");
+        let mask = dropout.mask(n, inp, &Device::Cpu).expect("mask");
 
         let adapter = ((x.as_tensor() * &mask)
             .expect("xm")

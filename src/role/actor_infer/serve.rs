@@ -197,7 +197,7 @@ fn merge_adapter(params: &ParamStore, dir: &Path) -> Result<(), String> {
     let device = params
         .iter()
         .next()
-        .map_or(Device::Cpu, |(_, v)| v.device().clone());
+        .map_or_else(crate::device::host, |(_, v)| v.device().clone());
     let adapter = Adapter::load(dir, &device).map_err(|e| e.to_string())?;
     let origin = dir.display().to_string();
     adapter

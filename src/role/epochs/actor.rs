@@ -12,6 +12,7 @@ use super::{
     run_epochs, scalar,
 };
 use crate::algo::aggregate::aggregate;
+use crate::algo::distill::{KdParams, distill_loss, divergence, gather_logits};
 use crate::algo::kl::kl_penalty;
 use crate::algo::loss::{entropy_bonus, policy_loss};
 use crate::algo::preference::{
@@ -22,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::model::{Numerics, Tape, Transformer};
 use crate::role::recipe::{Objective, PolicyObjective, TrainRecipe};
 use crate::role::{RoleError, TensorContext};
+use crate::train::batch::{head_logprobs, response_hidden};
 use crate::train::{AdamW, GradAccumulator, response_forward};
 
 /// Sums of per-micro-batch diagnostics, weighted by each micro-batch's share of its mini-batch.
@@ -45,11 +47,17 @@ struct ActorTally {
     pref_domains: BTreeMap<u32, (PreferenceStats, usize)>,
     /// Each row's summed log-prob the first time a pass read it (see `ActorReport::row_logps`).
     row_logps: BTreeMap<u32, f32>,
+    /// The distillation objective's loss, its CE and KD parts, and the share of the loss tokens
+    /// whose most likely token among the teacher's top k is the teacher's first.
+    distill: [f64; 4],
 }
 
 impl ActorTally {
     fn add(&mut self, o: &ActorTally) {
         self.nll += o.nll;
+        for (sum, part) in self.distill.iter_mut().zip(o.distill) {
+            *sum += part;
+        }
         self.pref_loss += o.pref_loss;
         self.pref += &o.pref;
         for (k, (sums, n)) in &o.pref_domains {
@@ -104,6 +112,13 @@ fn actor_pass(
                 pair_domains,
             },
         ) => preference_pass(params, (ref_logp, pair_domains), policy, mb),
+        (
+            Objective::Distill { params, weight },
+            Targets::Distill {
+                topk_ids,
+                topk_logp,
+            },
+        ) => distill_pass((params, *weight), (topk_ids, topk_logp), policy, mb),
         (objective, targets) => Err(RoleError::Setup(format!(
             "actor_train was set up for {} and was handed {}",
             objective_name(objective),
@@ -118,6 +133,7 @@ fn objective_name(objective: &Objective) -> &'static str {
         Objective::Value { .. } => "a critic's value loss",
         Objective::Likelihood => "SFT",
         Objective::Preference(_) => "a preference loss",
+        Objective::Distill { .. } => "distillation",
     }
 }
 
@@ -212,6 +228,81 @@ fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleEr
         grads,
         t: ActorTally {
             nll,
+            ..Default::default()
+        },
+    })
+}
+
+/// Distillation: `(1 − w) CE + w KD` of the lane's loss tokens over the mini-batch's loss tokens
+/// (so the lanes' losses add up to the mini-batch's), CE through the fused head as SFT's, KD from
+/// the student's logits at the teacher's top-k ids only (`algo::distill`).
+fn distill_pass(
+    (params, weight): (&KdParams, f64),
+    (topk_ids, topk_logp): (&Tensor, &Tensor),
+    policy: &Transformer,
+    mb: &Micro,
+) -> Result<ActorPart, RoleError> {
+    let mut tape = Tape::seeded(mb.seed);
+    let sink = tape.head_sink();
+    let hidden = response_hidden(policy, &mb.tb, Numerics::Differentiable, Some(&mut tape))
+        .during("distill forward")?;
+    let (logp, _) = head_logprobs(
+        policy,
+        &mb.tb,
+        &hidden,
+        1.0,
+        Numerics::Differentiable,
+        false,
+        Some(sink),
+    )
+    .during("distill forward")?;
+    let ce_sum = (logp * &mb.mask)
+        .and_then(|x| x.sum_all())
+        .and_then(|x| x.neg())
+        .during("distill ce")?;
+    let (b, r, h) = hidden.dims3().during("distill kd")?;
+    let ids = mb.slice3(topk_ids)?;
+    let k = ids.dim(2).during("distill kd")?;
+    let teacher = mb
+        .slice3(topk_logp)?
+        .reshape((b * r, k))
+        .during("distill kd")?;
+    let (head_hidden, head) = policy
+        .head_operands(
+            &hidden.reshape((b * r, h)).during("distill kd")?,
+            Numerics::Differentiable,
+        )
+        .during("distill kd")?;
+    let student = gather_logits(
+        &head_hidden,
+        &head,
+        &ids.reshape((b * r, k)).during("distill kd")?,
+    )
+    .during("distill kd")?;
+    let kd = divergence(params, &student, &teacher).during("distill kd")?;
+    let mask = mb.mask.flatten_all().during("distill kd")?;
+    let (loss, ce, kd_part) =
+        distill_loss(&ce_sum, &kd, &mask, mb.mini_tokens, weight).during("distill loss")?;
+    // The student's most likely token among the teacher's k is the teacher's first (index 0).
+    let agree = student
+        .argmax(1)
+        .and_then(|i| i.eq(0u32))
+        .and_then(|x| x.to_dtype(candle_core::DType::F32))
+        .and_then(|x| (x * &mask)?.sum_all())
+        .during("distill metrics")?;
+    let value = |t: &Tensor| scalar(t);
+    let distill = [
+        value(&loss)?,
+        value(&ce)?,
+        value(&kd_part)?,
+        value(&agree)? / mb.mini_tokens.max(1.0),
+    ];
+    drop((hidden, student, kd));
+    let grads = tape.backward(loss).during("distill backward")?;
+    Ok(ActorPart {
+        grads,
+        t: ActorTally {
+            distill,
             ..Default::default()
         },
     })
@@ -352,6 +443,11 @@ pub(in crate::role) fn actor_epochs_in_lanes(
     match recipe.objective {
         Objective::Likelihood => {
             m.insert("sft/loss".into(), t.nll / per);
+        }
+        Objective::Distill { .. } => {
+            for (key, sum) in ["loss", "ce", "kd", "top1_agreement"].iter().zip(t.distill) {
+                m.insert(format!("distill/{key}"), sum / per);
+            }
         }
         // TRL's names.
         Objective::Preference(_) => {

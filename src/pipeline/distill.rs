@@ -1,0 +1,147 @@
+//! Offline knowledge distillation (`distill:`): the student learns the run's demonstrations and
+//! the teacher's distributions over its top k at every response token. The stage supplies the
+//! batches and the teacher's top k (the teacher role, in this process); actor_train trains on
+//! them as it does in SFT, with `(1 − w) CE + w KD` as its loss (`DistillConfig::recipe`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::config::{DistillConfig, Stage};
+use crate::model::LoadedModel;
+use crate::role::actor_train::ActorTrain;
+use crate::role::epochs::{ActorStep, EpochRows, Targets};
+use crate::role::teacher::Teacher;
+use crate::role::{ResidentRole, Restore};
+
+use super::setup::{Domains, Tokenizing};
+use super::worker_report::report_workers;
+use super::{
+    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
+    mix_seed,
+};
+
+pub fn run_distill(
+    ctx: &mut RunContext<'_>,
+    cfg: &DistillConfig,
+    model: &LoadedModel,
+    data: &Domains,
+    resume: Option<&Resume>,
+) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let device = model.transformer.device().clone();
+    let teacher = Teacher::load(&cfg.teacher, ctx.cfg.model.dtype.candle(), &device, model)?;
+    let restore = resume.map(|r| Restore {
+        dir: &r.dir,
+        optimizer_steps: r.state.optimizer_steps,
+    });
+    let mut actor = ActorTrain::start(ctx.cfg, cfg.recipe(), model, cfg.steps, restore)?;
+    let outcome = distill_steps(ctx, cfg, model, &teacher, data, resume, &mut actor);
+    report_workers(ctx, actor.shutdown())?;
+    outcome
+}
+
+fn distill_steps(
+    ctx: &mut RunContext<'_>,
+    cfg: &DistillConfig,
+    model: &LoadedModel,
+    teacher: &Teacher,
+    data: &Domains,
+    resume: Option<&Resume>,
+    actor: &mut ActorTrain,
+) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    // Batches and dropout seeds drawn as SFT draws them: with w = 0 the stage is SFT, to the bit.
+    let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
+    let mut first_step = 1;
+    if let Some(r) = resume {
+        if let Some(m) = &r.state.mixer {
+            mixer.restore(m)?;
+        }
+        first_step = r.state.step + 1;
+    }
+    let tok = Tokenizing {
+        model,
+        chat_template: data.chat_template,
+    };
+    report_workers(ctx, actor.drain_events())?;
+    ctx.emit(PipelineEvent::StageStarted {
+        stage: Stage::Distill,
+        total_steps: cfg.steps,
+        done_steps: first_step - 1,
+    });
+    let temperature = cfg.kd_temperature * cfg.teacher_temperature;
+    let mut last = None;
+    for step in first_step..=cfg.steps {
+        let t0 = Instant::now();
+        let batch = mixer.next_batch(cfg.batch_size);
+        let (prompts, responses): (Vec<Vec<u32>>, Vec<Vec<u32>>) = batch
+            .iter()
+            .map(|ex| {
+                Ok((
+                    tok.prompt_ids(&ex.prompt)?,
+                    tok.answer_ids(ex.response.as_deref().unwrap_or(&ex.ground_truth))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(PipelineError::Setup)?
+            .into_iter()
+            .unzip();
+        let t_teacher = Instant::now();
+        let pairs: Vec<(&[u32], &[u32])> = prompts
+            .iter()
+            .zip(&responses)
+            .map(|(p, r)| (p.as_slice(), r.as_slice()))
+            .collect();
+        let top = teacher.top_k(&pairs, cfg.micro(), cfg.logits_topk, temperature)?;
+        let teacher_secs = t_teacher.elapsed().as_secs_f64();
+        let total_tokens: usize = responses.iter().map(Vec::len).sum();
+        let loss_mask = EpochRows::response_mask(&responses, model.transformer.device())
+            .during("distill batch")?;
+        let step_rows = ActorStep {
+            rows: EpochRows {
+                prompts,
+                responses,
+                group_size: 1,
+                micro: cfg.micro(),
+                loss_mask,
+                seed: mix_seed(&[ctx.cfg.seed, 5, step as u64]),
+            },
+            targets: Targets::Distill {
+                topk_ids: top.ids,
+                topk_logp: top.logp,
+            },
+        };
+        let t_train = Instant::now();
+        let mut m = actor.train(&step_rows, model)?.metrics;
+        report_workers(ctx, actor.drain_events())?;
+        let secs = t0.elapsed().as_secs_f64();
+        m.insert("time/teacher".into(), teacher_secs);
+        m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
+        m.insert("time/step".into(), secs);
+        // What crosses from the teacher per response token: k ids (u32) and k log-probs (f32).
+        m.insert(
+            "distill/topk_bytes_per_token".into(),
+            (8 * cfg.logits_topk) as f64,
+        );
+        m.insert(
+            "system/tokens_per_s".into(),
+            total_tokens as f64 / secs.max(1e-9),
+        );
+        ctx.record_step(Stage::Distill, step, cfg.steps, m)?;
+        let extras = || CheckpointExtras {
+            mixer: mixer.state(),
+            rl: None,
+            critic: None,
+            reference: None,
+        };
+        if ctx.after_step(
+            model,
+            &*actor,
+            Stage::Distill,
+            (step, cfg.steps),
+            &mut last,
+            extras,
+        )? {
+            return Ok((RunStatus::Interrupted, last));
+        }
+    }
+    Ok((RunStatus::Finished, last))
+}

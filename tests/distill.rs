@@ -1,0 +1,142 @@
+//! Offline distillation end to end on the binary (`distill:`): a teacher trained by SFT, a
+//! student that learns its top-k distributions (the KD term falls), `distill_loss_weight: 0`
+//! reproducing an SFT stage to the bit, and a teacher of another tokenizer or a top-k wider than
+//! the vocabulary refused before any step.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{ok, refused, roll, run_quiet, write_config};
+use serde_json::Value;
+
+/// A teacher: the tiny model after 30 SFT steps on the tiny data; its last checkpoint.
+fn teacher(dir: &Path) -> PathBuf {
+    run_quiet(
+        dir,
+        "teach",
+        "name: teach\nseed: 2\nsft: { steps: 30, batch_size: 8, optimizer: { lr: 0.01 } }\n",
+        &[],
+    );
+    dir.join("teach/checkpoints/sft-step30")
+}
+
+fn series(store: &Path, run: &str, stage: &str, key: &str) -> Vec<f64> {
+    let all: Vec<Value> =
+        serde_json::from_str(&ok(roll(store, &["metrics", run, "--key", key, "--json"]))).unwrap();
+    let s = all
+        .iter()
+        .find(|s| s["stage"] == stage)
+        .unwrap_or_else(|| panic!("no {stage} {key} in {all:?}"));
+    s["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+fn distill(teacher: &Path, extra: &str) -> String {
+    format!(
+        "name: st\nseed: 4\ndistill: {{ teacher: {}, steps: 12, batch_size: 8, logits_topk: 8, \
+         optimizer: {{ lr: 0.01 }}{extra} }}\n",
+        teacher.display()
+    )
+}
+
+#[test]
+fn a_student_learns_the_teachers_top_k_and_w_0_is_sft() {
+    let dir = tempfile::tempdir().unwrap();
+    let teacher = teacher(dir.path());
+    assert!(
+        teacher.join("config.json").is_file(),
+        "{}",
+        teacher.display()
+    );
+
+    let store = run_quiet(dir.path(), "st", &distill(&teacher, ""), &[]);
+    let kd = series(&store, "st", "distill", "distill/kd");
+    assert_eq!(kd.len(), 12);
+    assert!(kd[11] < 0.7 * kd[0], "the KD term falls: {kd:?}");
+    let agree = series(&store, "st", "distill", "distill/top1_agreement");
+    assert!(agree[11] > agree[0], "{agree:?}");
+    for key in ["distill/loss", "distill/ce"] {
+        assert!(
+            series(&store, "st", "distill", key)
+                .iter()
+                .all(|v| v.is_finite())
+        );
+    }
+    // actor_train in a worker process is handed the teacher's top k in its step file: the same
+    // numbers.
+    let there = run_quiet(
+        dir.path(),
+        "there",
+        &distill(&teacher, ""),
+        &["workers.actor_train.mode=process"],
+    );
+    common::assert_same_metrics(&store, &there, "st");
+    // What crosses from the teacher: 8 ids and 8 log-probs a token.
+    assert_eq!(
+        series(&store, "st", "distill", "distill/topk_bytes_per_token")[0],
+        64.0
+    );
+
+    // w = 0: the stage is SFT, batches, seeds and numbers alike.
+    let zero = run_quiet(
+        dir.path(),
+        "zero",
+        &distill(&teacher, ", distill_loss_weight: 0"),
+        &[],
+    );
+    let sft = run_quiet(
+        dir.path(),
+        "sft",
+        "name: st\nseed: 4\nsft: { steps: 12, batch_size: 8, optimizer: { lr: 0.01 } }\n",
+        &[],
+    );
+    assert_eq!(
+        series(&zero, "st", "distill", "distill/ce"),
+        series(&sft, "st", "sft", "sft/loss")
+    );
+    assert_eq!(
+        series(&zero, "st", "distill", "distill/loss"),
+        series(&sft, "st", "sft", "sft/loss")
+    );
+    // The KD term is what moves the student to the teacher: without it (w = 0, the divergence
+    // still measured) the student ends further from the teacher than with it.
+    let kd_zero = series(&zero, "st", "distill", "distill/kd");
+    assert_eq!(
+        kd_zero[0], kd[0],
+        "the same student and batch before any step"
+    );
+    assert!(kd[11] < 0.8 * kd_zero[11], "{kd:?} vs {kd_zero:?}");
+}
+
+#[test]
+fn a_teacher_of_another_tokenizer_or_a_top_k_past_the_vocabulary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let teacher = teacher(dir.path());
+    let cfg = write_config(dir.path(), "st", &distill(&teacher, ""));
+    let store = dir.path().join("bad.db");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        refused(roll(&store, &args))
+    };
+    // The student's characters in another order: same size, other ids.
+    let e = run(&["model.init.chars=\"9876543210+=abc>\""]);
+    assert!(e.contains("distill.teacher"), "{e}");
+    assert!(e.contains("tokenizer differs from the student's"), "{e}");
+    let e = run(&["model.init.chars=\"0123456789+=abc>xyz\""]);
+    assert!(e.contains("distillation needs one tokenizer"), "{e}");
+    let e = run(&["distill.logits_topk=1000"]);
+    assert!(
+        e.contains("distill.logits_topk 1000 is larger than the vocabulary"),
+        "{e}"
+    );
+    let e = run(&["distill.teacher=/nonexistent"]);
+    assert!(e.contains("/nonexistent"), "{e}");
+}
