@@ -148,6 +148,7 @@ pub async fn serve_worker(role: Role, index: usize, socket: &Path) -> Result<(),
         Role::Critic => |q| train_serve::serve(Role::Critic, &Calls::<critic::CriticCall>::new(q)),
         Role::Reference => reference::serve::serve,
         Role::Reward => reward::serve,
+        Role::Teacher => teacher::serve::serve,
         Role::Env => return Err(WorkerError::Unsupported(role)),
     };
     crate::worker::serve::serve(role, index, socket, compute).await

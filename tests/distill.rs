@@ -1,5 +1,6 @@
 //! Offline distillation end to end on the binary (`distill:`): a teacher trained by SFT, a
-//! student that learns its top-k distributions (the KD term falls), `distill_loss_weight: 0`
+//! student that learns its top-k distributions (the KD term moves it to the teacher), the same
+//! numbers with actor_train or the teacher in worker processes, `distill_loss_weight: 0`
 //! reproducing an SFT stage to the bit, and a teacher of another tokenizer or a top-k wider than
 //! the vocabulary refused before any step.
 
@@ -78,6 +79,25 @@ fn a_student_learns_the_teachers_top_k_and_w_0_is_sft() {
         &["workers.actor_train.mode=process"],
     );
     common::assert_same_metrics(&store, &there, "st");
+    // So is a teacher in a worker process of its own: what it sends is its top k, to the bit.
+    let apart = run_quiet(
+        dir.path(),
+        "apart",
+        &distill(&teacher, ""),
+        &["workers.teacher.mode=process"],
+    );
+    common::assert_same_metrics(&store, &apart, "st");
+    let events = common::run_events(&apart, "st");
+    assert_eq!(
+        common::of_kind(&events, "worker_started")
+            .iter()
+            .filter(|e| e["worker"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("teacher")))
+            .count(),
+        1,
+        "{events:#?}"
+    );
     // What crosses from the teacher: 8 ids and 8 log-probs a token.
     assert_eq!(
         series(&store, "st", "distill", "distill/topk_bytes_per_token")[0],
@@ -139,4 +159,31 @@ fn a_teacher_of_another_tokenizer_or_a_top_k_past_the_vocabulary_is_refused() {
     );
     let e = run(&["distill.teacher=/nonexistent"]);
     assert!(e.contains("/nonexistent"), "{e}");
+}
+
+/// A teacher worker killed with SIGKILL is replaced and asked again (it is frozen: the fresh one
+/// loads what the lost one held), and the run ends with the numbers of an undisturbed one.
+#[test]
+fn a_teacher_worker_killed_9_is_replaced_and_the_numbers_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let teacher = teacher(dir.path());
+    let rest = distill(&teacher, "").replace("steps: 12", "steps: 40");
+    let calm = run_quiet(dir.path(), "calm", &rest, &["workers.teacher.mode=process"]);
+
+    let store = dir.path().join("killed.db");
+    let cfg = write_config(dir.path(), "killed", &rest);
+    let args = ["run", cfg.to_str().unwrap(), "workers.teacher.mode=process"];
+    let (mut child, lines) = common::spawn_until(&store, args, "distill    3/");
+    let pid = common::kill_9_worker(child.id(), "teacher");
+    let rest_of_output: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(child.wait().unwrap().success(), "{rest_of_output:?}");
+
+    common::assert_same_metrics(&calm, &store, "st");
+    let events = common::run_events(&store, "st");
+    let failed = common::of_kind(&events, "worker_failed");
+    assert_eq!(failed.len(), 1, "{events:#?}");
+    assert_eq!(
+        failed[0]["message"].as_str().unwrap(),
+        format!("pid {pid} died (killed by signal 9)")
+    );
 }

@@ -14,17 +14,20 @@ pub enum Role {
     Critic,
     Reward,
     Env,
+    /// Distillation's teacher: a frozen model of its own that gives its top-k per token.
+    Teacher,
 }
 
 impl Role {
     /// Every role, in the order the workbench lists them.
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::ActorTrain,
         Role::ActorInfer,
         Role::Reference,
         Role::Critic,
         Role::Reward,
         Role::Env,
+        Role::Teacher,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +38,7 @@ impl Role {
             Role::Critic => "critic",
             Role::Reward => "reward",
             Role::Env => "env",
+            Role::Teacher => "teacher",
         }
     }
 

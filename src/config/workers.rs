@@ -29,6 +29,8 @@ pub struct WorkersConfig {
     /// `num_workers` processes (`roll-tui env serve`), so a crash or a kill costs the episodes of
     /// one worker, never the run.
     pub env: RolePlacement,
+    /// Distillation's teacher (`distill.teacher`).
+    pub teacher: RolePlacement,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -80,6 +82,7 @@ impl WorkersConfig {
             Role::Critic => Some(&self.critic),
             Role::Reward => Some(&self.reward),
             Role::Env => Some(&self.env),
+            Role::Teacher => Some(&self.teacher),
         }
     }
 
@@ -141,6 +144,7 @@ impl WorkersConfig {
             Role::Critic,
             Role::Reward,
             Role::Env,
+            Role::Teacher,
         ] {
             if let Some(r) = self.role(role) {
                 self.validate_role(role, r, p);
@@ -154,6 +158,7 @@ impl WorkersConfig {
                 Role::Reference,
                 Role::Critic,
                 Role::Reward,
+                Role::Teacher,
             ] {
                 let Some(r) = self.role(role) else { continue };
                 if r.mode == PlacementMode::InProcess
@@ -203,8 +208,10 @@ impl WorkersConfig {
             ));
         }
         // One engine serves the rollout; several actor_infer processes would need a request router.
-        let single_worker = matches!(role, Role::ActorTrain | Role::Reference | Role::Critic)
-            || (role == Role::ActorInfer && r.mode == PlacementMode::Process);
+        let single_worker = matches!(
+            role,
+            Role::ActorTrain | Role::Reference | Role::Critic | Role::Teacher
+        ) || (role == Role::ActorInfer && r.mode == PlacementMode::Process);
         if single_worker && r.num_workers > 1 {
             p.push(format!(
                 "{at}.num_workers is {} but {role} runs as one worker in this build",

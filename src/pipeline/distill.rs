@@ -1,7 +1,8 @@
 //! Offline knowledge distillation (`distill:`): the student learns the run's demonstrations and
 //! the teacher's distributions over its top k at every response token. The stage supplies the
-//! batches and the teacher's top k (the teacher role, in this process); actor_train trains on
-//! them as it does in SFT, with `(1 − w) CE + w KD` as its loss (`DistillConfig::recipe`).
+//! batches and the teacher's top k (the teacher role, in this process or its worker process);
+//! actor_train trains on them as it does in SFT, with `(1 − w) CE + w KD` as its loss
+//! (`DistillConfig::recipe`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,6 +11,7 @@ use crate::config::{DistillConfig, Stage};
 use crate::model::LoadedModel;
 use crate::role::actor_train::ActorTrain;
 use crate::role::epochs::{ActorStep, EpochRows, Targets};
+use crate::role::rows::Rows;
 use crate::role::teacher::Teacher;
 use crate::role::{ResidentRole, Restore};
 
@@ -27,15 +29,16 @@ pub fn run_distill(
     data: &Domains,
     resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
-    let device = model.transformer.device().clone();
-    let teacher = Teacher::load(&cfg.teacher, ctx.cfg.model.dtype.candle(), &device, model)?;
+    let mut teacher = Teacher::start(ctx.cfg, &cfg.teacher, model)?;
+    report_workers(ctx, teacher.drain_events())?;
     let restore = resume.map(|r| Restore {
         dir: &r.dir,
         optimizer_steps: r.state.optimizer_steps,
     });
     let mut actor = ActorTrain::start(ctx.cfg, cfg.recipe(), model, cfg.steps, restore)?;
-    let outcome = distill_steps(ctx, cfg, model, &teacher, data, resume, &mut actor);
+    let outcome = distill_steps(ctx, cfg, model, &mut teacher, data, resume, &mut actor);
     report_workers(ctx, actor.shutdown())?;
+    report_workers(ctx, teacher.shutdown())?;
     outcome
 }
 
@@ -43,7 +46,7 @@ fn distill_steps(
     ctx: &mut RunContext<'_>,
     cfg: &DistillConfig,
     model: &LoadedModel,
-    teacher: &Teacher,
+    teacher: &mut Teacher,
     data: &Domains,
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
@@ -68,6 +71,7 @@ fn distill_steps(
         done_steps: first_step - 1,
     });
     let temperature = cfg.kd_temperature * cfg.teacher_temperature;
+    let device = model.transformer.device().clone();
     let mut last = None;
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
@@ -85,12 +89,14 @@ fn distill_steps(
             .into_iter()
             .unzip();
         let t_teacher = Instant::now();
-        let pairs: Vec<(&[u32], &[u32])> = prompts
-            .iter()
-            .zip(&responses)
-            .map(|(p, r)| (p.as_slice(), r.as_slice()))
-            .collect();
-        let top = teacher.top_k(&pairs, cfg.micro(), cfg.logits_topk, temperature)?;
+        let rows = Rows {
+            prompts: &prompts,
+            responses: &responses,
+            micro: cfg.micro(),
+            width: responses.iter().map(Vec::len).max().unwrap_or(0),
+        };
+        let top = teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?;
+        report_workers(ctx, teacher.drain_events())?;
         let teacher_secs = t_teacher.elapsed().as_secs_f64();
         let total_tokens: usize = responses.iter().map(Vec::len).sum();
         let loss_mask = EpochRows::response_mask(&responses, model.transformer.device())

@@ -4,18 +4,33 @@
 //! role: (ids u32, log-probs f32) per position, 8 k bytes per token, never a vocabulary's row.
 //!
 //! The teacher must tokenize as the student does (the ids of one are the ids of the other):
-//! [`Teacher::load`] compares the two vocabularies and refuses a mismatch, naming what differs.
+//! [`Teacher::start`] compares the two vocabularies and refuses a mismatch, naming what differs.
 //! A teacher whose head is wider than the student's (vocabularies padded to different sizes, as
-//! Qwen2.5's are) offers only the student's ids.
+//! Qwen2.5's are) offers only the student's ids. It runs in the trainer's process or in a worker
+//! process of its own (`workers.teacher`), which a lost worker is replaced by (the teacher is
+//! frozen: a fresh one loads what the lost one held).
 
-use std::path::Path;
+pub mod serve;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
 
-use super::{RoleError, TensorContext};
-use crate::model::{LoadedModel, Numerics, load_model_dir};
+pub use serve::TeacherInit;
+
+use super::remote::{ModelReply as Reply, RemoteWorker, moved, worker_lost};
+use super::rows::Rows;
+use super::step_file::write_rows;
+use super::{Protocol, RoleCall, RoleError, TensorContext, WorkerNote, setup_err};
+use crate::config::{PlacementMode, RunConfig};
+use crate::model::tokenizer::{TokenizerFiles, load_tokenizer_dir};
+use crate::model::{LoadedModel, Numerics, load_model_dir, read_model_config};
+use crate::scheduler::host_copy::{HostArea, read_tensors};
 use crate::train::TrainBatch;
 use crate::train::batch::response_hidden;
+use crate::worker::Role;
 
 /// A batch's top k per response position: ids (n, R, k) u32, most likely first, and their
 /// log-probs renormalised over the k (n, R, k) f32.
@@ -24,49 +39,117 @@ pub struct TopK {
     pub logp: Tensor,
 }
 
-pub struct Teacher {
-    model: LoadedModel,
-    /// The student's head width: ids at or past it are not offered.
-    student_vocab: usize,
+/// The teacher's calls to its worker process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum TeacherCall {
+    /// Load the model.
+    Init(Box<TeacherInit>),
+    /// The top `k` of every response position of the rows file `rows` (its temperature divides
+    /// the logits), written to `out` as `ids` and `logp`.
+    TopK {
+        rows: PathBuf,
+        out: PathBuf,
+        k: usize,
+    },
+}
+
+impl RoleCall for TeacherCall {
+    fn phase(&self) -> &'static str {
+        match self {
+            TeacherCall::Init(_) => "load",
+            TeacherCall::TopK { .. } => "teacher_topk",
+        }
+    }
+}
+
+pub struct TeacherProtocol;
+
+impl Protocol for TeacherProtocol {
+    const ROLE: Role = Role::Teacher;
+    type Request = TeacherCall;
+    type Reply = Reply;
+}
+
+/// A batch's forward that takes longer than this is a hung worker.
+const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+const ROWS: &str = "teacher_rows";
+const OUT: &str = "teacher_topk";
+
+/// The teacher: in the trainer's process, or in a worker process of its own
+/// (`workers.teacher.mode: process`, on its `device_mapping`).
+pub enum Teacher {
+    Local {
+        model: Box<LoadedModel>,
+        /// The ids it offers: those both heads have.
+        vocab: usize,
+    },
+    Remote(Box<RemoteTeacher>),
+}
+
+pub struct RemoteTeacher {
+    worker: RemoteWorker<TeacherProtocol>,
+    area: HostArea,
+    vocab: usize,
 }
 
 impl Teacher {
-    /// The teacher at `dir` in `dtype` on `device`, checked against the student's tokenizer.
-    pub fn load(
-        dir: &Path,
-        dtype: DType,
-        device: &Device,
-        student: &LoadedModel,
-    ) -> Result<Teacher, RoleError> {
-        let model = load_model_dir(dir, Some(dtype), device)
-            .map_err(|e| RoleError::Setup(format!("distill.teacher '{}': {e}", dir.display())))?;
-        same_vocabulary(&model, student)
-            .map_err(|e| RoleError::Setup(format!("distill.teacher '{}': {e}", dir.display())))?;
-        Ok(Teacher {
-            model,
-            student_vocab: student.config().vocab_size,
-        })
+    /// The teacher at `dir` where the run places it, its tokenizer checked against the
+    /// student's first (a mismatch is refused before any weight is read).
+    pub fn start(run: &RunConfig, dir: &Path, student: &LoadedModel) -> Result<Teacher, RoleError> {
+        let at = |e: String| RoleError::Setup(format!("distill.teacher '{}': {e}", dir.display()));
+        let config = read_model_config(dir).map_err(|e| at(e.to_string()))?;
+        let tokenizer = load_tokenizer_dir(dir).map_err(|e| at(e.to_string()))?;
+        same_vocabulary(&tokenizer, &student.tokenizer).map_err(at)?;
+        let vocab = student.config().vocab_size.min(config.vocab_size);
+        let dtype = run.model.dtype;
+        if run.workers.teacher.mode != PlacementMode::Process {
+            let device = crate::device::open(run.workers.trainer_device())?;
+            let model = load_model_dir(dir, Some(dtype.candle()), &device)
+                .map_err(|e| at(e.to_string()))?;
+            return Ok(Teacher::Local {
+                model: Box::new(model),
+                vocab,
+            });
+        }
+        let area = HostArea::new().map_err(|e| {
+            RoleError::Setup(format!(
+                "creating the host-memory area for the teacher: {e}"
+            ))
+        })?;
+        let init = TeacherInit {
+            model_dir: dir.to_path_buf(),
+            dtype,
+            vocab,
+            device: run.workers.device_of(Role::Teacher, 0),
+        };
+        let worker = RemoteWorker::start(
+            TeacherCall::Init(Box::new(init)),
+            CALL_TIMEOUT,
+            run.worker_threads(Role::Teacher),
+        )?;
+        Ok(Teacher::Remote(Box::new(RemoteTeacher {
+            worker,
+            area,
+            vocab,
+        })))
     }
 
-    /// The teacher's model.
-    pub fn model(&self) -> &LoadedModel {
-        &self.model
-    }
-
-    /// The ids the teacher can offer: those both heads have.
+    /// The ids the teacher can offer.
     pub fn vocab(&self) -> usize {
-        self.student_vocab.min(self.model.config().vocab_size)
+        match self {
+            Teacher::Local { vocab, .. } => *vocab,
+            Teacher::Remote(r) => r.vocab,
+        }
     }
 
-    /// The top `k` of every response position of the (prompt, response) rows, `micro` rows per
-    /// forward, under the teacher's logits divided by `temperature` (ROLL: `kd_temperature`
-    /// times `teacher_temperature`).
+    /// The top `k` of every response position of `rows` under the teacher's logits divided by
+    /// `temperature` (ROLL: `kd_temperature` times `teacher_temperature`), on `device`.
     pub fn top_k(
-        &self,
-        rows: &[(&[u32], &[u32])],
-        micro: usize,
+        &mut self,
+        rows: &Rows<'_>,
         k: usize,
         temperature: f64,
+        device: &Device,
     ) -> Result<TopK, RoleError> {
         let vocab = self.vocab();
         if k > vocab {
@@ -74,36 +157,127 @@ impl Teacher {
                 "distill.logits_topk {k} is larger than the vocabulary ({vocab} ids)"
             )));
         }
-        let t = &self.model.transformer;
-        let width = rows.iter().map(|(_, r)| r.len()).max().unwrap_or(0);
-        let (mut ids, mut logp) = (vec![], vec![]);
-        for chunk in rows.chunks(micro.max(1)) {
-            let tb = TrainBatch::new(chunk, self.model.pad_id, t.config().kv_groups(), t.device())
-                .during("teacher batch")?;
-            let hidden = response_hidden(t, &tb, Numerics::Fast, None).during("teacher forward")?;
-            let logits = t
-                .logits(&hidden, Numerics::Fast)
-                .and_then(|l| l.narrow(2, 0, vocab))
-                .and_then(|l| l.to_dtype(DType::F32))
-                .and_then(|l| l.to_vec3::<f32>())
-                .during("teacher logits")?;
-            for row in logits {
-                for pos in 0..width {
-                    // Past this row's response: the first position again (masked out later).
-                    let at = row.get(pos).unwrap_or(&row[0]);
-                    let (i, l) = top_k_of(at, k, temperature);
-                    ids.extend(i);
-                    logp.extend(l);
-                }
+        match self {
+            Teacher::Local { model, vocab } => {
+                let top = top_k_of_model(model, *vocab, rows, k, temperature)?;
+                Ok(TopK {
+                    ids: top.ids.to_device(device).during("teacher top-k")?,
+                    logp: top.logp.to_device(device).during("teacher top-k")?,
+                })
             }
+            Teacher::Remote(r) => r.top_k(rows, k, temperature, device),
         }
-        let n = rows.len();
-        let dev = t.device();
+    }
+
+    /// Worker events since the last call (none in-process).
+    pub fn drain_events(&mut self) -> Vec<WorkerNote> {
+        match self {
+            Teacher::Local { .. } => vec![],
+            Teacher::Remote(r) => r.worker.drain_events(),
+        }
+    }
+
+    /// Stop the worker process, if any; the events not drained yet.
+    pub fn shutdown(&mut self) -> Vec<WorkerNote> {
+        match self {
+            Teacher::Local { .. } => vec![],
+            Teacher::Remote(r) => r.worker.shutdown(),
+        }
+    }
+}
+
+impl RemoteTeacher {
+    /// The call, once more on a fresh worker if the first was lost: the teacher is frozen, so a
+    /// replacement loads what the lost one held.
+    fn call(&mut self, make: impl Fn(&Self) -> TeacherCall) -> Result<Reply, RoleError> {
+        let call = make(self);
+        match self.worker.call(call.clone()) {
+            Err(e) if worker_lost(&e) => {
+                let again = call.clone();
+                self.worker
+                    .revive(&e, "; the model loaded again", None, |_| again)?;
+                self.worker.call(call).map_err(setup_err)
+            }
+            other => other.map_err(setup_err),
+        }
+    }
+
+    fn top_k(
+        &mut self,
+        rows: &Rows<'_>,
+        k: usize,
+        temperature: f64,
+        device: &Device,
+    ) -> Result<TopK, RoleError> {
+        write_rows(rows, temperature, &self.area.path(ROWS)).map_err(setup_err)?;
+        let reply = self.call(|s| TeacherCall::TopK {
+            rows: s.area.path(ROWS),
+            out: s.area.path(OUT),
+            k,
+        })?;
+        moved(Role::Teacher, reply)?;
+        let out = self.area.path(OUT);
+        let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
+        let mut take = |name: &str| {
+            tensors.remove(name).ok_or_else(|| {
+                RoleError::Setup(format!(
+                    "the teacher worker's output '{}' has no '{name}'",
+                    out.display()
+                ))
+            })
+        };
         Ok(TopK {
-            ids: Tensor::from_vec(ids, (n, width, k), dev).during("teacher top-k")?,
-            logp: Tensor::from_vec(logp, (n, width, k), dev).during("teacher top-k")?,
+            ids: take("ids")?,
+            logp: take("logp")?,
         })
     }
+}
+
+/// The top `k` of every response position of `rows` (padded to `rows.width`) under `model`'s
+/// logits over its first `vocab` ids divided by `temperature`: what the teacher role computes,
+/// here or in its worker.
+pub fn top_k_of_model(
+    model: &LoadedModel,
+    vocab: usize,
+    rows: &Rows<'_>,
+    k: usize,
+    temperature: f64,
+) -> Result<TopK, RoleError> {
+    let t = &model.transformer;
+    let width = rows.width;
+    let (mut ids, mut logp) = (vec![], vec![]);
+    let pairs: Vec<(&[u32], &[u32])> = rows
+        .prompts
+        .iter()
+        .zip(rows.responses)
+        .map(|(p, r)| (p.as_slice(), r.as_slice()))
+        .collect();
+    for chunk in pairs.chunks(rows.micro.max(1)) {
+        let tb = TrainBatch::new(chunk, model.pad_id, t.config().kv_groups(), t.device())
+            .during("teacher batch")?;
+        let hidden = response_hidden(t, &tb, Numerics::Fast, None).during("teacher forward")?;
+        let logits = t
+            .logits(&hidden, Numerics::Fast)
+            .and_then(|l| l.narrow(2, 0, vocab))
+            .and_then(|l| l.to_dtype(DType::F32))
+            .and_then(|l| l.to_vec3::<f32>())
+            .during("teacher logits")?;
+        for row in logits {
+            for pos in 0..width {
+                // Past this row's response: its first position again (the loss masks it).
+                let at = row.get(pos).unwrap_or(&row[0]);
+                let (i, l) = top_k_of(at, k, temperature);
+                ids.extend(i);
+                logp.extend(l);
+            }
+        }
+    }
+    let n = rows.prompts.len();
+    let host = crate::device::host();
+    Ok(TopK {
+        ids: Tensor::from_vec(ids, (n, width, k), &host).during("teacher top-k")?,
+        logp: Tensor::from_vec(logp, (n, width, k), &host).during("teacher top-k")?,
+    })
 }
 
 /// The `k` largest of `logits / temperature`, largest first (ties: the lower id first), and their
@@ -130,10 +304,10 @@ pub fn top_k_of(logits: &[f32], k: usize, temperature: f64) -> (Vec<u32>, Vec<f3
 }
 
 /// Whether the teacher tokenizes as the student does: the same token for every id.
-fn same_vocabulary(teacher: &LoadedModel, student: &LoadedModel) -> Result<(), String> {
+fn same_vocabulary(teacher: &TokenizerFiles, student: &TokenizerFiles) -> Result<(), String> {
     let (t, s) = (
-        teacher.tokenizer.tokenizer.get_vocab(true),
-        student.tokenizer.tokenizer.get_vocab(true),
+        teacher.tokenizer.get_vocab(true),
+        student.tokenizer.get_vocab(true),
     );
     if t.len() != s.len() {
         return Err(format!(

@@ -200,7 +200,8 @@ impl Placement {
             // Judges score while the rollout generates (and, asynchronously, while it runs on
             // beside training).
             Role::Reward => phase == Phase::Generate || self.async_rollout,
-            Role::Env => false,
+            // Distillation's stage places its teacher itself; RL has none.
+            Role::Env | Role::Teacher => false,
         }
     }
 
@@ -235,7 +236,7 @@ pub fn estimate_bytes(
         Role::ActorTrain => trainable,
         Role::Critic => trainable + 4 * (model.hidden_size as u64 + 1) * 4,
         // A judge model is frozen weights; its short verdicts' activations are not counted.
-        Role::Reference | Role::Reward => weights,
+        Role::Reference | Role::Reward | Role::Teacher => weights,
         Role::ActorInfer => {
             let kv_per_token = 2
                 * model.num_hidden_layers
