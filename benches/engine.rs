@@ -220,6 +220,7 @@ rl:
                 response_masks: None,
                 advantages: None,
                 group_size: 8,
+                tags: vec![],
             };
             let state = UpdateState {
                 actor: &mut actor,
@@ -227,6 +228,7 @@ rl:
                 critic: None,
                 kl_ctl: &mut kl,
                 running: &mut running,
+                opd: None,
                 seed: rep,
             };
             update(&rl, &model, state, &batch).expect("update");

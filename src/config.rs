@@ -12,6 +12,7 @@ mod dpo;
 mod env;
 mod include;
 pub mod load;
+mod opd;
 pub mod overrides;
 mod roles;
 mod stage;
@@ -34,6 +35,7 @@ pub use distill::DistillConfig;
 pub use dpo::{DpoConfig, DpoEvalConfig};
 pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
+pub use opd::{OpdConfig, OpdTeacher};
 pub use roles::Role;
 pub use stage::{Stage, StageConfig};
 pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
@@ -254,6 +256,10 @@ pub struct RlConfig {
     /// Required by `adv_estimator: gae`.
     #[serde(default)]
     pub critic: Option<CriticConfig>,
+    /// On-policy distillation: teachers score the sampled tokens, and their KL joins (or, with
+    /// `pure`, is) the advantage.
+    #[serde(default)]
+    pub opd: Option<OpdConfig>,
     /// Agentic RL: act in this environment over many turns instead of answering `data` prompts
     /// (each of `prompts_per_step` groups is `group_size` episodes from one seed).
     #[serde(default)]
@@ -532,6 +538,22 @@ pub const MAX_ASYNC_RATIO: usize = 16;
 
 impl RlConfig {
     fn validate(&self, p: &mut Vec<String>) {
+        if let Some(opd) = &self.opd {
+            opd.validate(p);
+            if opd.pure {
+                // ROLL's pure OPD: the teachers' KL is the whole advantage.
+                if self.kl.mode != KlMode::None {
+                    p.push(
+                        "rl.opd.pure: the teachers' KL is the whole advantage; set rl.kl.mode: \
+                         none (no other KL)"
+                            .into(),
+                    );
+                }
+                if self.critic.is_some() {
+                    p.push("rl.opd.pure takes no critic: remove rl.critic".into());
+                }
+            }
+        }
         if self.steps == 0 || self.prompts_per_step == 0 || self.group_size == 0 {
             p.push("rl.steps, rl.prompts_per_step and rl.group_size must be at least 1".into());
         }

@@ -14,6 +14,7 @@ mod ahead;
 mod context;
 pub mod distill;
 pub mod dpo;
+pub mod opd;
 mod resume;
 mod rl_learner;
 mod rl_metrics;

@@ -70,6 +70,22 @@ fn a_student_learns_the_teachers_top_k_and_w_0_is_sft() {
                 .all(|v| v.is_finite())
         );
     }
+    // Per domain, token means over the domain's answers: the batch's KD lies between them.
+    let (add, rev) = (
+        series(&store, "st", "distill", "distill/add/kd"),
+        series(&store, "st", "distill", "distill/rev/kd"),
+    );
+    for i in 0..12 {
+        let (lo, hi) = (add[i].min(rev[i]), add[i].max(rev[i]));
+        assert!(
+            lo - 1e-6 <= kd[i] && kd[i] <= hi + 1e-6,
+            "step {}: {kd:?} {add:?} {rev:?}",
+            i + 1
+        );
+    }
+    for key in ["distill/add/ce", "distill/rev/top1_agreement"] {
+        assert_eq!(series(&store, "st", "distill", key).len(), 12, "{key}");
+    }
     // actor_train in a worker process is handed the teacher's top k in its step file: the same
     // numbers.
     let there = run_quiet(

@@ -55,6 +55,7 @@ fn update_once(rl: &RlConfig, model: &LoadedModel, batch: &RlBatch) -> UpdateOut
         critic: None,
         kl_ctl: &mut kl,
         running: &mut running,
+        opd: None,
         seed: 0,
     };
     update(rl, model, state, batch).unwrap()
@@ -91,6 +92,7 @@ fn rewarded_completions_gain_probability() {
             response_masks: None,
             advantages: None,
             group_size: 4,
+            tags: vec![],
         };
         update_once(&rl, &model, &batch);
         let after: Vec<f32> = responses.iter().map(seq_logprob).collect();
@@ -141,6 +143,7 @@ fn update_with_context_token(mask: bool, masked_old: Option<f32>) -> Vec<Vec<f32
         advantages: None,
         response_masks: mask.then(|| vec![vec![1.0, 0.0, 1.0]; 4]),
         group_size: 4,
+        tags: vec![],
     };
     update_once(&rl, &model, &batch);
     model
@@ -207,6 +210,7 @@ fn given_advantages_replace_the_estimator() {
         response_masks: None,
         advantages: Some(given),
         group_size: 4,
+        tags: vec![],
     };
     let out = update_once(&rl, &model, &batch);
     let after: Vec<f32> = responses.iter().map(seq_logprob).collect();

@@ -29,7 +29,7 @@ pub fn run_distill(
     data: &Domains,
     resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
-    let mut teacher = Teacher::start(ctx.cfg, &cfg.teacher, model)?;
+    let mut teacher = Teacher::start(ctx.cfg, "distill.teacher", &cfg.teacher, model)?;
     report_workers(ctx, teacher.drain_events())?;
     let restore = resume.map(|r| Restore {
         dir: &r.dir,
@@ -72,6 +72,7 @@ fn distill_steps(
     });
     let temperature = cfg.kd_temperature * cfg.teacher_temperature;
     let device = model.transformer.device().clone();
+    let names: Vec<String> = data.domains.iter().map(|d| d.name.clone()).collect();
     let mut last = None;
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
@@ -88,6 +89,18 @@ fn distill_steps(
             .map_err(PipelineError::Setup)?
             .into_iter()
             .unzip();
+        let row_domains = batch
+            .iter()
+            .map(|ex| {
+                let at = names.iter().position(|n| *n == ex.domain);
+                at.map(|i| i as u32).ok_or_else(|| {
+                    PipelineError::Setup(format!(
+                        "distill: an example of domain '{}', which the run does not have",
+                        ex.domain
+                    ))
+                })
+            })
+            .collect::<Result<Vec<u32>, _>>()?;
         let t_teacher = Instant::now();
         let rows = Rows {
             prompts: &prompts,
@@ -113,10 +126,11 @@ fn distill_steps(
             targets: Targets::Distill {
                 topk_ids: top.ids,
                 topk_logp: top.logp,
+                row_domains,
             },
         };
         let t_train = Instant::now();
-        let mut m = actor.train(&step_rows, model)?.metrics;
+        let mut m = name_domains(actor.train(&step_rows, model)?.metrics, &names);
         report_workers(ctx, actor.drain_events())?;
         let secs = t0.elapsed().as_secs_f64();
         m.insert("time/teacher".into(), teacher_secs);
@@ -150,4 +164,21 @@ fn distill_steps(
         }
     }
     Ok((RunStatus::Finished, last))
+}
+
+/// `distill/<index>/<name>` as `distill/<domain>/<name>`.
+fn name_domains(m: crate::metrics::Metrics, names: &[String]) -> crate::metrics::Metrics {
+    m.into_iter()
+        .map(|(key, v)| {
+            let named = match key.split('/').collect::<Vec<_>>().as_slice() {
+                ["distill", index, name] => index
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| names.get(i))
+                    .map(|d| format!("distill/{d}/{name}")),
+                _ => None,
+            };
+            (named.unwrap_or(key), v)
+        })
+        .collect()
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::opd::OpdTeachers;
 use super::rl_metrics::rollout_metrics;
 use super::rl_update::{RlBatch, UpdateState, update};
 use super::rollout_loop::{Prompt, Sample, StepRollout};
@@ -53,6 +54,8 @@ pub(super) struct Learner<'m> {
     pub reward_errors: std::collections::BTreeSet<(String, String)>,
     /// The reward role when it holds judge models, time-shared with the roles above.
     pub reward: Option<SharedScorer>,
+    /// On-policy distillation's teachers (`rl.opd`).
+    pub opd: Option<OpdTeachers>,
 }
 
 impl<'m> Learner<'m> {
@@ -126,6 +129,10 @@ impl<'m> Learner<'m> {
                 .unwrap_or(0),
         });
         let critic = Critic::start(ctx.cfg, cfg, model, updates, restore)?;
+        let opd = match &cfg.opd {
+            Some(o) => Some(OpdTeachers::start(ctx.cfg, o, model)?),
+            None => None,
+        };
         Ok(Learner {
             model,
             actor,
@@ -138,6 +145,7 @@ impl<'m> Learner<'m> {
             reference_version,
             reward_errors: Default::default(),
             reward: None,
+            opd,
         })
     }
 
@@ -255,6 +263,7 @@ impl<'m> Learner<'m> {
                     critic: self.critic.as_mut(),
                     kl_ctl: &mut self.kl_ctl,
                     running: &mut self.running,
+                    opd: self.opd.as_mut(),
                     seed: mix_seed(&[ctx.cfg.seed, 4, step as u64]),
                 };
                 let up = update(cfg, self.model, state, batch)?;
@@ -330,6 +339,9 @@ impl<'m> Learner<'m> {
         let mut events = std::mem::take(&mut out.worker_events);
         for role in self.residents() {
             events.extend(role.drain_events());
+        }
+        if let Some(o) = self.opd.as_mut() {
+            events.extend(o.drain_events());
         }
         report_workers(ctx, events)?;
         let workers = &ctx.cfg.workers;
@@ -437,6 +449,10 @@ fn rl_batch(flat: &[(&Prompt, &Sample, usize)], group_size: usize) -> RlBatch {
         response_masks: None,
         advantages: None,
         group_size,
+        tags: flat
+            .iter()
+            .map(|(p, _, _)| p.example.domain.clone())
+            .collect(),
     }
 }
 

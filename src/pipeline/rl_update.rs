@@ -11,6 +11,7 @@ use crate::config::RlConfig;
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
 
+use super::opd::OpdTeachers;
 use super::{PipelineError, TensorContext};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
@@ -38,6 +39,9 @@ pub struct RlBatch {
     /// `None`: computed here from `rewards` by `rl.adv_estimator`.
     pub advantages: Option<Vec<Vec<f32>>>,
     pub group_size: usize,
+    /// Each row's tag — its domain (RLVR) or its environment's tag (agentic) — which routes it
+    /// to on-policy distillation's teachers; empty when the rows carry none.
+    pub tags: Vec<String>,
 }
 
 pub struct UpdateOutput {
@@ -53,6 +57,8 @@ pub struct UpdateState<'a> {
     pub critic: Option<&'a mut Critic>,
     pub kl_ctl: &'a mut KlController,
     pub running: &'a mut RunningStats,
+    /// On-policy distillation's teachers (`rl.opd`).
+    pub opd: Option<&'a mut OpdTeachers>,
     /// Seed of this step's random choices (mini-batch order).
     pub seed: u64,
 }
@@ -129,6 +135,7 @@ fn advantages(
     token_rewards: &Tensor,
     old_values: Option<&Tensor>,
     resp_mask: &Tensor,
+    opd_kl: Option<&Tensor>,
     m: &mut Metrics,
 ) -> Result<(Tensor, Tensor), PipelineError> {
     let params = AdvantageParams {
@@ -146,7 +153,7 @@ fn advantages(
         resp_mask,
     )
     .during("advantages")?;
-    let adv = finish_advantages(cfg, adv, resp_mask, m)?;
+    let adv = finish_advantages(cfg, minus_opd(adv, opd_kl)?, resp_mask, m)?;
     if let Some(v) = old_values {
         m.insert(
             "critic/vf_explained_var".into(),
@@ -163,11 +170,21 @@ fn given_advantages(
     given: &[Vec<f32>],
     width: usize,
     resp_mask: &Tensor,
+    opd_kl: Option<&Tensor>,
     m: &mut Metrics,
 ) -> Result<(Tensor, Tensor), PipelineError> {
     let adv = pad_rows(given, width, resp_mask.device()).during("advantages")?;
-    let adv = finish_advantages(cfg, adv, resp_mask, m)?;
+    let adv = finish_advantages(cfg, minus_opd(adv, opd_kl)?, resp_mask, m)?;
     Ok((adv.clone(), adv))
+}
+
+/// The RL advantage minus the teachers' weighted KL (`rl.opd`, before whitening and clipping,
+/// as ROLL subtracts it).
+fn minus_opd(adv: Tensor, opd_kl: Option<&Tensor>) -> Result<Tensor, PipelineError> {
+    match opd_kl {
+        Some(kl) => (adv - kl).during("opd advantages"),
+        None => Ok(adv),
+    }
 }
 
 /// Whiten (when asked), clip and mask advantages however they were computed, and record their
@@ -275,19 +292,48 @@ pub fn update(
         None => token_rewards,
     };
 
+    let t_opd = std::time::Instant::now();
+    let (opd_kl, pure) = match st.opd {
+        Some(teachers) => (
+            Some(teachers.penalty(
+                batch,
+                &rows,
+                &old_logp,
+                &resp_mask,
+                temperature,
+                &dev,
+                &mut m,
+            )?),
+            teachers.pure,
+        ),
+        None => (None, false),
+    };
+    if opd_kl.is_some() {
+        m.insert("time/teacher".into(), t_opd.elapsed().as_secs_f64());
+    }
+
     let t_adv = std::time::Instant::now();
     let old_values = match st.critic.as_deref_mut() {
         Some(c) => Some(c.values(policy.pad_id, &rows, &dev)?),
         None => None,
     };
-    let (adv, returns) = match &batch.advantages {
-        Some(given) => given_advantages(cfg, given, width, &resp_mask, &mut m)?,
-        None => advantages(
+    let (adv, returns) = match (&batch.advantages, &opd_kl) {
+        // Pure on-policy distillation: the advantage is the teachers' KL alone.
+        (_, Some(kl)) if pure => {
+            let raw = kl.neg().during("opd advantages")?;
+            let adv = finish_advantages(cfg, raw, &resp_mask, &mut m)?;
+            (adv.clone(), adv)
+        }
+        (Some(given), _) => {
+            given_advantages(cfg, given, width, &resp_mask, opd_kl.as_ref(), &mut m)?
+        }
+        (None, _) => advantages(
             cfg,
             batch.group_size,
             &token_rewards,
             old_values.as_ref(),
             &resp_mask,
+            opd_kl.as_ref(),
             &mut m,
         )?,
     };

@@ -119,6 +119,9 @@ pub fn run_rlvr(
     for role in learner.residents() {
         events.extend(role.shutdown());
     }
+    if let Some(o) = learner.opd.as_mut() {
+        events.extend(o.shutdown());
+    }
     let last_checkpoint = learner.last_checkpoint;
     report_workers(ctx, events)?;
     let status = status.map_err(|e| match e {

@@ -67,8 +67,13 @@ pub enum Targets {
         pair_domains: Vec<u32>,
     },
     /// Distillation: the teacher's top k at every response position, most likely first: ids
-    /// (n, R, k) u32 and log-probs renormalised over the k (n, R, k) f32.
-    Distill { topk_ids: Tensor, topk_logp: Tensor },
+    /// (n, R, k) u32 and log-probs renormalised over the k (n, R, k) f32; and each row's domain
+    /// as an index (empty: no per-domain metrics); the role reports `distill/<index>/*`.
+    Distill {
+        topk_ids: Tensor,
+        topk_logp: Tensor,
+        row_domains: Vec<u32>,
+    },
 }
 
 impl Targets {

@@ -182,10 +182,20 @@ pub fn write_actor(step: &ActorStep, path: &Path) -> Result<u64, HostCopyError> 
         Targets::Distill {
             topk_ids,
             topk_logp,
+            row_domains,
         } => {
             let mut tensors = epoch_header(&step.rows, &[], &[DISTILL_TARGETS], path)?;
             tensors.push(("topk_ids".into(), topk_ids.clone()));
             tensors.push(("topk_logp".into(), topk_logp.clone()));
+            if !row_domains.is_empty() {
+                let domains = Tensor::new(row_domains.as_slice(), &crate::device::host()).map_err(
+                    |source| HostCopyError {
+                        path: path.to_path_buf(),
+                        source,
+                    },
+                )?;
+                tensors.push(("row_domains".into(), domains));
+            }
             tensors
         }
     };
@@ -207,6 +217,12 @@ pub fn read_actor(path: &Path, device: &Device) -> Result<ActorStep, String> {
         (DISTILL_TARGETS, []) => Targets::Distill {
             topk_ids: f.take("topk_ids")?,
             topk_logp: f.take("topk_logp")?,
+            row_domains: match f.take("row_domains") {
+                Ok(t) => t
+                    .to_vec1::<u32>()
+                    .map_err(|e| format!("{}: row_domains: {e}", f.origin))?,
+                Err(_) => vec![],
+            },
         },
         (PREFERENCE_TARGETS, []) => Targets::Preference {
             ref_logp: f.take("ref_logp")?,

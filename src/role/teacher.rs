@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use serve::TeacherInit;
 
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, worker_lost};
-use super::rows::Rows;
+use super::rows::{Rows, response_logprobs};
 use super::step_file::write_rows;
 use super::{Protocol, RoleCall, RoleError, TensorContext, WorkerNote, setup_err};
 use crate::config::{PlacementMode, RunConfig};
@@ -51,6 +51,9 @@ pub enum TeacherCall {
         out: PathBuf,
         k: usize,
     },
+    /// The log-probs of the response tokens of the rows file `rows` (its temperature divides
+    /// the logits), written to `out` as `logp` (on-policy distillation).
+    Logprobs { rows: PathBuf, out: PathBuf },
 }
 
 impl RoleCall for TeacherCall {
@@ -58,6 +61,7 @@ impl RoleCall for TeacherCall {
         match self {
             TeacherCall::Init(_) => "load",
             TeacherCall::TopK { .. } => "teacher_topk",
+            TeacherCall::Logprobs { .. } => "teacher_logprobs",
         }
     }
 }
@@ -94,9 +98,15 @@ pub struct RemoteTeacher {
 
 impl Teacher {
     /// The teacher at `dir` where the run places it, its tokenizer checked against the
-    /// student's first (a mismatch is refused before any weight is read).
-    pub fn start(run: &RunConfig, dir: &Path, student: &LoadedModel) -> Result<Teacher, RoleError> {
-        let at = |e: String| RoleError::Setup(format!("distill.teacher '{}': {e}", dir.display()));
+    /// student's first (a mismatch is refused before any weight is read); `what` names it in
+    /// errors (the config key that gave `dir`).
+    pub fn start(
+        run: &RunConfig,
+        what: &str,
+        dir: &Path,
+        student: &LoadedModel,
+    ) -> Result<Teacher, RoleError> {
+        let at = |e: String| RoleError::Setup(format!("{what} '{}': {e}", dir.display()));
         let config = read_model_config(dir).map_err(|e| at(e.to_string()))?;
         let tokenizer = load_tokenizer_dir(dir).map_err(|e| at(e.to_string()))?;
         same_vocabulary(&tokenizer, &student.tokenizer).map_err(at)?;
@@ -166,6 +176,39 @@ impl Teacher {
                 })
             }
             Teacher::Remote(r) => r.top_k(rows, k, temperature, device),
+        }
+    }
+
+    /// The teacher's log-probs (n, width) of the response tokens of `rows` under its logits
+    /// divided by `temperature`, on `device`.
+    pub fn logprobs(
+        &mut self,
+        rows: &Rows<'_>,
+        temperature: f64,
+        device: &Device,
+    ) -> Result<Tensor, RoleError> {
+        match self {
+            Teacher::Local { model, .. } => {
+                response_logprobs(&model.transformer, model.pad_id, rows, temperature)
+                    .and_then(|t| t.to_device(device))
+                    .during("teacher log-probs")
+            }
+            Teacher::Remote(r) => {
+                write_rows(rows, temperature, &r.area.path(ROWS)).map_err(setup_err)?;
+                let reply = r.call(|s| TeacherCall::Logprobs {
+                    rows: s.area.path(ROWS),
+                    out: s.area.path(OUT),
+                })?;
+                moved(Role::Teacher, reply)?;
+                let out = r.area.path(OUT);
+                let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
+                tensors.remove("logp").ok_or_else(|| {
+                    RoleError::Setup(format!(
+                        "the teacher worker's output '{}' has no 'logp'",
+                        out.display()
+                    ))
+                })
+            }
         }
     }
 

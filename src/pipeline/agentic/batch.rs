@@ -17,6 +17,13 @@ use super::super::setup::Tokenizing;
 /// `agentic_reinforce` each turn's tokens carry the turn's discounted return), or one row per turn
 /// (step-wise, `gigpo` and `step_reinforce`, advantages computed here from the episodes).
 pub(crate) fn agentic_batch(cfg: &RlConfig, env: &EnvConfig, trajs: &[Trajectory]) -> RlBatch {
+    let mut batch = estimator_batch(cfg, env, trajs);
+    // Every row comes from the stage's one environment.
+    batch.tags = vec![env.tag().to_string(); batch.prompts.len()];
+    batch
+}
+
+fn estimator_batch(cfg: &RlConfig, env: &EnvConfig, trajs: &[Trajectory]) -> RlBatch {
     let steps: Vec<EpisodeSteps> = trajs
         .iter()
         .map(|t| EpisodeSteps {
@@ -97,6 +104,7 @@ fn step_batch(trajs: &[Trajectory], advantages: &[Vec<f64>]) -> RlBatch {
             .map(|(t, _)| f32::from(u8::from(t.success)))
             .collect(),
         response_masks: None,
+        tags: vec![],
         advantages: Some(
             trajs
                 .iter()
@@ -142,6 +150,7 @@ pub(crate) fn rl_batch(trajs: &[Trajectory], group_size: usize) -> RlBatch {
         advantages: None,
         response_masks: Some(trajs.iter().map(|t| t.trainable.clone()).collect()),
         group_size,
+        tags: vec![],
     }
 }
 

@@ -50,6 +50,9 @@ struct ActorTally {
     /// The distillation objective's loss, its CE and KD parts, and the share of the loss tokens
     /// whose most likely token among the teacher's top k is the teacher's first.
     distill: [f64; 4],
+    /// Per domain index: the sums of KD, CE and top-1 agreement over its loss tokens, and their
+    /// count.
+    distill_domains: BTreeMap<u32, [f64; 4]>,
 }
 
 impl ActorTally {
@@ -57,6 +60,12 @@ impl ActorTally {
         self.nll += o.nll;
         for (sum, part) in self.distill.iter_mut().zip(o.distill) {
             *sum += part;
+        }
+        for (k, sums) in &o.distill_domains {
+            let into = self.distill_domains.entry(*k).or_default();
+            for (a, b) in into.iter_mut().zip(sums) {
+                *a += b;
+            }
         }
         self.pref_loss += o.pref_loss;
         self.pref += &o.pref;
@@ -117,8 +126,14 @@ fn actor_pass(
             Targets::Distill {
                 topk_ids,
                 topk_logp,
+                row_domains,
             },
-        ) => distill_pass((params, *weight), (topk_ids, topk_logp), policy, mb),
+        ) => distill_pass(
+            (params, *weight),
+            (topk_ids, topk_logp, row_domains),
+            policy,
+            mb,
+        ),
         (objective, targets) => Err(RoleError::Setup(format!(
             "actor_train was set up for {} and was handed {}",
             objective_name(objective),
@@ -238,7 +253,7 @@ fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleEr
 /// the student's logits at the teacher's top-k ids only (`algo::distill`).
 fn distill_pass(
     (params, weight): (&KdParams, f64),
-    (topk_ids, topk_logp): (&Tensor, &Tensor),
+    (topk_ids, topk_logp, row_domains): (&Tensor, &Tensor, &[u32]),
     policy: &Transformer,
     mb: &Micro,
 ) -> Result<ActorPart, RoleError> {
@@ -256,8 +271,10 @@ fn distill_pass(
         Some(sink),
     )
     .during("distill forward")?;
-    let ce_sum = (logp * &mb.mask)
-        .and_then(|x| x.sum_all())
+    // As SFT sums it (with w = 0 the stage is SFT to the bit); by row for the domains.
+    let token_logp = (&logp * &mb.mask).during("distill ce")?;
+    let ce_sum = token_logp
+        .sum_all()
         .and_then(|x| x.neg())
         .during("distill ce")?;
     let (b, r, h) = hidden.dims3().during("distill kd")?;
@@ -284,12 +301,40 @@ fn distill_pass(
     let (loss, ce, kd_part) =
         distill_loss(&ce_sum, &kd, &mask, mb.mini_tokens, weight).during("distill loss")?;
     // The student's most likely token among the teacher's k is the teacher's first (index 0).
-    let agree = student
+    let agree_tokens = student
         .argmax(1)
         .and_then(|i| i.eq(0u32))
         .and_then(|x| x.to_dtype(candle_core::DType::F32))
-        .and_then(|x| (x * &mask)?.sum_all())
+        .and_then(|x| x * &mask)
         .during("distill metrics")?;
+    let agree = agree_tokens.sum_all().during("distill metrics")?;
+    let mut distill_domains = BTreeMap::new();
+    if !row_domains.is_empty() {
+        // Per row, then summed by its domain: KD, CE, agreement and loss tokens.
+        let per_row = |t: &Tensor| {
+            t.reshape((b, r))
+                .and_then(|x| x.sum(1))
+                .and_then(|x| x.to_vec1::<f32>())
+                .during("distill metrics")
+        };
+        let kd_rows = per_row(&(&kd * &mask).during("distill metrics")?)?;
+        let agree_rows = per_row(&agree_tokens)?;
+        let token_rows = per_row(&mask)?;
+        let ce_rows: Vec<f32> = per_row(&token_logp.detach())?.iter().map(|x| -x).collect();
+        let rows = mb.idx.to_vec1::<u32>().during("distill metrics")?;
+        for (i, row) in rows.iter().enumerate() {
+            let domain = row_domains.get(*row as usize).copied().ok_or_else(|| {
+                RoleError::Setup(format!("row {row} of the distillation batch has no domain"))
+            })?;
+            let sums: &mut [f64; 4] = distill_domains.entry(domain).or_default();
+            for (into, v) in
+                sums.iter_mut()
+                    .zip([kd_rows[i], ce_rows[i], agree_rows[i], token_rows[i]])
+            {
+                *into += v as f64;
+            }
+        }
+    }
     let value = |t: &Tensor| scalar(t);
     let distill = [
         value(&loss)?,
@@ -303,6 +348,7 @@ fn distill_pass(
         grads,
         t: ActorTally {
             distill,
+            distill_domains,
             ..Default::default()
         },
     })
@@ -447,6 +493,13 @@ pub(in crate::role) fn actor_epochs_in_lanes(
         Objective::Distill { .. } => {
             for (key, sum) in ["loss", "ce", "kd", "top1_agreement"].iter().zip(t.distill) {
                 m.insert(format!("distill/{key}"), sum / per);
+            }
+            // Per domain index (the stage names them): means over the domain's loss tokens.
+            for (k, [kd, ce, agree, tokens]) in &t.distill_domains {
+                let tokens = tokens.max(1.0);
+                m.insert(format!("distill/{k}/kd"), kd / tokens);
+                m.insert(format!("distill/{k}/ce"), ce / tokens);
+                m.insert(format!("distill/{k}/top1_agreement"), agree / tokens);
             }
         }
         // TRL's names.

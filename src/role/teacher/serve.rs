@@ -12,7 +12,7 @@ use crate::model::{LoadedModel, load_model_dir};
 use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::role::remote::ModelReply as Reply;
-use crate::role::rows::Rows;
+use crate::role::rows::{Rows, response_logprobs};
 use crate::role::step_file::read_rows;
 use crate::scheduler::host_copy::write_tensors;
 use crate::worker::serve::CallQueue;
@@ -42,6 +42,9 @@ pub fn serve(queue: CallQueue) {
             }),
             (Request::TopK { rows, out, k }, Some((m, vocab))) => {
                 top_k(m, *vocab, &rows, &out, k).map(|bytes| Reply::Moved { bytes })
+            }
+            (Request::Logprobs { rows, out }, Some((m, _))) => {
+                logprobs(m, &rows, &out).map(|bytes| Reply::Moved { bytes })
             }
             (_, m) => Err(format!(
                 "cannot '{phase}' while the teacher is {}",
@@ -78,4 +81,19 @@ fn top_k(
         &[("ids".to_string(), top.ids), ("logp".into(), top.logp)],
     )
     .map_err(|e| e.to_string())
+}
+
+/// The log-probs of the response tokens of the rows in the file `rows`, written to `out` as
+/// `logp`.
+fn logprobs(model: &LoadedModel, rows: &Path, out: &Path) -> Result<u64, String> {
+    let (prompts, responses, micro, width, temperature) = read_rows(rows)?;
+    let rows = Rows {
+        prompts: &prompts,
+        responses: &responses,
+        micro,
+        width,
+    };
+    let logp = response_logprobs(&model.transformer, model.pad_id, &rows, temperature)
+        .map_err(|e| e.to_string())?;
+    write_tensors(out, &[("logp".to_string(), logp)]).map_err(|e| e.to_string())
 }

@@ -1,0 +1,125 @@
+//! On-policy distillation end to end on the binary (`rl.opd`): with `pure: true` the advantage is
+//! minus the teachers' weighted KL on every sampled token (and the student's KL to the teacher
+//! falls); mixed, the KL is subtracted from the RL advantage; teachers score only the rows of
+//! their tags; and pure OPD beside another KL is refused.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{ok, refused, roll, run_quiet, write_config};
+use serde_json::Value;
+
+/// A teacher: the tiny model after 30 SFT steps on the tiny data; its last checkpoint.
+fn teacher(dir: &Path) -> PathBuf {
+    run_quiet(
+        dir,
+        "teach",
+        "name: teach\nseed: 2\nsft: { steps: 30, batch_size: 8, optimizer: { lr: 0.01 } }\n",
+        &[],
+    );
+    dir.join("teach/checkpoints/sft-step30")
+}
+
+fn series(store: &Path, key: &str) -> Vec<f64> {
+    let all: Vec<Value> =
+        serde_json::from_str(&ok(roll(store, &["metrics", "st", "--key", key, "--json"]))).unwrap();
+    let s = all
+        .iter()
+        .find(|s| s["stage"] == "rl")
+        .unwrap_or_else(|| panic!("no rl {key} in {all:?}"));
+    s["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+fn rl(opd: &str) -> String {
+    format!(
+        "name: st\nseed: 4\n\
+         rl: {{ steps: 10, prompts_per_step: 4, group_size: 4, sampling: {{ temperature: 1.0, max_new_tokens: 6 }}, \
+         kl: {{ mode: none }}, optimizer: {{ lr: 0.01 }}, opd: {opd} }}\n"
+    )
+}
+
+#[test]
+fn pure_opd_makes_the_advantage_minus_the_teachers_kl_and_the_kl_falls() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = teacher(dir.path());
+    let opd = format!(
+        "{{ pure: true, teachers: [ {{ name: tiny, path: {}, coef: 2.0 }} ] }}",
+        t.display()
+    );
+    let store = run_quiet(dir.path(), "st", &rl(&opd), &[]);
+    let kl = series(&store, "opd/kl/tiny");
+    assert_eq!(kl.len(), 10);
+    // k1 over the student's own samples: a Monte Carlo KL(student || teacher), noisy per step.
+    let (first, last) = (kl[..3].iter().sum::<f64>(), kl[7..].iter().sum::<f64>());
+    assert!(last < first, "the student moves to the teacher: {kl:?}");
+    // The advantage of every sampled token is -coef · KL (no whitening, no clip, one teacher
+    // scoring every row), so its mean is -2 times the mean KL.
+    let adv = series(&store, "adv/mean");
+    for (a, k) in adv.iter().zip(&kl) {
+        assert!(
+            (a + 2.0 * k).abs() < 1e-5 * (1.0 + k.abs()),
+            "{adv:?} vs {kl:?}"
+        );
+    }
+}
+
+#[test]
+fn mixed_opd_routes_rows_by_tag_and_joins_the_rl_advantage() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = teacher(dir.path());
+    let opd = format!(
+        "{{ teachers: [ {{ name: adds, path: {p}, tags: [add] }}, {{ name: revs, path: {p}, coef: 0.5, tags: [rev] }} ] }}",
+        p = t.display()
+    );
+    let store = run_quiet(dir.path(), "st", &rl(&opd), &[]);
+    // Each teacher scored its own domain's rows: the same teacher, so the KLs differ only by the
+    // rows they saw.
+    let (adds, revs) = (series(&store, "opd/kl/adds"), series(&store, "opd/kl/revs"));
+    assert_eq!((adds.len(), revs.len()), (10, 10));
+    assert!(
+        adds.iter().zip(&revs).any(|(a, r)| a != r),
+        "{adds:?} {revs:?}"
+    );
+    // Without teachers the same run's advantages are the rewards' alone.
+    let plain = run_quiet(dir.path(), "plain", &rl("null"), &[]);
+    let (with, without) = (series(&store, "adv/mean"), series(&plain, "adv/mean"));
+    // Step 1 samples the same tokens in both (the same policy and seeds): its advantages differ
+    // by the teachers' weighted KL alone.
+    assert!(
+        (with[0] - without[0]).abs() > 1e-6,
+        "{with:?} vs {without:?}"
+    );
+}
+
+#[test]
+fn pure_opd_beside_another_kl_or_a_critic_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let opd = "{ pure: true, teachers: [ { name: t, path: /nowhere } ] }";
+    let cfg = write_config(dir.path(), "st", &rl(opd));
+    let store = dir.path().join("bad.db");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--quiet", cfg.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        refused(roll(&store, &args))
+    };
+    let e = run(&["rl.kl.mode=in_loss"]);
+    assert!(
+        e.contains("rl.opd.pure: the teachers' KL is the whole advantage"),
+        "{e}"
+    );
+    let e = run(&["rl.opd.teachers=[]"]);
+    assert!(
+        e.contains("rl.opd.teachers must list at least one teacher"),
+        "{e}"
+    );
+    let e = run(&[]);
+    assert!(e.contains("rl.opd.teachers[0] ('t') '/nowhere'"), "{e}");
+}
