@@ -123,3 +123,50 @@ fn pure_opd_beside_another_kl_or_a_critic_is_refused() {
     let e = run(&[]);
     assert!(e.contains("rl.opd.teachers[0] ('t') '/nowhere'"), "{e}");
 }
+
+/// In an agentic stage the rows carry the environment's tag: a teacher of that tag scores every
+/// episode (its KL recorded), one of another tag none of them.
+#[test]
+fn an_agentic_stage_routes_episodes_by_the_environments_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let chars = "SFGPWXLeftRighDowUp\n";
+    let teacher = dir.path().join("lake-teacher");
+    ok(common::bin()
+        .args([
+            "model", "init", "--arch", "qwen2", "--hidden", "16", "--layers", "1",
+        ])
+        .args(["--heads", "2", "--kv-heads", "1", "--intermediate", "32"])
+        .args(["--max-positions", "128", "--seed", "9", "--chars", chars])
+        .arg("--out")
+        .arg(&teacher)
+        .output()
+        .unwrap());
+    let cfg = dir.path().join("lake.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: st\nseed: 5\n\
+             model: {{ init: {{ arch: qwen2, hidden: 16, layers: 1, heads: 2, kv_heads: 1, intermediate: 32, chars: \"SFGPWXLeftRighDowUp\\n\", max_positions: 128 }} }}\n\
+             rl:\n  steps: 3\n  prompts_per_step: 2\n  group_size: 4\n  sampling: {{ max_new_tokens: 4 }}\n\
+             \x20 optimizer: {{ lr: 0.01 }}\n\
+             \x20 env: {{ name: frozen_lake, params: {{ map: SFG, legend: false }}, max_turns: 3, action_pattern: '(\\w+)' }}\n\
+             \x20 opd: {{ teachers: [ {{ name: lake, path: {t}, tags: [frozen_lake] }}, {{ name: other, path: {t}, tags: [sokoban] }} ] }}\n\
+             output_dir: {}\n",
+            dir.path().join("out").display(),
+            t = teacher.display()
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("lake.db");
+    ok(roll(&store, &["run", "--quiet", cfg.to_str().unwrap()]));
+    let kl = series(&store, "opd/kl/lake");
+    assert_eq!(kl.len(), 3);
+    assert!(kl.iter().all(|k| k.is_finite() && *k != 0.0), "{kl:?}");
+    let all: Vec<Value> =
+        serde_json::from_str(&ok(roll(&store, &["metrics", "st", "--json"]))).unwrap();
+    assert!(
+        all.iter().all(|s| s["key"] != "opd/kl/other"),
+        "the sokoban teacher scored no frozen_lake episode"
+    );
+    assert!(all.iter().any(|s| s["key"] == "opd/kl/lake"));
+}
