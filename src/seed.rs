@@ -16,3 +16,11 @@ pub fn mix_seed(parts: &[u64]) -> u64 {
     }
     h
 }
+
+/// FNV-1a, 64 bit: a hash that is stable across Rust versions (unlike `DefaultHasher`), for
+/// fingerprints and seeds derived from names.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -203,3 +203,40 @@ fn a_teacher_worker_killed_9_is_replaced_and_the_numbers_stay() {
         format!("pid {pid} died (killed by signal 9)")
     );
 }
+
+/// `distill.cache`: a rerun that sees the same batches takes the teacher's top k from disk, to the
+/// same numbers; a cache of another teacher (here the same directory trained again: its weights
+/// rewritten) is refused, naming both.
+#[test]
+fn a_cached_top_k_serves_a_rerun_and_another_teachers_cache_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let teacher = teacher(dir.path());
+    let cache = dir.path().join("topk");
+    let rest = distill(&teacher, &format!(", cache: {}", cache.display()));
+    let first = run_quiet(dir.path(), "first", &rest, &[]);
+    let again = run_quiet(dir.path(), "again", &rest, &[]);
+    let cached = |store: &Path| series(store, "st", "distill", "distill/cached_batches");
+    assert_eq!(cached(&first).last(), Some(&0.0));
+    assert_eq!(cached(&again).last(), Some(&12.0));
+    for key in ["distill/kd", "distill/loss", "distill/top1_agreement"] {
+        assert_eq!(
+            series(&first, "st", "distill", key),
+            series(&again, "st", "distill", key),
+            "{key}"
+        );
+    }
+    // The teacher trained again in place: its weights written at another time.
+    let weights = teacher.join("model.safetensors");
+    std::fs::File::options()
+        .write(true)
+        .open(&weights)
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(86_400))
+        .unwrap();
+    let cfg = write_config(dir.path(), "stale", &rest);
+    let e = refused(roll(
+        &dir.path().join("stale.db"),
+        &["run", "--quiet", cfg.to_str().unwrap()],
+    ));
+    assert!(e.contains("it holds the top k of another teacher"), "{e}");
+}

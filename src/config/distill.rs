@@ -41,6 +41,11 @@ pub struct DistillConfig {
     pub adaptive_kl_alpha: f64,
     #[serde(default = "skew")]
     pub skew_lambda: f64,
+    /// A directory to keep the teacher's top k of each batch in, for runs that see the same
+    /// batches again (the same data, seed and batch size); a cache of another teacher is
+    /// refused.
+    #[serde(default)]
+    pub cache: Option<PathBuf>,
     #[serde(default)]
     pub optimizer: OptimizerConfig,
 }

@@ -279,12 +279,7 @@ fn fingerprint(examples: &[Example]) -> u64 {
     fnv1a(&bytes)
 }
 
-/// FNV-1a, 64 bit: a hash that is stable across Rust versions (unlike `DefaultHasher`).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+pub(crate) use crate::seed::fnv1a;
 
 #[cfg(test)]
 mod tests {

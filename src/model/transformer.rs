@@ -319,7 +319,11 @@ impl Transformer {
                     .filter(|_| p > 0.0)
                     .map(|seed| layer_grad::Dropout {
                         p,
-                        seed: crate::seed::mix_seed(&[seed, l as u64, fnv(module)]),
+                        seed: crate::seed::mix_seed(&[
+                            seed,
+                            l as u64,
+                            crate::seed::fnv1a(module.as_bytes()),
+                        ]),
                     }),
             })
         };
@@ -860,11 +864,4 @@ pub fn attention_mask(
         }
     }
     Tensor::from_vec(data, (b, 1, groups * t, total), device)
-}
-
-/// A stable number for a module's name (FNV-1a), to mix into its dropout seed.
-fn fnv(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
 }

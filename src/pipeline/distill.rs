@@ -4,8 +4,12 @@
 //! actor_train trains on them as it does in SFT, with `(1 − w) CE + w KD` as its loss
 //! (`DistillConfig::recipe`).
 
+mod cache;
+
 use std::path::PathBuf;
 use std::time::Instant;
+
+use cache::TopKCache;
 
 use crate::config::{DistillConfig, Stage};
 use crate::model::LoadedModel;
@@ -30,13 +34,25 @@ pub fn run_distill(
     resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     let mut teacher = Teacher::start(ctx.cfg, "distill.teacher", &cfg.teacher, model)?;
+    let cache = match &cfg.cache {
+        Some(dir) => Some(TopKCache::open(dir, &cfg.teacher)?),
+        None => None,
+    };
     report_workers(ctx, teacher.drain_events())?;
     let restore = resume.map(|r| Restore {
         dir: &r.dir,
         optimizer_steps: r.state.optimizer_steps,
     });
     let mut actor = ActorTrain::start(ctx.cfg, cfg.recipe(), model, cfg.steps, restore)?;
-    let outcome = distill_steps(ctx, cfg, model, &mut teacher, data, resume, &mut actor);
+    let outcome = distill_steps(
+        ctx,
+        cfg,
+        model,
+        (&mut teacher, cache.as_ref()),
+        data,
+        resume,
+        &mut actor,
+    );
     report_workers(ctx, actor.shutdown())?;
     report_workers(ctx, teacher.shutdown())?;
     outcome
@@ -46,7 +62,7 @@ fn distill_steps(
     ctx: &mut RunContext<'_>,
     cfg: &DistillConfig,
     model: &LoadedModel,
-    teacher: &mut Teacher,
+    (teacher, cache): (&mut Teacher, Option<&TopKCache>),
     data: &Domains,
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
@@ -73,6 +89,7 @@ fn distill_steps(
     let temperature = cfg.kd_temperature * cfg.teacher_temperature;
     let device = model.transformer.device().clone();
     let names: Vec<String> = data.domains.iter().map(|d| d.name.clone()).collect();
+    let mut cached = 0usize;
     let mut last = None;
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
@@ -108,7 +125,21 @@ fn distill_steps(
             micro: cfg.micro(),
             width: responses.iter().map(Vec::len).max().unwrap_or(0),
         };
-        let top = teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?;
+        let kept = cache.map(|c| c.path_of(&rows, cfg.logits_topk, temperature, teacher.vocab()));
+        let top = match (cache, &kept) {
+            (Some(c), Some(path)) => match c.read(path, &device)? {
+                Some(top) => {
+                    cached += 1;
+                    top
+                }
+                None => {
+                    let top = teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?;
+                    c.write(path, &top)?;
+                    top
+                }
+            },
+            _ => teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?,
+        };
         report_workers(ctx, teacher.drain_events())?;
         let teacher_secs = t_teacher.elapsed().as_secs_f64();
         let total_tokens: usize = responses.iter().map(Vec::len).sum();
@@ -134,6 +165,10 @@ fn distill_steps(
         report_workers(ctx, actor.drain_events())?;
         let secs = t0.elapsed().as_secs_f64();
         m.insert("time/teacher".into(), teacher_secs);
+        if cache.is_some() {
+            // The steps so far whose top k came from the cache.
+            m.insert("distill/cached_batches".into(), cached as f64);
+        }
         m.insert("time/train".into(), t_train.elapsed().as_secs_f64());
         m.insert("time/step".into(), secs);
         // What crosses from the teacher per response token: k ids (u32) and k log-probs (f32).
