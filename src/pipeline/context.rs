@@ -125,6 +125,26 @@ impl RunContext<'_> {
         Ok(())
     }
 
+    /// [`Self::after_step`] for a stage whose only state besides the policy's is its data
+    /// cursor (`mixer`, read when a checkpoint is due): SFT, distillation, DPO.
+    pub fn after_data_step(
+        &mut self,
+        model: &LoadedModel,
+        opt: &dyn crate::train::checkpoint::OptimizerState,
+        stage: Stage,
+        progress: (usize, usize),
+        last: &mut Option<PathBuf>,
+        mixer: impl FnOnce() -> MixerState,
+    ) -> Result<bool, PipelineError> {
+        let extras = || CheckpointExtras {
+            mixer: mixer(),
+            rl: None,
+            critic: None,
+            reference: None,
+        };
+        self.after_step(model, opt, stage, progress, last, extras)
+    }
+
     /// After step `step` of `total`: checkpoint when the stage ends, every `checkpoint.every` steps,
     /// `checkpoint.every_minutes` after the last one, or when a stop was requested. Returns true when the stage must stop now.
     pub fn after_step<'a2>(

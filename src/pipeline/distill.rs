@@ -21,10 +21,7 @@ use crate::role::{ResidentRole, Restore};
 
 use super::setup::{Domains, Tokenizing};
 use super::worker_report::report_workers;
-use super::{
-    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
-    mix_seed,
-};
+use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
 
 pub fn run_distill(
     ctx: &mut RunContext<'_>,
@@ -94,18 +91,7 @@ fn distill_steps(
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
         let batch = mixer.next_batch(cfg.batch_size);
-        let (prompts, responses): (Vec<Vec<u32>>, Vec<Vec<u32>>) = batch
-            .iter()
-            .map(|ex| {
-                Ok((
-                    tok.prompt_ids(&ex.prompt)?,
-                    tok.answer_ids(ex.response.as_deref().unwrap_or(&ex.ground_truth))?,
-                ))
-            })
-            .collect::<Result<Vec<_>, String>>()
-            .map_err(PipelineError::Setup)?
-            .into_iter()
-            .unzip();
+        let (prompts, responses) = super::sft::demonstrations(&tok, &batch)?;
         let row_domains = batch
             .iter()
             .map(|ex| {
@@ -181,19 +167,13 @@ fn distill_steps(
             total_tokens as f64 / secs.max(1e-9),
         );
         ctx.record_step(Stage::Distill, step, cfg.steps, m)?;
-        let extras = || CheckpointExtras {
-            mixer: mixer.state(),
-            rl: None,
-            critic: None,
-            reference: None,
-        };
-        if ctx.after_step(
+        if ctx.after_data_step(
             model,
             &*actor,
             Stage::Distill,
             (step, cfg.steps),
             &mut last,
-            extras,
+            || mixer.state(),
         )? {
             return Ok((RunStatus::Interrupted, last));
         }

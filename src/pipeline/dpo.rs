@@ -19,10 +19,7 @@ use self::pairs::{PairOrder, PairRows, PairSet};
 use self::samples::StepPairs;
 use super::setup::{Tokenizing, stage_start_reference};
 use super::worker_report::report_workers;
-use super::{
-    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
-    mix_seed,
-};
+use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
 use crate::algo::preference::{
     PairLogps, PreferenceParams, domain_rewards, preference_stats, preference_sums_by_group,
     preference_terms,
@@ -271,8 +268,13 @@ fn dpo_steps(
         m.insert("time/step".into(), secs);
         m.insert("system/tokens_per_s".into(), tokens as f64 / secs.max(1e-9));
         ctx.record_step(Stage::Dpo, step, cfg.steps, m)?;
-        let extras = || CheckpointExtras {
-            mixer: MixerState {
+        if ctx.after_data_step(
+            model,
+            &*actor,
+            Stage::Dpo,
+            (step, cfg.steps),
+            &mut last,
+            || MixerState {
                 domains: vec![DomainCursor {
                     name: CURSOR.into(),
                     fingerprint: sets.train.fingerprint,
@@ -281,17 +283,6 @@ fn dpo_steps(
                     credit: 0.0,
                 }],
             },
-            rl: None,
-            critic: None,
-            reference: None,
-        };
-        if ctx.after_step(
-            model,
-            &*actor,
-            Stage::Dpo,
-            (step, cfg.steps),
-            &mut last,
-            extras,
         )? {
             return Ok((RunStatus::Interrupted, last));
         }

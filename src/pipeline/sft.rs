@@ -14,10 +14,7 @@ use crate::role::{ResidentRole, Restore};
 
 use super::setup::{Domains, Tokenizing};
 use super::worker_report::report_workers;
-use super::{
-    CheckpointExtras, PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext,
-    mix_seed,
-};
+use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
 
 pub fn run_sft(
     ctx: &mut RunContext<'_>,
@@ -68,18 +65,7 @@ fn sft_steps(
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
         let batch = mixer.next_batch(cfg.batch_size);
-        let (prompts, responses): (Vec<Vec<u32>>, Vec<Vec<u32>>) = batch
-            .iter()
-            .map(|ex| {
-                Ok((
-                    tok.prompt_ids(&ex.prompt)?,
-                    tok.answer_ids(ex.response.as_deref().unwrap_or(&ex.ground_truth))?,
-                ))
-            })
-            .collect::<Result<Vec<_>, String>>()
-            .map_err(PipelineError::Setup)?
-            .into_iter()
-            .unzip();
+        let (prompts, responses) = demonstrations(&tok, &batch)?;
         let total_tokens: usize = responses.iter().map(Vec::len).sum();
         let loss_mask =
             EpochRows::response_mask(&responses, model.transformer.device()).during("sft batch")?;
@@ -105,22 +91,39 @@ fn sft_steps(
             total_tokens as f64 / secs.max(1e-9),
         );
         ctx.record_step(Stage::Sft, step, cfg.steps, m)?;
-        let extras = || CheckpointExtras {
-            mixer: mixer.state(),
-            rl: None,
-            critic: None,
-            reference: None,
-        };
-        if ctx.after_step(
+        if ctx.after_data_step(
             model,
             &*actor,
             Stage::Sft,
             (step, cfg.steps),
             &mut last,
-            extras,
+            || mixer.state(),
         )? {
             return Ok((RunStatus::Interrupted, last));
         }
     }
     Ok((RunStatus::Finished, last))
+}
+
+/// A batch's token rows: (prompts, responses).
+pub(super) type TokenRows = (Vec<Vec<u32>>, Vec<Vec<u32>>);
+
+/// The token rows of a batch of examples: each prompt, and its demonstration (`response`, else
+/// `ground_truth`) as the answer the policy learns.
+pub(super) fn demonstrations(
+    tok: &Tokenizing<'_>,
+    batch: &[crate::data::Example],
+) -> Result<TokenRows, PipelineError> {
+    Ok(batch
+        .iter()
+        .map(|ex| {
+            Ok((
+                tok.prompt_ids(&ex.prompt)?,
+                tok.answer_ids(ex.response.as_deref().unwrap_or(&ex.ground_truth))?,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(PipelineError::Setup)?
+        .into_iter()
+        .unzip())
 }
