@@ -505,6 +505,13 @@ impl Validate for RunConfig {
         }
         if let Some(lora) = &self.model.lora {
             lora.validate(p);
+            if lora.dropout > 0.0 && self.workers.devices.kind == DeviceKind::Cuda {
+                p.push(
+                    "model.lora.dropout above 0 trains through the fused CPU layers; on CUDA set \
+                     model.lora.dropout to 0"
+                        .into(),
+                );
+            }
             if self.workers.reference.mode == PlacementMode::Process {
                 p.push(
                     "model.lora: workers.reference.mode 'process' would hold a second copy of \

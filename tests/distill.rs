@@ -175,6 +175,14 @@ fn a_teacher_of_another_tokenizer_or_a_top_k_past_the_vocabulary_is_refused() {
     );
     let e = run(&["distill.teacher=/nonexistent"]);
     assert!(e.contains("/nonexistent"), "{e}");
+    // A LoRA run's checkpoint holds an adapter, not a model: merge it first.
+    let adapter = dir.path().join("adapter");
+    std::fs::create_dir_all(&adapter).unwrap();
+    std::fs::write(adapter.join("adapter_config.json"), "{}").unwrap();
+    let at = format!("distill.teacher={}", adapter.display());
+    let e = run(&[at.as_str()]);
+    assert!(e.contains("a LoRA adapter without its base"), "{e}");
+    assert!(e.contains("roll-tui model merge"), "{e}");
 }
 
 /// A teacher worker killed with SIGKILL is replaced and asked again (it is frozen: the fresh one

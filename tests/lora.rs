@@ -374,6 +374,8 @@ fn what_lora_does_not_support_yet_is_refused_by_the_config_check() {
     };
     let e = run(&["model.lora.target_modules=[q_proj, qkv]"]);
     assert!(e.contains("'qkv' matches no module"), "{e}");
+    let e = run(&["model.lora.dropout=0.1", "workers.devices.kind=cuda"]);
+    assert!(e.contains("on CUDA set model.lora.dropout to 0"), "{e}");
     let e = run(&["model.lora.dropout=1.0"]);
     assert!(
         e.contains("model.lora.dropout must be at least 0 and below 1, got 1"),

@@ -111,7 +111,10 @@ fn distill_steps(
             micro: cfg.micro(),
             width: responses.iter().map(Vec::len).max().unwrap_or(0),
         };
-        let kept = cache.map(|c| c.path_of(&rows, cfg.logits_topk, temperature, teacher.vocab()));
+        let kept = cache.map(|c| {
+            let what = (cfg.logits_topk, temperature, teacher.vocab());
+            c.path_of(&rows, what, ctx.cfg.model.dtype.hf_name())
+        });
         let top = match (cache, &kept) {
             (Some(c), Some(path)) => match c.read(path, &device)? {
                 Some(top) => {

@@ -275,23 +275,20 @@ impl<'m> Learner<'m> {
             ))?,
         }
         self.refresh_reference(ctx, cfg, sharing, step, &mut m)?;
-        let sync = match handoff {
+        let (sync, bytes) = match handoff {
             None => sharing.sync_weights(self.model, infer)?,
             Some(slot) => {
                 let t0 = Instant::now();
-                *slot = Some(
-                    PolicyUpdate::snapshot(self.model)
-                        .during("snapshotting weights for actor_infer")?,
-                );
-                t0.elapsed().as_secs_f64()
+                let update = PolicyUpdate::snapshot(self.model)
+                    .during("snapshotting weights for actor_infer")?;
+                let bytes = update.bytes();
+                *slot = Some(update);
+                (t0.elapsed().as_secs_f64(), bytes)
             }
         };
         m.insert("time/weight_sync".into(), sync);
-        // What each sync hands actor_infer: the model, or under LoRA only the adapter.
-        m.insert(
-            "weight_sync/bytes".into(),
-            PolicyUpdate::of(self.model).bytes() as f64,
-        );
+        // What the sync handed actor_infer: the model, or under LoRA only the adapter.
+        m.insert("weight_sync/bytes".into(), bytes as f64);
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
         ctx.record_samples(&(learned.records)(&advantages))?;
         ctx.record_step(Stage::Rl, step, cfg.steps, m)?;

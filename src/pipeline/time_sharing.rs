@@ -172,24 +172,41 @@ impl TimeSharing {
 
     /// Send the trained weights to actor_infer: straight into its tensors when it is on its devices,
     /// into its host copy when it is offloaded (its next reload brings the new version). Returns
-    /// seconds spent.
-    pub fn sync_weights(&self, policy: &LoadedModel, infer: &Infer) -> Result<f64, PipelineError> {
+    /// seconds spent and the bytes sent (under LoRA the adapter's).
+    pub fn sync_weights(
+        &self,
+        policy: &LoadedModel,
+        infer: &Infer,
+    ) -> Result<(f64, u64), PipelineError> {
         let t0 = Instant::now();
-        match infer {
-            // An offloaded replica in this process takes the weights it generates with (under
-            // LoRA the adapter merged) at its next reload, from its host copy.
+        let bytes = match infer {
+            // An offloaded replica in this process takes the weights it generates with at its
+            // next reload: under LoRA the adapter, kept until then; else from its host copy.
             Infer::Local { .. } if self.offloaded.contains(&Role::ActorInfer) => {
+                // A copy of the adapter (kilobytes), whatever trains before the reload.
+                let update = match policy.transformer.lora() {
+                    Some(_) => PolicyUpdate::snapshot(policy).during("weight sync")?,
+                    None => PolicyUpdate::of(policy),
+                };
+                let bytes = update.bytes();
+                if infer.keep_for_reload(update) {
+                    return Ok((t0.elapsed().as_secs_f64(), bytes));
+                }
                 let merged = policy
                     .transformer
                     .weights_for_inference()
                     .during("weight sync")?;
                 self.area
                     .overwrite(Role::ActorInfer.as_str(), &merged.named_tensors())
-                    .map_err(copy_err)?;
+                    .map_err(copy_err)?
             }
-            _ => infer.set_weights(&PolicyUpdate::of(policy))?,
-        }
-        Ok(t0.elapsed().as_secs_f64())
+            _ => {
+                let update = PolicyUpdate::of(policy);
+                infer.set_weights(&update)?;
+                update.bytes()
+            }
+        };
+        Ok((t0.elapsed().as_secs_f64(), bytes))
     }
 
     /// `rl.kl.refresh_every`: the reference becomes the current policy — in its tensors, or in its

@@ -160,10 +160,14 @@ pub enum Infer {
     ///
     /// `base`: under LoRA the policy's frozen base (shared, not copied), which each adapter sent
     /// is merged into.
+    ///
+    /// `pending`: under LoRA, the adapter weight sync handed the replica while it was offloaded;
+    /// its reload merges it into the base instead of reading back stale weights.
     Local {
         replica: Transformer,
         multi_turn: bool,
         base: Option<ParamStore>,
+        pending: Mutex<Option<PolicyUpdate>>,
     },
     Remote(Mutex<RemoteInfer>),
 }
@@ -179,6 +183,7 @@ impl Infer {
                     .transformer
                     .lora()
                     .map(|_| model.transformer.params().clone()),
+                pending: Mutex::new(None),
             },
             PlacementMode::Process => Infer::Remote(Mutex::new(RemoteInfer::start(
                 model,
@@ -214,6 +219,24 @@ impl Infer {
         }
     }
 
+    /// Under LoRA, an in-process replica that is offloaded takes `update` at its reload: only
+    /// the adapter moves (false, and nothing kept, for a worker or a replica without a base).
+    pub fn keep_for_reload(&self, update: PolicyUpdate) -> bool {
+        match self {
+            Infer::Local {
+                base: Some(_),
+                pending,
+                ..
+            } if matches!(update, PolicyUpdate::Adapter(_)) => {
+                *pending
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(update);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Take new weights (α > 0: between two decode steps).
     pub fn set_weights(&self, update: &PolicyUpdate) -> Result<(), RoleError> {
         match self {
@@ -245,10 +268,30 @@ impl ResidentRole for &Infer {
 
     fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
         match self {
-            Infer::Local { replica: t, .. } => host
-                .area
-                .read_into(Role::ActorInfer.as_str(), &t.params().named_vars())
-                .map_err(setup_err),
+            Infer::Local {
+                replica: t,
+                base,
+                pending,
+                ..
+            } => {
+                let update = pending
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                match update {
+                    // The base with the latest adapter merged: the host copy is stale.
+                    Some(update) => {
+                        update
+                            .write_into(t.params(), base.as_ref())
+                            .during("reloading actor_infer with its new adapter")?;
+                        Ok(t.params().bytes() as u64)
+                    }
+                    None => host
+                        .area
+                        .read_into(Role::ActorInfer.as_str(), &t.params().named_vars())
+                        .map_err(setup_err),
+                }
+            }
             Infer::Remote(r) => lock(r).reload(),
         }
     }

@@ -107,6 +107,14 @@ impl Teacher {
         student: &LoadedModel,
     ) -> Result<Teacher, RoleError> {
         let at = |e: String| RoleError::Setup(format!("{what} '{}': {e}", dir.display()));
+        if dir.join(crate::model::lora::CONFIG_FILE).is_file() && !dir.join("config.json").is_file()
+        {
+            return Err(at(format!(
+                "a LoRA adapter without its base: merge it into its base first (`roll-tui model \
+                 merge BASE --adapter {} --out DIR`) and name DIR",
+                dir.display()
+            )));
+        }
         let config = read_model_config(dir).map_err(|e| at(e.to_string()))?;
         let tokenizer = load_tokenizer_dir(dir).map_err(|e| at(e.to_string()))?;
         same_vocabulary(&tokenizer, &student.tokenizer).map_err(at)?;
@@ -302,14 +310,22 @@ pub fn top_k_of_model(
         let logits = t
             .logits(&hidden, Numerics::Fast)
             .and_then(|l| l.narrow(2, 0, vocab))
-            .and_then(|l| l.to_dtype(DType::F32))
-            .and_then(|l| l.to_vec3::<f32>())
             .during("teacher logits")?;
-        for row in logits {
+        // One row's (R, vocab) logits on the host at a time, not the chunk's.
+        for i in 0..chunk.len() {
+            let row = logits
+                .get(i)
+                .and_then(|l| l.to_dtype(DType::F32))
+                .and_then(|l| l.to_vec2::<f32>())
+                .during("teacher logits")?;
+            let first = top_k_of(&row[0], k, temperature);
             for pos in 0..width {
-                // Past this row's response: its first position again (the loss masks it).
-                let at = row.get(pos).unwrap_or(&row[0]);
-                let (i, l) = top_k_of(at, k, temperature);
+                // Past this row's response (a shorter row, or a narrower chunk than the batch):
+                // its first position's top k again, which the loss masks.
+                let (i, l) = match row.get(pos) {
+                    Some(at) if pos > 0 => top_k_of(at, k, temperature),
+                    _ => first.clone(),
+                };
                 ids.extend(i);
                 logp.extend(l);
             }
@@ -381,6 +397,32 @@ fn same_vocabulary(teacher: &TokenizerFiles, student: &TokenizerFiles) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows of unequal lengths in chunks narrower than the batch (a chunk's longest response is
+    /// shorter than the batch's) give what one chunk of all rows gives, padding included.
+    #[test]
+    fn the_top_k_do_not_depend_on_how_rows_are_chunked() {
+        let model = crate::model::hf_dir::tiny_test_model("0123456789", 32, 5);
+        let prompts = vec![vec![3, 4], vec![5], vec![6, 7, 8]];
+        let responses = vec![vec![9, 3], vec![4, 5, 6, 7, 8], vec![3]];
+        let top = |micro| {
+            let rows = Rows {
+                prompts: &prompts,
+                responses: &responses,
+                micro,
+                width: 5,
+            };
+            let t = top_k_of_model(&model, 13, &rows, 4, 1.5).expect("top k");
+            (
+                t.ids.to_vec3::<u32>().expect("ids"),
+                t.logp.to_vec3::<f32>().expect("logp"),
+            )
+        };
+        let (whole, chunked) = (top(3), top(1));
+        assert_eq!(whole, chunked);
+        assert_eq!(whole.0.len(), 3);
+        assert_eq!(whole.0[2].len(), 5);
+    }
 
     #[test]
     fn the_top_k_are_the_largest_first_and_renormalised_over_the_k() {

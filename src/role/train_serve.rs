@@ -65,9 +65,9 @@ pub struct TrainInit {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoraInit {
     pub settings: LoraSettings,
-    /// The host copy of its matrices, under their PEFT names; a step's new matrices are written
-    /// to the `weights_out` it names, so this file and the base's are never rewritten by the
-    /// worker.
+    /// The host copy of its matrices, under their PEFT names, read once at load. (The parent
+    /// names the same file as each step's `weights_out`, so after the first step it holds the
+    /// latest adapter; the base's copy is never rewritten.)
     pub adapter: PathBuf,
 }
 

@@ -1,7 +1,7 @@
 //! `distill.cache`: the teacher's top k of each batch kept on disk, so that a run that sees the
 //! same batches again (the same data, seed and batch size: a rerun with another student, another
 //! objective or weight) asks the teacher nothing. A batch's file is named by a hash of its token
-//! rows, k, the temperature and the ids offered; `teacher.json` records whose top k the directory
+//! rows, k, the temperature, the ids offered and the dtype; `teacher.json` records whose top k the directory
 //! holds (the teacher's directory, a hash of its config and tokenizer, and each weight file's size
 //! and modification time), and a cache of another teacher is refused rather than read.
 
@@ -59,9 +59,15 @@ impl TopKCache {
         })
     }
 
-    /// Where the top k of `rows` (k, the temperature and the ids offered alike) is kept.
-    pub fn path_of(&self, rows: &Rows<'_>, k: usize, temperature: f64, vocab: usize) -> PathBuf {
-        let mut bytes = Vec::new();
+    /// Where the top k of `rows` (k, the temperature, the ids offered and the dtype the teacher
+    /// computes in alike) is kept.
+    pub fn path_of(
+        &self,
+        rows: &Rows<'_>,
+        (k, temperature, vocab): (usize, f64, usize),
+        dtype: &str,
+    ) -> PathBuf {
+        let mut bytes = dtype.as_bytes().to_vec();
         for v in [
             k as u64,
             temperature.to_bits(),
