@@ -8,35 +8,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{ok, refused, roll, run_quiet, write_config};
-use serde_json::Value;
-
-/// A teacher: the tiny model after 30 SFT steps on the tiny data; its last checkpoint.
-fn teacher(dir: &Path) -> PathBuf {
-    run_quiet(
-        dir,
-        "teach",
-        "name: teach\nseed: 2\nsft: { steps: 30, batch_size: 8, optimizer: { lr: 0.01 } }\n",
-        &[],
-    );
-    dir.join("teach/checkpoints/sft-step30")
-}
+use common::{refused, roll, run_quiet, write_config};
 
 fn series(store: &Path, run: &str, stage: &str, key: &str) -> Vec<f64> {
-    let all: Vec<Value> =
-        serde_json::from_str(&ok(roll(store, &["metrics", run, "--key", key, "--json"]))).unwrap();
-    let s = all
-        .iter()
-        .find(|s| s["stage"] == stage)
-        .unwrap_or_else(|| panic!("no {stage} {key} in {all:?}"));
-    s["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
+    common::stage_series(store, run, stage, key)
 }
 
 fn distill(teacher: &Path, extra: &str) -> String {
@@ -50,7 +27,7 @@ fn distill(teacher: &Path, extra: &str) -> String {
 #[test]
 fn a_student_learns_the_teachers_top_k_and_w_0_is_sft() {
     let dir = tempfile::tempdir().unwrap();
-    let teacher = teacher(dir.path());
+    let teacher = common::sft_teacher(dir.path());
     assert!(
         teacher.join("config.json").is_file(),
         "{}",
@@ -154,7 +131,7 @@ fn a_student_learns_the_teachers_top_k_and_w_0_is_sft() {
 #[test]
 fn a_teacher_of_another_tokenizer_or_a_top_k_past_the_vocabulary_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let teacher = teacher(dir.path());
+    let teacher = common::sft_teacher(dir.path());
     let cfg = write_config(dir.path(), "st", &distill(&teacher, ""));
     let store = dir.path().join("bad.db");
     let run = |extra: &[&str]| {
@@ -190,7 +167,7 @@ fn a_teacher_of_another_tokenizer_or_a_top_k_past_the_vocabulary_is_refused() {
 #[test]
 fn a_teacher_worker_killed_9_is_replaced_and_the_numbers_stay() {
     let dir = tempfile::tempdir().unwrap();
-    let teacher = teacher(dir.path());
+    let teacher = common::sft_teacher(dir.path());
     let rest = distill(&teacher, "").replace("steps: 12", "steps: 40");
     let calm = run_quiet(dir.path(), "calm", &rest, &["workers.teacher.mode=process"]);
 
@@ -218,7 +195,7 @@ fn a_teacher_worker_killed_9_is_replaced_and_the_numbers_stay() {
 #[test]
 fn a_cached_top_k_serves_a_rerun_and_another_teachers_cache_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let teacher = teacher(dir.path());
+    let teacher = common::sft_teacher(dir.path());
     let cache = dir.path().join("topk");
     let rest = distill(&teacher, &format!(", cache: {}", cache.display()));
     let first = run_quiet(dir.path(), "first", &rest, &[]);

@@ -39,15 +39,7 @@ fn rest(dir: &Path) -> String {
 }
 
 fn series(store: &Path, stage: &str, key: &str) -> Vec<f64> {
-    let all: Vec<Value> =
-        serde_json::from_str(&ok(roll(store, &["metrics", "lo", "--key", key, "--json"]))).unwrap();
-    let s = all.iter().find(|s| s["stage"] == stage).unwrap();
-    s["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
+    common::stage_series(store, "lo", stage, key)
 }
 
 #[test]

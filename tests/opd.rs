@@ -7,35 +7,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{ok, refused, roll, run_quiet, write_config};
 use serde_json::Value;
 
-/// A teacher: the tiny model after 30 SFT steps on the tiny data; its last checkpoint.
-fn teacher(dir: &Path) -> PathBuf {
-    run_quiet(
-        dir,
-        "teach",
-        "name: teach\nseed: 2\nsft: { steps: 30, batch_size: 8, optimizer: { lr: 0.01 } }\n",
-        &[],
-    );
-    dir.join("teach/checkpoints/sft-step30")
-}
-
 fn series(store: &Path, key: &str) -> Vec<f64> {
-    let all: Vec<Value> =
-        serde_json::from_str(&ok(roll(store, &["metrics", "st", "--key", key, "--json"]))).unwrap();
-    let s = all
-        .iter()
-        .find(|s| s["stage"] == "rl")
-        .unwrap_or_else(|| panic!("no rl {key} in {all:?}"));
-    s["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
+    common::stage_series(store, "st", "rl", key)
 }
 
 fn rl(opd: &str) -> String {
@@ -49,7 +27,7 @@ fn rl(opd: &str) -> String {
 #[test]
 fn pure_opd_makes_the_advantage_minus_the_teachers_kl_and_the_kl_falls() {
     let dir = tempfile::tempdir().unwrap();
-    let t = teacher(dir.path());
+    let t = common::sft_teacher(dir.path());
     let opd = format!(
         "{{ pure: true, teachers: [ {{ name: tiny, path: {}, coef: 2.0 }} ] }}",
         t.display()
@@ -74,7 +52,7 @@ fn pure_opd_makes_the_advantage_minus_the_teachers_kl_and_the_kl_falls() {
 #[test]
 fn mixed_opd_routes_rows_by_tag_and_joins_the_rl_advantage() {
     let dir = tempfile::tempdir().unwrap();
-    let t = teacher(dir.path());
+    let t = common::sft_teacher(dir.path());
     let opd = format!(
         "{{ teachers: [ {{ name: adds, path: {p}, tags: [add] }}, {{ name: revs, path: {p}, coef: 0.5, tags: [rev] }} ] }}",
         p = t.display()

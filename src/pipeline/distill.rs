@@ -21,7 +21,7 @@ use crate::role::{ResidentRole, Restore};
 
 use super::setup::{Domains, Tokenizing};
 use super::worker_report::report_workers;
-use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{PipelineError, Resume, RunContext, RunStatus, TensorContext, mix_seed};
 
 pub fn run_distill(
     ctx: &mut RunContext<'_>,
@@ -65,24 +65,12 @@ fn distill_steps(
     actor: &mut ActorTrain,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
     // Batches and dropout seeds drawn as SFT draws them: with w = 0 the stage is SFT, to the bit.
-    let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
-    let mut first_step = 1;
-    if let Some(r) = resume {
-        if let Some(m) = &r.state.mixer {
-            mixer.restore(m)?;
-        }
-        first_step = r.state.step + 1;
-    }
+    let (mut mixer, first_step) =
+        super::sft::start_demonstrations(ctx, Stage::Distill, cfg.steps, data, resume, actor)?;
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
     };
-    report_workers(ctx, actor.drain_events())?;
-    ctx.emit(PipelineEvent::StageStarted {
-        stage: Stage::Distill,
-        total_steps: cfg.steps,
-        done_steps: first_step - 1,
-    });
     let temperature = cfg.kd_temperature * cfg.teacher_temperature;
     let device = model.transformer.device().clone();
     let names: Vec<String> = data.domains.iter().map(|d| d.name.clone()).collect();

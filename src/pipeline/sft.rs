@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::config::{SftConfig, Stage};
+use crate::data::mix::DomainMixer;
 use crate::model::LoadedModel;
 use crate::role::actor_train::ActorTrain;
 use crate::role::epochs::{ActorStep, EpochRows, Targets};
@@ -43,24 +44,12 @@ fn sft_steps(
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
-    let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
-    let mut first_step = 1;
-    if let Some(r) = resume {
-        if let Some(m) = &r.state.mixer {
-            mixer.restore(m)?;
-        }
-        first_step = r.state.step + 1;
-    }
+    let (mut mixer, first_step) =
+        start_demonstrations(ctx, Stage::Sft, cfg.steps, data, resume, actor)?;
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
     };
-    report_workers(ctx, actor.drain_events())?;
-    ctx.emit(PipelineEvent::StageStarted {
-        stage: Stage::Sft,
-        total_steps: cfg.steps,
-        done_steps: first_step - 1,
-    });
     let mut last = None;
     for step in first_step..=cfg.steps {
         let t0 = Instant::now();
@@ -103,6 +92,34 @@ fn sft_steps(
         }
     }
     Ok((RunStatus::Finished, last))
+}
+
+/// The start of a stage that trains on the run's demonstrations (SFT, distillation): the data
+/// mixer, seeded as SFT's (so a distill stage with w = 0 is SFT to the bit) and restored when
+/// resuming, and the first step to run; the stage announced.
+pub(super) fn start_demonstrations(
+    ctx: &mut RunContext<'_>,
+    stage: Stage,
+    steps: usize,
+    data: &Domains,
+    resume: Option<&Resume>,
+    actor: &mut ActorTrain,
+) -> Result<(DomainMixer, usize), PipelineError> {
+    let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
+    let mut first_step = 1;
+    if let Some(r) = resume {
+        if let Some(m) = &r.state.mixer {
+            mixer.restore(m)?;
+        }
+        first_step = r.state.step + 1;
+    }
+    report_workers(ctx, actor.drain_events())?;
+    ctx.emit(PipelineEvent::StageStarted {
+        stage,
+        total_steps: steps,
+        done_steps: first_step - 1,
+    });
+    Ok((mixer, first_step))
 }
 
 /// A batch's token rows: (prompts, responses).

@@ -294,6 +294,24 @@ pub fn read_rows(path: &Path) -> Result<RowsFile, String> {
     ))
 }
 
+/// A worker's answer to a rows file: `score` the rows [`write_rows`] wrote at `rows` (given
+/// their temperature) and write the named tensors it gives to `out`. Returns bytes written.
+pub fn answer_rows(
+    rows: &Path,
+    out: &Path,
+    score: impl FnOnce(&Rows<'_>, f64) -> Result<Vec<(String, Tensor)>, String>,
+) -> Result<u64, String> {
+    let (prompts, responses, micro, width, temperature) = read_rows(rows)?;
+    let rows = Rows {
+        prompts: &prompts,
+        responses: &responses,
+        micro,
+        width,
+    };
+    let tensors = score(&rows, temperature)?;
+    write_tensors(out, &tensors).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

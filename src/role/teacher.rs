@@ -202,20 +202,10 @@ impl Teacher {
                     .during("teacher log-probs")
             }
             Teacher::Remote(r) => {
-                write_rows(rows, temperature, &r.area.path(ROWS)).map_err(setup_err)?;
-                let reply = r.call(|s| TeacherCall::Logprobs {
-                    rows: s.area.path(ROWS),
-                    out: s.area.path(OUT),
+                let mut out = r.ask(rows, temperature, device, |rows, out| {
+                    TeacherCall::Logprobs { rows, out }
                 })?;
-                moved(Role::Teacher, reply)?;
-                let out = r.area.path(OUT);
-                let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
-                tensors.remove("logp").ok_or_else(|| {
-                    RoleError::Setup(format!(
-                        "the teacher worker's output '{}' has no 'logp'",
-                        out.display()
-                    ))
-                })
+                out.take("logp")
             }
         }
     }
@@ -260,26 +250,48 @@ impl RemoteTeacher {
         temperature: f64,
         device: &Device,
     ) -> Result<TopK, RoleError> {
-        write_rows(rows, temperature, &self.area.path(ROWS)).map_err(setup_err)?;
-        let reply = self.call(|s| TeacherCall::TopK {
-            rows: s.area.path(ROWS),
-            out: s.area.path(OUT),
+        let mut out = self.ask(rows, temperature, device, |rows, out| TeacherCall::TopK {
+            rows,
+            out,
             k,
         })?;
-        moved(Role::Teacher, reply)?;
-        let out = self.area.path(OUT);
-        let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
-        let mut take = |name: &str| {
-            tensors.remove(name).ok_or_else(|| {
-                RoleError::Setup(format!(
-                    "the teacher worker's output '{}' has no '{name}'",
-                    out.display()
-                ))
-            })
-        };
         Ok(TopK {
-            ids: take("ids")?,
-            logp: take("logp")?,
+            ids: out.take("ids")?,
+            logp: out.take("logp")?,
+        })
+    }
+
+    /// Send `rows` to the worker with the call `make` builds from the rows file and the output
+    /// file, and read the tensors it wrote, onto `device`.
+    fn ask(
+        &mut self,
+        rows: &Rows<'_>,
+        temperature: f64,
+        device: &Device,
+        make: impl Fn(PathBuf, PathBuf) -> TeacherCall,
+    ) -> Result<WorkerOutput, RoleError> {
+        write_rows(rows, temperature, &self.area.path(ROWS)).map_err(setup_err)?;
+        let reply = self.call(|s| make(s.area.path(ROWS), s.area.path(OUT)))?;
+        moved(Role::Teacher, reply)?;
+        let path = self.area.path(OUT);
+        let tensors = read_tensors(&path, device).map_err(setup_err)?;
+        Ok(WorkerOutput { path, tensors })
+    }
+}
+
+/// The tensors a teacher worker wrote, by name.
+struct WorkerOutput {
+    path: PathBuf,
+    tensors: std::collections::HashMap<String, Tensor>,
+}
+
+impl WorkerOutput {
+    fn take(&mut self, name: &str) -> Result<Tensor, RoleError> {
+        self.tensors.remove(name).ok_or_else(|| {
+            RoleError::Setup(format!(
+                "the teacher worker's output '{}' has no '{name}'",
+                self.path.display()
+            ))
         })
     }
 }

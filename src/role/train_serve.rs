@@ -24,16 +24,13 @@ use super::critic::CriticNet;
 use super::epochs::{ActorReport, actor_epochs, critic_epochs};
 use super::recipe::TrainRecipe;
 use super::remote::ModelReply as Reply;
-use super::rows::Rows;
-use super::step_file::{read_actor, read_critic, read_rows};
+use super::step_file::{answer_rows, read_actor, read_critic};
 use super::{Calls, Role, RoleCall};
 use super::{RoleError, setup_err};
 use crate::model::lora::{LoraSettings, LoraVars};
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
-use crate::scheduler::host_copy::{
-    overwrite_tensors, read_tensors, read_variables, tensor_bytes, write_tensors,
-};
+use crate::scheduler::host_copy::{overwrite_tensors, read_tensors, read_variables, tensor_bytes};
 use crate::train::AdamW;
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::optim::MOMENT_PREFIXES;
@@ -334,15 +331,10 @@ fn train(
 
 /// Score the rows in the file `rows`; write the (n, width) values to `out` as `values`.
 fn values(base: &Base, net: &CriticNet, rows: &Path, out: &Path) -> Result<u64, String> {
-    let (prompts, responses, micro, width, _) = read_rows(rows)?;
-    let rows = Rows {
-        prompts: &prompts,
-        responses: &responses,
-        micro,
-        width,
-    };
-    let values = net.row_values(base.pad_id, &rows).map_err(err)?;
-    write_tensors(out, &[("values".to_string(), values)]).map_err(err)
+    answer_rows(rows, out, |rows, _| {
+        let values = net.row_values(base.pad_id, rows).map_err(err)?;
+        Ok(vec![("values".to_string(), values)])
+    })
 }
 
 /// A checkpoint's files: the moments, and the weights when asked. Returns bytes written.

@@ -68,15 +68,35 @@ pub fn refused(out: Output) -> String {
 
 /// The values of `key` in `run`'s RL stage, by step.
 pub fn rl_series(store: &Path, run: &str, key: &str) -> Vec<f64> {
+    stage_series(store, run, "rl", key)
+}
+
+/// The values of `key` in `run`'s stage `stage`, by step.
+pub fn stage_series(store: &Path, run: &str, stage: &str, key: &str) -> Vec<f64> {
     let out = ok(roll(store, &["metrics", run, "--key", key, "--json"]));
     let all: Vec<Value> = serde_json::from_str(&out).unwrap();
-    let s = all.iter().find(|s| s["stage"] == "rl").unwrap();
+    let s = all
+        .iter()
+        .find(|s| s["stage"] == stage)
+        .unwrap_or_else(|| panic!("no {stage} {key} in {all:?}"));
     s["values"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_f64().unwrap())
         .collect()
+}
+
+/// A teacher for distillation tests: the tiny model after 30 SFT steps on the tiny data, written
+/// under `dir`; its last checkpoint (a model directory).
+pub fn sft_teacher(dir: &Path) -> std::path::PathBuf {
+    run_quiet(
+        dir,
+        "teach",
+        "name: teach\nseed: 2\nsft: { steps: 30, batch_size: 8, optimizer: { lr: 0.01 } }\n",
+        &[],
+    );
+    dir.join("teach/checkpoints/sft-step30")
 }
 
 /// Every metric series of `run` except those that measure the machine or the process layout

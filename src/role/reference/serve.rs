@@ -13,12 +13,10 @@ use crate::model::{ModelConfig, Transformer};
 use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::role::remote::ModelReply as Reply;
-use crate::role::rows::{Rows, response_logprobs};
-use crate::role::step_file::read_rows;
+use crate::role::rows::response_logprobs;
+use crate::role::step_file::answer_rows;
 use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{
-    check_holds, read_into_vars, read_tensors, tensor_bytes, write_tensors,
-};
+use crate::scheduler::host_copy::{check_holds, read_into_vars, read_tensors, tensor_bytes};
 use crate::worker::serve::CallQueue;
 
 /// What to load: the model's shape, and its weights from the host copy `weights`.
@@ -112,13 +110,8 @@ fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
 
 /// Score the rows in the file `rows`; write the (n, width) log-probs to `out` as `ref_logp`.
 fn logprobs(base: &Base, model: &Transformer, rows: &Path, out: &Path) -> Result<u64, String> {
-    let (prompts, responses, micro, width, temperature) = read_rows(rows)?;
-    let rows = Rows {
-        prompts: &prompts,
-        responses: &responses,
-        micro,
-        width,
-    };
-    let logp = response_logprobs(model, base.pad_id, &rows, temperature).map_err(err)?;
-    write_tensors(out, &[("ref_logp".to_string(), logp)]).map_err(err)
+    answer_rows(rows, out, |rows, temperature| {
+        let logp = response_logprobs(model, base.pad_id, rows, temperature).map_err(err)?;
+        Ok(vec![("ref_logp".to_string(), logp)])
+    })
 }

@@ -12,9 +12,8 @@ use crate::model::{LoadedModel, load_model_dir};
 use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::role::remote::ModelReply as Reply;
-use crate::role::rows::{Rows, response_logprobs};
-use crate::role::step_file::read_rows;
-use crate::scheduler::host_copy::write_tensors;
+use crate::role::rows::response_logprobs;
+use crate::role::step_file::answer_rows;
 use crate::worker::serve::CallQueue;
 
 /// What to load: the model directory, in the run's dtype, on the worker's device; `vocab` is
@@ -68,32 +67,21 @@ fn top_k(
     out: &Path,
     k: usize,
 ) -> Result<u64, String> {
-    let (prompts, responses, micro, width, temperature) = read_rows(rows)?;
-    let rows = Rows {
-        prompts: &prompts,
-        responses: &responses,
-        micro,
-        width,
-    };
-    let top = top_k_of_model(model, vocab, &rows, k, temperature).map_err(|e| e.to_string())?;
-    write_tensors(
-        out,
-        &[("ids".to_string(), top.ids), ("logp".into(), top.logp)],
-    )
-    .map_err(|e| e.to_string())
+    answer_rows(rows, out, |rows, temperature| {
+        let top = top_k_of_model(model, vocab, rows, k, temperature).map_err(|e| e.to_string())?;
+        Ok(vec![
+            ("ids".to_string(), top.ids),
+            ("logp".into(), top.logp),
+        ])
+    })
 }
 
 /// The log-probs of the response tokens of the rows in the file `rows`, written to `out` as
 /// `logp`.
 fn logprobs(model: &LoadedModel, rows: &Path, out: &Path) -> Result<u64, String> {
-    let (prompts, responses, micro, width, temperature) = read_rows(rows)?;
-    let rows = Rows {
-        prompts: &prompts,
-        responses: &responses,
-        micro,
-        width,
-    };
-    let logp = response_logprobs(&model.transformer, model.pad_id, &rows, temperature)
-        .map_err(|e| e.to_string())?;
-    write_tensors(out, &[("logp".to_string(), logp)]).map_err(|e| e.to_string())
+    answer_rows(rows, out, |rows, temperature| {
+        let logp = response_logprobs(&model.transformer, model.pad_id, rows, temperature)
+            .map_err(|e| e.to_string())?;
+        Ok(vec![("logp".to_string(), logp)])
+    })
 }
