@@ -172,6 +172,7 @@ pub fn run(
     let data = setup::load_domains(cfg, &model)?;
     // Refuse a placement that cannot fit before any stage spends time.
     rlvr::placement_for(cfg, &model, &data.judge_models())?;
+    distill::placement_for(cfg, &model)?;
     // Only a run that got past its setup marks the directory as holding a run: one refused for a
     // bad dataset or model must not block rerunning it once that is fixed.
     if resume.is_none() {

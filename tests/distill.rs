@@ -91,6 +91,56 @@ fn a_student_learns_the_teachers_top_k_and_w_0_is_sft() {
         1,
         "{events:#?}"
     );
+    // Teacher and student share device 0, so they take turns on it: each step's `teach` phase
+    // offloads actor_train (from the second step on, once it has been there) and each `train`
+    // phase the teacher; a reload brings back the bytes its offload took. In its worker the
+    // teacher moves the same bytes.
+    for (store, how) in [(&store, "in process"), (&apart, "in its worker")] {
+        let moves = common::transfers(&common::run_events(store, "st"));
+        let count = |kind: &str, who: &str| {
+            moves
+                .iter()
+                .filter(|(k, w, _)| k == kind && w.starts_with(who))
+                .count()
+        };
+        assert_eq!(
+            (count("offload", "teacher"), count("reload", "teacher")),
+            (12, 11),
+            "{how}: {moves:?}"
+        );
+        assert_eq!(
+            (
+                count("offload", "actor_train"),
+                count("reload", "actor_train")
+            ),
+            (11, 11),
+            "{how}: {moves:?}"
+        );
+        let bytes = |who: &str| -> Vec<u64> {
+            let mut b: Vec<u64> = moves
+                .iter()
+                .filter(|(_, w, _)| w.starts_with(who))
+                .map(|(_, _, b)| *b)
+                .collect();
+            b.dedup();
+            b
+        };
+        assert_eq!(bytes("teacher").len(), 1, "{how}: {moves:?}");
+        assert!(bytes("teacher")[0] > 0);
+    }
+    // On a device of its own the teacher never moves, nor does the student, and the numbers are
+    // the same.
+    let own = run_quiet(
+        dir.path(),
+        "own",
+        &distill(&teacher, ""),
+        &[
+            "workers.devices.count=2",
+            "workers.teacher.device_mapping=[1]",
+        ],
+    );
+    common::assert_same_metrics(&store, &own, "st");
+    assert_eq!(common::transfers(&common::run_events(&own, "st")), vec![]);
     // What crosses from the teacher: 8 ids and 8 log-probs a token.
     assert_eq!(
         series(&store, "st", "distill", "distill/topk_bytes_per_token")[0],

@@ -66,6 +66,26 @@ fn mixed_opd_routes_rows_by_tag_and_joins_the_rl_advantage() {
         adds.iter().zip(&revs).any(|(a, r)| a != r),
         "{adds:?} {revs:?}"
     );
+    // The two teachers are the run's teacher role: resident while training, where they score,
+    // and offloaded together for generation on their shared device (from the second step on:
+    // each step generates, then trains). Their reload brings back what their offload took.
+    let moves: Vec<(String, u64)> = common::transfers(&common::run_events(&store, "st"))
+        .into_iter()
+        .filter(|(_, w, _)| w.starts_with("teacher"))
+        .map(|(k, _, b)| (k, b))
+        .collect();
+    let offloads: Vec<u64> = moves
+        .iter()
+        .filter(|(k, _)| k == "offload")
+        .map(|m| m.1)
+        .collect();
+    let reloads: Vec<u64> = moves
+        .iter()
+        .filter(|(k, _)| k == "reload")
+        .map(|m| m.1)
+        .collect();
+    assert_eq!((offloads.len(), reloads.len()), (9, 9), "{moves:?}");
+    assert!(offloads.iter().chain(&reloads).all(|b| *b == offloads[0]));
     // Without teachers the same run's advantages are the rewards' alone.
     let plain = run_quiet(dir.path(), "plain", &rl("null"), &[]);
     let (with, without) = (series(&store, "adv/mean"), series(&plain, "adv/mean"));

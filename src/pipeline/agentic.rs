@@ -127,9 +127,6 @@ pub fn run_agentic(
     for role in learner.residents() {
         events.extend(role.shutdown());
     }
-    if let Some(o) = learner.opd.as_mut() {
-        events.extend(o.shutdown());
-    }
     report_workers(ctx, events)?;
     let status = status?;
     Ok((status, learner.last_checkpoint))

@@ -2,7 +2,9 @@
 //! the teacher's distributions over its top k at every response token. The stage supplies the
 //! batches and the teacher's top k (the teacher role, in this process or its worker process);
 //! actor_train trains on them as it does in SFT, with `(1 − w) CE + w KD` as its loss
-//! (`DistillConfig::recipe`).
+//! (`DistillConfig::recipe`). The two alternate on the devices they share: each step enters the
+//! `teach` phase (unless the cache holds the batch's top k) and then `train`, and time-sharing
+//! offloads the one that is not working, as an RL run's roles are.
 
 mod cache;
 
@@ -11,17 +13,42 @@ use std::time::Instant;
 
 use cache::TopKCache;
 
-use crate::config::{DistillConfig, Stage};
+use crate::config::{DistillConfig, RunConfig, Stage};
+use crate::metrics::Metrics;
 use crate::model::LoadedModel;
 use crate::role::actor_train::ActorTrain;
 use crate::role::epochs::{ActorStep, EpochRows, Targets};
 use crate::role::rows::Rows;
 use crate::role::teacher::Teacher;
 use crate::role::{ResidentRole, Restore};
+use crate::scheduler::{Phase, Placement};
 
 use super::setup::{Domains, Tokenizing};
+use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
 use super::{PipelineError, Resume, RunContext, RunStatus, TensorContext, mix_seed};
+
+/// The distillation stage's placement (actor_train and the teacher, time-sharing the devices
+/// they share), refused with a message naming device and bytes if it cannot fit.
+pub fn placement_for(
+    run: &RunConfig,
+    model: &LoadedModel,
+) -> Result<Option<Placement>, PipelineError> {
+    let Some(cfg) = &run.distill else {
+        return Ok(None);
+    };
+    let teacher = crate::role::teacher::shape_of("distill.teacher", &cfg.teacher)
+        .map_err(PipelineError::Setup)?;
+    Placement::for_distill(
+        &run.workers,
+        model.config(),
+        &teacher,
+        run.model.dtype.candle().size_in_bytes(),
+        run.workers.devices.budget_bytes()?,
+    )
+    .map(Some)
+    .map_err(|e| PipelineError::Setup(e.to_string()))
+}
 
 pub fn run_distill(
     ctx: &mut RunContext<'_>,
@@ -30,6 +57,9 @@ pub fn run_distill(
     data: &Domains,
     resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let placement = placement_for(ctx.cfg, model)?
+        .ok_or_else(|| PipelineError::Setup("the run has no distill section".into()))?;
+    let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     let mut teacher = Teacher::start(ctx.cfg, "distill.teacher", &cfg.teacher, model)?;
     let cache = match &cfg.cache {
         Some(dir) => Some(TopKCache::open(dir, &cfg.teacher)?),
@@ -45,7 +75,7 @@ pub fn run_distill(
         ctx,
         cfg,
         model,
-        (&mut teacher, cache.as_ref()),
+        (&mut teacher, cache.as_ref(), &mut sharing),
         data,
         resume,
         &mut actor,
@@ -59,7 +89,7 @@ fn distill_steps(
     ctx: &mut RunContext<'_>,
     cfg: &DistillConfig,
     model: &LoadedModel,
-    (teacher, cache): (&mut Teacher, Option<&TopKCache>),
+    (teacher, cache, sharing): (&mut Teacher, Option<&TopKCache>, &mut TimeSharing),
     data: &Domains,
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
@@ -92,6 +122,8 @@ fn distill_steps(
                 })
             })
             .collect::<Result<Vec<u32>, _>>()?;
+        // Offloads and reloads of the step, as `time/offload` and `time/reload`.
+        let mut moves = Metrics::new();
         let t_teacher = Instant::now();
         let rows = Rows {
             prompts: &prompts,
@@ -110,15 +142,20 @@ fn distill_steps(
                     top
                 }
                 None => {
+                    sharing.enter(Phase::Teach, &mut [actor, teacher], model, ctx, &mut moves)?;
                     let top = teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?;
                     c.write(path, &top)?;
                     top
                 }
             },
-            _ => teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?,
+            _ => {
+                sharing.enter(Phase::Teach, &mut [actor, teacher], model, ctx, &mut moves)?;
+                teacher.top_k(&rows, cfg.logits_topk, temperature, &device)?
+            }
         };
         report_workers(ctx, teacher.drain_events())?;
-        let teacher_secs = t_teacher.elapsed().as_secs_f64();
+        // The teacher's work, without the moves that brought it onto its devices.
+        let teacher_secs = t_teacher.elapsed().as_secs_f64() - moves.values().sum::<f64>();
         let total_tokens: usize = responses.iter().map(Vec::len).sum();
         let loss_mask = EpochRows::response_mask(&responses, model.transformer.device())
             .during("distill batch")?;
@@ -137,8 +174,10 @@ fn distill_steps(
                 row_domains,
             },
         };
+        sharing.enter(Phase::Train, &mut [actor, teacher], model, ctx, &mut moves)?;
         let t_train = Instant::now();
         let mut m = name_domains(actor.train(&step_rows, model)?.metrics, &names);
+        m.extend(moves);
         report_workers(ctx, actor.drain_events())?;
         let secs = t0.elapsed().as_secs_f64();
         m.insert("time/teacher".into(), teacher_secs);

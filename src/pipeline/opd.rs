@@ -4,6 +4,9 @@
 //! over the sampling log-probs and the teacher's, as ROLL's `compute_approx_kl` — weighed by its `coef`,
 //! is summed over the teachers. `rl_update` subtracts the sum from the RL advantage before the
 //! advantage is whitened and clipped, or with `pure` makes it the whole advantage (`-Σ c KL`).
+//!
+//! The teachers are the run's teacher role: resident in the `train` phase, in which they score,
+//! and offloaded together when a colocated phase needs their devices.
 
 use candle_core::{Device, Tensor};
 
@@ -12,10 +15,10 @@ use crate::algo::kl::{KlEstimator, kl_penalty};
 use crate::config::{OpdConfig, OpdTeacher, RunConfig};
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
-use crate::role::WorkerNote;
 use crate::role::epochs::mean_of;
 use crate::role::rows::Rows;
 use crate::role::teacher::Teacher;
+use crate::role::{HostCopy, ResidentRole, RoleError, WorkerNote};
 
 use super::rl_update::RlBatch;
 
@@ -98,17 +101,51 @@ impl OpdTeachers {
         }
         Ok(total)
     }
+}
 
-    /// Every teacher's worker events since the last drain.
-    pub fn drain_events(&mut self) -> Vec<WorkerNote> {
+/// The host copy of the `i`-th teacher, in the run's area (its own area in a worker).
+fn copy_name(i: usize) -> String {
+    format!("teacher_{i}")
+}
+
+/// Every teacher together is the run's teacher role.
+impl ResidentRole for OpdTeachers {
+    fn role(&self) -> crate::config::Role {
+        crate::config::Role::Teacher
+    }
+
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        let mut bytes = 0;
+        for (i, (_, t)) in self.teachers.iter_mut().enumerate() {
+            bytes += t.offload_to(host.area, &copy_name(i))?;
+        }
+        Ok(bytes)
+    }
+
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        let mut bytes = 0;
+        for (i, (_, t)) in self.teachers.iter_mut().enumerate() {
+            bytes += t.reload_from(host.area, &copy_name(i))?;
+        }
+        Ok(bytes)
+    }
+
+    fn in_worker_process(&self) -> bool {
+        self.teachers.iter().any(|(_, t)| t.in_worker_process())
+    }
+
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
         self.teachers
             .iter_mut()
             .flat_map(|(_, t)| t.drain_events())
             .collect()
     }
 
-    /// Stop the teachers' workers; their events not drained yet.
-    pub fn shutdown(&mut self) -> Vec<WorkerNote> {
+    fn restarts(&self) -> usize {
+        self.teachers.iter().map(|(_, t)| t.restarts()).sum()
+    }
+
+    fn shutdown(&mut self) -> Vec<WorkerNote> {
         self.teachers
             .iter_mut()
             .flat_map(|(_, t)| t.shutdown())

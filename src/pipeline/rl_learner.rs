@@ -161,8 +161,8 @@ impl<'m> Learner<'m> {
         roles
     }
 
-    /// The trainer's resident roles: actor_train, then the reference and the critic when the run
-    /// has them.
+    /// The trainer's resident roles: actor_train, then the reference, the critic, the judges and
+    /// the on-policy distillation teachers when the run has them.
     pub fn residents(&mut self) -> Vec<&mut dyn ResidentRole> {
         let mut roles: Vec<&mut dyn ResidentRole> = vec![&mut self.actor];
         if let Some(r) = self.reference.as_mut() {
@@ -173,6 +173,9 @@ impl<'m> Learner<'m> {
         }
         if let Some(r) = self.reward.as_mut() {
             roles.push(r);
+        }
+        if let Some(o) = self.opd.as_mut() {
+            roles.push(o);
         }
         roles
     }
@@ -336,9 +339,6 @@ impl<'m> Learner<'m> {
         let mut events = std::mem::take(&mut out.worker_events);
         for role in self.residents() {
             events.extend(role.drain_events());
-        }
-        if let Some(o) = self.opd.as_mut() {
-            events.extend(o.drain_events());
         }
         report_workers(ctx, events)?;
         let workers = &ctx.cfg.workers;

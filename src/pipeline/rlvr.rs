@@ -30,7 +30,8 @@ use crate::rollout::engine::Detokenize;
 use crate::scheduler::{Phase, Placement};
 
 /// The placement the run asks for, refused with a message naming device and bytes if it cannot fit.
-/// `judges`: the run's judge models (`llm_judge` rewards), whose shapes are read here.
+/// `judges`: the run's judge models (`llm_judge` rewards), whose shapes are read here, as are
+/// those of its on-policy distillation teachers (`rl.opd`).
 pub fn placement_for(
     run: &RunConfig,
     model: &LoadedModel,
@@ -39,11 +40,21 @@ pub fn placement_for(
     let Some(rl) = &run.rl else {
         return Ok(None);
     };
+    let shape = |dir: &PathBuf, what: &str| {
+        crate::model::read_model_config(dir)
+            .map_err(|e| PipelineError::Setup(format!("{what}: {e}")))
+    };
     let judges = judges
         .iter()
-        .map(|dir| {
-            crate::model::read_model_config(dir)
-                .map_err(|e| PipelineError::Setup(format!("the llm_judge reward's model: {e}")))
+        .map(|dir| shape(dir, "the llm_judge reward's model"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let teachers = rl
+        .opd
+        .iter()
+        .flat_map(|o| o.teachers.iter().enumerate())
+        .map(|(i, t)| {
+            let what = format!("rl.opd.teachers[{i}] ('{}')", t.name);
+            crate::role::teacher::shape_of(&what, &t.path).map_err(PipelineError::Setup)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let dtype_bytes = run.model.dtype.candle().size_in_bytes();
@@ -53,7 +64,7 @@ pub fn placement_for(
         rl,
         model.config(),
         dtype_bytes,
-        &judges,
+        (&judges, &teachers),
         budget,
     )
     .map(Some)
@@ -118,9 +129,6 @@ pub fn run_rlvr(
     events.extend((&infer).shutdown());
     for role in learner.residents() {
         events.extend(role.shutdown());
-    }
-    if let Some(o) = learner.opd.as_mut() {
-        events.extend(o.shutdown());
     }
     let last_checkpoint = learner.last_checkpoint;
     report_workers(ctx, events)?;

@@ -1,4 +1,4 @@
-//! Time-sharing the devices between the RL roles: before each phase the ledger orders offloads and
+//! Time-sharing the devices between the roles of a stage (RL, or distillation's teacher and student): before each phase the ledger orders offloads and
 //! reloads, which copy a role's tensors (weights, and for trainable roles the AdamW moments) to its
 //! host copy and back; weight sync moves the trained policy to actor_infer.
 //!

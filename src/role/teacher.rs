@@ -9,35 +9,33 @@
 //! Qwen2.5's are) offers only the student's ids. It runs in the trainer's process or in a worker
 //! process of its own (`workers.teacher`), which a lost worker is replaced by (the teacher is
 //! frozen: a fresh one loads what the lost one held).
+//!
+//! Like every model role it time-shares its devices: offloading writes its weights to its host
+//! copy once (they never change) and lets go of them; a reload reads them back.
 
 pub mod serve;
+pub mod top_k;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 pub use serve::TeacherInit;
+pub use top_k::{TopK, top_k_of, top_k_of_model};
 
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, worker_lost};
 use super::rows::{Rows, response_logprobs};
 use super::step_file::write_rows;
-use super::{Protocol, RoleCall, RoleError, TensorContext, WorkerNote, setup_err};
+use super::{
+    HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
+};
 use crate::config::{PlacementMode, RunConfig};
 use crate::model::tokenizer::{TokenizerFiles, load_tokenizer_dir};
-use crate::model::{LoadedModel, Numerics, load_model_dir, read_model_config};
-use crate::scheduler::host_copy::{HostArea, read_tensors};
-use crate::train::TrainBatch;
-use crate::train::batch::response_hidden;
+use crate::model::{LoadedModel, ModelConfig, load_model_dir, read_model_config};
+use crate::scheduler::host_copy::{HostArea, check_holds, read_tensors};
 use crate::worker::Role;
-
-/// A batch's top k per response position: ids (n, R, k) u32, most likely first, and their
-/// log-probs renormalised over the k (n, R, k) f32.
-pub struct TopK {
-    pub ids: Tensor,
-    pub logp: Tensor,
-}
 
 /// The teacher's calls to its worker process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,6 +52,11 @@ pub enum TeacherCall {
     /// The log-probs of the response tokens of the rows file `rows` (its temperature divides
     /// the logits), written to `out` as `logp` (on-policy distillation).
     Logprobs { rows: PathBuf, out: PathBuf },
+    /// Make sure the host copy at `path` holds the weights (writing it the first time), then let
+    /// go of them.
+    Offload { path: PathBuf },
+    /// Read the weights back from the host copy at `path`.
+    Reload { path: PathBuf },
 }
 
 impl RoleCall for TeacherCall {
@@ -62,6 +65,8 @@ impl RoleCall for TeacherCall {
             TeacherCall::Init(_) => "load",
             TeacherCall::TopK { .. } => "teacher_topk",
             TeacherCall::Logprobs { .. } => "teacher_logprobs",
+            TeacherCall::Offload { .. } => "offload",
+            TeacherCall::Reload { .. } => "reload",
         }
     }
 }
@@ -78,6 +83,7 @@ impl Protocol for TeacherProtocol {
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 const ROWS: &str = "teacher_rows";
 const OUT: &str = "teacher_topk";
+const HOST_COPY: &str = "teacher_weights";
 
 /// The teacher: in the trainer's process, or in a worker process of its own
 /// (`workers.teacher.mode: process`, on its `device_mapping`).
@@ -86,6 +92,8 @@ pub enum Teacher {
         model: Box<LoadedModel>,
         /// The ids it offers: those both heads have.
         vocab: usize,
+        /// Whether its host copy holds its weights (written at the first offload).
+        copied: bool,
     },
     Remote(Box<RemoteTeacher>),
 }
@@ -94,6 +102,8 @@ pub struct RemoteTeacher {
     worker: RemoteWorker<TeacherProtocol>,
     area: HostArea,
     vocab: usize,
+    /// Whether the worker let go of its weights (they are in `area`'s host copy).
+    offloaded: bool,
 }
 
 impl Teacher {
@@ -106,16 +116,8 @@ impl Teacher {
         dir: &Path,
         student: &LoadedModel,
     ) -> Result<Teacher, RoleError> {
+        let config = shape_of(what, dir).map_err(RoleError::Setup)?;
         let at = |e: String| RoleError::Setup(format!("{what} '{}': {e}", dir.display()));
-        if dir.join(crate::model::lora::CONFIG_FILE).is_file() && !dir.join("config.json").is_file()
-        {
-            return Err(at(format!(
-                "a LoRA adapter without its base: merge it into its base first (`roll-tui model \
-                 merge BASE --adapter {} --out DIR`) and name DIR",
-                dir.display()
-            )));
-        }
-        let config = read_model_config(dir).map_err(|e| at(e.to_string()))?;
         let tokenizer = load_tokenizer_dir(dir).map_err(|e| at(e.to_string()))?;
         same_vocabulary(&tokenizer, &student.tokenizer).map_err(at)?;
         let vocab = student.config().vocab_size.min(config.vocab_size);
@@ -127,6 +129,7 @@ impl Teacher {
             return Ok(Teacher::Local {
                 model: Box::new(model),
                 vocab,
+                copied: false,
             });
         }
         let area = HostArea::new().map_err(|e| {
@@ -149,6 +152,7 @@ impl Teacher {
             worker,
             area,
             vocab,
+            offloaded: false,
         })))
     }
 
@@ -176,8 +180,15 @@ impl Teacher {
             )));
         }
         match self {
-            Teacher::Local { model, vocab } => {
-                let top = top_k_of_model(model, *vocab, rows, k, temperature)?;
+            Teacher::Local { model, vocab, .. } => {
+                let top = top_k_of_model(
+                    &model.transformer,
+                    model.pad_id,
+                    *vocab,
+                    rows,
+                    k,
+                    temperature,
+                )?;
                 Ok(TopK {
                     ids: top.ids.to_device(device).during("teacher top-k")?,
                     logp: top.logp.to_device(device).during("teacher top-k")?,
@@ -210,16 +221,82 @@ impl Teacher {
         }
     }
 
-    /// Worker events since the last call (none in-process).
-    pub fn drain_events(&mut self) -> Vec<WorkerNote> {
+    /// Offload to the host copy `name` of `area` (an in-process teacher's; a worker uses its
+    /// own): the weights are written there the first time only, since they never change.
+    /// Returns the bytes the copy holds.
+    pub fn offload_to(&mut self, area: &HostArea, name: &str) -> Result<u64, RoleError> {
+        match self {
+            Teacher::Local { model, copied, .. } => {
+                let tensors = model.transformer.params().named_tensors();
+                let bytes = if *copied {
+                    check_holds(&area.path(name), &tensors)
+                } else {
+                    area.write(name, &tensors)
+                }
+                .map_err(setup_err)?;
+                *copied = true;
+                Ok(bytes)
+            }
+            Teacher::Remote(r) => {
+                let reply = r.call(|s| TeacherCall::Offload {
+                    path: s.area.path(HOST_COPY),
+                })?;
+                r.offloaded = true;
+                moved(Role::Teacher, reply)
+            }
+        }
+    }
+
+    /// Bring the weights back from the host copy `name` of `area` (or the worker's own).
+    pub fn reload_from(&mut self, area: &HostArea, name: &str) -> Result<u64, RoleError> {
+        match self {
+            Teacher::Local { model, .. } => area
+                .read_into(name, &model.transformer.params().named_vars())
+                .map_err(setup_err),
+            Teacher::Remote(r) => {
+                let reply = r.call(|s| TeacherCall::Reload {
+                    path: s.area.path(HOST_COPY),
+                })?;
+                r.offloaded = false;
+                moved(Role::Teacher, reply)
+            }
+        }
+    }
+}
+
+/// A lone teacher (a distillation stage's) keeps its host copy under the role's name.
+impl ResidentRole for Teacher {
+    fn role(&self) -> Role {
+        Role::Teacher
+    }
+
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        self.offload_to(host.area, Role::Teacher.as_str())
+    }
+
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+        self.reload_from(host.area, Role::Teacher.as_str())
+    }
+
+    fn in_worker_process(&self) -> bool {
+        matches!(self, Teacher::Remote(_))
+    }
+
+    fn drain_events(&mut self) -> Vec<WorkerNote> {
         match self {
             Teacher::Local { .. } => vec![],
             Teacher::Remote(r) => r.worker.drain_events(),
         }
     }
 
-    /// Stop the worker process, if any; the events not drained yet.
-    pub fn shutdown(&mut self) -> Vec<WorkerNote> {
+    fn restarts(&self) -> usize {
+        match self {
+            Teacher::Local { .. } => 0,
+            Teacher::Remote(r) => r.worker.restarts,
+        }
+    }
+
+    fn shutdown(&mut self) -> Vec<WorkerNote> {
         match self {
             Teacher::Local { .. } => vec![],
             Teacher::Remote(r) => r.worker.shutdown(),
@@ -229,15 +306,16 @@ impl Teacher {
 
 impl RemoteTeacher {
     /// The call, once more on a fresh worker if the first was lost: the teacher is frozen, so a
-    /// replacement loads what the lost one held.
+    /// replacement loads what the lost one held (and lets go of it again if it was offloaded).
     fn call(&mut self, make: impl Fn(&Self) -> TeacherCall) -> Result<Reply, RoleError> {
-        let call = make(self);
-        match self.worker.call(call.clone()) {
+        match self.worker.call(make(self)) {
             Err(e) if worker_lost(&e) => {
-                let again = call.clone();
+                let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
                 self.worker
-                    .revive(&e, "; the model loaded again", None, |_| again)?;
-                self.worker.call(call).map_err(setup_err)
+                    .revive(&e, "; the model loaded again", offloaded, |path| {
+                        TeacherCall::Offload { path }
+                    })?;
+                self.worker.call(make(self)).map_err(setup_err)
             }
             other => other.map_err(setup_err),
         }
@@ -296,82 +374,18 @@ impl WorkerOutput {
     }
 }
 
-/// The top `k` of every response position of `rows` (padded to `rows.width`) under `model`'s
-/// logits over its first `vocab` ids divided by `temperature`: what the teacher role computes,
-/// here or in its worker.
-pub fn top_k_of_model(
-    model: &LoadedModel,
-    vocab: usize,
-    rows: &Rows<'_>,
-    k: usize,
-    temperature: f64,
-) -> Result<TopK, RoleError> {
-    let t = &model.transformer;
-    let width = rows.width;
-    let (mut ids, mut logp) = (vec![], vec![]);
-    let pairs: Vec<(&[u32], &[u32])> = rows
-        .prompts
-        .iter()
-        .zip(rows.responses)
-        .map(|(p, r)| (p.as_slice(), r.as_slice()))
-        .collect();
-    for chunk in pairs.chunks(rows.micro.max(1)) {
-        let tb = TrainBatch::new(chunk, model.pad_id, t.config().kv_groups(), t.device())
-            .during("teacher batch")?;
-        let hidden = response_hidden(t, &tb, Numerics::Fast, None).during("teacher forward")?;
-        let logits = t
-            .logits(&hidden, Numerics::Fast)
-            .and_then(|l| l.narrow(2, 0, vocab))
-            .during("teacher logits")?;
-        // One row's (R, vocab) logits on the host at a time, not the chunk's.
-        for i in 0..chunk.len() {
-            let row = logits
-                .get(i)
-                .and_then(|l| l.to_dtype(DType::F32))
-                .and_then(|l| l.to_vec2::<f32>())
-                .during("teacher logits")?;
-            let first = top_k_of(&row[0], k, temperature);
-            for pos in 0..width {
-                // Past this row's response (a shorter row, or a narrower chunk than the batch):
-                // its first position's top k again, which the loss masks.
-                let (i, l) = match row.get(pos) {
-                    Some(at) if pos > 0 => top_k_of(at, k, temperature),
-                    _ => first.clone(),
-                };
-                ids.extend(i);
-                logp.extend(l);
-            }
-        }
+/// The shape of the teacher at `dir` (its config.json), or why it is not a model; `what` names it
+/// (the config key that gave `dir`).
+pub fn shape_of(what: &str, dir: &Path) -> Result<ModelConfig, String> {
+    let at = |e: String| format!("{what} '{}': {e}", dir.display());
+    if dir.join(crate::model::lora::CONFIG_FILE).is_file() && !dir.join("config.json").is_file() {
+        return Err(at(format!(
+            "a LoRA adapter without its base: merge it into its base first (`roll-tui model \
+             merge BASE --adapter {} --out DIR`) and name DIR",
+            dir.display()
+        )));
     }
-    let n = rows.prompts.len();
-    let host = crate::device::host();
-    Ok(TopK {
-        ids: Tensor::from_vec(ids, (n, width, k), &host).during("teacher top-k")?,
-        logp: Tensor::from_vec(logp, (n, width, k), &host).during("teacher top-k")?,
-    })
-}
-
-/// The `k` largest of `logits / temperature`, largest first (ties: the lower id first), and their
-/// log-softmax over the k.
-pub fn top_k_of(logits: &[f32], k: usize, temperature: f64) -> (Vec<u32>, Vec<f32>) {
-    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
-    let by_logit = |a: &u32, b: &u32| {
-        logits[*b as usize]
-            .total_cmp(&logits[*a as usize])
-            .then(a.cmp(b))
-    };
-    if k < order.len() {
-        order.select_nth_unstable_by(k, by_logit);
-        order.truncate(k);
-    }
-    order.sort_by(by_logit);
-    let scaled: Vec<f64> = order
-        .iter()
-        .map(|&i| logits[i as usize] as f64 / temperature)
-        .collect();
-    let max = scaled.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let lse = max + scaled.iter().map(|s| (s - max).exp()).sum::<f64>().ln();
-    (order, scaled.iter().map(|s| (s - lse) as f32).collect())
+    read_model_config(dir).map_err(|e| at(e.to_string()))
 }
 
 /// Whether the teacher tokenizes as the student does: the same token for every id.
@@ -403,52 +417,5 @@ fn same_vocabulary(teacher: &TokenizerFiles, student: &TokenizerFiles) -> Result
             differ.len(),
             theirs.map_or("none".to_string(), |i| i.to_string())
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Rows of unequal lengths in chunks narrower than the batch (a chunk's longest response is
-    /// shorter than the batch's) give what one chunk of all rows gives, padding included.
-    #[test]
-    fn the_top_k_do_not_depend_on_how_rows_are_chunked() {
-        let model = crate::model::hf_dir::tiny_test_model("0123456789", 32, 5);
-        let prompts = vec![vec![3, 4], vec![5], vec![6, 7, 8]];
-        let responses = vec![vec![9, 3], vec![4, 5, 6, 7, 8], vec![3]];
-        let top = |micro| {
-            let rows = Rows {
-                prompts: &prompts,
-                responses: &responses,
-                micro,
-                width: 5,
-            };
-            let t = top_k_of_model(&model, 13, &rows, 4, 1.5).expect("top k");
-            (
-                t.ids.to_vec3::<u32>().expect("ids"),
-                t.logp.to_vec3::<f32>().expect("logp"),
-            )
-        };
-        let (whole, chunked) = (top(3), top(1));
-        assert_eq!(whole, chunked);
-        assert_eq!(whole.0.len(), 3);
-        assert_eq!(whole.0[2].len(), 5);
-    }
-
-    #[test]
-    fn the_top_k_are_the_largest_first_and_renormalised_over_the_k() {
-        let logits = [0.5f32, 3.0, -1.0, 3.0, 2.0];
-        let (ids, logp) = top_k_of(&logits, 3, 2.0);
-        // 3.0 twice (id 1 before id 3), then 2.0.
-        assert_eq!(ids, [1, 3, 4]);
-        // Over the three at temperature 2: 1.5, 1.5, 1.0.
-        let lse = (2.0 * 1.5f64.exp() + 1.0f64.exp()).ln();
-        let want = [1.5 - lse, 1.5 - lse, 1.0 - lse];
-        for (g, w) in logp.iter().zip(want) {
-            assert!((*g as f64 - w).abs() < 1e-6, "{logp:?}");
-        }
-        let (all, _) = top_k_of(&logits, 5, 1.0);
-        assert_eq!(all, [1, 3, 4, 0, 2]);
     }
 }

@@ -1,8 +1,10 @@
 //! Which role sits on which device with how many bytes, and whether that fits.
 //!
 //! A run alternates phases: `generate` (actor_infer, and the reward role's judge models that score
-//! its samples) and `train` (actor_train with the reference and critic it reads). Roles of one phase are resident together; roles of the other phase that share a
-//! device with them are offloaded meanwhile. With asynchronous rollout (α > 0) actor_infer stays
+//! its samples) and `train` (actor_train with the reference, critic and on-policy distillation
+//! teachers it reads). A distillation stage alternates `teach` (its teacher gives the batch's top
+//! k) and `train` (actor_train). Roles of one phase are resident together; roles of another phase
+//! that share a device with them are offloaded meanwhile. With asynchronous rollout (α > 0) actor_infer stays
 //! resident through every phase. A placement fits when, in every phase, the resident roles of each
 //! device fit its memory; otherwise it is refused before anything starts, naming device and bytes.
 
@@ -17,6 +19,8 @@ use crate::model::params::expected_tensors;
 pub enum Phase {
     Generate,
     Train,
+    /// A distillation stage's teacher computes the batch's top k.
+    Teach,
 }
 
 impl Phase {
@@ -24,6 +28,7 @@ impl Phase {
         match self {
             Phase::Generate => "generate",
             Phase::Train => "train",
+            Phase::Teach => "teach",
         }
     }
 }
@@ -64,6 +69,9 @@ pub struct Placement {
     pub slots: Vec<RoleSlot>,
     /// α > 0: actor_infer is resident in every phase.
     pub async_rollout: bool,
+    /// When the teacher role works: `train` in an RL stage (on-policy distillation scores the
+    /// sampled tokens in the update), `teach` in a distillation stage.
+    pub teacher_phase: Phase,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -97,25 +105,31 @@ impl Placement {
         slots: Vec<RoleSlot>,
         async_rollout: bool,
     ) -> Result<Placement, PlacementError> {
-        let p = Placement {
+        Placement {
             device_count,
             memory_per_device,
             slots,
             async_rollout,
-        };
-        for phase in [Phase::Generate, Phase::Train] {
-            for device in 0..device_count {
+            teacher_phase: Phase::Train,
+        }
+        .checked()
+    }
+
+    fn checked(self) -> Result<Placement, PlacementError> {
+        let p = self;
+        for phase in [Phase::Generate, Phase::Train, Phase::Teach] {
+            for device in 0..p.device_count {
                 let parts: Vec<(Role, u64)> = p
                     .phase_roles(phase)
                     .filter(|s| s.devices.contains(&device))
                     .map(|s| (s.role, s.bytes_per_device()))
                     .collect();
                 let needed = parts.iter().map(|(_, b)| b).sum::<u64>();
-                if needed > memory_per_device {
+                if needed > p.memory_per_device {
                     return Err(PlacementError {
                         device,
                         phase,
-                        budget: memory_per_device,
+                        budget: p.memory_per_device,
                         needed,
                         parts,
                     });
@@ -129,13 +143,14 @@ impl Placement {
     /// (or taken from `workers.<role>.memory_mb`), on devices of `budget` bytes each
     /// (`crate::device::budget_bytes`).
     /// `judges` are the shapes of the run's judge models (`llm_judge` rewards), which put the
-    /// reward role on devices.
+    /// reward role on devices; `teachers` those of its on-policy distillation teachers
+    /// (`rl.opd`), which put the teacher role there.
     pub fn for_run(
         workers: &WorkersConfig,
         rl: &RlConfig,
         model: &ModelConfig,
         dtype_bytes: usize,
-        judges: &[ModelConfig],
+        (judges, teachers): (&[ModelConfig], &[ModelConfig]),
         budget: u64,
     ) -> Result<Placement, PlacementError> {
         let mut roles = vec![Role::ActorTrain, Role::ActorInfer];
@@ -148,30 +163,26 @@ impl Placement {
         if !judges.is_empty() {
             roles.push(Role::Reward);
         }
+        if !teachers.is_empty() {
+            roles.push(Role::Teacher);
+        }
         let slots = roles
             .into_iter()
             .map(|role| {
-                let cfg = workers.role(role).cloned().unwrap_or_default();
-                let bytes = match (cfg.memory_mb, role) {
-                    (Some(mb), _) => (mb * (1u64 << 20) as f64) as u64,
+                let estimate = match role {
                     // Every judge of the run, loaded in f32, in each reward worker.
-                    (None, Role::Reward) => judges
+                    Role::Reward => judges
                         .iter()
                         .map(|j| estimate_bytes(Role::Reward, j, 4, 0))
                         .sum(),
-                    (None, _) => estimate_bytes(role, model, dtype_bytes, rl.rollout_batch),
+                    // Every teacher's weights, in the run's dtype.
+                    Role::Teacher => teachers
+                        .iter()
+                        .map(|t| estimate_bytes(Role::Teacher, t, dtype_bytes, 0))
+                        .sum(),
+                    _ => estimate_bytes(role, model, dtype_bytes, rl.rollout_batch),
                 };
-                // An in-process role is one copy, whatever num_workers says.
-                let copies = match cfg.mode {
-                    crate::config::PlacementMode::InProcess => 1,
-                    crate::config::PlacementMode::Process => cfg.num_workers,
-                };
-                RoleSlot {
-                    role,
-                    devices: workers.device_mapping(role),
-                    workers: copies,
-                    bytes_per_worker: bytes,
-                }
+                slot_of(workers, role, estimate)
             })
             .collect();
         Placement::new(
@@ -180,6 +191,37 @@ impl Placement {
             slots,
             rl.async_generation_ratio > 0,
         )
+    }
+
+    /// The placement of a distillation stage: actor_train training `student`, and the teacher
+    /// of shape `teacher`, which time-share their devices when they share one.
+    pub fn for_distill(
+        workers: &WorkersConfig,
+        student: &ModelConfig,
+        teacher: &ModelConfig,
+        dtype_bytes: usize,
+        budget: u64,
+    ) -> Result<Placement, PlacementError> {
+        let slots = vec![
+            slot_of(
+                workers,
+                Role::ActorTrain,
+                estimate_bytes(Role::ActorTrain, student, dtype_bytes, 0),
+            ),
+            slot_of(
+                workers,
+                Role::Teacher,
+                estimate_bytes(Role::Teacher, teacher, dtype_bytes, 0),
+            ),
+        ];
+        Placement {
+            device_count: workers.devices.count,
+            memory_per_device: budget,
+            slots,
+            async_rollout: false,
+            teacher_phase: Phase::Teach,
+        }
+        .checked()
     }
 
     pub fn slot(&self, role: Role) -> Option<&RoleSlot> {
@@ -200,8 +242,8 @@ impl Placement {
             // Judges score while the rollout generates (and, asynchronously, while it runs on
             // beside training).
             Role::Reward => phase == Phase::Generate || self.async_rollout,
-            // Distillation's stage places its teacher itself; RL has none.
-            Role::Env | Role::Teacher => false,
+            Role::Teacher => phase == self.teacher_phase,
+            Role::Env => false,
         }
     }
 
@@ -211,6 +253,27 @@ impl Placement {
             (Some(x), Some(y)) => x.devices.iter().any(|d| y.devices.contains(d)),
             _ => false,
         }
+    }
+}
+
+/// `role`'s slot: its `device_mapping` and workers, and `estimate` bytes a worker unless
+/// `workers.<role>.memory_mb` says otherwise.
+fn slot_of(workers: &WorkersConfig, role: Role, estimate: u64) -> RoleSlot {
+    let cfg = workers.role(role).cloned().unwrap_or_default();
+    let bytes = match cfg.memory_mb {
+        Some(mb) => (mb * (1u64 << 20) as f64) as u64,
+        None => estimate,
+    };
+    // An in-process role is one copy, whatever num_workers says.
+    let copies = match cfg.mode {
+        crate::config::PlacementMode::InProcess => 1,
+        crate::config::PlacementMode::Process => cfg.num_workers,
+    };
+    RoleSlot {
+        role,
+        devices: workers.device_mapping(role),
+        workers: copies,
+        bytes_per_worker: bytes,
     }
 }
 
@@ -361,6 +424,74 @@ mod tests {
         // + 30 must fit at once.
         let err = Placement::new(1, 100 << 20, slots, true).expect_err("120 MiB resident");
         assert_eq!((err.phase, err.needed), (Phase::Train, 120 << 20));
+    }
+
+    /// A distillation stage's student and teacher on one device need the larger of the two, not
+    /// their sum: the `teach` phase holds the teacher alone and `train` actor_train alone.
+    #[test]
+    fn a_distillation_stage_time_shares_the_teacher_and_the_student() {
+        let cfg = crate::model::config::tests::tiny(crate::model::Arch::Qwen2);
+        let workers = WorkersConfig::default();
+        let (student, teacher) = (
+            estimate_bytes(Role::ActorTrain, &cfg, 4, 0),
+            estimate_bytes(Role::Teacher, &cfg, 4, 0),
+        );
+        let p = Placement::for_distill(&workers, &cfg, &cfg, 4, student).expect("the larger fits");
+        let roles = |phase| p.phase_roles(phase).map(|s| s.role).collect::<Vec<_>>();
+        assert_eq!(roles(Phase::Teach), [Role::Teacher]);
+        assert_eq!(roles(Phase::Train), [Role::ActorTrain]);
+        assert!(roles(Phase::Generate).is_empty());
+        let mut ledger = super::super::Ledger::new(p);
+        for phase in [Phase::Teach, Phase::Train] {
+            ledger.enter(phase, |_, _| Ok::<u64, ()>(1)).expect("moves");
+        }
+        assert_eq!(
+            ledger.plan(Phase::Teach),
+            [
+                (Role::ActorTrain, super::super::Direction::Offload),
+                (Role::Teacher, super::super::Direction::Reload)
+            ]
+        );
+        let err = Placement::for_distill(&workers, &cfg, &cfg, 4, student - 1)
+            .expect_err("the student alone is too large");
+        assert_eq!((err.phase, err.needed), (Phase::Train, student));
+        // `workers.teacher.memory_mb` replaces the teacher's estimate.
+        let mut big = workers.clone();
+        big.teacher.memory_mb = Some(((student + teacher) >> 20) as f64 + 1.0);
+        let err = Placement::for_distill(&big, &cfg, &cfg, 4, student + teacher)
+            .expect_err("the teacher's stated memory is too large");
+        assert_eq!((err.phase, err.parts[0].0), (Phase::Teach, Role::Teacher));
+    }
+
+    /// An RL run's on-policy distillation teachers are one teacher role of all their weights,
+    /// resident while training beside actor_train.
+    #[test]
+    fn on_policy_teachers_train_beside_the_student() {
+        let cfg = crate::model::config::tests::tiny(crate::model::Arch::Qwen2);
+        let run: crate::config::RunConfig = crate::config::load::from_yaml_str(
+            "name: t\nmodel: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, \
+             intermediate: 64, chars: \"0\" } }\n\
+             data: { domains: [ { name: d, synthetic: { task: addition, count: 1 }, reward: exact_match } ] }\n\
+             rl: { steps: 1, prompts_per_step: 2, group_size: 4, kl: { mode: none } }\n",
+            "<test>",
+        )
+        .expect("config");
+        let rl = run.rl.expect("rl");
+        let teacher = estimate_bytes(Role::Teacher, &cfg, 4, 0);
+        let p = Placement::for_run(
+            &WorkersConfig::default(),
+            &rl,
+            &cfg,
+            4,
+            (&[], &[cfg.clone(), cfg.clone()]),
+            u64::MAX,
+        )
+        .expect("fits");
+        let slot = p.slot(Role::Teacher).expect("a teacher slot");
+        assert_eq!(slot.bytes_per_worker, 2 * teacher);
+        let train: Vec<Role> = p.phase_roles(Phase::Train).map(|s| s.role).collect();
+        assert_eq!(train, [Role::ActorTrain, Role::Teacher]);
+        assert!(!p.needed_in(Role::Teacher, Phase::Generate));
     }
 
     #[test]
