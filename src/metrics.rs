@@ -44,6 +44,57 @@ pub struct SampleRecord {
     pub finish_reason: String,
     /// The policy version (optimizer steps of this stage) that generated the sample.
     pub policy_version: usize,
+    /// Per-token log-probs of the trained tokens, the student's and its teachers' (recorded
+    /// when an RL stage has on-policy distillation teachers, `rl.opd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenTrace>,
+}
+
+/// A sample's trained tokens with the log-prob the student sampled each with and the log-prob
+/// each teacher that scored the sample gives it (the teachers' temperature is the sampling's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TokenTrace {
+    /// Each token decoded alone.
+    pub pieces: Vec<String>,
+    /// One log-prob per token; `None` where there is no finite one (JSON has no NaN or ±∞).
+    pub student: Vec<Option<f32>>,
+    /// By teacher name (`rl.opd.teachers[].name`), one log-prob per token; `None` also where
+    /// the teacher did not score the token's row.
+    pub teachers: BTreeMap<String, Vec<Option<f32>>>,
+}
+
+impl TokenTrace {
+    /// Consecutive parts of `lengths` tokens each (an episode's turns); `None` when the lengths
+    /// do not add up to the trace's.
+    pub fn split(&self, lengths: &[usize]) -> Option<Vec<TokenTrace>> {
+        if lengths.iter().sum::<usize>() != self.pieces.len() {
+            return None;
+        }
+        let mut at = 0;
+        Some(
+            lengths
+                .iter()
+                .map(|&n| {
+                    let part = at..at + n;
+                    at += n;
+                    TokenTrace {
+                        pieces: self.pieces[part.clone()].to_vec(),
+                        student: self.student[part.clone()].to_vec(),
+                        teachers: self
+                            .teachers
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v[part.clone()].to_vec()))
+                            .collect(),
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+/// `x` when it is finite.
+pub fn finite(x: f32) -> Option<f32> {
+    x.is_finite().then_some(x)
 }
 
 /// A checkpoint that was written and is complete on disk.
@@ -135,6 +186,10 @@ pub struct TurnRecord {
     /// `state_hash` of the state acted in, …).
     #[serde(default)]
     pub info: serde_json::Map<String, serde_json::Value>,
+    /// The turn's tokens with the student's and the teachers' log-probs (on-policy
+    /// distillation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenTrace>,
 }
 
 /// One agentic episode, turn by turn.
@@ -270,6 +325,25 @@ impl MetricSink for MemorySink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trace_splits_into_its_turns_only_when_their_lengths_add_up() {
+        let t = TokenTrace {
+            pieces: ["a", "b", "c"].map(String::from).to_vec(),
+            student: vec![Some(-1.0), None, Some(-3.0)],
+            teachers: BTreeMap::from([("t".into(), vec![Some(-0.5), Some(-0.25), None])]),
+        };
+        let parts = t.split(&[2, 0, 1]).expect("2 + 0 + 1 = 3");
+        assert_eq!(parts[0].pieces, ["a", "b"]);
+        assert_eq!(parts[0].teachers["t"], [Some(-0.5), Some(-0.25)]);
+        assert!(parts[1].pieces.is_empty() && parts[1].teachers["t"].is_empty());
+        assert_eq!(
+            (parts[2].student.clone(), parts[2].teachers["t"].clone()),
+            (vec![Some(-3.0)], vec![None])
+        );
+        assert!(t.split(&[2, 2]).is_none());
+    }
+
     use crate::scheduler::{DeviceReading, Phase};
 
     /// A GPU move's event names each device's free memory before and after it; a CPU move's

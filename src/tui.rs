@@ -34,6 +34,7 @@ pub mod replay;
 pub mod runs;
 pub mod samples;
 pub mod samples_render;
+pub mod samples_tokens;
 pub mod sync;
 pub mod theme;
 pub mod ui;

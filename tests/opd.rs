@@ -38,6 +38,36 @@ fn pure_opd_makes_the_advantage_minus_the_teachers_kl_and_the_kl_falls() {
     // k1 over the student's own samples: a Monte Carlo KL(student || teacher), noisy per step.
     let (first, last) = (kl[..3].iter().sum::<f64>(), kl[7..].iter().sum::<f64>());
     assert!(last < first, "the student moves to the teacher: {kl:?}");
+    // Every sample carries its tokens with the student's and the teacher's log-probs, and the
+    // metric is their k1 (student − teacher) averaged over the step's tokens: recomputed here
+    // from the stored samples, it is `opd/kl/tiny` of each step.
+    let out = ok(roll(
+        &store,
+        &["samples", "st", "--json", "--limit", "10000"],
+    ));
+    let samples: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(samples.len(), 10 * 16);
+    for (step, want) in kl.iter().enumerate() {
+        let (mut sum, mut count) = (0f64, 0usize);
+        for s in samples.iter().filter(|s| s["step"] == step as u64 + 1) {
+            let t = &s["tokens"];
+            let pieces = t["pieces"].as_array().unwrap();
+            assert_eq!(pieces.len() as u64, s["response_tokens"].as_u64().unwrap());
+            let student = t["student"].as_array().unwrap();
+            let teacher = t["teachers"]["tiny"].as_array().unwrap();
+            assert_eq!((student.len(), teacher.len()), (pieces.len(), pieces.len()));
+            for (a, b) in student.iter().zip(teacher) {
+                sum += a.as_f64().unwrap() - b.as_f64().unwrap();
+                count += 1;
+            }
+        }
+        let got = sum / count as f64;
+        assert!(
+            (got - want).abs() < 1e-4,
+            "step {}: {got} vs {want}",
+            step + 1
+        );
+    }
     // The advantage of every sampled token is -coef · KL (no whitening, no clip, one teacher
     // scoring every row), so its mean is -2 times the mean KL.
     let adv = series(&store, "adv/mean");
@@ -86,8 +116,25 @@ fn mixed_opd_routes_rows_by_tag_and_joins_the_rl_advantage() {
         .collect();
     assert_eq!((offloads.len(), reloads.len()), (9, 9), "{moves:?}");
     assert!(offloads.iter().chain(&reloads).all(|b| *b == offloads[0]));
+    // A sample's tokens carry the log-probs of the teacher of its domain only.
+    let out = ok(roll(
+        &store,
+        &["samples", "st", "--json", "--limit", "10000"],
+    ));
+    let samples: Vec<Value> = serde_json::from_str(&out).unwrap();
+    for s in &samples {
+        let teachers = s["tokens"]["teachers"].as_object().unwrap();
+        let want = if s["domain"] == "add" { "adds" } else { "revs" };
+        assert_eq!(teachers.keys().collect::<Vec<_>>(), [want], "{s}");
+    }
     // Without teachers the same run's advantages are the rewards' alone.
     let plain = run_quiet(dir.path(), "plain", &rl("null"), &[]);
+    let out = ok(roll(&plain, &["samples", "st", "--json", "--limit", "10"]));
+    let samples: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert!(
+        samples.iter().all(|s| s.get("tokens").is_none()),
+        "only OPD records tokens"
+    );
     let (with, without) = (series(&store, "adv/mean"), series(&plain, "adv/mean"));
     // Step 1 samples the same tokens in both (the same policy and seeds): its advantages differ
     // by the teachers' weighted KL alone.
@@ -167,4 +214,47 @@ fn an_agentic_stage_routes_episodes_by_the_environments_tag() {
         "the sokoban teacher scored no frozen_lake episode"
     );
     assert!(all.iter().any(|s| s["key"] == "opd/kl/lake"));
+    // Each episode's record carries its trained tokens — the actions, not the observations —
+    // with the student's and the frozen_lake teacher's log-probs: as many as its turns generated
+    // (the stored episodes' turns say how many).
+    let samples: Vec<Value> =
+        serde_json::from_str(&ok(roll(&store, &["samples", "st", "--json"]))).unwrap();
+    let episodes: Vec<Value> = ok(roll(&store, &["trajectories", "st", "--json"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(samples.len(), episodes.len());
+    for (s, e) in samples.iter().zip(&episodes) {
+        assert_eq!(
+            (&s["step"], &s["ground_truth"]),
+            (
+                &e["step"],
+                &format!("episode seed {}", e["env_seed"]).into()
+            )
+        );
+        let generated: u64 = e["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["response_tokens"].as_u64().unwrap())
+            .sum();
+        let t = &s["tokens"];
+        let n = t["pieces"].as_array().unwrap().len();
+        assert_eq!(n as u64, generated, "{s}");
+        assert!(
+            n < s["response_tokens"].as_u64().unwrap() as usize,
+            "observations are not trained"
+        );
+        assert_eq!(t["student"].as_array().unwrap().len(), n);
+        assert_eq!(t["teachers"]["lake"].as_array().unwrap().len(), n);
+        assert!(t["teachers"].get("other").is_none());
+        // Each stored turn holds its own part of the episode's trace, in order.
+        let mut joined = vec![];
+        for turn in e["turns"].as_array().unwrap() {
+            let mine = turn["tokens"]["pieces"].as_array().unwrap();
+            assert_eq!(mine.len() as u64, turn["response_tokens"].as_u64().unwrap());
+            joined.extend(mine.iter().cloned());
+        }
+        assert_eq!(&joined, t["pieces"].as_array().unwrap());
+    }
 }

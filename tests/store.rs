@@ -43,6 +43,12 @@ fn sample(step: usize, domain: &str) -> SampleRecord {
         response_tokens: 2,
         finish_reason: "eos".into(),
         policy_version: step - 1,
+        // One sample with an on-policy distillation trace, a missing log-prob among it.
+        tokens: (domain == "rev").then(|| roll::metrics::TokenTrace {
+            pieces: vec!["3".into(), "\n".into()],
+            student: vec![Some(-0.125), Some(-2.5)],
+            teachers: [("t".to_string(), vec![None, Some(-1.5)])].into(),
+        }),
     }
 }
 
@@ -137,6 +143,11 @@ async fn write_then_read_everything_back() {
                             .as_object()
                             .cloned()
                             .unwrap_or_default(),
+                        tokens: Some(roll::metrics::TokenTrace {
+                            pieces: vec!["<answer>".into(), "right".into()],
+                            student: vec![Some(-0.5), None],
+                            teachers: [("t".to_string(), vec![Some(-1.0), Some(-2.0)])].into(),
+                        }),
                     },
                     TurnRecord {
                         observation: ".SF".into(),
@@ -147,6 +158,7 @@ async fn write_then_read_everything_back() {
                         prompt_tokens: 12,
                         response_tokens: 1,
                         info: Default::default(),
+                        tokens: None,
                     },
                 ],
             },
@@ -216,6 +228,11 @@ async fn write_then_read_everything_back() {
         (3, 1, "done")
     );
     assert_eq!(t[0].turns[0].info["state"], 1);
+    let trace = t[0].turns[0].tokens.as_ref().expect("the turn's tokens");
+    assert_eq!(trace.pieces, ["<answer>", "right"]);
+    assert_eq!(trace.student, [Some(-0.5), None]);
+    assert_eq!(trace.teachers["t"], [Some(-1.0), Some(-2.0)]);
+    assert_eq!(t[0].turns[1].tokens, None);
     assert!(t[0].turns[1].info.is_empty());
     assert_eq!(store.checkpoints(run).await.unwrap()[0].step, 2);
     let events = store.events(run).await.unwrap();

@@ -777,6 +777,7 @@ fn sample_record(
         response_tokens: 3,
         finish_reason: "stop".into(),
         policy_version: 0,
+        tokens: None,
     }
 }
 

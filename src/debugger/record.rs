@@ -83,6 +83,7 @@ pub fn to_record(session: &Session, step: usize, group: usize, episode: usize) -
                     prompt_tokens: t.model.as_ref().map_or(0, |m| m.prompt_tokens),
                     response_tokens: t.model.as_ref().map_or(0, |m| m.output_ids.len()),
                     info,
+                    tokens: None,
                 }
             })
             .collect(),

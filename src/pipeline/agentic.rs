@@ -250,7 +250,6 @@ impl LearnStep<'_, '_> {
             m.insert("async/staleness_max".into(), stale);
         }
         let trajs = &out.trajectories;
-        ctx.record_trajectories(&batch::trajectory_records(step, version, env.tag(), trajs))?;
         let rows = batch::first_rows(batch::is_step_wise(cfg), trajs);
         // Each episode's record shows the advantage of its first row (its first turn).
         let records = |adv: &[f32]| {
@@ -260,9 +259,17 @@ impl LearnStep<'_, '_> {
                 .collect();
             batch::sample_records(step, version, env.tag(), tok, trajs, &firsts)
         };
+        let step_wise = batch::is_step_wise(cfg);
         let learned = Learned {
             batch: (!trajs.is_empty()).then(|| batch::agentic_batch(cfg, env, trajs)),
             records: &records,
+            // An episode is one row, or step-wise a row per turn.
+            record_rows: rows
+                .iter()
+                .zip(trajs)
+                .map(|(&r, t)| r..r + if step_wise { t.turns.len() } else { 1 })
+                .collect(),
+            episodes: Some(batch::trajectory_records(step, version, env.tag(), trajs)),
             mixer: MixerState { domains: vec![] },
         };
         learner.learn(

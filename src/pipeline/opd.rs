@@ -22,6 +22,13 @@ use crate::role::{HostCopy, ResidentRole, RoleError, WorkerNote};
 
 use super::rl_update::RlBatch;
 
+/// One teacher's log-probs (width each) of the rows it scored, by batch row.
+pub struct TeacherScores {
+    pub name: String,
+    pub rows: Vec<u32>,
+    pub logp: Vec<Vec<f32>>,
+}
+
 /// The stage's teachers, started where `workers.teacher` places them.
 pub struct OpdTeachers {
     pub pure: bool,
@@ -49,8 +56,8 @@ impl OpdTeachers {
     }
 
     /// Σ over the teachers of `coef` times the KL of the student to the teacher on each sampled
-    /// token, (n, width), 0 on the rows a teacher does not score; `opd/kl/<name>` the mean KL
-    /// over each teacher's tokens.
+    /// token, (n, width), 0 on the rows a teacher does not score, and each teacher's log-probs of
+    /// the rows it scored; `opd/kl/<name>` the mean KL over each teacher's tokens.
     #[allow(clippy::too_many_arguments)] // the update's pieces, as it holds them
     pub fn penalty(
         &mut self,
@@ -61,8 +68,9 @@ impl OpdTeachers {
         temperature: f64,
         dev: &Device,
         m: &mut Metrics,
-    ) -> Result<Tensor, PipelineError> {
+    ) -> Result<(Tensor, Vec<TeacherScores>), PipelineError> {
         let n = rows.prompts.len();
+        let mut scores = vec![];
         let mut total =
             Tensor::zeros((n, rows.width), candle_core::DType::F32, dev).during("opd penalty")?;
         for (spec, teacher) in &mut self.teachers {
@@ -98,8 +106,13 @@ impl OpdTeachers {
             m.insert(format!("opd/kl/{}", spec.name), mean_of(&kl, &mask)?);
             let weighted = (kl * spec.coef).during("opd kl")?;
             total = total.index_add(&idx, &weighted, 0).during("opd kl")?;
+            scores.push(TeacherScores {
+                name: spec.name.clone(),
+                logp: teacher_logp.to_vec2().during("opd log-probs")?,
+                rows: routed,
+            });
         }
-        Ok(total)
+        Ok((total, scores))
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::opd::OpdTeachers;
 use super::rl_metrics::rollout_metrics;
-use super::rl_update::{RlBatch, UpdateState, update};
+use super::rl_update::{RlBatch, RowTrace, UpdateState, update};
 use super::rollout_loop::{Prompt, Sample, StepRollout};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
@@ -15,7 +15,7 @@ use crate::algo::kl::{KlController, KlMode};
 use crate::algo::normalize::RunningStats;
 use crate::config::{PlacementMode, RlConfig, Stage};
 use crate::data::mix::{DomainMixer, MixerState};
-use crate::metrics::{Metrics, SampleRecord};
+use crate::metrics::{Metrics, SampleRecord, TokenTrace, TrajectoryRecord, finite};
 use crate::model::LoadedModel;
 use crate::role::actor_infer::{Infer, PolicyUpdate, reference_of};
 use crate::role::actor_train::ActorTrain;
@@ -33,6 +33,11 @@ pub(super) struct Learned<'a> {
     pub batch: Option<RlBatch>,
     /// The step's sample records, given each row's advantage (all 0 without a batch).
     pub records: &'a dyn Fn(&[f32]) -> Vec<SampleRecord>,
+    /// The batch rows of each record (an agentic episode's turns may be several rows).
+    pub record_rows: Vec<std::ops::Range<usize>>,
+    /// An agentic step's episodes, a record each, stored with the step's samples (each turn
+    /// given its part of its episode's token trace when there is one).
+    pub episodes: Option<Vec<TrajectoryRecord>>,
     /// The data cursor to checkpoint (empty when the stage reads no dataset).
     pub mixer: MixerState,
 }
@@ -234,6 +239,8 @@ impl<'m> Learner<'m> {
         let learned = Learned {
             batch,
             records: &records,
+            record_rows: (0..flat.len()).map(|i| i..i + 1).collect(),
+            episodes: None,
             mixer: out.mixer,
         };
         self.learn(ctx, cfg, sharing, infer, handoff, step, learned, m, t_step)
@@ -258,6 +265,7 @@ impl<'m> Learner<'m> {
         self.enter(Phase::Train, sharing, infer, ctx, &mut m)?;
         let rows = learned.batch.as_ref().map_or(0, |b| b.prompts.len());
         let mut advantages = vec![0f32; rows];
+        let mut traces = None;
         match &learned.batch {
             Some(batch) => {
                 let state = UpdateState {
@@ -271,6 +279,7 @@ impl<'m> Learner<'m> {
                 };
                 let up = update(cfg, self.model, state, batch)?;
                 advantages = up.sample_advantages;
+                traces = up.traces;
                 m.extend(up.metrics);
             }
             None => ctx.warn(format!(
@@ -293,7 +302,21 @@ impl<'m> Learner<'m> {
         // What the sync handed actor_infer: the model, or under LoRA only the adapter.
         m.insert("weight_sync/bytes".into(), bytes as f64);
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
-        ctx.record_samples(&(learned.records)(&advantages))?;
+        let mut records = (learned.records)(&advantages);
+        if let Some(traces) = &traces {
+            attach_traces(&mut records, &learned.record_rows, traces, self.model);
+        }
+        ctx.record_samples(&records)?;
+        if let Some(mut episodes) = learned.episodes {
+            for (e, r) in episodes.iter_mut().zip(&records) {
+                let lengths: Vec<usize> = e.turns.iter().map(|t| t.response_tokens).collect();
+                let parts = r.tokens.as_ref().and_then(|t| t.split(&lengths));
+                for (turn, part) in e.turns.iter_mut().zip(parts.into_iter().flatten()) {
+                    turn.tokens = Some(part);
+                }
+            }
+            ctx.record_trajectories(&episodes)?;
+        }
         ctx.record_step(Stage::Rl, step, cfg.steps, m)?;
         self.checkpoint_due(ctx, cfg, step, learned.mixer)
     }
@@ -453,6 +476,42 @@ fn rl_batch(flat: &[(&Prompt, &Sample, usize)], group_size: usize) -> RlBatch {
     }
 }
 
+/// Give each record the traces of its rows, joined, each token decoded alone (special tokens
+/// shown: an end-of-turn token is a token the teacher scored too).
+fn attach_traces(
+    records: &mut [SampleRecord],
+    rows: &[std::ops::Range<usize>],
+    traces: &[RowTrace],
+    model: &LoadedModel,
+) {
+    let piece = |id: u32| {
+        model
+            .tokenizer
+            .tokenizer
+            .decode(&[id], false)
+            .unwrap_or_else(|_| format!("<{id}>"))
+    };
+    for (record, rows) in records.iter_mut().zip(rows) {
+        let mine: Vec<&RowTrace> = rows.clone().filter_map(|r| traces.get(r)).collect();
+        let mut joined = TokenTrace::default();
+        for name in mine.iter().flat_map(|t| t.teachers.keys()) {
+            joined.teachers.entry(name.clone()).or_default();
+        }
+        for t in mine {
+            joined.pieces.extend(t.ids.iter().map(|&id| piece(id)));
+            joined.student.extend(t.student.iter().map(|&x| finite(x)));
+            // A teacher that did not score this row has no log-probs for its tokens.
+            for (name, logp) in joined.teachers.iter_mut() {
+                match t.teachers.get(name) {
+                    Some(theirs) => logp.extend(theirs.iter().map(|&x| finite(x))),
+                    None => logp.extend(std::iter::repeat_n(None, t.ids.len())),
+                }
+            }
+        }
+        record.tokens = Some(joined);
+    }
+}
+
 fn sample_record(
     step: usize,
     p: &Prompt,
@@ -488,5 +547,6 @@ fn sample_record(
         response_tokens: s.completion.token_ids.len(),
         finish_reason: format!("{:?}", s.completion.finish).to_lowercase(),
         policy_version: version,
+        tokens: None,
     }
 }

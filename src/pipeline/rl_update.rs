@@ -11,7 +11,7 @@ use crate::config::RlConfig;
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
 
-use super::opd::OpdTeachers;
+use super::opd::{OpdTeachers, TeacherScores};
 use super::{PipelineError, TensorContext};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
@@ -48,6 +48,50 @@ pub struct UpdateOutput {
     pub metrics: Metrics,
     /// Advantage of each sample (its first response token).
     pub sample_advantages: Vec<f32>,
+    /// Each row's trained tokens with the student's and the teachers' log-probs (on-policy
+    /// distillation only).
+    pub traces: Option<Vec<RowTrace>>,
+}
+
+/// A row's trained tokens (its response mask's), the log-prob the student sampled each with, and
+/// each teacher's that scored the row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RowTrace {
+    pub ids: Vec<u32>,
+    pub student: Vec<f32>,
+    pub teachers: std::collections::BTreeMap<String, Vec<f32>>,
+}
+
+/// The rows' traces from the teachers' `scores`: the positions each row's `masks` marks.
+fn row_traces(batch: &RlBatch, masks: &[Vec<f32>], scores: &[TeacherScores]) -> Vec<RowTrace> {
+    let mut traces: Vec<RowTrace> = batch
+        .responses
+        .iter()
+        .zip(&batch.gen_logprobs)
+        .zip(masks)
+        .map(|((ids, logp), mask)| {
+            let kept = |j: &usize| mask.get(*j).is_some_and(|m| *m > 0.0);
+            let at: Vec<usize> = (0..ids.len()).filter(kept).collect();
+            RowTrace {
+                ids: at.iter().map(|&j| ids[j]).collect(),
+                student: at
+                    .iter()
+                    .map(|&j| logp.get(j).copied().unwrap_or(f32::NAN))
+                    .collect(),
+                teachers: Default::default(),
+            }
+        })
+        .collect();
+    for t in scores {
+        for (&row, logp) in t.rows.iter().zip(&t.logp) {
+            let (ids, mask) = (&batch.responses[row as usize], &masks[row as usize]);
+            let kept = (0..ids.len()).filter(|j| mask.get(*j).is_some_and(|m| *m > 0.0));
+            traces[row as usize]
+                .teachers
+                .insert(t.name.clone(), kept.map(|j| logp[j]).collect());
+        }
+    }
+    traces
 }
 
 /// Mutable state that outlives a step.
@@ -293,9 +337,9 @@ pub fn update(
     };
 
     let t_opd = std::time::Instant::now();
-    let (opd_kl, pure) = match st.opd {
-        Some(teachers) => (
-            Some(teachers.penalty(
+    let (opd_kl, pure, traces) = match st.opd {
+        Some(teachers) => {
+            let (kl, scores) = teachers.penalty(
                 batch,
                 &rows,
                 &old_logp,
@@ -303,10 +347,11 @@ pub fn update(
                 temperature,
                 &dev,
                 &mut m,
-            )?),
-            teachers.pure,
-        ),
-        None => (None, false),
+            )?;
+            let traces = row_traces(batch, &lens, &scores);
+            (Some(kl), teachers.pure, Some(traces))
+        }
+        None => (None, false, None),
     };
     if opd_kl.is_some() {
         m.insert("time/teacher".into(), t_opd.elapsed().as_secs_f64());
@@ -378,6 +423,7 @@ pub fn update(
     Ok(UpdateOutput {
         metrics: m,
         sample_advantages,
+        traces,
     })
 }
 

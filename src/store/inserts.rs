@@ -15,10 +15,18 @@ pub(crate) async fn insert_samples(
     for s in samples {
         let breakdown = serde_json::to_string(&s.breakdown)
             .map_err(|e| StoreError::Writer(format!("encoding a reward breakdown: {e}")))?;
+        let tokens = match &s.tokens {
+            Some(t) => Some(
+                serde_json::to_string(t)
+                    .map_err(|e| StoreError::Writer(format!("encoding a sample's tokens: {e}")))?,
+            ),
+            None => None,
+        };
         sqlx::query(
             "INSERT INTO samples (run_id, stage, step, domain, prompt, response, ground_truth, \
              prompt_tokens, response_tokens, reward, correct, reward_breakdown, advantage, \
-             policy_version, finish_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             policy_version, finish_reason, tokens) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(run.0)
         .bind(&s.stage)
@@ -35,6 +43,7 @@ pub(crate) async fn insert_samples(
         .bind(s.advantage as f64)
         .bind(s.policy_version as i64)
         .bind(&s.finish_reason)
+        .bind(tokens)
         .execute(&mut **tx)
         .await
         .map_err(store.err("writing samples"))?;
@@ -69,9 +78,17 @@ pub(crate) async fn insert_trajectory(
     .await
     .map_err(store.err("writing a trajectory"))?;
     for (i, u) in t.turns.iter().enumerate() {
+        let tokens = match &u.tokens {
+            Some(t) => Some(
+                serde_json::to_string(t)
+                    .map_err(|e| StoreError::Writer(format!("encoding a turn's tokens: {e}")))?,
+            ),
+            None => None,
+        };
         sqlx::query(
             "INSERT INTO turns (trajectory_id, turn, observation, action_text, parsed_action, reward, \
-             done, prompt_tokens, response_tokens, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             done, prompt_tokens, response_tokens, info, tokens) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(id)
         .bind(i as i64)
@@ -83,6 +100,7 @@ pub(crate) async fn insert_trajectory(
         .bind(u.prompt_tokens as i64)
         .bind(u.response_tokens as i64)
         .bind(serde_json::Value::Object(u.info.clone()).to_string())
+        .bind(tokens)
         .execute(&mut **tx)
         .await
         .map_err(store.err("writing a turn"))?;

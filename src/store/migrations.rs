@@ -16,7 +16,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 
 /// (version, description, SQL) of each migration, oldest first. A new file in `migrations/` must
 /// be added here (a test fails until it is).
-const MIGRATIONS: [(i64, &str, &str); 3] = [
+const MIGRATIONS: [(i64, &str, &str); 4] = [
     (1, "store", include_str!("../../migrations/0001_store.sql")),
     (
         2,
@@ -28,11 +28,16 @@ const MIGRATIONS: [(i64, &str, &str); 3] = [
         "trajectory groups",
         include_str!("../../migrations/0003_trajectory_groups.sql"),
     ),
+    (
+        4,
+        "sample tokens",
+        include_str!("../../migrations/0004_sample_tokens.sql"),
+    ),
 ];
 
 /// The migrations this build applies, as sqlx's `migrate!("./migrations")` made them: each in
 /// a transaction of its own unless its SQL starts with `-- no-transaction` (sqlx's rule), none
-/// reversible. Hashes the three files at each call (microseconds, a few calls per open).
+/// reversible. Hashes the files at each call (microseconds, a few calls per open).
 pub fn migrator() -> Migrator {
     Migrator::with_migrations(
         MIGRATIONS
@@ -57,7 +62,7 @@ mod tests {
     /// The SHA-384 of each file, from coreutils (`sha384sum migrations/*.sql`), not from sqlx:
     /// stores on disk hold these, so they must never change (edit a migration and this fails;
     /// add a new file instead).
-    const DIGESTS: [(i64, &str); 3] = [
+    const DIGESTS: [(i64, &str); 4] = [
         (
             1,
             "1b8b7296c5077e9ed533138b3bc2c54a7a88430a477cd52ea534398b6468e6383d54db7218a7e417247a053de8ebb40a",
@@ -69,6 +74,10 @@ mod tests {
         (
             3,
             "bdc9923545dad14f222652ba6a6ad8f9f5c8086bb4d995aec77019e99bb5caf20484521cb871f472ad83b08024b2d88a",
+        ),
+        (
+            4,
+            "12694830cbda60adada2b741b2160bd595b5b9de036cabaceac6d619295105bf21a7d0605185f0712a6714147126c4c4",
         ),
     ];
 

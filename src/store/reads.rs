@@ -63,6 +63,10 @@ fn sample_from_row(r: &SqliteRow) -> SampleRecord {
         response_tokens: r.get::<i64, _>("response_tokens") as usize,
         finish_reason: r.get("finish_reason"),
         policy_version: r.get::<i64, _>("policy_version") as usize,
+        // A trace that does not parse is shown as none rather than hiding the sample.
+        tokens: r
+            .get::<Option<String>, _>("tokens")
+            .and_then(|t| serde_json::from_str(&t).ok()),
     }
 }
 
@@ -238,7 +242,8 @@ impl Store {
         let rows = sqlx::query(
             "SELECT t.id, t.stage, t.step, t.env, t.env_seed, t.policy_version, t.success, \
              t.group_index, t.episode_index, t.end_reason, u.observation, u.action_text, \
-             u.parsed_action, u.reward, u.done, u.prompt_tokens, u.response_tokens, u.info \
+             u.parsed_action, u.reward, u.done, u.prompt_tokens, u.response_tokens, u.info, \
+             u.tokens \
              FROM trajectories t LEFT JOIN turns u ON u.trajectory_id = t.id \
              WHERE t.run_id = ?1 AND (?2 IS NULL OR t.step = ?2) ORDER BY t.id, u.turn",
         )
@@ -283,6 +288,9 @@ impl Store {
                         .get::<Option<String>, _>("info")
                         .and_then(|text| serde_json::from_str(&text).ok())
                         .unwrap_or_default(),
+                    tokens: r
+                        .get::<Option<String>, _>("tokens")
+                        .and_then(|t| serde_json::from_str(&t).ok()),
                 });
             }
         }

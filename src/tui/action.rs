@@ -120,6 +120,8 @@ pub enum Action {
     Narrow,
     /// Samples: groups in recorded order, or the lowest mean reward first.
     WorstFirst,
+    /// Samples: the selected sample's tokens with the student's and the teachers' log-probs.
+    Tokens,
     /// Episodes: training or evaluation episodes.
     Validation,
     /// Debugger: take the env's Left action (grid envs)
@@ -166,7 +168,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the keys config file (`View(n)` is `view_1` … `view_7`).
-    pub const ALL: [Action; 77] = [
+    pub const ALL: [Action; 78] = [
         Action::Quit,
         Action::Back,
         Action::ToggleHelp,
@@ -221,6 +223,7 @@ impl Action {
         Action::Follow,
         Action::Narrow,
         Action::WorstFirst,
+        Action::Tokens,
         Action::Validation,
         Action::MoveLeft,
         Action::MoveDown,
@@ -363,6 +366,7 @@ impl Action {
             Action::Follow => "follow this prompt across steps",
             Action::Narrow => "all / wrong only / flat groups only",
             Action::WorstFirst => "sort groups: recorded / worst reward first",
+            Action::Tokens => "per-token log-probs: student / teachers",
             Action::Validation => "training / evaluation episodes",
             Action::MoveLeft => "env action Left",
             Action::MoveDown => "env action Down",
@@ -475,6 +479,7 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('f'), S::Samples, A::Follow),
     key(K::Char('w'), S::Samples, A::Narrow),
     key(K::Char('s'), S::Samples, A::WorstFirst),
+    key(K::Char('T'), S::Samples, A::Tokens),
     key(K::Tab, S::Samples, A::NextPane),
     key(K::BackTab, S::Samples, A::PrevPane),
     key(K::Tab, S::Workers, A::NextPane),
@@ -484,6 +489,7 @@ pub const DEFAULT_KEYS: &[Binding] = &[
     key(K::Char('l'), S::Episodes, A::Right),
     key(K::Right, S::Episodes, A::Right),
     key(K::Char('v'), S::Episodes, A::Validation),
+    key(K::Char('T'), S::Episodes, A::Tokens),
     key(K::Tab, S::Episodes, A::NextPane),
     key(K::BackTab, S::Episodes, A::PrevPane),
     key(K::Char('D'), S::Episodes, A::DebugEpisode),

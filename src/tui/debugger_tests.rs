@@ -372,6 +372,7 @@ fn stored(observations: &[&str], outputs: &[&str]) -> StoredEpisode {
                     prompt_tokens: 0,
                     response_tokens: 0,
                     info: Default::default(),
+                    tokens: None,
                 })
                 .collect(),
         },

@@ -38,6 +38,9 @@ pub struct EpisodesView {
     pub(super) selected: usize,
     pub(super) turn: usize,
     pub(super) pane: Pane,
+    /// The selected turn's tokens with the student's and the teachers' log-probs in place of
+    /// its observation (`T`).
+    pub(super) tokens: bool,
     /// A step asked for by [`EpisodesView::go_to`] before the steps were known.
     target: Option<u64>,
     /// The (seed, group, episode) selected when another step was asked for: the episode of that
@@ -59,6 +62,7 @@ impl EpisodesView {
             selected: 0,
             turn: 0,
             pane: Pane::Episodes,
+            tokens: false,
             target: None,
             keep: None,
         }
@@ -246,6 +250,7 @@ impl EpisodesView {
                 };
             }
             Action::Validation => return self.toggle_validation(),
+            Action::Tokens => self.tokens = !self.tokens,
             Action::Refresh => return self.step,
             _ => {}
         }

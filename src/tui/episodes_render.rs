@@ -1,7 +1,8 @@
 //! Drawing the Episodes view ([`super::episodes`]): a header with the step's success rate and
 //! mean return, the episodes grouped by start seed, and the selected episode — the selected
-//! turn's observation as the environment drew it (line by line, so grids stay grids), then every
-//! turn's output, parsed action and reward. Observations and outputs are model or program text:
+//! turn's observation as the environment drew it (line by line, so grids stay grids) or, with
+//! `T`, its tokens with the student's and the teachers' log-probs, then every turn's output,
+//! parsed action and reward. Observations and outputs are model or program text:
 //! each line goes through [`one_line`] first.
 
 use ratatui::Frame;
@@ -155,14 +156,25 @@ fn episode_detail(
     theme: &Theme,
 ) {
     let turn = e.turns.get(view.turn);
-    let obs_lines = turn.map_or(0, |t| t.observation.lines().count()) as u16;
+    let token_table = view
+        .tokens
+        .then(|| super::samples_tokens::token_lines(turn.and_then(|t| t.tokens.as_ref()), theme));
+    let obs_lines = match &token_table {
+        Some((_, rows)) => rows.len() + 1,
+        None => turn.map_or(0, |t| t.observation.lines().count()),
+    } as u16;
     let [obs, turns] = Layout::vertical([
         Constraint::Length((obs_lines + 2).min(area.height / 2).max(3)),
         Constraint::Min(3),
     ])
     .areas(area);
     let title = format!(
-        "turn {} of {} · group {} episode {} · seed {} · policy v{}",
+        "{}turn {} of {} · group {} episode {} · seed {} · policy v{}",
+        if view.tokens {
+            "tokens (T: back) of "
+        } else {
+            ""
+        },
         view.turn + 1,
         e.turns.len(),
         e.group,
@@ -170,14 +182,17 @@ fn episode_detail(
         e.env_seed,
         e.policy_version,
     );
-    let observation: Vec<Line> = turn
-        .map(|t| {
-            t.observation
-                .lines()
-                .map(|l| Line::raw(one_line(l, LINE_CHARS)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let observation: Vec<Line> = match token_table {
+        Some((head, rows)) => std::iter::once(head).chain(rows).collect(),
+        None => turn
+            .map(|t| {
+                t.observation
+                    .lines()
+                    .map(|l| Line::raw(one_line(l, LINE_CHARS)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
     frame.render_widget(
         Paragraph::new(observation).block(
             Block::default()

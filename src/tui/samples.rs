@@ -292,6 +292,8 @@ pub struct SamplesView {
     pub(super) shown: Shown,
     /// The selected response is shown whole and wrapped, scrolled down `scroll` lines.
     pub(super) whole: bool,
+    /// Shown whole as its tokens with the student's and the teachers' log-probs (`T`).
+    pub(super) tokens: bool,
     pub(super) scroll: u16,
 }
 
@@ -310,6 +312,7 @@ impl SamplesView {
             domain: None,
             shown: Shown::default(),
             whole: false,
+            tokens: false,
             scroll: 0,
         }
     }
@@ -559,10 +562,16 @@ impl SamplesView {
         self.whole
     }
 
+    /// Whether the selected sample is shown as its tokens.
+    pub fn showing_tokens(&self) -> bool {
+        self.whole && self.tokens
+    }
+
     /// Back from the whole response to the list; `false` when it was not open.
     pub fn close_whole(&mut self) -> bool {
         let was = self.whole;
         self.whole = false;
+        self.tokens = false;
         self.scroll = 0;
         was
     }
@@ -595,11 +604,13 @@ impl SamplesView {
             Action::PageDown if self.whole => {
                 // The drawing clamps to the real width; this bound only keeps PgUp from having
                 // to climb back from far past the end.
+                let tokens = self.tokens;
                 let most = self
                     .listing()
                     .and_then(Listing::selected_sample)
-                    .map_or(0, |s| {
-                        wrapped_lines(&s.response, SCROLL_WIDTH).saturating_sub(1)
+                    .map_or(0, |s| match (&s.tokens, tokens) {
+                        (Some(t), true) => t.pieces.len().saturating_sub(1) as u16,
+                        _ => wrapped_lines(&s.response, SCROLL_WIDTH).saturating_sub(1),
                     });
                 self.scroll = self.scroll.saturating_add(PAGE as u16).min(most);
             }
@@ -609,6 +620,13 @@ impl SamplesView {
             Action::Bottom => self.move_to_end(true),
             Action::Open => {
                 self.whole = !self.whole;
+                self.tokens = false;
+                self.scroll = 0;
+            }
+            // The tokens fill the whole-response pane; `T` again goes back to the text.
+            Action::Tokens => {
+                self.tokens = !self.showing_tokens();
+                self.whole = true;
                 self.scroll = 0;
             }
             _ => {}

@@ -415,17 +415,45 @@ fn render_detail(frame: &mut Frame, area: Rect, view: &SamplesView, l: &Listing,
             one_line(&s.response, ONE_LINE_CHARS),
             theme,
         ));
-        lines.push(Line::styled("Enter: the whole response", theme.muted));
+        lines.push(Line::styled(
+            if s.tokens.is_some() {
+                "Enter: the whole response · T: its tokens"
+            } else {
+                "Enter: the whole response"
+            },
+            theme.muted,
+        ));
         frame.render_widget(Paragraph::new(lines), inner);
         return;
     }
     lines.push(Line::styled(
-        "response (Enter: one line · PgUp PgDn: scroll)",
+        if view.showing_tokens() {
+            "tokens: log-probs, student and teachers (T: the text · PgUp PgDn: scroll)"
+        } else if s.tokens.is_some() {
+            "response (Enter: one line · T: its tokens · PgUp PgDn: scroll)"
+        } else {
+            "response (Enter: one line · PgUp PgDn: scroll)"
+        },
         theme.muted,
     ));
     let [top, text] =
         Layout::vertical([Constraint::Length(lines.len() as u16), Constraint::Min(0)]).areas(inner);
     frame.render_widget(Paragraph::new(lines), top);
+    if view.showing_tokens() {
+        let (head, rows) = super::samples_tokens::token_lines(s.tokens.as_ref(), theme);
+        let [head_area, text] =
+            Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(text);
+        frame.render_widget(Paragraph::new(head), head_area);
+        let most = rows.len().saturating_sub(usize::from(text.height));
+        let from = usize::from(view.scroll).min(most);
+        let shown: Vec<Line> = rows
+            .into_iter()
+            .skip(from)
+            .take(usize::from(text.height))
+            .collect();
+        frame.render_widget(Paragraph::new(shown), text);
+        return;
+    }
     let wrapped = wrap(&s.response, usize::from(text.width));
     let most = wrapped.len().saturating_sub(usize::from(text.height));
     let from = usize::from(view.scroll).min(most);

@@ -31,6 +31,7 @@ fn sample(step: usize, domain: &str, prompt: &str, response: &str, reward: f32) 
         response_tokens: response.chars().count(),
         finish_reason: "stop".into(),
         policy_version: step.saturating_sub(1),
+        tokens: None,
     }
 }
 
@@ -440,6 +441,7 @@ fn pair(
         response_tokens: text.chars().count(),
         finish_reason: side.into(),
         policy_version: 1,
+        tokens: None,
     })
 }
 
@@ -486,4 +488,52 @@ fn a_dpo_run_shows_its_pairs_and_reads_its_own_stage() {
     assert_eq!(request, Some(SamplesRequest::Step(1)));
     assert!(v.listing().is_none() && v.following().is_none());
     assert_eq!(v.stage(), "rl");
+}
+
+/// An on-policy distillation sample: four trained tokens, the student's log-probs and one
+/// teacher's (it did not score the last token: `None`).
+fn traced() -> SampleRecord {
+    let mut s = sample(5, "add", ADD, "5\n", 1.0);
+    s.tokens = Some(crate::metrics::TokenTrace {
+        pieces: vec!["5".into(), "\n".into(), "<|im_end|>".into(), "x".into()],
+        student: vec![Some(-0.25), Some(-1.5), None, Some(-0.125)],
+        teachers: BTreeMap::from([(
+            "math".to_string(),
+            vec![Some(-0.5), Some(-0.75), Some(-2.0), None],
+        )]),
+    });
+    s
+}
+
+#[test]
+fn t_shows_the_tokens_with_the_students_and_the_teachers_log_probs() {
+    let mut v = view();
+    v.set_step_samples(5, vec![traced(), sample(5, "add", ADD, "It is 6.", 0.0)]);
+    v.act(Action::Tokens);
+    assert!(v.showing_tokens() && v.showing_whole());
+    // k1 = student − teacher: −0.25 − (−0.5) = 0.250, −1.5 − (−0.75) = −0.750; a token without
+    // either log-prob has none.
+    let (head, rows) = super::super::samples_tokens::token_lines(
+        v.listing()
+            .and_then(Listing::selected_sample)
+            .and_then(|s| s.tokens.as_ref()),
+        &Theme::default(),
+    );
+    assert_eq!(head.to_string(), "   # token      student    math      k1");
+    let rows: Vec<String> = rows.iter().map(|l| l.to_string()).collect();
+    assert_eq!(rows[0], "   1 5           -0.250  -0.500   0.250");
+    assert_eq!(rows[1], "   2 ↵           -1.500  -0.750  -0.750");
+    assert_eq!(rows[2], "   3 <|im_end|>       -  -2.000       -");
+    assert_eq!(rows[3], "   4 x           -0.125       -       -");
+    insta::assert_snapshot!("samples_tokens_80x24", screen(&v, 80, 24));
+    v.act(Action::PageDown);
+    assert_eq!(v.scroll, 3, "four tokens: the last at the top at most");
+    // T again: the text, still whole; a sample without a trace says what records one.
+    v.act(Action::Tokens);
+    assert!(!v.showing_tokens() && v.showing_whole());
+    v.act(Action::Down);
+    v.act(Action::Tokens);
+    assert!(screen(&v, 80, 24).contains("No per-token log-probs here"));
+    assert!(v.close_whole());
+    assert!(!v.showing_tokens());
 }

@@ -321,6 +321,7 @@ pub(crate) fn sample_records(
                 response_tokens: t.response.len(),
                 finish_reason: end_reason(t).into(),
                 policy_version,
+                tokens: None,
             }
         })
         .collect()
@@ -359,6 +360,7 @@ pub(crate) fn trajectory_records(
                         prompt_tokens: u.prompt_tokens,
                         response_tokens: u.tokens,
                         info,
+                        tokens: None,
                     }
                 })
                 .collect(),

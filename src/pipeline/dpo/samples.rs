@@ -91,6 +91,7 @@ impl StepPairs<'_> {
                     response_tokens: completion.len(),
                     finish_reason: label.into(),
                     policy_version: self.step - 1,
+                    tokens: None,
                 });
             }
         }

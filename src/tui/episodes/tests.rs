@@ -24,6 +24,7 @@ fn turn(
         prompt_tokens: 4,
         response_tokens: 6,
         info,
+        tokens: None,
     }
 }
 
@@ -225,4 +226,38 @@ fn v_switches_to_evaluation_episodes_and_a_seed_is_followed_across_evaluations()
     assert_eq!(v.step(), Some(1));
     assert!(v.episodes().iter().all(|e| e.env == "lake"));
     assert_eq!(v.steps(), [1, 2, 3, 4]);
+}
+
+/// `T` puts the selected turn's tokens, with the student's and the teacher's log-probs, where
+/// its observation was; a turn without them says what records them.
+#[test]
+fn t_shows_the_selected_turns_tokens_in_place_of_its_observation() {
+    let mut v = EpisodesView::new(RunId(1));
+    v.set_steps(vec![(6, false)]);
+    let mut step = episodes(6);
+    let first = step
+        .iter_mut()
+        .find(|e| (e.group, e.episode) == (0, 0))
+        .unwrap();
+    first.turns[1].tokens = Some(crate::metrics::TokenTrace {
+        pieces: vec!["Down".into(), "<eos>".into()],
+        student: vec![Some(-0.5), Some(-1.25)],
+        teachers: [("lake".to_string(), vec![Some(-0.25), Some(-2.0)])].into(),
+    });
+    v.set_episodes(6, step);
+    v.act(Action::NextPane);
+    v.act(Action::Down);
+    v.act(Action::Tokens);
+    let shown = screen(&v, 80, 24);
+    assert!(shown.contains("tokens (T: back) of turn 2"), "{shown}");
+    // k1 of "Down": −0.5 − (−0.25) = −0.250.
+    assert!(
+        shown.contains("   1 Down        -0.500  -0.250  -0.250"),
+        "{shown}"
+    );
+    insta::assert_snapshot!("episodes_turn_tokens_80x24", shown);
+    v.act(Action::Up);
+    assert!(screen(&v, 80, 24).contains("No per-token log-probs here"));
+    v.act(Action::Tokens);
+    assert!(screen(&v, 80, 24).contains("PFF"), "the observation again");
 }
