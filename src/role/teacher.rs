@@ -199,13 +199,26 @@ impl Teacher {
     }
 
     /// The teacher's log-probs (n, width) of the response tokens of `rows` under its logits
-    /// divided by `temperature`, on `device`.
+    /// divided by `temperature`, on `device`. They are normalised over the teacher's whole head
+    /// (a head padded wider than the tokenizer gives its padding ids next to no mass); a token
+    /// past the ids both heads have (a student head padded wider, sampling one of its padding
+    /// ids) is refused, naming it, since the teacher has no log-prob for it.
     pub fn logprobs(
         &mut self,
         rows: &Rows<'_>,
         temperature: f64,
         device: &Device,
     ) -> Result<Tensor, RoleError> {
+        let vocab = self.vocab();
+        for (i, r) in rows.responses.iter().enumerate() {
+            if let Some(id) = r.iter().find(|&&id| id as usize >= vocab) {
+                return Err(RoleError::Setup(format!(
+                    "on-policy distillation: row {i} holds token id {id}, past the {vocab} ids \
+                     the teacher's and the student's heads share (the student sampled one of its \
+                     head's padding ids): the teacher cannot score it"
+                )));
+            }
+        }
         match self {
             Teacher::Local { model, .. } => {
                 response_logprobs(&model.transformer, model.pad_id, rows, temperature)
@@ -417,5 +430,37 @@ fn same_vocabulary(teacher: &TokenizerFiles, student: &TokenizerFiles) -> Result
             differ.len(),
             theirs.map_or("none".to_string(), |i| i.to_string())
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sampled id past the ids both heads share has no teacher log-prob: refused, naming it,
+    /// where an id inside them is scored.
+    #[test]
+    fn a_token_past_the_shared_ids_is_refused_not_scored() {
+        let model = crate::model::hf_dir::tiny_test_model("0123456789", 32, 5);
+        let mut teacher = Teacher::Local {
+            model: Box::new(model),
+            vocab: 8,
+            copied: false,
+        };
+        let prompts = vec![vec![3, 4]];
+        let score = |teacher: &mut Teacher, response: Vec<u32>| {
+            let responses = vec![response];
+            let rows = Rows {
+                prompts: &prompts,
+                responses: &responses,
+                micro: 1,
+                width: 2,
+            };
+            teacher.logprobs(&rows, 1.0, &crate::device::host())
+        };
+        let logp = score(&mut teacher, vec![5, 7]).expect("ids 5 and 7 are shared");
+        assert_eq!(logp.dims(), [1, 2]);
+        let e = score(&mut teacher, vec![5, 8]).expect_err("id 8 is past the shared 8");
+        assert!(e.to_string().contains("token id 8, past the 8 ids"), "{e}");
     }
 }
