@@ -78,9 +78,13 @@ pub struct WorkerArgs {
     pub role: crate::config::Role,
     #[arg(long)]
     pub index: usize,
-    /// The parent's control socket.
+    /// The parent's control socket (a worker on its machine).
+    #[arg(long, required_unless_present = "connect", conflicts_with = "connect")]
+    pub socket: Option<PathBuf>,
+    /// The parent's control address over TCP (`cluster.listen`); the run's secret comes in the
+    /// environment (`ROLL_CLUSTER_SECRET`).
     #[arg(long)]
-    pub socket: PathBuf,
+    pub connect: Option<std::net::SocketAddr>,
     /// The parent's pid: the worker exits if it is gone, and is killed when it dies.
     #[arg(long)]
     pub parent: u32,
@@ -712,11 +716,13 @@ fn worker(args: WorkerArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the worker's runtime")?;
-    rt.block_on(crate::role::serve_worker(
-        args.role,
-        args.index,
-        &args.socket,
-    ))?;
+    use crate::worker::process::Endpoint;
+    let at = match (args.socket, args.connect) {
+        (_, Some(addr)) => Endpoint::Tcp(addr),
+        (Some(path), None) => Endpoint::Unix(path),
+        (None, None) => anyhow::bail!("worker: give --socket or --connect"),
+    };
+    rt.block_on(crate::role::serve_worker(args.role, args.index, &at))?;
     Ok(())
 }
 

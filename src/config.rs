@@ -6,6 +6,7 @@
 //! directory of the file that writes it (the config, or an included fragment); every other relative
 //! path to the working directory.
 
+mod cluster;
 mod devices;
 mod distill;
 mod dpo;
@@ -30,6 +31,7 @@ use crate::model::Arch;
 use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
+pub use cluster::{ClusterConfig, Launcher};
 pub use devices::{DeviceKind, DevicesConfig, Kernels};
 pub use distill::DistillConfig;
 pub use dpo::{DpoConfig, DpoEvalConfig};
@@ -71,6 +73,9 @@ pub struct RunConfig {
     /// Where roles run (in this process, or in worker processes).
     #[serde(default)]
     pub workers: WorkersConfig,
+    /// Worker processes connect over TCP, authenticated, instead of Unix sockets.
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
 }
 
 fn default_seed() -> u64 {
@@ -448,6 +453,9 @@ impl Validate for RunConfig {
             }
             (Some(_), Some(_)) => p.push("model: set only one of 'path' and 'init'".into()),
             _ => {}
+        }
+        if let Some(c) = &self.cluster {
+            c.validate(p);
         }
         let minutes = self.checkpoint.every_minutes;
         if !(minutes.is_finite() && minutes >= 0.0) {

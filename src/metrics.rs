@@ -144,6 +144,8 @@ pub enum WorkerNotice {
     Log,
     /// Replaced after it was lost (recorded as a warning).
     Restarted,
+    /// A connection to its port that did not prove the run's secret (recorded as a warning).
+    Refused,
 }
 
 /// Something a worker process did, for the run's record, with its facts as fields: which role

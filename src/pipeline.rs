@@ -160,6 +160,14 @@ pub fn run(
         timed_checkpoint: None,
         wall_offset: resume.map(|r| r.state.wall_time).unwrap_or(0.0),
     };
+    // The workers this run starts reach it over TCP with the run's secret, or over Unix sockets.
+    crate::worker::process::set_transport(match &cfg.cluster {
+        Some(c) => crate::worker::process::Transport::Tcp {
+            listen: c.listen,
+            secret: crate::worker::auth::run_secret().clone(),
+        },
+        None => crate::worker::process::Transport::Unix,
+    });
     // Before the first model: a run asking for the generic path gets it in every process
     // (worker processes inherit it); `ROLL_KERNELS=generic` already chose it for this one.
     if cfg.workers.devices.kernels == crate::config::Kernels::Generic {

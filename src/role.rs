@@ -137,8 +137,12 @@ pub trait ResidentRole {
     fn shutdown(&mut self) -> Vec<WorkerNote>;
 }
 
-/// The worker process's side: serve `role` over `socket` until the parent says shutdown or goes.
-pub async fn serve_worker(role: Role, index: usize, socket: &Path) -> Result<(), WorkerError> {
+/// The worker process's side: serve `role` to the parent at `at` until it says shutdown or goes.
+pub async fn serve_worker(
+    role: Role,
+    index: usize,
+    at: &crate::worker::process::Endpoint,
+) -> Result<(), WorkerError> {
     let compute: fn(CallQueue) = match role {
         Role::ActorInfer => actor_infer::serve::serve,
         Role::ActorTrain => |q| {
@@ -151,7 +155,7 @@ pub async fn serve_worker(role: Role, index: usize, socket: &Path) -> Result<(),
         Role::Teacher => teacher::serve::serve,
         Role::Env => return Err(WorkerError::Unsupported(role)),
     };
-    crate::worker::serve::serve(role, index, socket, compute).await
+    crate::worker::serve::serve(role, index, at, compute).await
 }
 
 /// A worker's call queue with the role's own types: malformed calls are answered with an error

@@ -10,6 +10,7 @@
 //! here as JSON payloads. Bulk tensors never travel here. This module knows nothing about roles'
 //! computations, the store or any front-end: it reports [`WorkerEvent`]s.
 
+pub mod auth;
 pub mod process;
 pub mod protocol;
 pub mod serve;

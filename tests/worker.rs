@@ -91,7 +91,8 @@ async fn a_reward_worker_scores_exactly_like_the_in_process_rule() {
         WorkerEvent::Started {
             role: Role::Reward,
             index: 0,
-            pid: worker.pid
+            pid: worker.pid,
+            via: "unix socket".into(),
         }
     );
     let call = RewardCall::Score { items: items() };

@@ -1,5 +1,5 @@
-//! Worker events into the run's record: every note is stored, and failures and restarts are also
-//! shown to the user.
+//! Worker events into the run's record: every note is stored, and failures, restarts and refused
+//! connections are also shown to the user.
 
 use super::{PipelineError, PipelineEvent, RunContext};
 use crate::metrics::WorkerNotice;
@@ -13,7 +13,10 @@ pub fn report_workers(
     for note in events {
         ctx.sink.worker(&note)?;
         ctx.emit(PipelineEvent::Worker(note.clone()));
-        if matches!(note.notice, WorkerNotice::Failed | WorkerNotice::Restarted) {
+        if matches!(
+            note.notice,
+            WorkerNotice::Failed | WorkerNotice::Restarted | WorkerNotice::Refused
+        ) {
             let worker = note.worker();
             ctx.emit(PipelineEvent::Message(format!(
                 "worker {worker}: {}",

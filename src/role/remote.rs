@@ -259,12 +259,17 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
         text,
     };
     match e {
-        WorkerEvent::Started { role, index, pid } => note(
+        WorkerEvent::Started {
+            role,
+            index,
+            pid,
+            via,
+        } => note(
             role,
             index,
             Some(*pid),
             WorkerNotice::Started,
-            format!("started, pid {pid}"),
+            format!("started, pid {pid}, over {via}"),
         ),
         WorkerEvent::Log {
             role,
@@ -278,6 +283,23 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
             WorkerNotice::Log,
             format!("{stream}: {line}"),
         ),
+        WorkerEvent::Refused {
+            role,
+            index,
+            peer,
+            reason,
+        } => {
+            // Counted over the run (this process), so a stream of them shows as one.
+            static REFUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            note(
+                role,
+                index,
+                None,
+                WorkerNotice::Refused,
+                format!("refused a connection from {peer}: {reason} ({n} refused so far)"),
+            )
+        }
         WorkerEvent::Unresponsive {
             role,
             index,

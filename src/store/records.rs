@@ -96,7 +96,7 @@ impl EventRecord {
             WorkerNotice::Exited => EventKind::WorkerExited,
             WorkerNotice::Failed => EventKind::WorkerFailed,
             WorkerNotice::Log => EventKind::Info,
-            WorkerNotice::Restarted => EventKind::Warning,
+            WorkerNotice::Restarted | WorkerNotice::Refused => EventKind::Warning,
         };
         EventRecord {
             role: Some(note.role.as_str().into()),

@@ -12,14 +12,57 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::UnixListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::protocol::{Channel, FromWorker, Payload, ProtocolError, ToWorker, handshake_parent};
+use super::auth::{SECRET_ENV, Secret};
+use super::protocol::{
+    Channel, FromWorker, Payload, ProtocolError, ToWorker, challenge, handshake_parent,
+};
 use super::{Role, WorkerError};
 
 static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// How workers reach their parent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// A Unix socket in a private directory: workers on this machine (the default).
+    Unix,
+    /// TCP on an interface of this machine (`cluster.listen`), a port per worker; each
+    /// connection must prove it holds `secret` ([`super::auth`]) or it is refused.
+    Tcp {
+        listen: std::net::IpAddr,
+        secret: Secret,
+    },
+}
+
+static TRANSPORT: std::sync::RwLock<Transport> = std::sync::RwLock::new(Transport::Unix);
+
+/// The transport of the workers this process starts from now on (the run's `cluster:`).
+pub fn set_transport(transport: Transport) {
+    if let Ok(mut t) = TRANSPORT.write() {
+        *t = transport;
+    }
+}
+
+fn transport() -> Transport {
+    TRANSPORT.read().map_or(Transport::Unix, |t| t.clone())
+}
+
+/// How long a TCP connection has to prove the secret before it is refused.
+const PROOF_WAIT: Duration = Duration::from_secs(2);
+
+/// A control connection of either transport.
+pub trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for T {}
+
+/// Where a worker connects: what `roll-tui worker` is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Endpoint {
+    Unix(PathBuf),
+    Tcp(std::net::SocketAddr),
+}
 
 /// Programs that embed the pipeline but are not `roll-tui` (test harnesses, other front-ends) name
 /// the `roll-tui` executable their worker processes run. The first call wins; returns whether this
@@ -45,6 +88,7 @@ pub struct WorkerSpec {
     /// The device the worker computes on where no call of its role names one (the reward role's
     /// judge models): `ROLL_DEVICE` in its environment (`crate::device::tool_device`).
     pub device: Option<crate::device::DeviceSpec>,
+    pub transport: Transport,
 }
 
 /// The `roll-tui` executable that child processes run: this one, or the one
@@ -70,6 +114,7 @@ impl WorkerSpec {
             silence_limit: Duration::from_secs(5),
             threads: None,
             device: None,
+            transport: transport(),
         })
     }
 
@@ -97,6 +142,8 @@ pub enum WorkerEvent {
         role: Role,
         index: usize,
         pid: u32,
+        /// How it is connected: `unix socket`, or `tcp ADDRESS` (the head's port it reached).
+        via: String,
     },
     /// One line the worker wrote to stdout or stderr.
     Log {
@@ -104,6 +151,13 @@ pub enum WorkerEvent {
         index: usize,
         stream: &'static str,
         line: String,
+    },
+    /// A TCP connection to the worker's port that did not prove the run's secret, dropped.
+    Refused {
+        role: Role,
+        index: usize,
+        peer: String,
+        reason: String,
     },
     /// No pong for this long (reported once per silence).
     Unresponsive {
@@ -145,16 +199,75 @@ pub struct WorkerProcess {
     _socket_dir: tempfile::TempDir,
 }
 
+/// Where a worker's parent waits for it.
+enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener, Secret),
+}
+
+impl Listener {
+    fn endpoint(&self) -> std::io::Result<Endpoint> {
+        Ok(match self {
+            Listener::Unix(_, path) => Endpoint::Unix(path.clone()),
+            Listener::Tcp(l, _) => Endpoint::Tcp(l.local_addr()?),
+        })
+    }
+
+    /// The worker's connection: the first one, or over TCP the first that proves the secret as
+    /// worker `index` of `role` (each other one is reported and dropped).
+    async fn accept(
+        &self,
+        role: Role,
+        index: usize,
+        events: &mpsc::UnboundedSender<WorkerEvent>,
+    ) -> std::io::Result<Box<dyn Connection>> {
+        match self {
+            Listener::Unix(l, _) => Ok(Box::new(l.accept().await?.0)),
+            Listener::Tcp(l, secret) => accept_proven(l, secret, role, index, events).await,
+        }
+    }
+}
+
+/// Accept connections on `listener` until one proves `secret` as worker `index` of `role`; every
+/// other one is refused (reported as [`WorkerEvent::Refused`]) and dropped.
+pub async fn accept_proven(
+    listener: &TcpListener,
+    secret: &Secret,
+    role: Role,
+    index: usize,
+    events: &mpsc::UnboundedSender<WorkerEvent>,
+) -> std::io::Result<Box<dyn Connection>> {
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let mut ch = Channel::new(stream);
+        let reason =
+            match tokio::time::timeout(PROOF_WAIT, challenge(&mut ch, secret, role, index)).await {
+                Ok(Ok(())) => {
+                    let conn: Box<dyn Connection> = Box::new(ch.into_inner().into_inner());
+                    return Ok(conn);
+                }
+                Ok(Err(reason)) => reason,
+                Err(_) => format!(
+                    "no proof of the run's secret within {} s",
+                    PROOF_WAIT.as_secs()
+                ),
+            };
+        let _ = events.send(WorkerEvent::Refused {
+            role,
+            index,
+            peer: peer.to_string(),
+            reason,
+        });
+    }
+}
+
 /// The last lines a worker wrote to stderr, for error messages.
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// `roll-tui worker ROLE` in its own process group, killed when dropped, told where to connect
 /// and who its parent is.
-fn start_child(
-    spec: &WorkerSpec,
-    socket: &std::path::Path,
-) -> Result<tokio::process::Child, WorkerError> {
-    child_command(spec, socket)
+fn start_child(spec: &WorkerSpec, at: &Endpoint) -> Result<tokio::process::Child, WorkerError> {
+    child_command(spec, at)
         .spawn()
         .map_err(|source| WorkerError::Spawn {
             role: spec.role,
@@ -165,8 +278,11 @@ fn start_child(
 }
 
 /// The command [`start_child`] runs.
-fn child_command(spec: &WorkerSpec, socket: &std::path::Path) -> tokio::process::Command {
+fn child_command(spec: &WorkerSpec, at: &Endpoint) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&spec.program);
+    if let Transport::Tcp { secret, .. } = &spec.transport {
+        command.env(SECRET_ENV, secret.as_text());
+    }
     if let Some(n) = spec.threads {
         command.env("RAYON_NUM_THREADS", n.to_string());
     }
@@ -181,9 +297,12 @@ fn child_command(spec: &WorkerSpec, socket: &std::path::Path) -> tokio::process:
         .arg("worker")
         .arg(spec.role.as_str())
         .arg("--index")
-        .arg(spec.index.to_string())
-        .arg("--socket")
-        .arg(socket)
+        .arg(spec.index.to_string());
+    match at {
+        Endpoint::Unix(path) => command.arg("--socket").arg(path),
+        Endpoint::Tcp(addr) => command.arg("--connect").arg(addr.to_string()),
+    };
+    command
         .arg("--parent")
         .arg(std::process::id().to_string())
         .stdin(Stdio::null())
@@ -231,8 +350,8 @@ where
                     let _ = w.send(result);
                 }
             }
-            // A second hello or a malformed frame: the connection is not trustworthy.
-            Ok(FromWorker::Hello { .. }) | Err(_) => break,
+            // A second hello or proof, or a malformed frame: the connection is not trustworthy.
+            Ok(FromWorker::Hello { .. } | FromWorker::Proof { .. }) | Err(_) => break,
         }
     }
 }
@@ -343,7 +462,8 @@ fn exit_text(status: std::io::Result<std::process::ExitStatus>) -> String {
 }
 
 impl WorkerProcess {
-    /// Start the worker and wait until it has connected and shaken hands.
+    /// Start the worker and wait until it has connected (over TCP, proved the run's secret) and
+    /// shaken hands.
     pub async fn spawn(
         spec: &WorkerSpec,
         events: mpsc::UnboundedSender<WorkerEvent>,
@@ -361,9 +481,18 @@ impl WorkerProcess {
             .prefix("roll-worker-")
             .tempdir()
             .map_err(|e| proto(ProtocolError::Io(e)))?;
-        let socket = dir.path().join(format!("{role}-{index}.sock"));
-        let listener = UnixListener::bind(&socket).map_err(|e| proto(ProtocolError::Io(e)))?;
-        let mut child = start_child(spec, &socket)?;
+        let io = |e| proto(ProtocolError::Io(e));
+        let listener = match &spec.transport {
+            Transport::Unix => {
+                let socket = dir.path().join(format!("{role}-{index}.sock"));
+                Listener::Unix(UnixListener::bind(&socket).map_err(io)?, socket)
+            }
+            Transport::Tcp { listen, secret } => {
+                let tcp = TcpListener::bind((*listen, 0)).await.map_err(io)?;
+                Listener::Tcp(tcp, secret.clone())
+            }
+        };
+        let mut child = start_child(spec, &listener.endpoint().map_err(io)?)?;
         let tail: Tail = Arc::default();
         let mut tasks = vec![];
         if let Some(out) = child.stdout.take() {
@@ -391,7 +520,7 @@ impl WorkerProcess {
             detail,
         };
         let stream = tokio::select! {
-            accepted = listener.accept() => accepted.map_err(|e| proto(ProtocolError::Io(e)))?.0,
+            accepted = listener.accept(role, index, &events) => accepted.map_err(io)?,
             status = child.wait() => {
                 // Let the log readers catch the worker's last words.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -406,7 +535,16 @@ impl WorkerProcess {
                 .await
                 .map_err(|_| no_connection(": no handshake".into()))?
                 .map_err(proto)?;
-        let _ = events.send(WorkerEvent::Started { role, index, pid });
+        let via = match listener.endpoint() {
+            Ok(Endpoint::Tcp(addr)) => format!("tcp {addr}"),
+            _ => "unix socket".into(),
+        };
+        let _ = events.send(WorkerEvent::Started {
+            role,
+            index,
+            pid,
+            via,
+        });
 
         let (sink, stream) = StreamExt::split::<tokio_util::bytes::Bytes>(ch.into_inner());
         let (outgoing, to_send) = mpsc::channel::<ToWorker>(64);
@@ -565,7 +703,7 @@ mod tests {
     #[test]
     fn a_worker_with_threads_gets_them_in_its_environment() {
         let env_of = |spec: &WorkerSpec| -> Option<String> {
-            child_command(spec, std::path::Path::new("/tmp/s"))
+            child_command(spec, &Endpoint::Unix("/tmp/s".into()))
                 .as_std()
                 .get_envs()
                 .find(|(k, _)| *k == "RAYON_NUM_THREADS")
@@ -580,7 +718,7 @@ mod tests {
     #[test]
     fn a_worker_gets_its_parents_kernels() {
         let spec = WorkerSpec::new(Role::ActorTrain, 0).unwrap_or_else(|e| panic!("{e}"));
-        let command = child_command(&spec, std::path::Path::new("/tmp/s"));
+        let command = child_command(&spec, &Endpoint::Unix("/tmp/s".into()));
         let kernels = command
             .as_std()
             .get_envs()
@@ -588,7 +726,7 @@ mod tests {
             .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()));
         assert_eq!(kernels.as_deref(), Some(crate::device::kernels().as_str()));
         let device_of = |spec: &WorkerSpec| {
-            child_command(spec, std::path::Path::new("/tmp/s"))
+            child_command(spec, &Endpoint::Unix("/tmp/s".into()))
                 .as_std()
                 .get_envs()
                 .find(|(k, _)| *k == crate::device::DEVICE_ENV)
@@ -601,5 +739,105 @@ mod tests {
         );
         let placed = spec.with_device(crate::device::DeviceSpec::cuda(1));
         assert_eq!(device_of(&placed).as_deref(), Some("cuda:1"));
+    }
+
+    /// Over TCP the secret travels in the worker's environment, never on its command line (which
+    /// `ps` shows on every node), and the worker is told the address to connect to.
+    #[test]
+    fn a_tcp_worker_gets_the_address_in_its_arguments_and_the_secret_in_its_environment() {
+        let secret = Secret::generate();
+        let mut spec = WorkerSpec::new(Role::Critic, 2).unwrap_or_else(|e| panic!("{e}"));
+        spec.transport = Transport::Tcp {
+            listen: [127, 0, 0, 1].into(),
+            secret: secret.clone(),
+        };
+        let addr: std::net::SocketAddr = "127.0.0.1:4567".parse().expect("address");
+        let command = child_command(&spec, &Endpoint::Tcp(addr));
+        let args: Vec<String> = command
+            .as_std()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--connect", "127.0.0.1:4567"]),
+            "{args:?}"
+        );
+        assert!(
+            !args.iter().any(|a| a.contains(secret.as_text())),
+            "{args:?}"
+        );
+        let env = command
+            .as_std()
+            .get_envs()
+            .find(|(k, _)| *k == SECRET_ENV)
+            .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()));
+        assert_eq!(env.as_deref(), Some(secret.as_text()));
+    }
+
+    /// A connection that sends garbage, one that proves another secret and one that proves the
+    /// secret for another worker are each refused and reported; the worker's own is accepted.
+    #[tokio::test]
+    async fn only_a_connection_that_proves_the_secret_for_this_worker_is_accepted() {
+        use super::super::protocol::answer_challenge;
+        let secret = Secret::generate();
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (events, mut seen) = mpsc::unbounded_channel();
+        let theirs = secret.clone();
+        // One after another, each kept open so that a refusal is the parent's doing.
+        let clients = tokio::spawn(async move {
+            let mut kept = vec![];
+            for proof in [
+                None,
+                Some((Secret::generate(), 0)),
+                Some((theirs.clone(), 1)),
+                Some((theirs.clone(), 0)),
+            ] {
+                let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let mut ch = Channel::new(stream);
+                match proof {
+                    None => ch.send(&FromWorker::Pong { seq: 1 }).await.expect("send"),
+                    Some((s, index)) => {
+                        answer_challenge(&mut ch, &s, Role::Critic, index)
+                            .await
+                            .expect("answer");
+                    }
+                }
+                kept.push(ch);
+            }
+            kept
+        });
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            accept_proven(&listener, &secret, Role::Critic, 0, &events),
+        )
+        .await
+        .expect("accepted within 20 s")
+        .expect("accepted");
+        clients.await.expect("clients");
+        let mut refused = vec![];
+        while let Ok(e) = seen.try_recv() {
+            match e {
+                WorkerEvent::Refused {
+                    role,
+                    index,
+                    reason,
+                    ..
+                } => {
+                    assert_eq!((role, index), (Role::Critic, 0));
+                    refused.push(reason);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            refused,
+            [
+                "no proof of the run's secret",
+                "a wrong proof of the run's secret",
+                "a wrong proof of the run's secret"
+            ]
+        );
     }
 }

@@ -1,7 +1,10 @@
 //! The control protocol between the parent and a worker: serde enums, one JSON document per
 //! length-delimited frame over a local socket.
 //!
-//! A session starts with the parent's [`ToWorker::Hello`] and the worker's [`FromWorker::Hello`]; both
+//! Over TCP a session starts with the parent's [`ToWorker::Challenge`], which the worker answers
+//! with its [`FromWorker::Proof`] of the run's secret ([`super::auth`]); a Unix socket, private to
+//! its directory, needs none. Then the parent's [`ToWorker::Hello`] and the worker's
+//! [`FromWorker::Hello`]; both
 //! carry [`PROTOCOL_VERSION`] and the crate version, and either side ends the session on a mismatch.
 //! Then the parent sends pings (answered with pongs: the heartbeat) and calls (answered with replies
 //! carrying the call id). Calls and replies are each role's own types, as JSON ([`Payload`]).
@@ -21,7 +24,7 @@ use super::Role;
 pub type Payload = serde_json::Value;
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// The crate version; parent and worker must be the same build.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Control messages larger than this are a bug (bulk data does not travel here).
@@ -29,6 +32,10 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToWorker {
+    /// Prove you hold the run's secret (TCP connections, before the hello).
+    Challenge {
+        nonce: String,
+    },
     Hello {
         protocol: u32,
         build: String,
@@ -48,6 +55,10 @@ pub enum ToWorker {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum FromWorker {
+    /// The answer to a [`ToWorker::Challenge`]: [`super::auth::Secret::prove`].
+    Proof {
+        proof: String,
+    },
     Hello {
         protocol: u32,
         build: String,
@@ -133,6 +144,53 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
     /// Split into a sink half and a stream half for concurrent reading and writing.
     pub fn into_inner(self) -> Framed<S, LengthDelimitedCodec> {
         self.framed
+    }
+}
+
+/// Parent side, first on a TCP connection: challenge the peer to prove it holds `secret` as
+/// worker `index` of `role`. Returns why it is refused, if it is.
+pub async fn challenge<S: AsyncRead + AsyncWrite + Unpin>(
+    ch: &mut Channel<S>,
+    secret: &super::auth::Secret,
+    role: Role,
+    index: usize,
+) -> Result<(), String> {
+    let nonce = super::auth::nonce();
+    ch.send(&ToWorker::Challenge {
+        nonce: nonce.clone(),
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    match ch.recv::<FromWorker>("proof").await {
+        Ok(Some(FromWorker::Proof { proof })) if secret.verify(&nonce, role, index, &proof) => {
+            Ok(())
+        }
+        Ok(Some(FromWorker::Proof { .. })) => Err("a wrong proof of the run's secret".into()),
+        Ok(Some(_)) => Err("no proof of the run's secret".into()),
+        Ok(None) => Err("it closed the connection without a proof".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Worker side of [`challenge`]: answer the parent's nonce with `secret`.
+pub async fn answer_challenge<S: AsyncRead + AsyncWrite + Unpin>(
+    ch: &mut Channel<S>,
+    secret: &super::auth::Secret,
+    role: Role,
+    index: usize,
+) -> Result<(), ProtocolError> {
+    match ch.recv::<ToWorker>("parent challenge").await? {
+        Some(ToWorker::Challenge { nonce }) => {
+            ch.send(&FromWorker::Proof {
+                proof: secret.prove(&nonce, role, index),
+            })
+            .await
+        }
+        Some(other) => Err(ProtocolError::Unexpected {
+            expected: "the parent's challenge",
+            got: format!("{other:?}"),
+        }),
+        None => Err(ProtocolError::Closed),
     }
 }
 

@@ -3,13 +3,13 @@
 //! business: [`serve`] hands every call to the role's compute loop (`serve_worker` in the role layer, `src/role.rs`)
 //! through a [`CallQueue`] and sends back what it answers.
 
-use std::path::Path;
+use tokio::net::{TcpStream, UnixStream};
 
-use tokio::net::UnixStream;
-
+use super::auth::{SECRET_ENV, Secret};
+use super::process::{Connection, Endpoint};
 use super::protocol::{
     BUILD_VERSION, Channel, FromWorker, PROTOCOL_VERSION, Payload, ProtocolError, ToWorker,
-    handshake_worker,
+    answer_challenge, handshake_worker,
 };
 use super::{Role, WorkerError};
 
@@ -48,12 +48,13 @@ pub fn die_with_parent(parent: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Serve one parent over the socket at `socket` until shutdown or disconnect, with `compute`
-/// answering the calls on a thread of its own.
+/// Serve one parent at `at` until shutdown or disconnect, with `compute` answering the calls on
+/// a thread of its own. Over TCP the worker first proves it holds the run's secret, which its
+/// environment carries (`ROLL_CLUSTER_SECRET`).
 pub async fn serve(
     role: Role,
     index: usize,
-    socket: &Path,
+    at: &Endpoint,
     compute: impl FnOnce(CallQueue) + Send + 'static,
 ) -> Result<(), WorkerError> {
     let proto = |source| WorkerError::Protocol {
@@ -61,10 +62,28 @@ pub async fn serve(
         index,
         source,
     };
-    let stream = UnixStream::connect(socket)
-        .await
-        .map_err(|e| proto(ProtocolError::Io(e)))?;
-    let mut ch = Channel::new(stream);
+    let io = |e| proto(ProtocolError::Io(e));
+    let mut ch: Channel<Box<dyn Connection>> = match at {
+        Endpoint::Unix(path) => {
+            Channel::new(Box::new(UnixStream::connect(path).await.map_err(io)?))
+        }
+        Endpoint::Tcp(addr) => {
+            let secret = std::env::var(SECRET_ENV).map_err(|_| {
+                io(std::io::Error::other(format!(
+                    "{SECRET_ENV} is not set: a worker connecting over TCP needs the run's secret \
+                     in its environment"
+                )))
+            })?;
+            let stream = TcpStream::connect(addr).await.map_err(io)?;
+            // Calls and pings are small frames: send each at once.
+            stream.set_nodelay(true).map_err(io)?;
+            let mut ch: Channel<Box<dyn Connection>> = Channel::new(Box::new(stream));
+            answer_challenge(&mut ch, &Secret::from_text(&secret), role, index)
+                .await
+                .map_err(proto)?;
+            ch
+        }
+    };
     let (assigned, assigned_index) = handshake_worker(&mut ch, PROTOCOL_VERSION, BUILD_VERSION)
         .await
         .map_err(proto)?;
@@ -98,10 +117,10 @@ pub async fn serve(
                         break Err(proto(ProtocolError::Closed));
                     }
                 }
-                Some(ToWorker::Hello { .. }) => {
+                Some(ToWorker::Hello { .. } | ToWorker::Challenge { .. }) => {
                     break Err(proto(ProtocolError::Unexpected {
                         expected: "a ping, call or shutdown",
-                        got: "a second hello".into(),
+                        got: "a second hello or challenge".into(),
                     }));
                 }
             },
