@@ -85,9 +85,14 @@ pub struct WorkerArgs {
     /// environment (`ROLL_CLUSTER_SECRET`).
     #[arg(long)]
     pub connect: Option<std::net::SocketAddr>,
-    /// The parent's pid: the worker exits if it is gone, and is killed when it dies.
-    #[arg(long)]
-    pub parent: u32,
+    /// The parent's pid (a worker on its machine): the worker exits if it is gone, and is killed
+    /// when it dies.
+    #[arg(long, required_unless_present = "secret_stdin")]
+    pub parent: Option<u32>,
+    /// Read the run's secret from the first line of stdin, and exit when stdin ends (a worker
+    /// started over ssh: its stdin is its head's pipe).
+    #[arg(long, requires = "connect", conflicts_with = "parent")]
+    pub secret_stdin: bool,
 }
 
 #[derive(Args, Debug)]
@@ -711,7 +716,10 @@ fn workbench(store: &std::path::Path) -> Result<()> {
 
 fn worker(args: WorkerArgs) -> Result<()> {
     use anyhow::Context;
-    crate::worker::serve::die_with_parent(args.parent).context("worker start-up")?;
+    match args.parent {
+        Some(parent) => crate::worker::serve::die_with_parent(parent).context("worker start-up")?,
+        None => crate::worker::serve::secret_from_stdin().context("worker start-up")?,
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -160,11 +160,20 @@ pub fn run(
         timed_checkpoint: None,
         wall_offset: resume.map(|r| r.state.wall_time).unwrap_or(0.0),
     };
-    // The workers this run starts reach it over TCP with the run's secret, or over Unix sockets.
+    // The workers this run starts reach it over TCP with the run's secret, or over Unix sockets;
+    // what they read and write goes where every one of them sees it.
+    let shared = cfg.cluster.as_ref().and_then(|c| c.shared_dir.clone());
+    if let Some(dir) = &shared {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            PipelineError::Setup(format!("cluster.shared_dir '{}': {e}", dir.display()))
+        })?;
+    }
+    crate::scheduler::host_copy::set_area_base(shared);
     crate::worker::process::set_transport(match &cfg.cluster {
         Some(c) => crate::worker::process::Transport::Tcp {
             listen: c.listen,
             secret: crate::worker::auth::run_secret().clone(),
+            launch: setup::launch_of(c)?,
         },
         None => crate::worker::process::Transport::Unix,
     });

@@ -74,3 +74,123 @@ fn a_wildcard_listen_address_or_an_unknown_launcher_is_refused() {
     let e = run("cluster={launcher: carrier_pigeon}");
     assert!(e.contains("carrier_pigeon") && e.contains("local"), "{e}");
 }
+
+/// A stand-in for ssh that runs the remote command here, as sshd would, after logging the
+/// destination, the command and what the shared directory holds then.
+fn fake_ssh(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let (fake, log, shared) = (
+        dir.join("fake-ssh"),
+        dir.join("ssh.log"),
+        dir.join("shared"),
+    );
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nhost=\"$1\"; shift\nprintf '%s %s\\n' \"$host\" \"$*\" >> {log}\n\
+             ls {shared} >> {log}\nexec sh -c \"$*\"\n",
+            log = log.display(),
+            shared = shared.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (fake, log)
+}
+
+fn ssh_cluster(dir: &std::path::Path, fake: &std::path::Path) -> String {
+    format!(
+        "cluster={{launcher: ssh, listen: 127.0.0.1, hosts: [alpha, beta], role_hosts: {{reference: beta}}, ssh: [{}], shared_dir: {}}}",
+        fake.display(),
+        dir.join("shared").display()
+    )
+}
+
+/// `launcher: ssh`: each worker is started by ssh on its role's host, gets the secret on stdin
+/// (never on the command line), works in the shared directory, and computes what a local worker
+/// computes.
+#[test]
+fn workers_started_over_ssh_on_their_hosts_compute_as_local_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, log) = fake_ssh(dir.path());
+    let local = run_quiet(dir.path(), "local", RL, &WORKERS);
+    let mut over_ssh = WORKERS.to_vec();
+    let cluster = ssh_cluster(dir.path(), &fake);
+    over_ssh.push(&cluster);
+    let ssh = run_quiet(dir.path(), "ssh", RL, &over_ssh);
+    assert_same_metrics(&local, &ssh, "net");
+
+    let log = std::fs::read_to_string(&log).unwrap();
+    let launches: Vec<&str> = log.lines().filter(|l| l.contains(" worker ")).collect();
+    assert_eq!(launches.len(), 3, "{log}");
+    for (role, host) in [
+        ("actor_train", "alpha"),
+        ("actor_infer", "alpha"),
+        ("reference", "beta"),
+    ] {
+        let line = launches
+            .iter()
+            .find(|l| l.contains(&format!(" worker {role} ")))
+            .unwrap_or_else(|| panic!("{role}: {log}"));
+        assert!(line.starts_with(&format!("{host} cd ")), "{line}");
+        assert!(
+            line.contains("--connect 127.0.0.1:") && line.ends_with("--secret-stdin"),
+            "{line}"
+        );
+    }
+    assert!(!log.contains("ROLL_CLUSTER_SECRET"), "{log}");
+    // The head's host areas (offloaded weights, rows files) are in the shared directory, and
+    // gone from it after the run.
+    assert!(log.contains("roll-tui-host-"), "{log}");
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("shared"))
+            .unwrap()
+            .count(),
+        0
+    );
+    for e in of_kind(&run_events(&ssh, "net"), "worker_started") {
+        let m = e["message"].as_str().unwrap();
+        assert!(m.contains("started by ssh on "), "{m}");
+    }
+}
+
+/// Workers started over ssh are gone within seconds of their head's SIGKILL: the end of their
+/// stdin (the head's pipe) ends them, with no cleanup by anyone.
+#[test]
+fn no_ssh_worker_outlives_its_killed_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, _) = fake_ssh(dir.path());
+    let long = RL.replace("steps: 6", "steps: 400");
+    let cfg = common::write_config(dir.path(), "net", &long);
+    let store = dir.path().join("killed.db");
+    let cluster = ssh_cluster(dir.path(), &fake);
+    let mut args = vec!["run", cfg.to_str().unwrap()];
+    args.extend(WORKERS);
+    args.push(&cluster);
+    let (mut child, _lines) = common::spawn_until(&store, args, "rl      2/");
+    let workers = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                String::from_utf8_lossy(&cmd)
+                    .contains("--secret-stdin")
+                    .then_some(pid)
+            })
+            .collect()
+    };
+    assert_eq!(workers().len(), 3, "three workers while the run runs");
+    assert!(common::kill_9(child.id()));
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !workers().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left running: {:?}",
+            workers()
+        );
+        std::thread::yield_now();
+    }
+}

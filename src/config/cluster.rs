@@ -1,10 +1,15 @@
 //! `cluster:`: how a run's worker processes reach the head process — over TCP on a network
 //! interface, each connection authenticated with the run's secret (`crate::worker::auth`) —
-//! instead of the Unix sockets of a run on one machine.
+//! instead of the Unix sockets of a run on one machine, and who starts them: the head itself, or
+//! ssh on the hosts named.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use super::Role;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -13,13 +18,39 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub launcher: Launcher,
     /// The address of this machine's interface the head listens on for its workers' control
-    /// connections (a port per worker, chosen by the system).
+    /// connections (a port per worker, chosen by the system); every worker host must reach it.
     #[serde(default = "loopback")]
     pub listen: IpAddr,
+    /// `launcher: ssh`: the hosts (ssh destinations, `user@name` or a `~/.ssh/config` alias).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// `launcher: ssh`: the host each role's workers run on (default: the first host).
+    #[serde(default)]
+    pub role_hosts: BTreeMap<Role, String>,
+    /// `launcher: ssh`: the ssh command and its options; the host and the remote command follow.
+    #[serde(default = "default_ssh")]
+    pub ssh: Vec<String>,
+    /// `launcher: ssh`: the `roll-tui` executable on the hosts (default: this one's path).
+    #[serde(default)]
+    pub remote_program: Option<PathBuf>,
+    /// `launcher: ssh`: the working directory on the hosts (default: this one), where the
+    /// config's relative paths (models, datasets) must mean what they mean here.
+    #[serde(default)]
+    pub remote_dir: Option<PathBuf>,
+    /// Where the head writes what workers read and write — offloaded weights, each call's rows
+    /// and results — a directory every host sees at this path (a shared filesystem). Default:
+    /// `/dev/shm` on the head, which only workers on the head's machine see.
+    #[serde(default)]
+    pub shared_dir: Option<PathBuf>,
 }
 
 fn loopback() -> IpAddr {
     IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+}
+
+fn default_ssh() -> Vec<String> {
+    // Never wait for a password or a host-key question: fail instead, naming the host.
+    ["ssh", "-o", "BatchMode=yes"].map(String::from).to_vec()
 }
 
 /// Who starts the worker processes.
@@ -29,6 +60,8 @@ pub enum Launcher {
     /// The head, as child processes on its own machine.
     #[default]
     Local,
+    /// ssh to `hosts`, one session per worker.
+    Ssh,
 }
 
 impl ClusterConfig {
@@ -41,5 +74,40 @@ impl ClusterConfig {
                 self.listen
             ));
         }
+        match self.launcher {
+            Launcher::Local => {
+                if !self.hosts.is_empty() || !self.role_hosts.is_empty() {
+                    p.push(
+                        "cluster.hosts and cluster.role_hosts are for launcher: ssh (launcher: \
+                         local starts every worker on this machine)"
+                            .into(),
+                    );
+                }
+            }
+            Launcher::Ssh => {
+                if self.hosts.is_empty() {
+                    p.push("cluster.launcher ssh needs cluster.hosts (one or more)".into());
+                }
+                if self.ssh.is_empty() {
+                    p.push("cluster.ssh must name the ssh command".into());
+                }
+                for (role, host) in &self.role_hosts {
+                    if !self.hosts.contains(host) {
+                        p.push(format!(
+                            "cluster.role_hosts.{role}: '{host}' is not one of cluster.hosts ({})",
+                            self.hosts.join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The host `role`'s workers run on (`launcher: ssh`).
+    pub fn host_of(&self, role: Role) -> Option<&str> {
+        self.role_hosts
+            .get(&role)
+            .or(self.hosts.first())
+            .map(String::as_str)
     }
 }

@@ -448,3 +448,37 @@ impl Tokenizing<'_> {
             .unwrap_or_default()
     }
 }
+
+/// Who starts the run's TCP workers (`cluster.launcher`).
+pub fn launch_of(
+    c: &crate::config::ClusterConfig,
+) -> Result<crate::worker::process::Launch, PipelineError> {
+    use crate::worker::process::{Launch, SshLaunch};
+    Ok(match c.launcher {
+        crate::config::Launcher::Local => Launch::Local,
+        crate::config::Launcher::Ssh => {
+            let here = |what: &str, e: std::io::Error| {
+                PipelineError::Setup(format!("cluster: {what} of this process: {e}"))
+            };
+            let program = match &c.remote_program {
+                Some(p) => p.clone(),
+                None => crate::worker::process::worker_program()
+                    .map_err(|e| here("the executable", e))?,
+            };
+            let dir = match &c.remote_dir {
+                Some(d) => d.clone(),
+                None => std::env::current_dir().map_err(|e| here("the working directory", e))?,
+            };
+            let hosts = crate::config::Role::ALL
+                .iter()
+                .filter_map(|&r| Some((r, c.host_of(r)?.to_string())))
+                .collect();
+            Launch::Ssh(SshLaunch {
+                ssh: c.ssh.clone(),
+                hosts,
+                program,
+                dir,
+            })
+        }
+    })
+}

@@ -42,13 +42,23 @@ pub struct HostArea {
     dir: tempfile::TempDir,
 }
 
+static AREA_BASE: std::sync::RwLock<Option<PathBuf>> = std::sync::RwLock::new(None);
+
+/// Where the host areas made from now on live (`cluster.shared_dir`: a directory every worker
+/// host sees); `None`: `/dev/shm`, or the temporary directory without it.
+pub fn set_area_base(base: Option<PathBuf>) {
+    if let Ok(mut b) = AREA_BASE.write() {
+        *b = base;
+    }
+}
+
 impl HostArea {
     pub fn new() -> std::io::Result<HostArea> {
         let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
+        let base = match AREA_BASE.read().ok().and_then(|b| b.clone()) {
+            Some(shared) => shared,
+            None if shm.is_dir() => shm.to_path_buf(),
+            None => std::env::temp_dir(),
         };
         let dir = tempfile::Builder::new()
             .prefix("roll-tui-host-")

@@ -34,7 +34,29 @@ pub enum Transport {
     Tcp {
         listen: std::net::IpAddr,
         secret: Secret,
+        launch: Launch,
     },
+}
+
+/// Who starts a worker that connects over TCP.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launch {
+    /// This process, as its child.
+    Local,
+    /// ssh to a host: the local child is the ssh client.
+    Ssh(SshLaunch),
+}
+
+/// `launcher: ssh` (`cluster:`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SshLaunch {
+    /// The ssh command and its options.
+    pub ssh: Vec<String>,
+    /// The host of each role's workers.
+    pub hosts: std::collections::BTreeMap<Role, String>,
+    /// `roll-tui` on the hosts, and the working directory there.
+    pub program: PathBuf,
+    pub dir: PathBuf,
 }
 
 static TRANSPORT: std::sync::RwLock<Transport> = std::sync::RwLock::new(Transport::Unix);
@@ -196,6 +218,11 @@ pub struct WorkerProcess {
     exit: watch::Receiver<Option<String>>,
     shutting_down: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
+    /// The local child's process group (the worker's own, or over ssh the ssh client's).
+    group: u32,
+    /// An ssh-launched worker's stdin: open while this handle lives; its end tells the worker
+    /// that its head is gone.
+    _stdin: Option<tokio::process::ChildStdin>,
     _socket_dir: tempfile::TempDir,
 }
 
@@ -277,40 +304,76 @@ fn start_child(spec: &WorkerSpec, at: &Endpoint) -> Result<tokio::process::Child
         })
 }
 
-/// The command [`start_child`] runs.
+/// The command [`start_child`] runs: the worker itself, or ssh running it on its host.
 fn child_command(spec: &WorkerSpec, at: &Endpoint) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(&spec.program);
-    if let Transport::Tcp { secret, .. } = &spec.transport {
-        command.env(SECRET_ENV, secret.as_text());
-    }
+    let mut env: Vec<(&str, String)> = vec![];
     if let Some(n) = spec.threads {
-        command.env("RAYON_NUM_THREADS", n.to_string());
+        env.push(("RAYON_NUM_THREADS", n.to_string()));
     }
     if let Some(device) = spec.device {
-        command.env(crate::device::DEVICE_ENV, device.to_string());
+        env.push((crate::device::DEVICE_ENV, device.to_string()));
     }
     // The same kernels as this process (`ROLL_KERNELS`): a worker computes as its parent does.
     for (key, value) in crate::device::worker_env() {
-        command.env(key, value);
+        env.push((key, value.to_string()));
     }
-    command
-        .arg("worker")
-        .arg(spec.role.as_str())
-        .arg("--index")
-        .arg(spec.index.to_string());
+    let mut args: Vec<String> = vec![
+        "worker".into(),
+        spec.role.as_str().into(),
+        "--index".into(),
+        spec.index.to_string(),
+    ];
     match at {
-        Endpoint::Unix(path) => command.arg("--socket").arg(path),
-        Endpoint::Tcp(addr) => command.arg("--connect").arg(addr.to_string()),
+        Endpoint::Unix(path) => args.extend(["--socket".into(), path.display().to_string()]),
+        Endpoint::Tcp(addr) => args.extend(["--connect".into(), addr.to_string()]),
+    }
+    let mut command = match &spec.transport {
+        Transport::Tcp {
+            launch: Launch::Ssh(ssh),
+            ..
+        } => {
+            // The secret comes on stdin, which also tells the worker when its head is gone.
+            args.push("--secret-stdin".into());
+            let mut command = tokio::process::Command::new(&ssh.ssh[0]);
+            command
+                .args(&ssh.ssh[1..])
+                .arg(ssh.hosts.get(&spec.role).map_or("", String::as_str))
+                .arg(remote_command(ssh, &env, &args))
+                .stdin(Stdio::piped());
+            command
+        }
+        transport => {
+            let mut command = tokio::process::Command::new(&spec.program);
+            if let Transport::Tcp { secret, .. } = transport {
+                command.env(SECRET_ENV, secret.as_text());
+            }
+            command.envs(env.iter().map(|(k, v)| (k, v)));
+            args.extend(["--parent".into(), std::process::id().to_string()]);
+            command.args(&args).stdin(Stdio::null());
+            command
+        }
     };
     command
-        .arg("--parent")
-        .arg(std::process::id().to_string())
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     command
+}
+
+/// The shell command ssh runs on the host: into the working directory, then the worker with the
+/// environment it needs (nothing secret: the secret comes on stdin), every word quoted.
+fn remote_command(ssh: &SshLaunch, env: &[(&str, String)], args: &[String]) -> String {
+    let quote = |w: &str| shlex::try_quote(w).map_or_else(|_| w.to_string(), |q| q.into_owned());
+    let mut words = vec!["exec".to_string(), "env".into()];
+    words.extend(env.iter().map(|(k, v)| quote(&format!("{k}={v}"))));
+    words.push(quote(&ssh.program.display().to_string()));
+    words.extend(args.iter().map(|a| quote(a)));
+    format!(
+        "cd {} && {}",
+        quote(&ssh.dir.display().to_string()),
+        words.join(" ")
+    )
 }
 
 /// The writer task: send queued messages until the queue or the socket closes.
@@ -487,12 +550,22 @@ impl WorkerProcess {
                 let socket = dir.path().join(format!("{role}-{index}.sock"));
                 Listener::Unix(UnixListener::bind(&socket).map_err(io)?, socket)
             }
-            Transport::Tcp { listen, secret } => {
+            Transport::Tcp { listen, secret, .. } => {
                 let tcp = TcpListener::bind((*listen, 0)).await.map_err(io)?;
                 Listener::Tcp(tcp, secret.clone())
             }
         };
         let mut child = start_child(spec, &listener.endpoint().map_err(io)?)?;
+        let group = child.id().unwrap_or(0);
+        // An ssh-launched worker reads the run's secret from its stdin, first thing.
+        let mut stdin = child.stdin.take();
+        if let (Some(pipe), Transport::Tcp { secret, .. }) = (stdin.as_mut(), &spec.transport) {
+            use tokio::io::AsyncWriteExt;
+            pipe.write_all(format!("{}\n", secret.as_text()).as_bytes())
+                .await
+                .map_err(io)?;
+            pipe.flush().await.map_err(io)?;
+        }
         let tail: Tail = Arc::default();
         let mut tasks = vec![];
         if let Some(out) = child.stdout.take() {
@@ -535,8 +608,18 @@ impl WorkerProcess {
                 .await
                 .map_err(|_| no_connection(": no handshake".into()))?
                 .map_err(proto)?;
-        let via = match listener.endpoint() {
-            Ok(Endpoint::Tcp(addr)) => format!("tcp {addr}"),
+        let via = match (listener.endpoint(), &spec.transport) {
+            (
+                Ok(Endpoint::Tcp(addr)),
+                Transport::Tcp {
+                    launch: Launch::Ssh(ssh),
+                    ..
+                },
+            ) => format!(
+                "tcp {addr}, started by ssh on {}",
+                ssh.hosts.get(&role).map_or("?", String::as_str)
+            ),
+            (Ok(Endpoint::Tcp(addr)), _) => format!("tcp {addr}"),
             _ => "unix socket".into(),
         };
         let _ = events.send(WorkerEvent::Started {
@@ -584,6 +667,8 @@ impl WorkerProcess {
             exit,
             shutting_down,
             tasks,
+            group,
+            _stdin: stdin,
             _socket_dir: dir,
         })
     }
@@ -677,11 +762,14 @@ impl WorkerProcess {
         status
     }
 
-    /// SIGKILL the worker's process group.
+    /// SIGKILL the worker's process group (over ssh, the ssh client's: the session ends, and the
+    /// worker with it when its stdin closes).
     pub fn kill(&self) {
         use nix::sys::signal::{Signal, killpg};
         use nix::unistd::Pid;
-        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        if self.group > 0 {
+            let _ = killpg(Pid::from_raw(self.group as i32), Signal::SIGKILL);
+        }
     }
 }
 
@@ -750,6 +838,7 @@ mod tests {
         spec.transport = Transport::Tcp {
             listen: [127, 0, 0, 1].into(),
             secret: secret.clone(),
+            launch: Launch::Local,
         };
         let addr: std::net::SocketAddr = "127.0.0.1:4567".parse().expect("address");
         let command = child_command(&spec, &Endpoint::Tcp(addr));
@@ -839,5 +928,46 @@ mod tests {
                 "a wrong proof of the run's secret"
             ]
         );
+    }
+
+    /// ssh runs one shell command on the host: into the working directory, then the worker with
+    /// its environment, every word quoted (a path with a space stays one word); the secret is
+    /// not in it (it comes on stdin).
+    #[test]
+    fn the_ssh_command_quotes_every_word_and_carries_no_secret() {
+        let secret = Secret::generate();
+        let mut spec = WorkerSpec::new(Role::Reference, 0)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_threads(4);
+        spec.transport = Transport::Tcp {
+            listen: [10, 0, 0, 1].into(),
+            secret: secret.clone(),
+            launch: Launch::Ssh(SshLaunch {
+                ssh: vec!["ssh".into(), "-p".into(), "2222".into()],
+                hosts: [(Role::Reference, "gpu-2".to_string())].into(),
+                program: "/opt/roll tui/roll-tui".into(),
+                dir: "/home/me/my runs".into(),
+            }),
+        };
+        let addr: std::net::SocketAddr = "10.0.0.1:4567".parse().expect("address");
+        let command = child_command(&spec, &Endpoint::Tcp(addr));
+        let std = command.as_std();
+        assert_eq!(std.get_program(), "ssh");
+        let args: Vec<String> = std
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args[..3], ["-p", "2222", "gpu-2"]);
+        assert_eq!(
+            args[3],
+            format!(
+                "cd '/home/me/my runs' && exec env 'RAYON_NUM_THREADS=4' 'ROLL_KERNELS={}' \
+                 '/opt/roll tui/roll-tui' worker reference --index 0 --connect 10.0.0.1:4567 \
+                 --secret-stdin",
+                crate::device::kernels().as_str()
+            )
+        );
+        assert!(!args.iter().any(|a| a.contains(secret.as_text())));
+        assert!(std.get_envs().all(|(k, _)| k != SECRET_ENV));
     }
 }

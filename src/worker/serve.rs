@@ -48,6 +48,33 @@ pub fn die_with_parent(parent: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The secret [`secret_from_stdin`] read.
+static STDIN_SECRET: std::sync::OnceLock<Secret> = std::sync::OnceLock::new();
+
+/// A worker started over ssh: read the run's secret from the first line of stdin (where
+/// [`serve`] finds it), then exit the moment stdin ends — the head
+/// is gone (its pipe closed) or its ssh session is — so no worker outlives its head on any node.
+pub fn secret_from_stdin() -> std::io::Result<()> {
+    use std::io::BufRead;
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    if stdin.read_line(&mut line)? == 0 || line.trim().is_empty() {
+        return Err(std::io::Error::other(
+            "--secret-stdin: stdin ended before the run's secret",
+        ));
+    }
+    let _ = STDIN_SECRET.set(Secret::from_text(&line));
+    std::thread::Builder::new()
+        .name("roll-stdin-watch".into())
+        .spawn(|| {
+            let mut rest = Vec::new();
+            // Whatever arrives is ignored; the end of it is the head's death.
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut rest);
+            std::process::exit(0);
+        })?;
+    Ok(())
+}
+
 /// Serve one parent at `at` until shutdown or disconnect, with `compute` answering the calls on
 /// a thread of its own. Over TCP the worker first proves it holds the run's secret, which its
 /// environment carries (`ROLL_CLUSTER_SECRET`).
@@ -68,17 +95,20 @@ pub async fn serve(
             Channel::new(Box::new(UnixStream::connect(path).await.map_err(io)?))
         }
         Endpoint::Tcp(addr) => {
-            let secret = std::env::var(SECRET_ENV).map_err(|_| {
-                io(std::io::Error::other(format!(
-                    "{SECRET_ENV} is not set: a worker connecting over TCP needs the run's secret \
-                     in its environment"
-                )))
-            })?;
+            let secret = match STDIN_SECRET.get() {
+                Some(s) => s.clone(),
+                None => Secret::from_text(&std::env::var(SECRET_ENV).map_err(|_| {
+                    io(std::io::Error::other(format!(
+                        "{SECRET_ENV} is not set: a worker connecting over TCP needs the run's \
+                         secret in its environment (or --secret-stdin)"
+                    )))
+                })?),
+            };
             let stream = TcpStream::connect(addr).await.map_err(io)?;
             // Calls and pings are small frames: send each at once.
             stream.set_nodelay(true).map_err(io)?;
             let mut ch: Channel<Box<dyn Connection>> = Channel::new(Box::new(stream));
-            answer_challenge(&mut ch, &Secret::from_text(&secret), role, index)
+            answer_challenge(&mut ch, &secret, role, index)
                 .await
                 .map_err(proto)?;
             ch
