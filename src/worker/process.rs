@@ -240,30 +240,35 @@ impl Listener {
         })
     }
 
-    /// The worker's connection: the first one, or over TCP the first that proves the secret as
-    /// worker `index` of `role` (each other one is reported and dropped).
+    /// The worker's connection and, over TCP, where it came from: the first one, or over TCP
+    /// the first that proves the secret as worker `index` of `role` (each other one is reported
+    /// and dropped).
     async fn accept(
         &self,
         role: Role,
         index: usize,
         events: &mpsc::UnboundedSender<WorkerEvent>,
-    ) -> std::io::Result<Box<dyn Connection>> {
+    ) -> std::io::Result<(Box<dyn Connection>, Option<std::net::SocketAddr>)> {
         match self {
-            Listener::Unix(l, _) => Ok(Box::new(l.accept().await?.0)),
-            Listener::Tcp(l, secret) => accept_proven(l, secret, role, index, events).await,
+            Listener::Unix(l, _) => Ok((Box::new(l.accept().await?.0), None)),
+            Listener::Tcp(l, secret) => {
+                let (conn, peer) = accept_proven(l, secret, role, index, events).await?;
+                Ok((conn, Some(peer)))
+            }
         }
     }
 }
 
-/// Accept connections on `listener` until one proves `secret` as worker `index` of `role`; every
-/// other one is refused (reported as [`WorkerEvent::Refused`]) and dropped.
+/// Accept connections on `listener` until one proves `secret` as worker `index` of `role` (it is
+/// returned with its address); every other one is refused (reported as
+/// [`WorkerEvent::Refused`]) and dropped.
 pub async fn accept_proven(
     listener: &TcpListener,
     secret: &Secret,
     role: Role,
     index: usize,
     events: &mpsc::UnboundedSender<WorkerEvent>,
-) -> std::io::Result<Box<dyn Connection>> {
+) -> std::io::Result<(Box<dyn Connection>, std::net::SocketAddr)> {
     loop {
         let (stream, peer) = listener.accept().await?;
         let mut ch = Channel::new(stream);
@@ -271,7 +276,7 @@ pub async fn accept_proven(
             match tokio::time::timeout(PROOF_WAIT, challenge(&mut ch, secret, role, index)).await {
                 Ok(Ok(())) => {
                     let conn: Box<dyn Connection> = Box::new(ch.into_inner().into_inner());
-                    return Ok(conn);
+                    return Ok((conn, peer));
                 }
                 Ok(Err(reason)) => reason,
                 Err(_) => format!(
@@ -592,7 +597,7 @@ impl WorkerProcess {
             secs: spec.connect_timeout.as_secs(),
             detail,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept(role, index, &events) => accepted.map_err(io)?,
             status = child.wait() => {
                 // Let the log readers catch the worker's last words.
@@ -616,10 +621,14 @@ impl WorkerProcess {
                     ..
                 },
             ) => format!(
-                "tcp {addr}, started by ssh on {}",
+                "tcp {addr} from {}, started by ssh on {}",
+                peer.map_or("?".into(), |p| p.to_string()),
                 ssh.hosts.get(&role).map_or("?", String::as_str)
             ),
-            (Ok(Endpoint::Tcp(addr)), _) => format!("tcp {addr}"),
+            (Ok(Endpoint::Tcp(addr)), _) => format!(
+                "tcp {addr} from {}",
+                peer.map_or("?".into(), |p| p.to_string())
+            ),
             _ => "unix socket".into(),
         };
         let _ = events.send(WorkerEvent::Started {
@@ -897,13 +906,14 @@ mod tests {
             }
             kept
         });
-        tokio::time::timeout(
+        let (_, peer) = tokio::time::timeout(
             Duration::from_secs(20),
             accept_proven(&listener, &secret, Role::Critic, 0, &events),
         )
         .await
         .expect("accepted within 20 s")
         .expect("accepted");
+        assert!(peer.ip().is_loopback());
         clients.await.expect("clients");
         let mut refused = vec![];
         while let Ok(e) = seen.try_recv() {

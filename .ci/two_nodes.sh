@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Two nodes on one machine (issue: a small cluster, tested in CI): network namespaces roll-a and
+# roll-b, each on a bridge with the head through a veth pair and running its own OpenSSH server.
+# A run whose workers are started by ssh on both nodes (`cluster.launcher: ssh`) must give exactly
+# the curves of the same run with its workers on the head's machine, its workers must connect
+# from the nodes' addresses, no worker port may stay open once its worker is connected, and
+# no worker may outlive its head killed with SIGKILL.
+# Needs root (namespaces), iproute2 and openssh-server; bounded by `timeout`; removes its
+# namespaces, bridge and daemons whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="$PWD/${BIN:-target/debug/roll-tui}"
+W=$(mktemp -d /tmp/roll-two-nodes.XXXXXX)
+NODES=(a b)
+head_pid=""
+cleanup() {
+    # A run still going (a failed check), then anything it started, then the nodes.
+    if [ -n "$head_pid" ]; then kill -9 "$head_pid" 2>/dev/null || true; fi
+    pkill -9 -f -- "--secret-stdin" 2>/dev/null || true
+    for n in "${NODES[@]}"; do
+        if [ -f "$W/sshd-$n.pid" ]; then kill "$(cat "$W/sshd-$n.pid")" 2>/dev/null || true; fi
+        ip netns del "roll-$n" 2>/dev/null || true
+    done
+    ip link del roll-br 2>/dev/null || true
+    for n in "${NODES[@]}"; do ip link del "roll-$n-h" 2>/dev/null || true; done
+    rm -rf "$W"
+}
+trap cleanup EXIT
+fail() { echo "two nodes: FAILED: $*" >&2; exit 1; }
+
+ip link add roll-br type bridge
+ip addr add 10.77.0.1/24 dev roll-br
+ip link set roll-br up
+i=2
+for n in "${NODES[@]}"; do
+    ip netns add "roll-$n"
+    ip link add "roll-$n-h" type veth peer name eth0 netns "roll-$n"
+    ip link set "roll-$n-h" master roll-br up
+    ip netns exec "roll-$n" ip addr add "10.77.0.$i/24" dev eth0
+    ip netns exec "roll-$n" ip link set eth0 up
+    ip netns exec "roll-$n" ip link set lo up
+    i=$((i + 1))
+done
+
+ssh-keygen -q -t ed25519 -N '' -f "$W/hostkey"
+ssh-keygen -q -t ed25519 -N '' -f "$W/userkey"
+cp "$W/userkey.pub" "$W/authorized_keys"
+chmod 600 "$W/authorized_keys"
+mkdir -p /run/sshd
+i=2
+for n in "${NODES[@]}"; do
+    ip netns exec "roll-$n" /usr/sbin/sshd -o "ListenAddress=10.77.0.$i" -o "HostKey=$W/hostkey" \
+        -o "AuthorizedKeysFile=$W/authorized_keys" -o PermitRootLogin=prohibit-password \
+        -o PasswordAuthentication=no -o StrictModes=no -o UsePAM=no -o "PidFile=$W/sshd-$n.pid"
+    i=$((i + 1))
+done
+SSH_OPTS=(-i "$W/userkey" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
+    -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=5)
+for host in 10.77.0.2 10.77.0.3; do
+    for _ in $(seq 50); do
+        if ssh "${SSH_OPTS[@]}" "$host" true 2>/dev/null; then continue 2; fi
+        sleep 0.2
+    done
+    fail "no ssh to $host"
+done
+
+cat > "$W/net.yaml" <<YAML
+name: net
+seed: 8
+model: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, intermediate: 64, chars: "0123456789+=abc>" } }
+data: { domains: [ { name: add, synthetic: { task: addition, count: 64 }, reward: exact_match } ] }
+rl:
+  steps: 6
+  prompts_per_step: 4
+  group_size: 4
+  kl: { mode: in_loss, coef: 0.05 }
+  sampling: { temperature: 1.0, max_new_tokens: 8 }
+  optimizer: { lr: 0.001 }
+workers:
+  actor_train: { mode: process }
+  reference: { mode: process }
+  actor_infer: { mode: process }
+YAML
+ssh_list=$(printf '%s, ' ssh "${SSH_OPTS[@]}")
+CLUSTER="cluster={launcher: ssh, listen: 10.77.0.1, hosts: [10.77.0.2, 10.77.0.3], role_hosts: {reference: 10.77.0.3}, ssh: [${ssh_list%, }], shared_dir: $W/shared}"
+STORE="$W/s.db"
+cd "$W"
+timeout 300 "$BIN" --store "$STORE" run --quiet net.yaml output_dir="$W/local"
+timeout 300 "$BIN" --store "$STORE" run --quiet net.yaml name=nodes output_dir="$W/nodes" "$CLUSTER"
+
+"$BIN" --store "$STORE" metrics net --json > local.json
+"$BIN" --store "$STORE" metrics nodes --json > nodes.json
+"$BIN" --store "$STORE" runs show nodes > nodes.txt
+python3 - <<'PY' || fail "see above"
+import json, re
+# What measures the machine or the process layout (timings, rates, store back-pressure, worker
+# restarts) differs between runs; every other series must be identical.
+def series(path):
+    return {(s["stage"], s["key"]): s["values"] for s in json.load(open(path))
+            if not s["key"].startswith(("time/", "system/", "store/", "workers/"))
+            and not s["key"].endswith("_per_s")}
+local, nodes = series("local.json"), series("nodes.json")
+assert local.keys() == nodes.keys(), (sorted(local.keys() ^ nodes.keys()))
+differ = [k for k in local if local[k] != nodes[k]]
+assert not differ, f"series differ between one machine and two nodes: {differ}"
+text = open("nodes.txt").read()
+started = [l for l in text.splitlines() if "worker_started" in l]
+assert len(started) == 3, text
+for role, node in [("actor_train", "10.77.0.2"), ("actor_infer", "10.77.0.2"), ("reference", "10.77.0.3")]:
+    line = next(l for l in started if f"{role}-0" in l)
+    assert re.search(rf"over tcp 10\.77\.0\.1:\d+ from {re.escape(node)}:\d+, started by ssh on {re.escape(node)}", line), line
+print(f"two nodes: {len(local)} series identical to one machine's; workers connected from their nodes")
+PY
+
+# A longer run: its worker ports are closed once the workers are connected, and killing the head
+# with SIGKILL leaves no worker on either node.
+sed -i 's/steps: 6/steps: 2000/' net.yaml
+"$BIN" --store "$STORE" run net.yaml name=killed output_dir="$W/killed" "$CLUSTER" > killed.out 2>&1 &
+head_pid=$!
+for _ in $(seq 300); do grep -q "rl *3/" killed.out && break; sleep 0.1; done
+grep -q "rl *3/" killed.out || fail "the long run did not reach step 3: $(tail -5 killed.out)"
+if ss -ltnpH | grep -q "pid=$head_pid,"; then fail "a worker port is still open: $(ss -ltnp | grep "pid=$head_pid,")"; fi
+# The workers on the nodes, and the ssh clients on the head that started them.
+workers() { pgrep -f -- "^$BIN worker .*--secret-stdin" || true; }
+clients() { pgrep -f -- "^ssh .*--secret-stdin" || true; }
+[ "$(workers | wc -l)" -eq 3 ] || fail "expected 3 workers, found: $(workers)"
+kill -9 "$head_pid"
+wait "$head_pid" 2>/dev/null || true
+head_pid=""
+for _ in $(seq 100); do [ -z "$(workers)$(clients)" ] && break; sleep 0.1; done
+[ -z "$(workers)" ] || fail "workers outlived their head: $(workers)"
+[ -z "$(clients)" ] || fail "ssh clients outlived their head: $(clients)"
+echo "two nodes: no open worker port during the run; no worker left 10 s after the head's SIGKILL"
