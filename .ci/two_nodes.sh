@@ -131,3 +131,22 @@ for _ in $(seq 100); do [ -z "$(workers)$(clients)" ] && break; sleep 0.1; done
 [ -z "$(workers)" ] || fail "workers outlived their head: $(workers)"
 [ -z "$(clients)" ] || fail "ssh clients outlived their head: $(clients)"
 echo "two nodes: no open worker port during the run; no worker left 10 s after the head's SIGKILL"
+
+# Node b drops off the network mid-run: its reference worker falls silent, is given up within
+# seconds (heartbeats), and the run stops with an error that says so, since node b cannot take a
+# replacement either; nothing hangs.
+"$BIN" --store "$STORE" run net.yaml name=partitioned output_dir="$W/partitioned" "$CLUSTER" > cut.out 2>&1 &
+head_pid=$!
+for _ in $(seq 300); do grep -q "rl *3/" cut.out && break; sleep 0.1; done
+grep -q "rl *3/" cut.out || fail "the partitioned run did not reach step 3: $(tail -5 cut.out)"
+ip link set roll-b-h down
+cut_at=$SECONDS
+status=0
+for _ in $(seq 600); do kill -0 "$head_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$head_pid" 2>/dev/null && fail "the run still runs 60 s after node b dropped off: $(tail -3 cut.out)"
+wait "$head_pid" || status=$?
+head_pid=""
+[ "$status" -ne 0 ] || fail "the run ended well without node b: $(tail -3 cut.out)"
+grep -q "no heartbeat answer" cut.out || fail "no word of the lost heartbeat: $(tail -5 cut.out)"
+grep -q "reference" cut.out || fail "the lost role is not named: $(tail -5 cut.out)"
+echo "two nodes: node b lost mid-run: the run stopped after $((SECONDS - cut_at)) s:"; tail -3 cut.out

@@ -426,11 +426,18 @@ where
 
 /// The heartbeat task: ping every `spec.heartbeat`; report silence past `spec.silence_limit` once
 /// per silent spell.
+///
+/// A worker on another host (`lost` given) that stays silent that long is taken for lost with
+/// its node: its exit cannot be seen from here, and a partitioned host never closes its
+/// connection. Its local child (the ssh client) is killed with the reason put in `lost`, which
+/// the exit watcher then reports as the worker's exit: the calls in flight fail at once and the
+/// role replaces the worker, or stops the run naming it.
 async fn heartbeat(
     spec: WorkerSpec,
     outgoing: mpsc::Sender<ToWorker>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     last_pong: Arc<Mutex<Instant>>,
+    lost: Option<(LostReason, u32)>,
 ) {
     let (role, index, limit) = (spec.role, spec.index, spec.silence_limit);
     let mut tick = tokio::time::interval(spec.heartbeat);
@@ -449,9 +456,31 @@ async fn heartbeat(
                 index,
                 silent_s: silent.as_secs_f64(),
             });
+            if let Some((reason, group)) = &lost {
+                if let Ok(mut r) = reason.lock() {
+                    *r = Some(format!(
+                        "lost: no heartbeat answer for {:.1} s (its host unreachable?)",
+                        silent.as_secs_f64()
+                    ));
+                }
+                kill_group(*group);
+                break;
+            }
         } else if silent < limit {
             reported = false;
         }
+    }
+}
+
+/// Why a remote worker was given up for lost, once it was.
+type LostReason = Arc<Mutex<Option<String>>>;
+
+/// SIGKILL a local process group.
+fn kill_group(group: u32) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    if group > 0 {
+        let _ = killpg(Pid::from_raw(group as i32), Signal::SIGKILL);
     }
 }
 
@@ -462,6 +491,8 @@ struct ExitWatcher {
     index: usize,
     pid: u32,
     pending: Pending,
+    /// Why the heartbeat gave the worker up, which is then its exit.
+    lost: LostReason,
     shutting_down: Arc<AtomicBool>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     exit_tx: watch::Sender<Option<String>>,
@@ -469,7 +500,13 @@ struct ExitWatcher {
 
 impl ExitWatcher {
     async fn watch(self, mut child: tokio::process::Child) {
-        let status = exit_text(child.wait().await);
+        let exited = exit_text(child.wait().await);
+        let status = self
+            .lost
+            .lock()
+            .ok()
+            .and_then(|mut r| r.take())
+            .unwrap_or(exited);
         // Fail every call in flight now, rather than at its timeout, and refuse new ones.
         if let Ok(mut p) = self.pending.lock() {
             p.exited = Some(status.clone());
@@ -648,11 +685,20 @@ impl WorkerProcess {
             pending.clone(),
             last_pong.clone(),
         )));
+        let lost = LostReason::default();
+        let remote = matches!(
+            spec.transport,
+            Transport::Tcp {
+                launch: Launch::Ssh(_),
+                ..
+            }
+        );
         tasks.push(tokio::spawn(heartbeat(
             spec.clone(),
             outgoing.clone(),
             events.clone(),
             last_pong,
+            remote.then(|| (lost.clone(), group)),
         )));
         let (exit_tx, exit) = watch::channel(None);
         let shutting_down = Arc::new(AtomicBool::new(false));
@@ -661,6 +707,7 @@ impl WorkerProcess {
             index,
             pid,
             pending: pending.clone(),
+            lost,
             shutting_down: shutting_down.clone(),
             events,
             exit_tx,
@@ -774,11 +821,7 @@ impl WorkerProcess {
     /// SIGKILL the worker's process group (over ssh, the ssh client's: the session ends, and the
     /// worker with it when its stdin closes).
     pub fn kill(&self) {
-        use nix::sys::signal::{Signal, killpg};
-        use nix::unistd::Pid;
-        if self.group > 0 {
-            let _ = killpg(Pid::from_raw(self.group as i32), Signal::SIGKILL);
-        }
+        kill_group(self.group);
     }
 }
 
