@@ -277,6 +277,28 @@ fn load(role: Role, init: &TrainInit) -> Result<(Base, Resident), String> {
     Ok((base, resident))
 }
 
+/// A frozen model's weights read back from the host copy at `path` onto `device` (a worker's
+/// reload), with the bytes read.
+pub(crate) fn reload_transformer(
+    config: &ModelConfig,
+    device: &Device,
+    path: &Path,
+) -> Result<(Transformer, u64), String> {
+    let tensors = read_tensors(path, device).map_err(err)?;
+    let bytes = tensors.values().map(tensor_bytes).sum();
+    let model = build_transformer(config, tensors.into_iter().collect(), path)?;
+    Ok((model, bytes))
+}
+
+/// A frozen-model worker's state, for the error of a call it cannot take in it.
+pub(crate) fn model_state<B, M>(base: &Option<B>, model: &Option<M>) -> &'static str {
+    match (base, model) {
+        (None, _) => "not loaded",
+        (Some(_), None) => "offloaded",
+        (Some(_), Some(_)) => "loaded",
+    }
+}
+
 pub(crate) fn build_transformer(
     config: &ModelConfig,
     tensors: BTreeMap<String, Tensor>,

@@ -15,8 +15,8 @@ use crate::role::RoleCall;
 use crate::role::remote::ModelReply as Reply;
 use crate::role::rows::response_logprobs;
 use crate::role::step_file::answer_rows;
-use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{check_holds, read_into_vars, read_tensors, tensor_bytes};
+use crate::role::train_serve::{model_state, reload_transformer};
+use crate::scheduler::host_copy::{check_holds, read_into_vars};
 use crate::worker::serve::CallQueue;
 
 /// What to load: the model's shape, and its weights from the host copy `weights`.
@@ -79,11 +79,7 @@ pub fn serve(queue: CallQueue) {
             }),
             (_, b, m) => Err(format!(
                 "cannot '{phase}' while the reference is {}",
-                match (b, m) {
-                    (None, _) => "not loaded",
-                    (Some(_), None) => "offloaded",
-                    (Some(_), Some(_)) => "loaded",
-                }
+                model_state(b, m)
             )),
         };
         calls.reply(id, result);
@@ -102,10 +98,7 @@ fn load(init: &ReferenceInit) -> Result<(Base, Transformer), String> {
 }
 
 fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
-    let tensors = read_tensors(path, &base.device).map_err(err)?;
-    let bytes = tensors.values().map(tensor_bytes).sum();
-    let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
-    Ok((model, bytes))
+    reload_transformer(&base.config, &base.device, path)
 }
 
 /// Score the rows in the file `rows`; write the (n, width) log-probs to `out` as `ref_logp`.

@@ -18,8 +18,8 @@ use crate::role::RoleCall;
 use crate::role::remote::ModelReply as Reply;
 use crate::role::rows::response_logprobs;
 use crate::role::step_file::answer_rows;
-use crate::role::train_serve::build_transformer;
-use crate::scheduler::host_copy::{check_holds, read_tensors, tensor_bytes, write_tensors};
+use crate::role::train_serve::{model_state, reload_transformer};
+use crate::scheduler::host_copy::{check_holds, write_tensors};
 use crate::worker::serve::CallQueue;
 
 /// What to load: the model directory, in the run's dtype, on the worker's device; `vocab` is
@@ -84,11 +84,7 @@ pub fn serve(queue: CallQueue) {
             }),
             (_, b, m) => Err(format!(
                 "cannot '{phase}' while the teacher is {}",
-                match (b, m) {
-                    (None, _) => "not loaded",
-                    (Some(_), None) => "offloaded",
-                    (Some(_), Some(_)) => "loaded",
-                }
+                model_state(b, m)
             )),
         };
         calls.reply(id, result);
@@ -109,10 +105,7 @@ fn load(init: &TeacherInit) -> Result<(Base, Transformer), String> {
 }
 
 fn reload(base: &Base, path: &Path) -> Result<(Transformer, u64), String> {
-    let tensors = read_tensors(path, &base.device).map_err(err)?;
-    let bytes = tensors.values().map(tensor_bytes).sum();
-    let model = build_transformer(&base.config, tensors.into_iter().collect(), path)?;
-    Ok((model, bytes))
+    reload_transformer(&base.config, &base.device, path)
 }
 
 /// The top k of the rows in the file `rows`, written to `out` as `ids` and `logp`.
