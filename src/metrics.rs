@@ -44,13 +44,14 @@ pub struct SampleRecord {
     pub finish_reason: String,
     /// The policy version (optimizer steps of this stage) that generated the sample.
     pub policy_version: usize,
-    /// Per-token log-probs of the trained tokens, the student's and its teachers' (recorded
-    /// when an RL stage has on-policy distillation teachers, `rl.opd`).
+    /// Per-token log-probs of the policy's sampled tokens, the student's and its teachers'
+    /// (recorded when an RL stage has on-policy distillation teachers, `rl.opd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TokenTrace>,
 }
 
-/// A sample's trained tokens with the log-prob the student sampled each with and the log-prob
+/// A sample's tokens — those the policy sampled, not an environment's text between its turns —
+/// with the log-prob the student sampled each with and the log-prob
 /// each teacher that scored the sample gives it (the teachers' temperature is the sampling's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TokenTrace {

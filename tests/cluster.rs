@@ -76,7 +76,8 @@ fn a_wildcard_listen_address_or_an_unknown_launcher_is_refused() {
 }
 
 /// A stand-in for ssh that runs the remote command here, as sshd would, after logging the
-/// destination, the command and what the shared directory holds then.
+/// destination, the command and what the shared directory holds then; it also keeps the first
+/// line of its stdin (the run's secret) in `secrets`, and passes the rest on.
 fn fake_ssh(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let (fake, log, shared) = (
@@ -88,9 +89,11 @@ fn fake_ssh(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
         &fake,
         format!(
             "#!/bin/sh\nhost=\"$1\"; shift\nprintf '%s %s\\n' \"$host\" \"$*\" >> {log}\n\
-             ls {shared} >> {log}\nexec sh -c \"$*\"\n",
+             ls {shared} >> {log}\nIFS= read -r secret\nprintf '%s\\n' \"$secret\" >> {secrets}\n\
+             {{ printf '%s\\n' \"$secret\"; exec cat; }} | sh -c \"$*\"\n",
             log = log.display(),
-            shared = shared.display()
+            shared = shared.display(),
+            secrets = dir.join("secrets").display(),
         ),
     )
     .unwrap();
@@ -100,9 +103,9 @@ fn fake_ssh(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
 
 fn ssh_cluster(dir: &std::path::Path, fake: &std::path::Path) -> String {
     format!(
-        "cluster={{launcher: ssh, listen: 127.0.0.1, hosts: [alpha, beta], role_hosts: {{reference: beta}}, ssh: [{}], shared_dir: {}}}",
+        "cluster={{launcher: ssh, listen: 127.0.0.1, hosts: [alpha, beta], role_hosts: {{reference: beta}}, ssh: [{}], remote_dir: {d}, shared_dir: {d}/shared}}",
         fake.display(),
-        dir.join("shared").display()
+        d = dir.display()
     )
 }
 
@@ -138,7 +141,35 @@ fn workers_started_over_ssh_on_their_hosts_compute_as_local_ones() {
             "{line}"
         );
     }
-    assert!(!log.contains("ROLL_CLUSTER_SECRET"), "{log}");
+    // Each worker got the run's one secret on its stdin, and it is nowhere else: not on a
+    // command line, not in the store, not in the run's files.
+    let secrets = std::fs::read_to_string(dir.path().join("secrets")).unwrap();
+    let secrets: Vec<&str> = secrets.lines().collect();
+    assert_eq!(secrets.len(), 3, "{secrets:?}");
+    let secret = secrets[0];
+    assert!(
+        secrets.iter().all(|s| *s == secret) && secret.len() == 64,
+        "{secrets:?}"
+    );
+    assert!(!log.contains(secret), "{log}");
+    let store_bytes = std::fs::read(&ssh).unwrap();
+    assert!(
+        !store_bytes
+            .windows(secret.len())
+            .any(|w| w == secret.as_bytes()),
+        "the secret is in the store"
+    );
+    for entry in walk(dir.path()) {
+        if entry.file_name().is_some_and(|n| n == "secrets") {
+            continue;
+        }
+        let text = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !text.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the secret is in {}",
+            entry.display()
+        );
+    }
     // The head's host areas (offloaded weights, rows files) are in the shared directory, and
     // gone from it after the run.
     assert!(log.contains("roll-tui-host-"), "{log}");
@@ -152,6 +183,20 @@ fn workers_started_over_ssh_on_their_hosts_compute_as_local_ones() {
         let m = e["message"].as_str().unwrap();
         assert!(m.contains("started by ssh on "), "{m}");
     }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// Workers started over ssh are gone within seconds of their head's SIGKILL: the end of their
@@ -168,6 +213,8 @@ fn no_ssh_worker_outlives_its_killed_head() {
     args.extend(WORKERS);
     args.push(&cluster);
     let (mut child, _lines) = common::spawn_until(&store, args, "rl      2/");
+    // This test's workers: in its directory (the other tests run beside it).
+    let here = dir.path().canonicalize().unwrap();
     let workers = || -> Vec<u32> {
         std::fs::read_dir("/proc")
             .unwrap()
@@ -175,8 +222,11 @@ fn no_ssh_worker_outlives_its_killed_head() {
             .filter_map(|e| {
                 let pid: u32 = e.file_name().to_str()?.parse().ok()?;
                 let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-                String::from_utf8_lossy(&cmd)
-                    .contains("--secret-stdin")
+                let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+                (String::from_utf8_lossy(&cmd).contains(" worker ")
+                    || String::from_utf8_lossy(&cmd).contains("\0worker\0"))
+                .then_some(())?;
+                (String::from_utf8_lossy(&cmd).contains("--secret-stdin") && cwd == here)
                     .then_some(pid)
             })
             .collect()
@@ -191,6 +241,6 @@ fn no_ssh_worker_outlives_its_killed_head() {
             "left running: {:?}",
             workers()
         );
-        std::thread::yield_now();
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -49,8 +49,11 @@ fn loopback() -> IpAddr {
 }
 
 fn default_ssh() -> Vec<String> {
-    // Never wait for a password or a host-key question: fail instead, naming the host.
-    ["ssh", "-o", "BatchMode=yes"].map(String::from).to_vec()
+    // Never wait for a password or a host-key question, nor long for a host that is gone: fail
+    // instead, naming the host.
+    ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Who starts the worker processes.

@@ -277,7 +277,16 @@ impl<'m> Learner<'m> {
                     opd: self.opd.as_mut(),
                     seed: mix_seed(&[ctx.cfg.seed, 4, step as u64]),
                 };
-                let up = update(cfg, self.model, state, batch)?;
+                let up = match update(cfg, self.model, state, batch) {
+                    Ok(up) => up,
+                    Err(e) => {
+                        // The step's episodes are what one needs to see why it failed.
+                        if let Some(episodes) = &learned.episodes {
+                            ctx.record_trajectories(episodes)?;
+                        }
+                        return Err(e);
+                    }
+                };
                 advantages = up.sample_advantages;
                 traces = up.traces;
                 m.extend(up.metrics);

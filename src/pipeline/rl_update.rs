@@ -48,13 +48,13 @@ pub struct UpdateOutput {
     pub metrics: Metrics,
     /// Advantage of each sample (its first response token).
     pub sample_advantages: Vec<f32>,
-    /// Each row's trained tokens with the student's and the teachers' log-probs (on-policy
+    /// Each row's sampled tokens with the student's and the teachers' log-probs (on-policy
     /// distillation only).
     pub traces: Option<Vec<RowTrace>>,
 }
 
-/// A row's trained tokens (its response mask's), the log-prob the student sampled each with, and
-/// each teacher's that scored the row.
+/// A row's sampled tokens (its response mask's: the policy's, not an environment's), the log-prob
+/// the student sampled each with, and each teacher's that scored the row.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RowTrace {
     pub ids: Vec<u32>,

@@ -210,14 +210,17 @@ impl Teacher {
         device: &Device,
     ) -> Result<Tensor, RoleError> {
         let vocab = self.vocab();
-        for (i, r) in rows.responses.iter().enumerate() {
-            if let Some(id) = r.iter().find(|&&id| id as usize >= vocab) {
-                return Err(RoleError::Setup(format!(
-                    "on-policy distillation: row {i} holds token id {id}, past the {vocab} ids \
-                     the teacher's and the student's heads share (the student sampled one of its \
-                     head's padding ids): the teacher cannot score it"
-                )));
-            }
+        if let Some(id) = rows
+            .responses
+            .iter()
+            .flatten()
+            .find(|&&id| id as usize >= vocab)
+        {
+            return Err(RoleError::Setup(format!(
+                "on-policy distillation: a sampled response holds token id {id}, past the {vocab} \
+                 ids the teacher's and the student's heads share (the student sampled one of its \
+                 head's padding ids): the teacher cannot score it"
+            )));
         }
         match self {
             Teacher::Local { model, .. } => {

@@ -222,7 +222,7 @@ pub struct WorkerProcess {
     group: u32,
     /// An ssh-launched worker's stdin: open while this handle lives; its end tells the worker
     /// that its head is gone.
-    _stdin: Option<tokio::process::ChildStdin>,
+    stdin: Option<tokio::process::ChildStdin>,
     _socket_dir: tempfile::TempDir,
 }
 
@@ -441,9 +441,19 @@ async fn heartbeat(
 ) {
     let (role, index, limit) = (spec.role, spec.index, spec.silence_limit);
     let mut tick = tokio::time::interval(spec.heartbeat);
+    // After a stall of this process (a paused run is SIGSTOPped) the next tick comes late, once:
+    // no burst of pings, and the silence counts from the end of the stall, not the worker's.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut seq, mut reported) = (0u64, false);
+    let mut last_tick = Instant::now();
     loop {
         tick.tick().await;
+        if last_tick.elapsed() > 2 * spec.heartbeat
+            && let Ok(mut t) = last_pong.lock()
+        {
+            *t = Instant::now();
+        }
+        last_tick = Instant::now();
         seq += 1;
         if outgoing.send(ToWorker::Ping { seq }).await.is_err() {
             break;
@@ -724,7 +734,7 @@ impl WorkerProcess {
             shutting_down,
             tasks,
             group,
-            _stdin: stdin,
+            stdin,
             _socket_dir: dir,
         })
     }
@@ -804,6 +814,8 @@ impl WorkerProcess {
     pub async fn shutdown(mut self, grace: Duration) -> String {
         self.shutting_down.store(true, Ordering::SeqCst);
         let _ = self.outgoing.send(ToWorker::Shutdown).await;
+        // A worker started over ssh also ends with its stdin, and so does its session.
+        drop(self.stdin.take());
         let mut exit = self.exit.clone();
         if tokio::time::timeout(grace, exit.wait_for(Option::is_some))
             .await

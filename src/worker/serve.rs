@@ -48,6 +48,11 @@ pub fn die_with_parent(parent: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How long a worker over TCP waits without a word from its head before it exits: long enough
+/// for a run paused from the workbench (its head SIGSTOPped) to be continued, short enough that a
+/// worker cut off from its head on a partitioned node frees its devices the same day.
+const HEAD_SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The secret [`secret_from_stdin`] read.
 static STDIN_SECRET: std::sync::OnceLock<Secret> = std::sync::OnceLock::new();
 
@@ -134,26 +139,42 @@ pub async fn serve(
         .name(format!("roll-{role}-{index}"))
         .spawn(move || compute(queue))
         .map_err(|e| proto(ProtocolError::Io(e)))?;
+    // Over TCP the head pings every second; a worker that hears nothing for HEAD_SILENCE_LIMIT
+    // has lost its head (a partitioned node never sees the connection close) and exits, freeing
+    // its devices. On a Unix socket the parent's death kills it instead.
+    let deaf_limit = matches!(at, Endpoint::Tcp(_)).then_some(HEAD_SILENCE_LIMIT);
+    let mut heard = tokio::time::Instant::now();
     let result = loop {
+        // (Without a limit the branch is off; a day keeps the sum far from overflowing.)
+        let deaf_at = heard + deaf_limit.unwrap_or(std::time::Duration::from_secs(86_400));
         tokio::select! {
-            msg = ch.recv::<ToWorker>("parent") => match msg.map_err(proto)? {
-                // The parent closed the socket or said shutdown: nothing left to do.
-                None | Some(ToWorker::Shutdown) => break Ok(()),
-                Some(ToWorker::Ping { seq }) => {
-                    ch.send(&FromWorker::Pong { seq }).await.map_err(proto)?;
-                }
-                Some(ToWorker::Call { id, request }) => {
-                    if calls_tx.send((id, request)).is_err() {
-                        break Err(proto(ProtocolError::Closed));
+            _ = tokio::time::sleep_until(deaf_at), if deaf_limit.is_some() => {
+                break Err(proto(ProtocolError::Io(std::io::Error::other(format!(
+                    "nothing from the head for {} s: it is gone or unreachable",
+                    HEAD_SILENCE_LIMIT.as_secs()
+                )))));
+            }
+            msg = ch.recv::<ToWorker>("parent") => {
+                heard = tokio::time::Instant::now();
+                match msg.map_err(proto)? {
+                    // The parent closed the socket or said shutdown: nothing left to do.
+                    None | Some(ToWorker::Shutdown) => break Ok(()),
+                    Some(ToWorker::Ping { seq }) => {
+                        ch.send(&FromWorker::Pong { seq }).await.map_err(proto)?;
+                    }
+                    Some(ToWorker::Call { id, request }) => {
+                        if calls_tx.send((id, request)).is_err() {
+                            break Err(proto(ProtocolError::Closed));
+                        }
+                    }
+                    Some(ToWorker::Hello { .. } | ToWorker::Challenge { .. }) => {
+                        break Err(proto(ProtocolError::Unexpected {
+                            expected: "a ping, call or shutdown",
+                            got: "a second hello or challenge".into(),
+                        }));
                     }
                 }
-                Some(ToWorker::Hello { .. } | ToWorker::Challenge { .. }) => {
-                    break Err(proto(ProtocolError::Unexpected {
-                        expected: "a ping, call or shutdown",
-                        got: "a second hello or challenge".into(),
-                    }));
-                }
-            },
+            }
             Some(reply) = replies.recv() => ch.send(&reply).await.map_err(proto)?,
         }
     };
