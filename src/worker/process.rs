@@ -252,7 +252,8 @@ impl Listener {
         match self {
             Listener::Unix(l, _) => Ok((Box::new(l.accept().await?.0), None)),
             Listener::Tcp(l, secret) => {
-                let (conn, peer) = accept_proven(l, secret, role, index, events).await?;
+                let (conn, peer) =
+                    accept_proven(l, secret, (role, index), PROOF_WAIT, events).await?;
                 Ok((conn, Some(peer)))
             }
         }
@@ -261,35 +262,54 @@ impl Listener {
 
 /// Accept connections on `listener` until one proves `secret` as worker `index` of `role` (it is
 /// returned with its address); every other one is refused (reported as
-/// [`WorkerEvent::Refused`]) and dropped.
+/// [`WorkerEvent::Refused`]) and dropped, or when it has not answered within `wait`.
+/// Connections are challenged side by side, so one that says nothing cannot hold the worker's
+/// own back.
 pub async fn accept_proven(
     listener: &TcpListener,
     secret: &Secret,
-    role: Role,
-    index: usize,
+    (role, index): (Role, usize),
+    wait: Duration,
     events: &mpsc::UnboundedSender<WorkerEvent>,
 ) -> std::io::Result<(Box<dyn Connection>, std::net::SocketAddr)> {
+    type Proven = (Result<Box<dyn Connection>, String>, std::net::SocketAddr);
+    // Dropped on return: the challenges still going are abandoned with their connections.
+    let mut challenges: tokio::task::JoinSet<Proven> = tokio::task::JoinSet::new();
     loop {
-        let (stream, peer) = listener.accept().await?;
-        let mut ch = Channel::new(stream);
-        let reason =
-            match tokio::time::timeout(PROOF_WAIT, challenge(&mut ch, secret, role, index)).await {
-                Ok(Ok(())) => {
-                    let conn: Box<dyn Connection> = Box::new(ch.into_inner().into_inner());
-                    return Ok((conn, peer));
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = accepted?;
+                let secret = secret.clone();
+                challenges.spawn(async move {
+                    let mut ch = Channel::new(stream);
+                    let proof =
+                        tokio::time::timeout(wait, challenge(&mut ch, &secret, role, index)).await;
+                    let result = match proof {
+                        Ok(Ok(())) => Ok(Box::new(ch.into_inner().into_inner()) as Box<dyn Connection>),
+                        Ok(Err(reason)) => Err(reason),
+                        Err(_) => Err(format!(
+                            "no proof of the run's secret within {} s",
+                            wait.as_secs()
+                        )),
+                    };
+                    (result, peer)
+                });
+            }
+            Some(done) = challenges.join_next() => {
+                let (result, peer) = done.map_err(std::io::Error::other)?;
+                match result {
+                    Ok(conn) => return Ok((conn, peer)),
+                    Err(reason) => {
+                        let _ = events.send(WorkerEvent::Refused {
+                            role,
+                            index,
+                            peer: peer.to_string(),
+                            reason,
+                        });
+                    }
                 }
-                Ok(Err(reason)) => reason,
-                Err(_) => format!(
-                    "no proof of the run's secret within {} s",
-                    PROOF_WAIT.as_secs()
-                ),
-            };
-        let _ = events.send(WorkerEvent::Refused {
-            role,
-            index,
-            peer: peer.to_string(),
-            reason,
-        });
+            }
+        }
     }
 }
 
@@ -949,13 +969,22 @@ mod tests {
             ] {
                 let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
                 let mut ch = Channel::new(stream);
-                match proof {
-                    None => ch.send(&FromWorker::Pong { seq: 1 }).await.expect("send"),
+                let refused = match proof {
+                    None => {
+                        ch.send(&FromWorker::Pong { seq: 1 }).await.expect("send");
+                        true
+                    }
                     Some((s, index)) => {
                         answer_challenge(&mut ch, &s, Role::Critic, index)
                             .await
                             .expect("answer");
+                        !(s == theirs && index == 0)
                     }
+                };
+                // A refused one waits until the head has dropped it, so the refusals come in
+                // this order.
+                if refused {
+                    while let Ok(Some(_)) = ch.recv::<ToWorker>("closing").await {}
                 }
                 kept.push(ch);
             }
@@ -963,7 +992,7 @@ mod tests {
         });
         let (_, peer) = tokio::time::timeout(
             Duration::from_secs(20),
-            accept_proven(&listener, &secret, Role::Critic, 0, &events),
+            accept_proven(&listener, &secret, (Role::Critic, 0), PROOF_WAIT, &events),
         )
         .await
         .expect("accepted within 20 s")
@@ -1034,5 +1063,42 @@ mod tests {
         );
         assert!(!args.iter().any(|a| a.contains(secret.as_text())));
         assert!(std.get_envs().all(|(k, _)| k != SECRET_ENV));
+    }
+
+    /// A connection that says nothing is challenged beside the worker's own, not before it: with
+    /// a wait far longer than the test's deadline the worker is still accepted at once, and the
+    /// silent one is not refused yet.
+    #[tokio::test]
+    async fn a_silent_connection_does_not_hold_the_worker_back() {
+        use super::super::protocol::answer_challenge;
+        let secret = Secret::generate();
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (events, mut seen) = mpsc::unbounded_channel();
+        let theirs = secret.clone();
+        let clients = tokio::spawn(async move {
+            let silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let mut ch = Channel::new(stream);
+            answer_challenge(&mut ch, &theirs, Role::Critic, 0)
+                .await
+                .expect("answer");
+            (silent, ch)
+        });
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            accept_proven(
+                &listener,
+                &secret,
+                (Role::Critic, 0),
+                Duration::from_secs(3600),
+                &events,
+            ),
+        )
+        .await
+        .expect("accepted beside the silent connection")
+        .expect("accepted");
+        let _kept = clients.await.expect("clients");
+        assert!(seen.try_recv().is_err(), "nothing refused yet");
     }
 }
