@@ -1,5 +1,5 @@
 //! `cluster:`: how a run's worker processes reach the head process — over TCP on a network
-//! interface, each connection authenticated with the run's secret (`crate::worker::auth`) —
+//! interface, each connection authenticated with the run's secret (`src/worker/auth.rs`) —
 //! instead of the Unix sockets of a run on one machine, and who starts them: the head itself, or
 //! ssh on the hosts named.
 
