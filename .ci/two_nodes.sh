@@ -9,60 +9,11 @@
 # namespaces, bridge and daemons whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN="$PWD/${BIN:-target/debug/roll-tui}"
-W=$(mktemp -d /tmp/roll-two-nodes.XXXXXX)
-NODES=(a b)
-head_pid=""
-cleanup() {
-    # A run still going (a failed check), then anything it started, then the nodes.
-    if [ -n "$head_pid" ]; then kill -9 "$head_pid" 2>/dev/null || true; fi
-    pkill -9 -f -- "^$BIN worker .*--secret-stdin" 2>/dev/null || true
-    for n in "${NODES[@]}"; do
-        if [ -f "$W/sshd-$n.pid" ]; then kill "$(cat "$W/sshd-$n.pid")" 2>/dev/null || true; fi
-        ip netns del "roll-$n" 2>/dev/null || true
-    done
-    ip link del roll-br 2>/dev/null || true
-    for n in "${NODES[@]}"; do ip link del "roll-$n-h" 2>/dev/null || true; done
-    rm -rf "$W"
-}
-trap cleanup EXIT
-fail() { echo "two nodes: FAILED: $*" >&2; exit 1; }
-
-ip link add roll-br type bridge
-ip addr add 10.77.0.1/24 dev roll-br
-ip link set roll-br up
-i=2
-for n in "${NODES[@]}"; do
-    ip netns add "roll-$n"
-    ip link add "roll-$n-h" type veth peer name eth0 netns "roll-$n"
-    ip link set "roll-$n-h" master roll-br up
-    ip netns exec "roll-$n" ip addr add "10.77.0.$i/24" dev eth0
-    ip netns exec "roll-$n" ip link set eth0 up
-    ip netns exec "roll-$n" ip link set lo up
-    i=$((i + 1))
-done
-
-ssh-keygen -q -t ed25519 -N '' -f "$W/hostkey"
-ssh-keygen -q -t ed25519 -N '' -f "$W/userkey"
-cp "$W/userkey.pub" "$W/authorized_keys"
-chmod 600 "$W/authorized_keys"
-mkdir -p /run/sshd
-i=2
-for n in "${NODES[@]}"; do
-    ip netns exec "roll-$n" /usr/sbin/sshd -o "ListenAddress=10.77.0.$i" -o "HostKey=$W/hostkey" \
-        -o "AuthorizedKeysFile=$W/authorized_keys" -o PermitRootLogin=prohibit-password \
-        -o PasswordAuthentication=no -o StrictModes=no -o UsePAM=no -o "PidFile=$W/sshd-$n.pid"
-    i=$((i + 1))
-done
-SSH_OPTS=(-i "$W/userkey" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
-    -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=5)
-for host in 10.77.0.2 10.77.0.3; do
-    for _ in $(seq 50); do
-        if ssh "${SSH_OPTS[@]}" "$host" true 2>/dev/null; then continue 2; fi
-        sleep 0.2
-    done
-    fail "no ssh to $host"
-done
+# shellcheck source=.ci/nodes.sh
+source .ci/nodes.sh
+trap nodes_cleanup EXIT
+nodes_up
+sshd_up
 
 cat > "$W/net.yaml" <<YAML
 name: net

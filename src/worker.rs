@@ -3,7 +3,8 @@
 //! worker are always the same build.
 //!
 //! This module is the transport only: [`protocol`] defines the control messages and their framing
-//! over a local socket, with a version handshake and heartbeats; [`process`] spawns and supervises a
+//! over a local socket or TCP, with a version handshake and heartbeats; [`launch`] says who starts a
+//! worker (the head, ssh, srun) and how; [`process`] spawns and supervises a
 //! worker from the parent side (own process group, killed with the parent, exits and silence
 //! reported as events, calls with deadlines that name the role and phase); [`serve`] is the worker
 //! side. What a call means is the role layer's (`src/role/`): each role's typed requests travel
@@ -11,6 +12,8 @@
 //! computations, the store or any front-end: it reports [`WorkerEvent`]s.
 
 pub mod auth;
+pub mod launch;
+pub mod nodelist;
 pub mod process;
 pub mod protocol;
 pub mod serve;

@@ -244,3 +244,101 @@ fn no_ssh_worker_outlives_its_killed_head() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A stand-in for srun that runs the step's command here, as slurmd would: it logs the node it
+/// was given, the working directory and the command; keeps the first line of its stdin (the
+/// run's secret) in `secrets` and passes the rest on, as srun forwards its stdin to the task.
+fn fake_srun(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = dir.join("fake-srun");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/bash\nwhile [[ \"$1\" == --* ]]; do\n  case \"$1\" in\n    \
+             --nodelist=*) node=\"${{1#--nodelist=}}\";;\n    --chdir=*) wd=\"${{1#--chdir=}}\";;\n  \
+             esac\n  shift\ndone\nprintf '%s %s %s\\n' \"$node\" \"$wd\" \"$*\" >> {log}\n\
+             IFS= read -r secret\nprintf '%s\\n' \"$secret\" >> {secrets}\ncd \"$wd\"\n\
+             {{ printf '%s\\n' \"$secret\"; exec cat; }} | \"$@\"\n",
+            log = dir.join("srun.log").display(),
+            secrets = dir.join("srun-secrets").display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake
+}
+
+/// `launcher: slurm`: inside an allocation (`SLURM_JOB_NODELIST` as SLURM writes it) each
+/// worker is a step srun starts on its role's node, gets the secret on stdin, and computes what
+/// a local worker computes; outside an allocation, or with a node the allocation lacks, the run
+/// is refused before anything starts.
+#[test]
+fn workers_started_by_srun_on_their_nodes_compute_as_local_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake_srun(dir.path());
+    let local = run_quiet(dir.path(), "local", RL, &WORKERS);
+    let cfg = write_config(dir.path(), "net", RL);
+    let store = dir.path().join("slurm.db");
+    let cluster = |reference: &str| {
+        format!(
+            "cluster={{launcher: slurm, listen: 127.0.0.1, role_hosts: {{reference: {reference}}}, srun: [{}], remote_dir: {}}}",
+            fake.display(),
+            dir.path().display()
+        )
+    };
+    let run = |cluster: &str, nodelist: Option<&str>| {
+        let mut command = common::bin();
+        command
+            .arg("--store")
+            .arg(&store)
+            .args(["run", "--quiet", cfg.to_str().unwrap()])
+            .args(WORKERS)
+            .arg(cluster)
+            .env_remove("SLURM_JOB_NODELIST")
+            .env_remove("SLURM_NODELIST");
+        if let Some(list) = nodelist {
+            command.env("SLURM_JOB_NODELIST", list);
+        }
+        command.output().unwrap()
+    };
+    let e = refused(run(&cluster("node02"), None));
+    assert!(e.contains("not inside a SLURM allocation"), "{e}");
+    let e = refused(run(&cluster("node07"), Some("node[01-02]")));
+    assert!(
+        e.contains("'node07' is not a node of this SLURM allocation (node01, node02)"),
+        "{e}"
+    );
+    common::ok(run(&cluster("node02"), Some("node[01-02]")));
+    assert_same_metrics(&local, &store, "net");
+
+    let log = std::fs::read_to_string(dir.path().join("srun.log")).unwrap();
+    let launches: Vec<&str> = log.lines().collect();
+    assert_eq!(launches.len(), 3, "{log}");
+    for (role, node) in [
+        ("actor_train", "node01"),
+        ("actor_infer", "node01"),
+        ("reference", "node02"),
+    ] {
+        let line = launches
+            .iter()
+            .find(|l| l.contains(&format!(" worker {role} ")))
+            .unwrap_or_else(|| panic!("{role}: {log}"));
+        assert!(
+            line.starts_with(&format!("{node} {} ", dir.path().display())),
+            "{line}"
+        );
+        assert!(
+            line.contains("--connect 127.0.0.1:") && line.ends_with("--secret-stdin"),
+            "{line}"
+        );
+    }
+    let secrets = std::fs::read_to_string(dir.path().join("srun-secrets")).unwrap();
+    let secrets: Vec<&str> = secrets.lines().collect();
+    assert_eq!(secrets.len(), 3, "{secrets:?}");
+    assert!(secrets.iter().all(|s| *s == secrets[0] && s.len() == 64));
+    assert!(!log.contains(secrets[0]), "{log}");
+    for e in of_kind(&run_events(&store, "net"), "worker_started") {
+        let m = e["message"].as_str().unwrap();
+        assert!(m.contains("started by srun on node0"), "{m}");
+    }
+}

@@ -1,7 +1,7 @@
 //! `cluster:`: how a run's worker processes reach the head process — over TCP on a network
 //! interface, each connection authenticated with the run's secret (`src/worker/auth.rs`) —
-//! instead of the Unix sockets of a run on one machine, and who starts them: the head itself, or
-//! ssh on the hosts named.
+//! instead of the Unix sockets of a run on one machine, and who starts them: the head itself, ssh
+//! on the hosts named, or SLURM's `srun` on the nodes of the allocation the head runs in.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -24,16 +24,21 @@ pub struct ClusterConfig {
     /// `launcher: ssh`: the hosts (ssh destinations, `user@name` or a `~/.ssh/config` alias).
     #[serde(default)]
     pub hosts: Vec<String>,
-    /// `launcher: ssh`: the host each role's workers run on (default: the first host).
+    /// The host each role's workers run on (default: the first host): with `launcher: slurm`, a
+    /// node of the allocation (default: its first node).
     #[serde(default)]
     pub role_hosts: BTreeMap<Role, String>,
     /// `launcher: ssh`: the ssh command and its options; the host and the remote command follow.
     #[serde(default = "default_ssh")]
     pub ssh: Vec<String>,
-    /// `launcher: ssh`: the `roll-tui` executable on the hosts (default: this one's path).
+    /// `launcher: slurm`: the srun command and its options (a partition, CPUs per task); each
+    /// worker's step options and command follow.
+    #[serde(default = "default_srun")]
+    pub srun: Vec<String>,
+    /// `launcher: ssh | slurm`: the `roll-tui` executable on the hosts (default: this one's path).
     #[serde(default)]
     pub remote_program: Option<PathBuf>,
-    /// `launcher: ssh`: the working directory on the hosts (default: this one), where the
+    /// `launcher: ssh | slurm`: the working directory on the hosts (default: this one), where the
     /// config's relative paths (models, datasets) must mean what they mean here.
     #[serde(default)]
     pub remote_dir: Option<PathBuf>,
@@ -46,6 +51,10 @@ pub struct ClusterConfig {
 
 fn loopback() -> IpAddr {
     IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+}
+
+fn default_srun() -> Vec<String> {
+    vec!["srun".into()]
 }
 
 fn default_ssh() -> Vec<String> {
@@ -65,6 +74,9 @@ pub enum Launcher {
     Local,
     /// ssh to `hosts`, one session per worker.
     Ssh,
+    /// srun inside the SLURM allocation the head runs in (`salloc`, `sbatch`), one job step per
+    /// worker on its role's node.
+    Slurm,
 }
 
 impl ClusterConfig {
@@ -81,10 +93,22 @@ impl ClusterConfig {
             Launcher::Local => {
                 if !self.hosts.is_empty() || !self.role_hosts.is_empty() {
                     p.push(
-                        "cluster.hosts and cluster.role_hosts are for launcher: ssh (launcher: \
-                         local starts every worker on this machine)"
+                        "cluster.hosts and cluster.role_hosts are for launcher: ssh or slurm \
+                         (launcher: local starts every worker on this machine)"
                             .into(),
                     );
+                }
+            }
+            Launcher::Slurm => {
+                if !self.hosts.is_empty() {
+                    p.push(
+                        "cluster.hosts is for launcher: ssh (launcher: slurm runs workers on the \
+                         nodes of the allocation; cluster.role_hosts picks among them)"
+                            .into(),
+                    );
+                }
+                if self.srun.is_empty() {
+                    p.push("cluster.srun must name the srun command".into());
                 }
             }
             Launcher::Ssh => {
@@ -106,11 +130,12 @@ impl ClusterConfig {
         }
     }
 
-    /// The host `role`'s workers run on (`launcher: ssh`).
-    pub fn host_of(&self, role: Role) -> Option<&str> {
+    /// The host `role`'s workers run on, among `hosts` (`launcher: ssh`: `cluster.hosts`;
+    /// `launcher: slurm`: the allocation's nodes).
+    pub fn host_of<'a>(&'a self, role: Role, hosts: &'a [String]) -> Option<&'a str> {
         self.role_hosts
             .get(&role)
-            .or(self.hosts.first())
+            .or(hosts.first())
             .map(String::as_str)
     }
 }

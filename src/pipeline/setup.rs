@@ -449,36 +449,95 @@ impl Tokenizing<'_> {
     }
 }
 
-/// Who starts the run's TCP workers (`cluster.launcher`).
+/// Who starts the run's TCP workers (`cluster.launcher`); `launcher: slurm` reads the nodes of
+/// the allocation the head runs in from its environment.
 pub fn launch_of(
     c: &crate::config::ClusterConfig,
 ) -> Result<crate::worker::process::Launch, PipelineError> {
-    use crate::worker::process::{Launch, SshLaunch};
-    Ok(match c.launcher {
-        crate::config::Launcher::Local => Launch::Local,
-        crate::config::Launcher::Ssh => {
-            let here = |what: &str, e: std::io::Error| {
-                PipelineError::Setup(format!("cluster: {what} of this process: {e}"))
-            };
-            let program = match &c.remote_program {
-                Some(p) => p.clone(),
-                None => crate::worker::process::worker_program()
-                    .map_err(|e| here("the executable", e))?,
-            };
-            let dir = match &c.remote_dir {
-                Some(d) => d.clone(),
-                None => std::env::current_dir().map_err(|e| here("the working directory", e))?,
-            };
-            let hosts = crate::config::Role::ALL
-                .iter()
-                .filter_map(|&r| Some((r, c.host_of(r)?.to_string())))
-                .collect();
-            Launch::Ssh(SshLaunch {
-                ssh: c.ssh.clone(),
-                hosts,
-                program,
-                dir,
-            })
+    use crate::config::Launcher as Configured;
+    use crate::worker::process::{Launch, Launcher, RemoteLaunch};
+    let (launcher, hosts) = match c.launcher {
+        Configured::Local => return Ok(Launch::Local),
+        Configured::Ssh => (Launcher::Ssh(c.ssh.clone()), c.hosts.clone()),
+        Configured::Slurm => (
+            Launcher::Srun(c.srun.clone()),
+            allocation_nodes(|k| std::env::var(k).ok())?,
+        ),
+    };
+    let here = |what: &str, e: std::io::Error| {
+        PipelineError::Setup(format!("cluster: {what} of this process: {e}"))
+    };
+    let program = match &c.remote_program {
+        Some(p) => p.clone(),
+        None => crate::worker::process::worker_program().map_err(|e| here("the executable", e))?,
+    };
+    let dir = match &c.remote_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| here("the working directory", e))?,
+    };
+    if let Configured::Slurm = c.launcher {
+        for (role, node) in &c.role_hosts {
+            if !hosts.contains(node) {
+                return Err(PipelineError::Setup(format!(
+                    "cluster.role_hosts.{role}: '{node}' is not a node of this SLURM allocation \
+                     ({})",
+                    hosts.join(", ")
+                )));
+            }
         }
+    }
+    let hosts = crate::config::Role::ALL
+        .iter()
+        .filter_map(|&r| Some((r, c.host_of(r, &hosts)?.to_string())))
+        .collect();
+    Ok(Launch::Remote(RemoteLaunch {
+        launcher,
+        hosts,
+        program,
+        dir,
+    }))
+}
+
+/// The nodes of the SLURM allocation the head runs in: `SLURM_JOB_NODELIST` (or the older
+/// `SLURM_NODELIST`) expanded, as `var` reads the environment.
+fn allocation_nodes(var: impl Fn(&str) -> Option<String>) -> Result<Vec<String>, PipelineError> {
+    let list = var("SLURM_JOB_NODELIST")
+        .or_else(|| var("SLURM_NODELIST"))
+        .ok_or_else(|| {
+            PipelineError::Setup(
+                "cluster.launcher slurm: this process is not inside a SLURM allocation \
+                 (SLURM_JOB_NODELIST is not set): start the run from `salloc` or an `sbatch` \
+                 script"
+                    .into(),
+            )
+        })?;
+    crate::worker::nodelist::expand(&list).map_err(|e| {
+        PipelineError::Setup(format!("cluster.launcher slurm: SLURM_JOB_NODELIST: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slurm_run_takes_its_nodes_from_the_allocation_or_says_it_has_none() {
+        let env =
+            |list: &'static str| move |k: &str| (k == "SLURM_JOB_NODELIST").then(|| list.into());
+        let nodes = allocation_nodes(env("gpu[01-02],cpu7")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(nodes, ["gpu01", "gpu02", "cpu7"]);
+        let older = |k: &str| (k == "SLURM_NODELIST").then(|| "n[3-4]".to_string());
+        assert_eq!(allocation_nodes(older).unwrap_or_default(), ["n3", "n4"]);
+        let e = allocation_nodes(|_| None).expect_err("no allocation");
+        assert!(
+            e.to_string().contains("not inside a SLURM allocation"),
+            "{e}"
+        );
+        let e = allocation_nodes(env("gpu[02-01]")).expect_err("bad list");
+        assert!(
+            e.to_string()
+                .contains("SLURM_JOB_NODELIST: node list 'gpu[02-01]'"),
+            "{e}"
+        );
+    }
 }

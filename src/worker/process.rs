@@ -5,7 +5,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,7 +15,9 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::auth::{SECRET_ENV, Secret};
+use super::auth::Secret;
+pub use super::launch::{Endpoint, Launch, Launcher, RemoteLaunch, Transport, set_transport};
+use super::launch::{child_command, transport};
 use super::protocol::{
     Channel, FromWorker, Payload, ProtocolError, ToWorker, challenge, handshake_parent,
 };
@@ -24,67 +25,12 @@ use super::{Role, WorkerError};
 
 static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// How workers reach their parent.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Transport {
-    /// A Unix socket in a private directory: workers on this machine (the default).
-    Unix,
-    /// TCP on an interface of this machine (`cluster.listen`), a port per worker; each
-    /// connection must prove it holds `secret` ([`super::auth`]) or it is refused.
-    Tcp {
-        listen: std::net::IpAddr,
-        secret: Secret,
-        launch: Launch,
-    },
-}
-
-/// Who starts a worker that connects over TCP.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Launch {
-    /// This process, as its child.
-    Local,
-    /// ssh to a host: the local child is the ssh client.
-    Ssh(SshLaunch),
-}
-
-/// `launcher: ssh` (`cluster:`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SshLaunch {
-    /// The ssh command and its options.
-    pub ssh: Vec<String>,
-    /// The host of each role's workers.
-    pub hosts: std::collections::BTreeMap<Role, String>,
-    /// `roll-tui` on the hosts, and the working directory there.
-    pub program: PathBuf,
-    pub dir: PathBuf,
-}
-
-static TRANSPORT: std::sync::RwLock<Transport> = std::sync::RwLock::new(Transport::Unix);
-
-/// The transport of the workers this process starts from now on (the run's `cluster:`).
-pub fn set_transport(transport: Transport) {
-    if let Ok(mut t) = TRANSPORT.write() {
-        *t = transport;
-    }
-}
-
-fn transport() -> Transport {
-    TRANSPORT.read().map_or(Transport::Unix, |t| t.clone())
-}
-
 /// How long a TCP connection has to prove the secret before it is refused.
 const PROOF_WAIT: Duration = Duration::from_secs(2);
 
 /// A control connection of either transport.
 pub trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for T {}
-
-/// Where a worker connects: what `roll-tui worker` is told.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Endpoint {
-    Unix(PathBuf),
-    Tcp(std::net::SocketAddr),
-}
 
 /// Programs that embed the pipeline but are not `roll-tui` (test harnesses, other front-ends) name
 /// the `roll-tui` executable their worker processes run. The first call wins; returns whether this
@@ -218,9 +164,9 @@ pub struct WorkerProcess {
     exit: watch::Receiver<Option<String>>,
     shutting_down: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
-    /// The local child's process group (the worker's own, or over ssh the ssh client's).
+    /// The local child's process group (the worker's own, or its launcher's client: ssh, srun).
     group: u32,
-    /// An ssh-launched worker's stdin: open while this handle lives; its end tells the worker
+    /// A remotely launched worker's stdin: open while this handle lives; its end tells the worker
     /// that its head is gone.
     stdin: Option<tokio::process::ChildStdin>,
     _socket_dir: tempfile::TempDir,
@@ -329,78 +275,6 @@ fn start_child(spec: &WorkerSpec, at: &Endpoint) -> Result<tokio::process::Child
         })
 }
 
-/// The command [`start_child`] runs: the worker itself, or ssh running it on its host.
-fn child_command(spec: &WorkerSpec, at: &Endpoint) -> tokio::process::Command {
-    let mut env: Vec<(&str, String)> = vec![];
-    if let Some(n) = spec.threads {
-        env.push(("RAYON_NUM_THREADS", n.to_string()));
-    }
-    if let Some(device) = spec.device {
-        env.push((crate::device::DEVICE_ENV, device.to_string()));
-    }
-    // The same kernels as this process (`ROLL_KERNELS`): a worker computes as its parent does.
-    for (key, value) in crate::device::worker_env() {
-        env.push((key, value.to_string()));
-    }
-    let mut args: Vec<String> = vec![
-        "worker".into(),
-        spec.role.as_str().into(),
-        "--index".into(),
-        spec.index.to_string(),
-    ];
-    match at {
-        Endpoint::Unix(path) => args.extend(["--socket".into(), path.display().to_string()]),
-        Endpoint::Tcp(addr) => args.extend(["--connect".into(), addr.to_string()]),
-    }
-    let mut command = match &spec.transport {
-        Transport::Tcp {
-            launch: Launch::Ssh(ssh),
-            ..
-        } => {
-            // The secret comes on stdin, which also tells the worker when its head is gone.
-            args.push("--secret-stdin".into());
-            let mut command = tokio::process::Command::new(&ssh.ssh[0]);
-            command
-                .args(&ssh.ssh[1..])
-                .arg(ssh.hosts.get(&spec.role).map_or("", String::as_str))
-                .arg(remote_command(ssh, &env, &args))
-                .stdin(Stdio::piped());
-            command
-        }
-        transport => {
-            let mut command = tokio::process::Command::new(&spec.program);
-            if let Transport::Tcp { secret, .. } = transport {
-                command.env(SECRET_ENV, secret.as_text());
-            }
-            command.envs(env.iter().map(|(k, v)| (k, v)));
-            args.extend(["--parent".into(), std::process::id().to_string()]);
-            command.args(&args).stdin(Stdio::null());
-            command
-        }
-    };
-    command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    command
-}
-
-/// The shell command ssh runs on the host: into the working directory, then the worker with the
-/// environment it needs (nothing secret: the secret comes on stdin), every word quoted.
-fn remote_command(ssh: &SshLaunch, env: &[(&str, String)], args: &[String]) -> String {
-    let quote = |w: &str| shlex::try_quote(w).map_or_else(|_| w.to_string(), |q| q.into_owned());
-    let mut words = vec!["exec".to_string(), "env".into()];
-    words.extend(env.iter().map(|(k, v)| quote(&format!("{k}={v}"))));
-    words.push(quote(&ssh.program.display().to_string()));
-    words.extend(args.iter().map(|a| quote(a)));
-    format!(
-        "cd {} && {}",
-        quote(&ssh.dir.display().to_string()),
-        words.join(" ")
-    )
-}
-
 /// The writer task: send queued messages until the queue or the socket closes.
 async fn write_frames<S>(mut sink: S, mut to_send: mpsc::Receiver<ToWorker>)
 where
@@ -449,7 +323,7 @@ where
 ///
 /// A worker on another host (`lost` given) that stays silent that long is taken for lost with
 /// its node: its exit cannot be seen from here, and a partitioned host never closes its
-/// connection. Its local child (the ssh client) is killed with the reason put in `lost`, which
+/// connection. Its local child (the launcher's client: ssh, srun) is killed with the reason put in `lost`, which
 /// the exit watcher then reports as the worker's exit: the calls in flight fail at once and the
 /// role replaces the worker, or stops the run naming it.
 async fn heartbeat(
@@ -629,7 +503,7 @@ impl WorkerProcess {
         };
         let mut child = start_child(spec, &listener.endpoint().map_err(io)?)?;
         let group = child.id().unwrap_or(0);
-        // An ssh-launched worker reads the run's secret from its stdin, first thing.
+        // A remotely launched worker reads the run's secret from its stdin, first thing.
         let mut stdin = child.stdin.take();
         if let (Some(pipe), Transport::Tcp { secret, .. }) = (stdin.as_mut(), &spec.transport) {
             use tokio::io::AsyncWriteExt;
@@ -684,13 +558,14 @@ impl WorkerProcess {
             (
                 Ok(Endpoint::Tcp(addr)),
                 Transport::Tcp {
-                    launch: Launch::Ssh(ssh),
+                    launch: Launch::Remote(remote),
                     ..
                 },
             ) => format!(
-                "tcp {addr} from {}, started by ssh on {}",
+                "tcp {addr} from {}, started by {} on {}",
                 peer.map_or("?".into(), |p| p.to_string()),
-                ssh.hosts.get(&role).map_or("?", String::as_str)
+                remote.launcher.name(),
+                remote.hosts.get(&role).map_or("?", String::as_str)
             ),
             (Ok(Endpoint::Tcp(addr)), _) => format!(
                 "tcp {addr} from {}",
@@ -719,7 +594,7 @@ impl WorkerProcess {
         let remote = matches!(
             spec.transport,
             Transport::Tcp {
-                launch: Launch::Ssh(_),
+                launch: Launch::Remote(_),
                 ..
             }
         );
@@ -834,7 +709,7 @@ impl WorkerProcess {
     pub async fn shutdown(mut self, grace: Duration) -> String {
         self.shutting_down.store(true, Ordering::SeqCst);
         let _ = self.outgoing.send(ToWorker::Shutdown).await;
-        // A worker started over ssh also ends with its stdin, and so does its session.
+        // A remotely launched worker also ends with its stdin, and so does its launcher's client.
         drop(self.stdin.take());
         let mut exit = self.exit.clone();
         if tokio::time::timeout(grace, exit.wait_for(Option::is_some))
@@ -850,7 +725,7 @@ impl WorkerProcess {
         status
     }
 
-    /// SIGKILL the worker's process group (over ssh, the ssh client's: the session ends, and the
+    /// SIGKILL the worker's process group (a remote one's launcher client's: its session or step ends, and the
     /// worker with it when its stdin closes).
     pub fn kill(&self) {
         kill_group(self.group);
@@ -871,82 +746,6 @@ impl Drop for WorkerProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_worker_with_threads_gets_them_in_its_environment() {
-        let env_of = |spec: &WorkerSpec| -> Option<String> {
-            child_command(spec, &Endpoint::Unix("/tmp/s".into()))
-                .as_std()
-                .get_envs()
-                .find(|(k, _)| *k == "RAYON_NUM_THREADS")
-                .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()))
-        };
-        let spec = WorkerSpec::new(Role::ActorInfer, 0).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(env_of(&spec), None, "unset: the process decides");
-        assert_eq!(env_of(&spec.with_threads(3)).as_deref(), Some("3"));
-    }
-
-    /// A worker computes with its parent's kernels: the choice travels in `ROLL_KERNELS`.
-    #[test]
-    fn a_worker_gets_its_parents_kernels() {
-        let spec = WorkerSpec::new(Role::ActorTrain, 0).unwrap_or_else(|e| panic!("{e}"));
-        let command = child_command(&spec, &Endpoint::Unix("/tmp/s".into()));
-        let kernels = command
-            .as_std()
-            .get_envs()
-            .find(|(k, _)| *k == crate::device::KERNELS_ENV)
-            .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()));
-        assert_eq!(kernels.as_deref(), Some(crate::device::kernels().as_str()));
-        let device_of = |spec: &WorkerSpec| {
-            child_command(spec, &Endpoint::Unix("/tmp/s".into()))
-                .as_std()
-                .get_envs()
-                .find(|(k, _)| *k == crate::device::DEVICE_ENV)
-                .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()))
-        };
-        assert_eq!(
-            device_of(&spec),
-            None,
-            "unset: the parent's environment decides"
-        );
-        let placed = spec.with_device(crate::device::DeviceSpec::cuda(1));
-        assert_eq!(device_of(&placed).as_deref(), Some("cuda:1"));
-    }
-
-    /// Over TCP the secret travels in the worker's environment, never on its command line (which
-    /// `ps` shows on every node), and the worker is told the address to connect to.
-    #[test]
-    fn a_tcp_worker_gets_the_address_in_its_arguments_and_the_secret_in_its_environment() {
-        let secret = Secret::generate();
-        let mut spec = WorkerSpec::new(Role::Critic, 2).unwrap_or_else(|e| panic!("{e}"));
-        spec.transport = Transport::Tcp {
-            listen: [127, 0, 0, 1].into(),
-            secret: secret.clone(),
-            launch: Launch::Local,
-        };
-        let addr: std::net::SocketAddr = "127.0.0.1:4567".parse().expect("address");
-        let command = child_command(&spec, &Endpoint::Tcp(addr));
-        let args: Vec<String> = command
-            .as_std()
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            args.windows(2)
-                .any(|w| w == ["--connect", "127.0.0.1:4567"]),
-            "{args:?}"
-        );
-        assert!(
-            !args.iter().any(|a| a.contains(secret.as_text())),
-            "{args:?}"
-        );
-        let env = command
-            .as_std()
-            .get_envs()
-            .find(|(k, _)| *k == SECRET_ENV)
-            .and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()));
-        assert_eq!(env.as_deref(), Some(secret.as_text()));
-    }
 
     /// A connection that sends garbage, one that proves another secret and one that proves the
     /// secret for another worker are each refused and reported; the worker's own is accepted.
@@ -1022,47 +821,6 @@ mod tests {
                 "a wrong proof of the run's secret"
             ]
         );
-    }
-
-    /// ssh runs one shell command on the host: into the working directory, then the worker with
-    /// its environment, every word quoted (a path with a space stays one word); the secret is
-    /// not in it (it comes on stdin).
-    #[test]
-    fn the_ssh_command_quotes_every_word_and_carries_no_secret() {
-        let secret = Secret::generate();
-        let mut spec = WorkerSpec::new(Role::Reference, 0)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .with_threads(4);
-        spec.transport = Transport::Tcp {
-            listen: [10, 0, 0, 1].into(),
-            secret: secret.clone(),
-            launch: Launch::Ssh(SshLaunch {
-                ssh: vec!["ssh".into(), "-p".into(), "2222".into()],
-                hosts: [(Role::Reference, "gpu-2".to_string())].into(),
-                program: "/opt/roll tui/roll-tui".into(),
-                dir: "/home/me/my runs".into(),
-            }),
-        };
-        let addr: std::net::SocketAddr = "10.0.0.1:4567".parse().expect("address");
-        let command = child_command(&spec, &Endpoint::Tcp(addr));
-        let std = command.as_std();
-        assert_eq!(std.get_program(), "ssh");
-        let args: Vec<String> = std
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(args[..3], ["-p", "2222", "gpu-2"]);
-        assert_eq!(
-            args[3],
-            format!(
-                "cd '/home/me/my runs' && exec env 'RAYON_NUM_THREADS=4' 'ROLL_KERNELS={}' \
-                 '/opt/roll tui/roll-tui' worker reference --index 0 --connect 10.0.0.1:4567 \
-                 --secret-stdin",
-                crate::device::kernels().as_str()
-            )
-        );
-        assert!(!args.iter().any(|a| a.contains(secret.as_text())));
-        assert!(std.get_envs().all(|(k, _)| k != SECRET_ENV));
     }
 
     /// A connection that says nothing is challenged beside the worker's own, not before it: with
