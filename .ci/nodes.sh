@@ -2,7 +2,9 @@
 # benches/cluster_overhead.sh: network namespaces roll-a (10.77.0.2) and roll-b (10.77.0.3) on a
 # bridge with the head (10.77.0.1); `sshd_up` runs an OpenSSH server in each, `slurm_up` a SLURM
 # cluster (munge, slurmctld on the head, a slurmd per node under its own hostname, node1 and
-# node2). Needs root and iproute2 (+ openssh-server, + slurmd slurmctld slurm-client munge).
+# node2). Each node's daemons, and so the workers they start, have a /dev/shm of their own: the
+# head's host areas there are not theirs to see, as on another machine (the rest of the
+# filesystem is shared, as a cluster's home directories are). Needs root and iproute2 (+ openssh-server, + slurmd slurmctld slurm-client munge).
 # `nodes_cleanup` (set as the EXIT trap) kills the head named in $head_pid, every worker and
 # daemon, and removes the namespaces, the bridge and the scratch directory $W.
 BIN="$PWD/${BIN:-target/debug/roll-tui}"
@@ -16,9 +18,21 @@ nodes_cleanup() {
     # A run still going (a failed check), then anything it started, then the nodes.
     if [ -n "$head_pid" ]; then kill -9 "$head_pid" 2>/dev/null || true; fi
     pkill -9 -f -- "^$BIN worker .*--secret-stdin" 2>/dev/null || true
+    local pids=()
     for pid in "$W"/*.pid "$W"/munge/*.pid; do
-        if [ -f "$pid" ]; then kill "$(cat "$pid")" 2>/dev/null || true; fi
+        if [ -f "$pid" ]; then pids+=("$(cat "$pid")"); fi
     done
+    if [ ${#pids[@]} -gt 0 ]; then
+        kill "${pids[@]}" 2>/dev/null || true
+        # The daemons write their state as they stop: let them, before their directory goes.
+        for _ in $(seq 50); do
+            local alive=""
+            for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+            [ -n "$alive" ] || break
+            sleep 0.1
+        done
+        kill -9 "${pids[@]}" 2>/dev/null || true
+    fi
     for n in "${NODES[@]}"; do ip netns del "roll-$n" 2>/dev/null || true; done
     ip link del roll-br 2>/dev/null || true
     for n in "${NODES[@]}"; do ip link del "roll-$n-h" 2>/dev/null || true; done
@@ -51,7 +65,8 @@ sshd_up() {
     mkdir -p /run/sshd
     local i=0
     for n in "${NODES[@]}"; do
-        ip netns exec "roll-$n" /usr/sbin/sshd -o "ListenAddress=${NODE_ADDRS[$i]}" \
+        ip netns exec "roll-$n" unshare --mount sh -c 'mount -t tmpfs tmpfs /dev/shm && exec "$@"' \
+            sshd /usr/sbin/sshd -o "ListenAddress=${NODE_ADDRS[$i]}" \
             -o "HostKey=$W/hostkey" -o "AuthorizedKeysFile=$W/authorized_keys" \
             -o PermitRootLogin=prohibit-password -o PasswordAuthentication=no \
             -o StrictModes=no -o UsePAM=no -o "PidFile=$W/sshd-$n.pid"
@@ -112,7 +127,8 @@ EOF
     slurmctld -i
     local i=1
     for n in "${NODES[@]}"; do
-        ip netns exec "roll-$n" unshare --uts sh -c "hostname node$i && exec slurmd"
+        ip netns exec "roll-$n" unshare --uts --mount sh -c \
+            "hostname node$i && mount -t tmpfs tmpfs /dev/shm && exec slurmd"
         i=$((i + 1))
     done
     for _ in $(seq 150); do

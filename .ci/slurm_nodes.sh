@@ -2,8 +2,10 @@
 # A SLURM cluster of two nodes on one machine (issue: a small cluster, tested in CI): the nodes
 # of .ci/nodes.sh, each running a slurmd, with slurmctld on the head. A run started inside
 # `salloc` with `cluster.launcher: slurm` must start each worker as an srun step on its role's
-# node, give exactly the curves of the same run with its workers on the head's machine, and
-# leave no worker and no step behind when its head is killed with SIGKILL.
+# node (which does not see the head's /dev/shm: each worker mirrors its role's host area over
+# TCP), give exactly the curves of the same run with its workers on the head's machine, replace
+# a worker killed mid-run on its node, and leave no worker and no step behind when its head is
+# killed with SIGKILL.
 # Needs root, iproute2, slurmd, slurmctld, slurm-client and munge; bounded by `timeout`; removes
 # its namespaces, bridge and daemons whatever happens.
 set -euo pipefail
@@ -31,7 +33,8 @@ workers:
   reference: { mode: process }
   actor_infer: { mode: process }
 YAML
-CLUSTER="cluster={launcher: slurm, listen: 10.77.0.1, role_hosts: {reference: node2}, shared_dir: $W/shared}"
+# No shared_dir: the nodes do not see the head's /dev/shm, and the workers mirror their areas.
+CLUSTER="cluster={launcher: slurm, listen: 10.77.0.1, role_hosts: {reference: node2}}"
 STORE="$W/s.db"
 cd "$W"
 timeout 300 "$BIN" --store "$STORE" run --quiet net.yaml output_dir="$W/local"
@@ -62,8 +65,8 @@ assert len(started) == 3, text
 for role, node, addr in [("actor_train", "node1", "10.77.0.2"), ("actor_infer", "node1", "10.77.0.2"),
                          ("reference", "node2", "10.77.0.3")]:
     line = next(l for l in started if f"{role}-0" in l)
-    assert re.search(rf"over tcp 10\.77\.0\.1:\d+ from {re.escape(addr)}:\d+, started by srun on {node}", line), line
-print(f"slurm nodes: {len(local)} series identical to one machine's; workers were srun steps on their nodes")
+    assert re.search(rf"over tcp 10\.77\.0\.1:\d+ from {re.escape(addr)}:\d+, started by srun on {node}, mirroring its host area$", line), line
+print(f"slurm nodes: {len(local)} series identical to one machine's; workers were srun steps on their nodes, mirroring their host areas")
 PY
 
 # A longer run inside an allocation: a worker killed mid-run is replaced by a step on its node;

@@ -38,10 +38,16 @@ STORE="$W/s.db"
 cd "$W"
 timeout 300 "$BIN" --store "$STORE" run --quiet net.yaml output_dir="$W/local"
 timeout 300 "$BIN" --store "$STORE" run --quiet net.yaml name=nodes output_dir="$W/nodes" "$CLUSTER"
+# Without shared_dir: the nodes do not see the head's /dev/shm, so each worker keeps a mirror of
+# its role's host area there, over TCP.
+MIRRORED="${CLUSTER%, shared_dir: *}}"
+timeout 300 "$BIN" --store "$STORE" run --quiet net.yaml name=mirrored output_dir="$W/mirrored" "$MIRRORED"
 
 "$BIN" --store "$STORE" metrics net --json > local.json
-"$BIN" --store "$STORE" metrics nodes --json > nodes.json
-"$BIN" --store "$STORE" runs show nodes > nodes.txt
+for run in nodes mirrored; do
+    "$BIN" --store "$STORE" metrics $run --json > $run.json
+    "$BIN" --store "$STORE" runs show $run > $run.txt
+done
 python3 - <<'PY' || fail "see above"
 import json, re
 # What measures the machine or the process layout (timings, rates, store back-pressure, worker
@@ -50,17 +56,22 @@ def series(path):
     return {(s["stage"], s["key"]): s["values"] for s in json.load(open(path))
             if not s["key"].startswith(("time/", "system/", "store/", "workers/"))
             and not s["key"].endswith("_per_s")}
-local, nodes = series("local.json"), series("nodes.json")
-assert local.keys() == nodes.keys(), (sorted(local.keys() ^ nodes.keys()))
-differ = [k for k in local if local[k] != nodes[k]]
-assert not differ, f"series differ between one machine and two nodes: {differ}"
-text = open("nodes.txt").read()
-started = [l for l in text.splitlines() if "worker_started" in l]
-assert len(started) == 3, text
-for role, node in [("actor_train", "10.77.0.2"), ("actor_infer", "10.77.0.2"), ("reference", "10.77.0.3")]:
-    line = next(l for l in started if f"{role}-0" in l)
-    assert re.search(rf"over tcp 10\.77\.0\.1:\d+ from {re.escape(node)}:\d+, started by ssh on {re.escape(node)}", line), line
-print(f"two nodes: {len(local)} series identical to one machine's; workers connected from their nodes")
+local = series("local.json")
+for run, mirror in [("nodes", ""), ("mirrored", ", mirroring its host area")]:
+    nodes = series(f"{run}.json")
+    assert local.keys() == nodes.keys(), (sorted(local.keys() ^ nodes.keys()))
+    differ = [k for k in local if local[k] != nodes[k]]
+    assert not differ, f"{run}: series differ between one machine and two nodes: {differ}"
+    text = open(f"{run}.txt").read()
+    started = [l for l in text.splitlines() if "worker_started" in l]
+    assert len(started) == 3, text
+    for role, node in [("actor_train", "10.77.0.2"), ("actor_infer", "10.77.0.2"), ("reference", "10.77.0.3")]:
+        line = next(l for l in started if f"{role}-0" in l)
+        assert re.search(rf"over tcp 10\.77\.0\.1:\d+ from {re.escape(node)}:\d+, started by ssh on {re.escape(node)}{mirror}$", line), line
+moved = {s["key"]: s["values"][-1] for s in json.load(open("mirrored.json")) if s["key"].endswith("/mirror_mb")}
+assert sorted(moved) == [f"workers/{w}-0/mirror_mb" for w in ("actor_infer", "actor_train", "reference")], moved
+print(f"two nodes: {len(local)} series identical to one machine's, with shared_dir and with mirrors "
+      f"({', '.join(f'{k} {v:.1f}' for k, v in moved.items())}); workers connected from their nodes")
 PY
 
 # A longer run: its worker ports are closed once the workers are connected, and killing the head

@@ -93,6 +93,10 @@ pub struct WorkerArgs {
     /// started over ssh: its stdin is its head's pipe).
     #[arg(long, requires = "connect", conflicts_with = "parent")]
     pub secret_stdin: bool,
+    /// Keep a mirror of the role's host area, which the head keeps up to date over a second
+    /// connection (a node that does not see the head's files).
+    #[arg(long, requires = "secret_stdin")]
+    pub mirror: bool,
 }
 
 #[derive(Args, Debug)]
@@ -724,6 +728,9 @@ fn worker(args: WorkerArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the worker's runtime")?;
+    if args.mirror {
+        crate::worker::serve::keep_mirror();
+    }
     use crate::worker::process::Endpoint;
     let at = match (args.socket, args.connect) {
         (_, Some(addr)) => Endpoint::Tcp(addr),

@@ -269,8 +269,8 @@ fn fake_srun(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// `launcher: slurm`: inside an allocation (`SLURM_JOB_NODELIST` as SLURM writes it) each
-/// worker is a step srun starts on its role's node, gets the secret on stdin, and computes what
-/// a local worker computes; outside an allocation, or with a node the allocation lacks, the run
+/// worker is a step srun starts on its role's node, gets the secret on stdin, keeps a mirror of
+/// its host area (no `shared_dir`), and computes what a local worker computes; outside an allocation, or with a node the allocation lacks, the run
 /// is refused before anything starts.
 #[test]
 fn workers_started_by_srun_on_their_nodes_compute_as_local_ones() {
@@ -328,7 +328,7 @@ fn workers_started_by_srun_on_their_nodes_compute_as_local_ones() {
             "{line}"
         );
         assert!(
-            line.contains("--connect 127.0.0.1:") && line.ends_with("--secret-stdin"),
+            line.contains("--connect 127.0.0.1:") && line.ends_with("--secret-stdin --mirror"),
             "{line}"
         );
     }
@@ -341,4 +341,89 @@ fn workers_started_by_srun_on_their_nodes_compute_as_local_ones() {
         let m = e["message"].as_str().unwrap();
         assert!(m.contains("started by srun on node0"), "{m}");
     }
+}
+
+/// Workers on nodes that do not see the head's files (`launcher: ssh` without `shared_dir`)
+/// each keep a mirror of their role's host area, which the head keeps up to date over a second
+/// proven connection: they compute exactly what local workers compute, the run's metrics say
+/// what each mirror moved, checkpoints written by actor_train's worker reach the head's output
+/// directory, a run killed mid-way resumes through the mirror (the checkpoint's optimizer state
+/// goes to the worker that way), and no mirror is left on the node.
+#[test]
+fn workers_without_the_heads_files_mirror_their_host_areas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, _) = fake_ssh(dir.path());
+    std::fs::create_dir(dir.path().join("shared")).unwrap();
+    let rest = format!("{RL}checkpoint: {{ every: 2 }}\n").replace("steps: 6", "steps: 8");
+    let local = run_quiet(dir.path(), "local", &rest, &WORKERS);
+    let cluster = format!(
+        "cluster={{launcher: ssh, listen: 127.0.0.1, hosts: [alpha, beta], role_hosts: {{reference: beta}}, ssh: [{}], remote_dir: {}}}",
+        fake.display(),
+        dir.path().display()
+    );
+    let mut overrides = WORKERS.to_vec();
+    overrides.push(&cluster);
+    let mirrors = || -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name())
+                    .filter(|n| n.to_string_lossy().starts_with("roll-tui-mirror-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = mirrors();
+    let mirrored = run_quiet(dir.path(), "mirrored", &rest, &overrides);
+    assert_same_metrics(&local, &mirrored, "net");
+    for e in of_kind(&run_events(&mirrored, "net"), "worker_started") {
+        let m = e["message"].as_str().unwrap();
+        assert!(m.ends_with(", mirroring its host area"), "{m}");
+    }
+    // actor_infer's mirror got its model (weights, config, tokenizer) and a weight sync each
+    // step; each of the three workers' mirrors moved something, at a measured rate.
+    let all: Vec<serde_json::Value> =
+        serde_json::from_str(&common::ok(roll(&mirrored, &["metrics", "net", "--json"]))).unwrap();
+    let last = |key: &str| {
+        all.iter()
+            .find(|s| s["key"] == key)
+            .and_then(|s| s["values"].as_array()?.last()?.as_f64())
+            .unwrap_or_else(|| panic!("no {key}"))
+    };
+    for worker in ["actor_train-0", "actor_infer-0", "reference-0"] {
+        assert!(
+            last(&format!("workers/{worker}/mirror_mb")) > 0.0,
+            "{worker}"
+        );
+        assert!(
+            last(&format!("workers/{worker}/mirror_gb_per_s")) > 0.0,
+            "{worker}"
+        );
+    }
+    // The weights alone, synced 8 times, are more than 8 copies of the tiny model's f32 weights.
+    let weights_mb = std::fs::metadata(
+        dir.path()
+            .join("mirrored/checkpoints/rl-step8/model.safetensors"),
+    )
+    .unwrap()
+    .len() as f64
+        / 1e6;
+    assert!(last("workers/actor_infer-0/mirror_mb") > 8.0 * weights_mb);
+    // The optimizer state of every checkpoint came back from the worker's mirror.
+    for step in [2, 4, 6, 8] {
+        let moments = dir.path().join(format!(
+            "mirrored/checkpoints/rl-step{step}/optimizer.safetensors"
+        ));
+        assert!(moments.is_file(), "{}", moments.display());
+    }
+    assert_eq!(mirrors(), before, "a mirror is left in /dev/shm");
+
+    let (resumed_store, resumed) =
+        common::killed_and_resumed(dir.path(), "net", &rest, &overrides, "rl      5/");
+    assert!(
+        resumed.contains("resumed run 'net' from rl step"),
+        "{resumed}"
+    );
+    assert_same_metrics(&local, &resumed_store, "net");
+    assert_eq!(mirrors(), before, "a mirror is left in /dev/shm");
 }

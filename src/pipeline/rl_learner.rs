@@ -383,6 +383,17 @@ impl<'m> Learner<'m> {
                 out.infer_restarts as f64,
             );
         }
+        // Workers on nodes that do not see this machine's files: what their mirrors moved so far.
+        for ((role, index), moved) in crate::worker::mirror::traffic() {
+            let key = format!("workers/{role}-{index}/mirror");
+            m.insert(format!("{key}_mb"), moved.bytes as f64 / 1e6);
+            if moved.secs > 0.0 {
+                m.insert(
+                    format!("{key}_gb_per_s"),
+                    moved.bytes as f64 / 1e9 / moved.secs,
+                );
+            }
+        }
         Ok(())
     }
 

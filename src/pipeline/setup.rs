@@ -495,6 +495,7 @@ pub fn launch_of(
         hosts,
         program,
         dir,
+        mirror: c.shared_dir.is_none(),
     }))
 }
 

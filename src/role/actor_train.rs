@@ -208,13 +208,15 @@ impl OptimizerState for ActorTrain {
         match self {
             ActorTrain::Local { opt, .. } => opt.save_moments(path),
             ActorTrain::Remote(r) => {
+                let written = super::remote::writable_by_worker(&r.area, path, MOMENTS_OUT);
                 let call = ActorTrainCall::Checkpoint {
-                    moments: path.to_path_buf(),
+                    moments: written.clone(),
                 };
                 r.worker
                     .call(call)
                     .map(drop)
-                    .map_err(|e| LoadError::io(path, lost(e)))
+                    .map_err(|e| LoadError::io(path, lost(e)))?;
+                super::remote::settle(&written, path).map_err(|e| LoadError::io(path, e))
             }
         }
     }
@@ -234,6 +236,9 @@ const STEP_FILE: &str = "actor_step";
 const WEIGHTS_OUT: &str = "actor_train_weights";
 const ADAPTER_OUT: &str = "actor_train_adapter";
 const HOST_COPY: &str = "actor_train";
+/// A checkpoint's moments as a worker on another node writes them and reads them to resume.
+const MOMENTS_OUT: &str = "actor_train_checkpoint_moments.safetensors";
+const MOMENTS_IN: &str = "actor_train_resume_moments.safetensors";
 
 fn lost(e: WorkerError) -> RoleError {
     state_lost(e, "the policy's optimizer state")
@@ -276,14 +281,23 @@ impl RemoteTrain {
             weights: area.path(WEIGHTS_OUT),
             recipe,
             total_updates: updates,
-            moments: resume.map(|r| r.dir.join("optimizer.safetensors")),
+            moments: resume
+                .map(|r| {
+                    let file = r.dir.join("optimizer.safetensors");
+                    super::remote::readable_by_worker(&area, &file, MOMENTS_IN)
+                })
+                .transpose()?,
             optimizer_steps: resume.map_or(0, |r| r.optimizer_steps),
             device,
             lora,
         };
         let optimizer_steps = init.optimizer_steps;
-        let worker =
-            RemoteWorker::start(ActorTrainCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
+        let worker = RemoteWorker::start(
+            ActorTrainCall::Init(Box::new(init)),
+            CALL_TIMEOUT,
+            threads,
+            (area.dir(), &[&format!("{HOST_COPY}.safetensors")]),
+        )?;
         Ok(RemoteTrain {
             worker,
             area,

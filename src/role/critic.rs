@@ -19,7 +19,10 @@ use net::initial_tensors;
 
 use super::epochs::{CriticStep, critic_epochs};
 use super::recipe::TrainRecipe;
-use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
+use super::remote::{
+    ModelReply as Reply, RemoteWorker, moved, readable_by_worker, settle, state_lost, trained,
+    writable_by_worker,
+};
 use super::rows::{Rows, needs_critic};
 use super::step_file::{write_critic, write_rows};
 use super::train_serve::{TrainInit, TrainOp, restore_trainable};
@@ -214,13 +217,19 @@ impl Critic {
         match self {
             Critic::Local(net) => net.save(&weights, &moments),
             Critic::Remote(r) => {
+                let written = (
+                    writable_by_worker(&r.area, &weights, "critic_checkpoint.safetensors"),
+                    writable_by_worker(&r.area, &moments, "critic_checkpoint_moments.safetensors"),
+                );
                 let call = CriticCall::Checkpoint {
-                    weights,
-                    moments: moments.clone(),
+                    weights: written.0.clone(),
+                    moments: written.1.clone(),
                 };
                 r.call(call)
                     .map(drop)
-                    .map_err(|e| LoadError::io(&moments, e))
+                    .map_err(|e| LoadError::io(&moments, e))?;
+                settle(&written.0, &weights).map_err(|e| LoadError::io(&weights, e))?;
+                settle(&written.1, &moments).map_err(|e| LoadError::io(&moments, e))
             }
         }
     }
@@ -300,7 +309,9 @@ impl RemoteCritic {
         })?;
         // A resumed critic loads straight from the checkpoint: the trainer never holds a copy.
         let weights = match resume {
-            Some(r) => r.dir.join(CRITIC_FILE),
+            Some(r) => {
+                readable_by_worker(&area, &r.dir.join(CRITIC_FILE), "critic_resume.safetensors")?
+            }
             None => {
                 area.write(INITIAL, &initial_tensors(policy)?)
                     .map_err(setup_err)?;
@@ -313,12 +324,22 @@ impl RemoteCritic {
             weights,
             recipe,
             total_updates: updates,
-            moments: resume.map(|r| r.dir.join(CRITIC_OPTIMIZER_FILE)),
+            moments: resume
+                .map(|r| {
+                    let file = r.dir.join(CRITIC_OPTIMIZER_FILE);
+                    readable_by_worker(&area, &file, "critic_resume_moments.safetensors")
+                })
+                .transpose()?,
             optimizer_steps,
             device,
             lora: None,
         };
-        let worker = RemoteWorker::start(CriticCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
+        let worker = RemoteWorker::start(
+            CriticCall::Init(Box::new(init)),
+            CALL_TIMEOUT,
+            threads,
+            (area.dir(), &[&format!("{HOST_COPY}.safetensors")]),
+        )?;
         // Loaded: the worker holds the weights now, so the initial copy is not needed.
         area.remove(INITIAL);
         Ok(RemoteCritic {

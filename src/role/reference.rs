@@ -101,8 +101,12 @@ impl Reference {
             device: run.workers.device_of(Role::Reference, 0),
         };
         let threads = run.worker_threads(Role::Reference);
-        let worker =
-            RemoteWorker::start(ReferenceCall::Init(Box::new(init)), CALL_TIMEOUT, threads)?;
+        let worker = RemoteWorker::start(
+            ReferenceCall::Init(Box::new(init)),
+            CALL_TIMEOUT,
+            threads,
+            (area.dir(), &[]),
+        )?;
         Ok(Reference::Remote(RemoteReference {
             worker,
             area,

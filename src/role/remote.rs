@@ -3,7 +3,7 @@
 //! (actor_infer, actor_train, reference, critic) is built on this, typed by the role's
 //! [`Protocol`]; [`drain`] turns any worker's events into notes for the run's record.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::epochs::ActorReport;
 use super::{Protocol, RoleCall, RoleError, WorkerNote, payload, setup_err};
 use crate::metrics::WorkerNotice;
+use crate::scheduler::host_copy::HostArea;
 use crate::worker::{ProtocolError, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 
 /// What a model role's worker answers (actor_train, critic, reference).
@@ -58,6 +59,47 @@ pub fn worker_lost(e: &WorkerError) -> bool {
     )
 }
 
+/// A file outside the role's host area that a worker reads (a checkpoint's, to resume from):
+/// `file` itself where the worker sees this machine's files, else a copy of it in `area` (named
+/// `name`), which the worker's mirror receives.
+pub fn readable_by_worker(area: &HostArea, file: &Path, name: &str) -> Result<PathBuf, RoleError> {
+    if !crate::worker::launch::workers_mirror() {
+        return Ok(file.to_path_buf());
+    }
+    let copy = area.dir().join(name);
+    std::fs::copy(file, &copy).map_err(|e| {
+        RoleError::Setup(format!(
+            "copying '{}' into the host area for a worker on another node: {e}",
+            file.display()
+        ))
+    })?;
+    Ok(copy)
+}
+
+/// Where a worker writes a file that belongs outside the role's host area at `dest` (a
+/// checkpoint's): `dest` itself where the worker sees this machine's files, else a file in `area`
+/// (named `name`) that comes back with the call, for [`settle`] to move to `dest`.
+pub fn writable_by_worker(area: &HostArea, dest: &Path, name: &str) -> PathBuf {
+    if crate::worker::launch::workers_mirror() {
+        area.dir().join(name)
+    } else {
+        dest.to_path_buf()
+    }
+}
+
+/// Move what a worker wrote at `written` ([`writable_by_worker`]) to `dest`, if it is elsewhere.
+pub fn settle(written: &Path, dest: &Path) -> std::io::Result<()> {
+    if written == dest {
+        return Ok(());
+    }
+    if std::fs::rename(written, dest).is_err() {
+        // Another filesystem: copy, then drop the area's file.
+        std::fs::copy(written, dest)?;
+        std::fs::remove_file(written)?;
+    }
+    Ok(())
+}
+
 /// A failed call to a worker that alone holds `what` (an optimizer's state): a worker that died,
 /// hung or broke the protocol is [`RoleError::WorkerLost`], since `what` is gone with it.
 pub fn state_lost(e: WorkerError, what: &str) -> RoleError {
@@ -71,8 +113,15 @@ pub fn state_lost(e: WorkerError, what: &str) -> RoleError {
 }
 
 impl<P: Protocol> RemoteWorker<P> {
-    /// Start worker 0 of the role with `threads` compute threads and send it `init`.
-    pub fn start(init: P::Request, timeout: Duration, threads: usize) -> Result<Self, RoleError> {
+    /// Start worker 0 of the role with `threads` compute threads, exchanging files with the role
+    /// through the host area `area` (of which a worker on another node keeps the files
+    /// `worker_only` names to itself: [`WorkerSpec::with_area`]), and send it `init`.
+    pub fn start(
+        init: P::Request,
+        timeout: Duration,
+        threads: usize,
+        (area, worker_only): (&Path, &[&str]),
+    ) -> Result<Self, RoleError> {
         let role = P::ROLE;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -83,7 +132,8 @@ impl<P: Protocol> RemoteWorker<P> {
         let (events_tx, events) = mpsc::unbounded_channel();
         let spec = WorkerSpec::new(role, 0)
             .map_err(setup_err)?
-            .with_threads(threads);
+            .with_threads(threads)
+            .with_area(area, worker_only);
         let worker = launch::<P>(&rt, &spec, &init, timeout, events_tx.clone())?;
         Ok(RemoteWorker {
             rt,

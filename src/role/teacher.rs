@@ -147,6 +147,7 @@ impl Teacher {
             TeacherCall::Init(Box::new(init)),
             CALL_TIMEOUT,
             run.worker_threads(Role::Teacher),
+            (area.dir(), &[]),
         )?;
         Ok(Teacher::Remote(Box::new(RemoteTeacher {
             worker,

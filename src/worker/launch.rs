@@ -44,6 +44,9 @@ pub struct RemoteLaunch {
     /// `roll-tui` on the nodes, and the working directory there.
     pub program: PathBuf,
     pub dir: PathBuf,
+    /// The nodes do not see the head's host areas (no `cluster.shared_dir`): each worker keeps a
+    /// mirror of its role's area, kept up to date over TCP ([`super::mirror`]).
+    pub mirror: bool,
 }
 
 /// The remote launcher's command and its options; the node and the worker's command follow.
@@ -70,6 +73,18 @@ pub fn set_transport(transport: Transport) {
     if let Ok(mut t) = TRANSPORT.write() {
         *t = transport;
     }
+}
+
+/// Whether the workers started from now on keep mirrors of their host areas: their nodes do not
+/// see this machine's files (a remote launcher and no `cluster.shared_dir`).
+pub fn workers_mirror() -> bool {
+    matches!(
+        transport(),
+        Transport::Tcp {
+            launch: Launch::Remote(RemoteLaunch { mirror: true, .. }),
+            ..
+        }
+    )
 }
 
 pub(super) fn transport() -> Transport {
@@ -114,6 +129,9 @@ pub(super) fn child_command(spec: &WorkerSpec, at: &Endpoint) -> tokio::process:
         } => {
             // The secret comes on stdin, which also tells the worker when its head is gone.
             args.push("--secret-stdin".into());
+            if spec.mirrors() {
+                args.push("--mirror".into());
+            }
             let node = remote.hosts.get(&spec.role).map_or("", String::as_str);
             let mut command = match &remote.launcher {
                 Launcher::Ssh(ssh) => {
@@ -289,6 +307,7 @@ mod tests {
                 hosts: [(Role::Reference, "gpu-2".to_string())].into(),
                 program: "/opt/roll tui/roll-tui".into(),
                 dir: "/home/me/my runs".into(),
+                mirror: false,
             }),
         };
         spec

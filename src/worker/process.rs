@@ -18,12 +18,16 @@ use tokio::task::JoinHandle;
 use super::auth::Secret;
 pub use super::launch::{Endpoint, Launch, Launcher, RemoteLaunch, Transport, set_transport};
 use super::launch::{child_command, transport};
+use super::mirror::{MirrorLink, Moved};
 use super::protocol::{
     Channel, FromWorker, Payload, ProtocolError, ToWorker, challenge, handshake_parent,
 };
 use super::{Role, WorkerError};
 
 static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// How long a mirror transfer may make no progress before it fails (a node gone mid-transfer).
+const MIRROR_STALL: Duration = Duration::from_secs(60);
 
 /// How long a TCP connection has to prove the secret before it is refused.
 const PROOF_WAIT: Duration = Duration::from_secs(2);
@@ -57,6 +61,11 @@ pub struct WorkerSpec {
     /// judge models): `ROLL_DEVICE` in its environment (`crate::device::tool_device`).
     pub device: Option<crate::device::DeviceSpec>,
     pub transport: Transport,
+    /// The role's host area on this machine (`crate::scheduler::host_copy::HostArea`): what a
+    /// worker on a node that does not see it mirrors ([`super::mirror`]).
+    pub area: Option<PathBuf>,
+    /// Files of the area (relative to it) that a mirroring worker keeps to itself.
+    pub worker_only: Vec<PathBuf>,
 }
 
 /// The `roll-tui` executable that child processes run: this one, or the one
@@ -83,7 +92,33 @@ impl WorkerSpec {
             threads: None,
             device: None,
             transport: transport(),
+            area: None,
+            worker_only: vec![],
         })
+    }
+
+    /// The same worker exchanging files with its role through the host area `dir`; a mirroring
+    /// worker keeps the files `worker_only` names (relative to `dir`) to itself: state the head
+    /// never reads, such as a trainer's offloaded weights and moments, which die with it.
+    pub fn with_area(self, dir: &std::path::Path, worker_only: &[&str]) -> Self {
+        WorkerSpec {
+            area: Some(dir.to_path_buf()),
+            worker_only: worker_only.iter().map(PathBuf::from).collect(),
+            ..self
+        }
+    }
+
+    /// Whether the worker keeps a mirror of its role's host area (a remote one that does not
+    /// see it).
+    pub fn mirrors(&self) -> bool {
+        self.area.is_some()
+            && matches!(
+                &self.transport,
+                Transport::Tcp {
+                    launch: Launch::Remote(RemoteLaunch { mirror: true, .. }),
+                    ..
+                }
+            )
     }
 
     /// The same worker computing on `device` where its calls name none.
@@ -169,6 +204,11 @@ pub struct WorkerProcess {
     /// A remotely launched worker's stdin: open while this handle lives; its end tells the worker
     /// that its head is gone.
     stdin: Option<tokio::process::ChildStdin>,
+    /// The head's end of the worker's mirror of the role's host area, when it keeps one; a call
+    /// holds it from the push before it to the collect after it.
+    mirror: Option<Arc<tokio::sync::Mutex<MirrorLink>>>,
+    /// Bytes and seconds moved through the mirror so far, each way (to the worker, back).
+    mirrored: Arc<Mutex<(Moved, Moved)>>,
     _socket_dir: tempfile::TempDir,
 }
 
@@ -200,7 +240,7 @@ impl Listener {
             Listener::Tcp(l, secret) => {
                 let (conn, peer) =
                     accept_proven(l, secret, (role, index), PROOF_WAIT, events).await?;
-                Ok((conn, Some(peer)))
+                Ok((Box::new(conn), Some(peer)))
             }
         }
     }
@@ -217,8 +257,8 @@ pub async fn accept_proven(
     (role, index): (Role, usize),
     wait: Duration,
     events: &mpsc::UnboundedSender<WorkerEvent>,
-) -> std::io::Result<(Box<dyn Connection>, std::net::SocketAddr)> {
-    type Proven = (Result<Box<dyn Connection>, String>, std::net::SocketAddr);
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    type Proven = (Result<tokio::net::TcpStream, String>, std::net::SocketAddr);
     // Dropped on return: the challenges still going are abandoned with their connections.
     let mut challenges: tokio::task::JoinSet<Proven> = tokio::task::JoinSet::new();
     loop {
@@ -231,7 +271,7 @@ pub async fn accept_proven(
                     let proof =
                         tokio::time::timeout(wait, challenge(&mut ch, &secret, role, index)).await;
                     let result = match proof {
-                        Ok(Ok(())) => Ok(Box::new(ch.into_inner().into_inner()) as Box<dyn Connection>),
+                        Ok(Ok(())) => Ok(ch.into_inner().into_inner()),
                         Ok(Err(reason)) => Err(reason),
                         Err(_) => Err(format!(
                             "no proof of the run's secret within {} s",
@@ -257,6 +297,33 @@ pub async fn accept_proven(
             }
         }
     }
+}
+
+/// The launcher (`ssh`, `srun`) and node of a remotely launched worker.
+fn remote_launcher(spec: &WorkerSpec) -> Option<(&'static str, &str)> {
+    match &spec.transport {
+        Transport::Tcp {
+            launch: Launch::Remote(remote),
+            ..
+        } => Some((
+            remote.launcher.name(),
+            remote.hosts.get(&spec.role).map_or("?", String::as_str),
+        )),
+        _ => None,
+    }
+}
+
+/// `exchange` (a push or a collect) on the held mirror link, on a thread that may block.
+async fn on_link(
+    mut link: tokio::sync::OwnedMutexGuard<MirrorLink>,
+    exchange: fn(&mut MirrorLink) -> std::io::Result<Moved>,
+) -> std::io::Result<(tokio::sync::OwnedMutexGuard<MirrorLink>, Moved)> {
+    tokio::task::spawn_blocking(move || {
+        let moved = exchange(&mut link)?;
+        Ok((link, moved))
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// The last lines a worker wrote to stderr, for error messages.
@@ -400,6 +467,9 @@ struct ExitWatcher {
     shutting_down: Arc<AtomicBool>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     exit_tx: watch::Sender<Option<String>>,
+    /// The worker's mirror connection: shut at its exit, so a transfer in progress fails at
+    /// once.
+    mirror: Option<std::net::TcpStream>,
 }
 
 impl ExitWatcher {
@@ -411,6 +481,9 @@ impl ExitWatcher {
             .ok()
             .and_then(|mut r| r.take())
             .unwrap_or(exited);
+        if let Some(stream) = &self.mirror {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
         // Fail every call in flight now, rather than at its timeout, and refuse new ones.
         if let Ok(mut p) = self.pending.lock() {
             p.exited = Some(status.clone());
@@ -554,23 +627,40 @@ impl WorkerProcess {
                 .await
                 .map_err(|_| no_connection(": no handshake".into()))?
                 .map_err(proto)?;
-        let via = match (listener.endpoint(), &spec.transport) {
-            (
-                Ok(Endpoint::Tcp(addr)),
-                Transport::Tcp {
-                    launch: Launch::Remote(remote),
-                    ..
-                },
-            ) => format!(
-                "tcp {addr} from {}, started by {} on {}",
-                peer.map_or("?".into(), |p| p.to_string()),
-                remote.launcher.name(),
-                remote.hosts.get(&role).map_or("?", String::as_str)
+        // A worker that mirrors its role's host area connects a second time, for the files.
+        let (mirror, mirror_stream) = match (&listener, &spec.area) {
+            (Listener::Tcp(l, secret), Some(area)) if spec.mirrors() => {
+                let accepted = tokio::select! {
+                    accepted = accept_proven(l, secret, (role, index), PROOF_WAIT, &events) => accepted.map_err(io)?,
+                    status = child.wait() => return Err(no_connection(format!(
+                        ": it exited before its mirror connection ({})", exit_text(status)))),
+                    _ = tokio::time::sleep(spec.connect_timeout) => {
+                        return Err(no_connection(": no mirror connection".into()))
+                    }
+                };
+                let stream = accepted.0.into_std().map_err(io)?;
+                stream.set_nonblocking(false).map_err(io)?;
+                // A node gone mid-transfer fails the transfer instead of holding it for ever.
+                stream.set_write_timeout(Some(MIRROR_STALL)).map_err(io)?;
+                stream.set_read_timeout(Some(MIRROR_STALL)).map_err(io)?;
+                let kept = stream.try_clone().map_err(io)?;
+                let link =
+                    MirrorLink::open(stream, area.clone(), spec.worker_only.clone()).map_err(io)?;
+                (Some(Arc::new(tokio::sync::Mutex::new(link))), Some(kept))
+            }
+            _ => (None, None),
+        };
+        let peer_text = peer.map_or("?".into(), |p| p.to_string());
+        let via = match (listener.endpoint(), remote_launcher(spec)) {
+            (Ok(Endpoint::Tcp(addr)), Some((launcher, node))) => format!(
+                "tcp {addr} from {peer_text}, started by {launcher} on {node}{}",
+                if mirror.is_some() {
+                    ", mirroring its host area"
+                } else {
+                    ""
+                }
             ),
-            (Ok(Endpoint::Tcp(addr)), _) => format!(
-                "tcp {addr} from {}",
-                peer.map_or("?".into(), |p| p.to_string())
-            ),
+            (Ok(Endpoint::Tcp(addr)), None) => format!("tcp {addr} from {peer_text}"),
             _ => "unix socket".into(),
         };
         let _ = events.send(WorkerEvent::Started {
@@ -616,6 +706,7 @@ impl WorkerProcess {
             shutting_down: shutting_down.clone(),
             events,
             exit_tx,
+            mirror: mirror_stream,
         };
         tasks.push(tokio::spawn(watcher.watch(child)));
         Ok(WorkerProcess {
@@ -630,6 +721,8 @@ impl WorkerProcess {
             tasks,
             group,
             stdin,
+            mirror,
+            mirrored: Arc::default(),
             _socket_dir: dir,
         })
     }
@@ -640,8 +733,47 @@ impl WorkerProcess {
     }
 
     /// Send `request` (a call of `phase`, which errors and timeouts name) and wait at most
-    /// `timeout` for the reply.
+    /// `timeout` for the reply. A worker that mirrors its role's host area gets the area's changes
+    /// first, and gives back what the call wrote before the reply is returned.
     pub async fn call(
+        &self,
+        phase: &'static str,
+        request: Payload,
+        timeout: Duration,
+    ) -> Result<Payload, WorkerError> {
+        let Some(link) = &self.mirror else {
+            return self.send_call(phase, request, timeout).await;
+        };
+        let failed = |e: std::io::Error| WorkerError::Died {
+            role: self.role,
+            index: self.index,
+            phase,
+            status: format!("its mirror of the host area failed: {e}"),
+        };
+        let link = link.clone().lock_owned().await;
+        let (link, pushed) = on_link(link, MirrorLink::push).await.map_err(failed)?;
+        let reply = self.send_call(phase, request, timeout).await;
+        // A call that failed may have written too; a worker that is gone has nothing to give.
+        if matches!(reply, Ok(_) | Err(WorkerError::Failed { .. })) {
+            let (_, collected) = on_link(link, MirrorLink::collect).await.map_err(failed)?;
+            if let Ok(mut m) = self.mirrored.lock() {
+                m.0.add(pushed);
+                m.1.add(collected);
+            }
+            super::mirror::count(self.role, self.index, pushed);
+            super::mirror::count(self.role, self.index, collected);
+        }
+        reply
+    }
+
+    /// Bytes and seconds moved through the worker's mirror of its role's host area so far: to the
+    /// worker, and back. `None`: it keeps no mirror.
+    pub fn mirrored(&self) -> Option<(Moved, Moved)> {
+        self.mirror.as_ref()?;
+        self.mirrored.lock().ok().map(|m| *m)
+    }
+
+    async fn send_call(
         &self,
         phase: &'static str,
         request: Payload,

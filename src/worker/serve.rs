@@ -56,6 +56,25 @@ const HEAD_SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(6
 /// The secret [`secret_from_stdin`] read.
 static STDIN_SECRET: std::sync::OnceLock<Secret> = std::sync::OnceLock::new();
 
+/// Whether this worker keeps a mirror of its role's host area (`--mirror`: its node does not
+/// see the head's), and where it is while it lives.
+static MIRRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static MIRROR_DIR: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+/// `--mirror`: keep a mirror of the role's host area, kept up to date by the head over a second
+/// connection ([`super::mirror`]).
+pub fn keep_mirror() {
+    MIRRORS.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Remove the mirror (it can hold a model's weights): at the worker's end, whichever way it
+/// ends but SIGKILL.
+fn remove_mirror() {
+    if let Some(dir) = MIRROR_DIR.lock().ok().and_then(|mut d| d.take()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// A worker started over ssh: read the run's secret from the first line of stdin (where
 /// [`serve`] finds it), then exit the moment stdin ends — the head
 /// is gone (its pipe closed) or its ssh session is — so no worker outlives its head on any node.
@@ -75,6 +94,7 @@ pub fn secret_from_stdin() -> std::io::Result<()> {
             let mut rest = Vec::new();
             // Whatever arrives is ignored; the end of it is the head's death.
             let _ = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut rest);
+            remove_mirror();
             std::process::exit(0);
         })?;
     Ok(())
@@ -128,6 +148,73 @@ pub async fn serve(
             got: format!("{assigned} {assigned_index}"),
         }));
     }
+    // (The head's area and this worker's mirror of it: calls name the first, the role reads
+    // and writes the second.)
+    let mirror = match at {
+        Endpoint::Tcp(addr) if MIRRORS.load(std::sync::atomic::Ordering::SeqCst) => {
+            Some(open_mirror(*addr, role, index).await.map_err(proto)?)
+        }
+        _ => None,
+    };
+    let result = serve_calls(role, index, at, ch, compute, mirror.as_ref()).await;
+    remove_mirror();
+    result
+}
+
+/// Connect to the head a second time, prove the secret again, and serve the mirror of the role's
+/// host area on that connection from a thread of its own: the head's area and the mirror.
+async fn open_mirror(
+    addr: std::net::SocketAddr,
+    role: Role,
+    index: usize,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), ProtocolError> {
+    let secret = STDIN_SECRET
+        .get()
+        .cloned()
+        .ok_or_else(|| ProtocolError::Io(std::io::Error::other("--mirror needs --secret-stdin")))?;
+    let stream = TcpStream::connect(addr).await?;
+    let mut ch = Channel::new(stream);
+    answer_challenge(&mut ch, &secret, role, index).await?;
+    let stream = ch.into_inner().into_inner().into_std()?;
+    stream.set_nonblocking(false)?;
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("roll-tui-mirror-")
+        .tempdir_in(base)?
+        .keep();
+    if let Ok(mut d) = MIRROR_DIR.lock() {
+        *d = Some(dir.clone());
+    }
+    let (head, _serving) = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || super::mirror::serve_mirror(stream, dir)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    Ok((head, dir))
+}
+
+/// The call loop of [`serve`], on the control channel `ch`; with `mirror` (the head's area, this
+/// worker's mirror) each call's paths into the area are made paths into the mirror, and each
+/// reply's back.
+async fn serve_calls(
+    role: Role,
+    index: usize,
+    at: &Endpoint,
+    mut ch: Channel<Box<dyn Connection>>,
+    compute: impl FnOnce(CallQueue) + Send + 'static,
+    mirror: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<(), WorkerError> {
+    let proto = |source| WorkerError::Protocol {
+        role,
+        index,
+        source,
+    };
     // Calls run on their own thread, so pings are answered while a long call computes.
     let (calls_tx, calls) = std::sync::mpsc::channel::<(u64, Payload)>();
     let (replies_tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
@@ -162,7 +249,10 @@ pub async fn serve(
                     Some(ToWorker::Ping { seq }) => {
                         ch.send(&FromWorker::Pong { seq }).await.map_err(proto)?;
                     }
-                    Some(ToWorker::Call { id, request }) => {
+                    Some(ToWorker::Call { id, mut request }) => {
+                        if let Some((head, mine)) = mirror {
+                            super::mirror::translate(&mut request, head, mine);
+                        }
                         if calls_tx.send((id, request)).is_err() {
                             break Err(proto(ProtocolError::Closed));
                         }
@@ -175,7 +265,14 @@ pub async fn serve(
                     }
                 }
             }
-            Some(reply) = replies.recv() => ch.send(&reply).await.map_err(proto)?,
+            Some(mut reply) = replies.recv() => {
+                if let (Some((head, mine)), FromWorker::Reply { result: Ok(payload), .. }) =
+                    (mirror, &mut reply)
+                {
+                    super::mirror::translate(payload, mine, head);
+                }
+                ch.send(&reply).await.map_err(proto)?
+            }
         }
     };
     // Let the call in progress finish (its reply has nowhere to go) before exiting.

@@ -81,7 +81,8 @@ impl RemoteInfer {
             multi_turn,
             device,
         };
-        let worker = RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads)?;
+        let worker =
+            RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads, (area.dir(), &[]))?;
         Ok(RemoteInfer {
             worker,
             area,
