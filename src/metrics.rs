@@ -160,6 +160,8 @@ pub struct WorkerNote {
     pub notice: WorkerNotice,
     /// The call a failure or replacement happened in (`generate`, `train`, …).
     pub phase: Option<&'static str>,
+    /// The node a started worker runs on (a cluster's host); `None` on the head's machine.
+    pub node: Option<String>,
     pub text: String,
 }
 

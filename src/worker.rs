@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod launch;
+pub mod link;
 pub mod mirror;
 pub mod nodelist;
 pub mod process;

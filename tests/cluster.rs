@@ -179,9 +179,19 @@ fn workers_started_over_ssh_on_their_hosts_compute_as_local_ones() {
             .count(),
         0
     );
+    // Each start names its node as a field (the Workers view groups by it); local workers none.
     for e in of_kind(&run_events(&ssh, "net"), "worker_started") {
         let m = e["message"].as_str().unwrap();
-        assert!(m.contains("started by ssh on "), "{m}");
+        let node = if e["worker"] == "reference-0" {
+            "beta"
+        } else {
+            "alpha"
+        };
+        assert!(m.contains(&format!("started by ssh on {node}")), "{m}");
+        assert_eq!(e["node"], node, "{e}");
+    }
+    for e in of_kind(&run_events(&local, "net"), "worker_started") {
+        assert!(e.get("node").is_none(), "{e}");
     }
 }
 
@@ -399,6 +409,9 @@ fn workers_without_the_heads_files_mirror_their_host_areas() {
             last(&format!("workers/{worker}/mirror_gb_per_s")) > 0.0,
             "{worker}"
         );
+        // The heartbeat's round trip over loopback: above nothing, far below a second.
+        let rtt = last(&format!("workers/{worker}/rtt_ms"));
+        assert!(rtt > 0.0 && rtt < 1000.0, "{worker}: {rtt}");
     }
     // The weights alone, synced 8 times, are more than 8 copies of the tiny model's f32 weights.
     let weights_mb = std::fs::metadata(

@@ -93,6 +93,7 @@ async fn a_reward_worker_scores_exactly_like_the_in_process_rule() {
             index: 0,
             pid: worker.pid,
             via: "unix socket".into(),
+            node: None,
         }
     );
     let call = RewardCall::Score { items: items() };

@@ -133,6 +133,7 @@ mod tests {
             pid: Some(42),
             notice: WorkerNotice::Failed,
             phase: None,
+            node: None,
             text: "pid 42 died (killed by signal 9)".into(),
         };
         m.worker(&died, 500);

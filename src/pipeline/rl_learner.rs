@@ -383,17 +383,8 @@ impl<'m> Learner<'m> {
                 out.infer_restarts as f64,
             );
         }
-        // Workers on nodes that do not see this machine's files: what their mirrors moved so far.
-        for ((role, index), moved) in crate::worker::mirror::traffic() {
-            let key = format!("workers/{role}-{index}/mirror");
-            m.insert(format!("{key}_mb"), moved.bytes as f64 / 1e6);
-            if moved.secs > 0.0 {
-                m.insert(
-                    format!("{key}_gb_per_s"),
-                    moved.bytes as f64 / 1e9 / moved.secs,
-                );
-            }
-        }
+        // Workers over TCP: their links' round trips, and what their mirrors moved so far.
+        m.extend(crate::worker::link::metrics());
         Ok(())
     }
 

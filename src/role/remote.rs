@@ -181,6 +181,7 @@ impl<P: Protocol> RemoteWorker<P> {
             pid: self.worker.as_ref().map(|w| w.pid),
             notice: WorkerNotice::Restarted,
             phase: lost.phase(),
+            node: None,
             text: format!("replaced ({lost}){carried}"),
         });
         if let Some(path) = offloaded_to {
@@ -306,6 +307,7 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
         pid,
         notice,
         phase: None,
+        node: None,
         text,
     };
     match e {
@@ -314,13 +316,17 @@ fn describe(e: &WorkerEvent) -> WorkerNote {
             index,
             pid,
             via,
-        } => note(
-            role,
-            index,
-            Some(*pid),
-            WorkerNotice::Started,
-            format!("started, pid {pid}, over {via}"),
-        ),
+            node,
+        } => WorkerNote {
+            node: node.clone(),
+            ..note(
+                role,
+                index,
+                Some(*pid),
+                WorkerNotice::Started,
+                format!("started, pid {pid}, over {via}"),
+            )
+        },
         WorkerEvent::Log {
             role,
             index,

@@ -117,7 +117,7 @@ pub(crate) async fn insert_event(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO events (run_id, at, kind, role, worker_index, pid, phase, run_status, worker, \
-         device, bytes, duration_s, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         device, bytes, duration_s, node, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(run.map(|r| r.0))
     .bind(at)
@@ -131,6 +131,7 @@ pub(crate) async fn insert_event(
     .bind(&e.device)
     .bind(e.bytes.map(|b| b as i64))
     .bind(e.duration_s)
+    .bind(&e.node)
     .bind(&e.message)
     .execute(&mut **tx)
     .await

@@ -16,7 +16,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 
 /// (version, description, SQL) of each migration, oldest first. A new file in `migrations/` must
 /// be added here (a test fails until it is).
-const MIGRATIONS: [(i64, &str, &str); 4] = [
+const MIGRATIONS: [(i64, &str, &str); 5] = [
     (1, "store", include_str!("../../migrations/0001_store.sql")),
     (
         2,
@@ -32,6 +32,11 @@ const MIGRATIONS: [(i64, &str, &str); 4] = [
         4,
         "sample tokens",
         include_str!("../../migrations/0004_sample_tokens.sql"),
+    ),
+    (
+        5,
+        "event node",
+        include_str!("../../migrations/0005_event_node.sql"),
     ),
 ];
 
@@ -62,7 +67,7 @@ mod tests {
     /// The SHA-384 of each file, from coreutils (`sha384sum migrations/*.sql`), not from sqlx:
     /// stores on disk hold these, so they must never change (edit a migration and this fails;
     /// add a new file instead).
-    const DIGESTS: [(i64, &str); 4] = [
+    const DIGESTS: [(i64, &str); 5] = [
         (
             1,
             "1b8b7296c5077e9ed533138b3bc2c54a7a88430a477cd52ea534398b6468e6383d54db7218a7e417247a053de8ebb40a",
@@ -78,6 +83,10 @@ mod tests {
         (
             4,
             "12694830cbda60adada2b741b2160bd595b5b9de036cabaceac6d619295105bf21a7d0605185f0712a6714147126c4c4",
+        ),
+        (
+            5,
+            "f8f133e2821dcfada0358a97c6d1bdf0c643110eb292ac6c65991dac66e130e3334494580679003ac4eb86ae234db76c",
         ),
     ];
 

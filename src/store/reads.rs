@@ -199,7 +199,7 @@ impl Store {
     ) -> Result<EventsRead, StoreError> {
         let rows = sqlx::query(
             "SELECT id, at, kind, role, worker_index, pid, phase, run_status, worker, device, bytes, \
-             duration_s, message FROM events WHERE run_id = ? AND id > ? ORDER BY at, id",
+             duration_s, node, message FROM events WHERE run_id = ? AND id > ? ORDER BY at, id",
         )
         .bind(run.0)
         .bind(after.unwrap_or(i64::MIN))
@@ -226,6 +226,7 @@ impl Store {
                     device: r.get("device"),
                     bytes: r.get::<Option<i64>, _>("bytes").map(|b| b as u64),
                     duration_s: r.get("duration_s"),
+                    node: r.get("node"),
                     message: r.get("message"),
                 },
             })

@@ -85,6 +85,9 @@ pub struct EventRecord {
     pub device: Option<String>,
     pub bytes: Option<u64>,
     pub duration_s: Option<f64>,
+    /// The node a worker runs on (a cluster's host), on its `worker_started` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub message: String,
 }
 
@@ -104,6 +107,7 @@ impl EventRecord {
             pid: note.pid,
             phase: note.phase.map(String::from),
             worker: Some(note.worker()),
+            node: note.node.clone(),
             ..EventRecord::message(kind, &note.text)
         }
     }
@@ -138,6 +142,7 @@ impl EventRecord {
             device: None,
             bytes: None,
             duration_s: None,
+            node: None,
             message: message.into(),
         }
     }

@@ -221,7 +221,7 @@ impl App {
             let series = self
                 .dashboard
                 .as_ref()
-                .map(|d| super::workers::alarm_series(d.primary_series()))
+                .map(|d| super::workers::view_series(d.primary_series()))
                 .unwrap_or_default();
             w.set_data(info, self.run_events.clone(), series);
         }

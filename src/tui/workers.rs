@@ -11,7 +11,23 @@ pub mod rows;
 
 pub use render::render;
 
-pub use crate::health::{Alarm, AlarmKind, StepRef, alarm_series};
+pub use crate::health::{Alarm, AlarmKind, StepRef};
+
+/// The series the view reads: the alarms' (`crate::health::alarm_series`), and each TCP worker's
+/// link (`workers/<worker>/rtt_ms`, `.../mirror_mb`: `crate::worker::link`).
+pub fn view_series(series: &[Series]) -> Vec<Series> {
+    let mut out = crate::health::alarm_series(series);
+    out.extend(
+        series
+            .iter()
+            .filter(|s| {
+                s.key.starts_with("workers/")
+                    && (s.key.ends_with("/rtt_ms") || s.key.ends_with("/mirror_mb"))
+            })
+            .cloned(),
+    );
+    out
+}
 
 /// The run's alarms as of the replay cursor or now (the core's rules, `health::alarms`).
 pub fn alarms(
@@ -137,7 +153,7 @@ impl WorkersView {
 mod tests {
     use super::*;
     use crate::store::RunStatus;
-    use crate::store::records::EventKind as K;
+    use crate::store::records::{EventKind as K, EventRecord};
     use crate::tui::events::tests::{ev, screen, transfer};
     use crate::tui::runs::tests::info;
     use crate::tui::theme::Theme;
@@ -352,6 +368,78 @@ mod tests {
         let then = alarms(info, &v.events, &v.series, Some(cursor), NOW);
         assert_eq!(then.len(), 1);
         assert_eq!(then[0].kind, AlarmKind::WorkerFailed);
+    }
+
+    /// A run across two nodes: actor_train and actor_infer on node1, the reference on node2,
+    /// the reward worker on the head; each TCP worker's heartbeat round trip and mirror traffic.
+    #[test]
+    fn a_cluster_run_groups_its_workers_by_node_with_their_links() {
+        let t = |s: f64| START + (s * 1000.0) as i64;
+        let on = |e: StoredEvent, node: &str| StoredEvent {
+            event: EventRecord {
+                node: Some(node.into()),
+                ..e.event
+            },
+            ..e
+        };
+        let started = |at: f64, worker: &str, pid: u32| {
+            ev(
+                t(at),
+                K::WorkerStarted,
+                Some(worker),
+                &format!("started, pid {pid}"),
+            )
+        };
+        let events: Vec<StoredEvent> = vec![
+            ev(t(0.0), K::RunStarted, None, "run 'grpo-math' started"),
+            started(0.2, "reward-0", 4101),
+            on(started(0.3, "reference-0", 51), "node2"),
+            on(started(0.4, "actor_train-0", 52), "node1"),
+            on(started(0.5, "actor_infer-0", 53), "node1"),
+        ];
+        let rows = worker_rows(&events, None);
+        let placed: Vec<(&str, Option<&str>)> = rows
+            .iter()
+            .map(|w| (w.name.as_str(), w.node.as_deref()))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                ("reward-0", None),
+                ("actor_train-0", Some("node1")),
+                ("actor_infer-0", Some("node1")),
+                ("reference-0", Some("node2")),
+            ]
+        );
+        let s = |key: &str, values: &[f64]| Series {
+            stage: "rl".into(),
+            key: key.into(),
+            steps: (1..=values.len() as u64).collect(),
+            wall_time: (1..=values.len()).map(|s| 10.0 * s as f64).collect(),
+            values: values.to_vec(),
+        };
+        let series = view_series(&[
+            s("time/step", &[10.0, 10.0]),
+            s("actor/loss", &[0.5, 0.4]),
+            s("workers/actor_train-0/rtt_ms", &[0.42, 0.38]),
+            s("workers/actor_train-0/mirror_mb", &[40.0, 80.5]),
+            s("workers/actor_infer-0/rtt_ms", &[0.51, 0.47]),
+            s("workers/actor_infer-0/mirror_mb", &[25.0, 50.25]),
+            s("workers/reference-0/rtt_ms", &[1.2, 1.1]),
+        ]);
+        let keys: Vec<&str> = series.iter().map(|s| s.key.as_str()).collect();
+        assert!(!keys.contains(&"actor/loss"), "{keys:?}");
+        assert_eq!(keys.len(), 6, "{keys:?}");
+        let mut v = WorkersView::new(RunId(7));
+        v.set_data(run_info(RunStatus::Running), events.into(), series);
+        insta::assert_snapshot!("workers_cluster_120x16", draw(&v, None, 120, 16));
+        // As of step 1 (10 s): the figures of step 1.
+        let cursor = Cursor {
+            step: 1,
+            at_ms: START + 10_000,
+        };
+        let then = draw(&v, Some(cursor), 120, 16);
+        assert!(then.contains("0.4 ms · 40.0 MB"), "{then}");
     }
 
     fn draw(v: &WorkersView, until: Option<Cursor>, width: u16, height: u16) -> String {

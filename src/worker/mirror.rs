@@ -209,23 +209,6 @@ impl Moved {
     }
 }
 
-/// What every worker's mirror moved so far in this process (one run), both ways together, by
-/// worker: for the run's metrics.
-static TRAFFIC: std::sync::Mutex<BTreeMap<(super::Role, usize), Moved>> =
-    std::sync::Mutex::new(BTreeMap::new());
-
-/// Count `moved` for worker `index` of `role`.
-pub fn count(role: super::Role, index: usize, moved: Moved) {
-    if let Ok(mut t) = TRAFFIC.lock() {
-        t.entry((role, index)).or_default().add(moved);
-    }
-}
-
-/// What each worker's mirror moved so far, both ways together.
-pub fn traffic() -> BTreeMap<(super::Role, usize), Moved> {
-    TRAFFIC.lock().map(|t| t.clone()).unwrap_or_default()
-}
-
 /// The head's end of a worker's mirror.
 pub struct MirrorLink {
     stream: TcpStream,

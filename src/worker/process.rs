@@ -147,6 +147,8 @@ pub enum WorkerEvent {
         pid: u32,
         /// How it is connected: `unix socket`, or `tcp ADDRESS` (the head's port it reached).
         via: String,
+        /// The node a launcher started it on (`None`: this machine).
+        node: Option<String>,
     },
     /// One line the worker wrote to stdout or stderr.
     Log {
@@ -361,16 +363,35 @@ where
     }
 }
 
-/// The reader task: hand each reply to the call waiting for it, note each pong's time.
-async fn read_frames<S>(mut stream: S, pending: Pending, last_pong: Arc<Mutex<Instant>>)
-where
+/// The heartbeat's state, shared by the heartbeat and reader tasks: when the last pong came,
+/// and the last ping sent (its number and time), whose pong gives the link's round trip.
+struct Beats {
+    last_pong: Instant,
+    ping: (u64, Instant),
+}
+
+type SharedBeats = Arc<Mutex<Beats>>;
+
+/// The reader task: hand each reply to the call waiting for it, note each pong's time; over TCP
+/// (`link` the worker's role and index) record the round trip of each pong of the last ping.
+async fn read_frames<S>(
+    mut stream: S,
+    pending: Pending,
+    beats: SharedBeats,
+    link: Option<(Role, usize)>,
+) where
     S: futures_util::Stream<Item = std::io::Result<tokio_util::bytes::BytesMut>> + Unpin,
 {
     while let Some(Ok(frame)) = stream.next().await {
         match serde_json::from_slice::<FromWorker>(&frame) {
-            Ok(FromWorker::Pong { .. }) => {
-                if let Ok(mut t) = last_pong.lock() {
-                    *t = Instant::now();
+            Ok(FromWorker::Pong { seq }) => {
+                if let Ok(mut b) = beats.lock() {
+                    b.last_pong = Instant::now();
+                    if let (Some((role, index)), (sent, at)) = (link, b.ping)
+                        && sent == seq
+                    {
+                        super::link::heard(role, index, at.elapsed());
+                    }
                 }
             }
             Ok(FromWorker::Reply { id, result }) => {
@@ -397,7 +418,7 @@ async fn heartbeat(
     spec: WorkerSpec,
     outgoing: mpsc::Sender<ToWorker>,
     events: mpsc::UnboundedSender<WorkerEvent>,
-    last_pong: Arc<Mutex<Instant>>,
+    beats: SharedBeats,
     lost: Option<(LostReason, u32)>,
 ) {
     let (role, index, limit) = (spec.role, spec.index, spec.silence_limit);
@@ -410,16 +431,22 @@ async fn heartbeat(
     loop {
         tick.tick().await;
         if last_tick.elapsed() > 2 * spec.heartbeat
-            && let Ok(mut t) = last_pong.lock()
+            && let Ok(mut b) = beats.lock()
         {
-            *t = Instant::now();
+            b.last_pong = Instant::now();
         }
         last_tick = Instant::now();
         seq += 1;
+        if let Ok(mut b) = beats.lock() {
+            b.ping = (seq, Instant::now());
+        }
         if outgoing.send(ToWorker::Ping { seq }).await.is_err() {
             break;
         }
-        let silent = last_pong.lock().map(|t| t.elapsed()).unwrap_or_default();
+        let silent = beats
+            .lock()
+            .map(|b| b.last_pong.elapsed())
+            .unwrap_or_default();
         if silent >= limit && !reported {
             reported = true;
             let _ = events.send(WorkerEvent::Unresponsive {
@@ -668,17 +695,23 @@ impl WorkerProcess {
             index,
             pid,
             via,
+            node: remote_launcher(spec).map(|(_, node)| node.to_string()),
         });
 
         let (sink, stream) = StreamExt::split::<tokio_util::bytes::Bytes>(ch.into_inner());
         let (outgoing, to_send) = mpsc::channel::<ToWorker>(64);
         tasks.push(tokio::spawn(write_frames(sink, to_send)));
         let pending: Pending = Arc::default();
-        let last_pong = Arc::new(Mutex::new(Instant::now()));
+        let beats = Arc::new(Mutex::new(Beats {
+            last_pong: Instant::now(),
+            ping: (0, Instant::now()),
+        }));
+        let link = matches!(spec.transport, Transport::Tcp { .. }).then_some((role, index));
         tasks.push(tokio::spawn(read_frames(
             stream,
             pending.clone(),
-            last_pong.clone(),
+            beats.clone(),
+            link,
         )));
         let lost = LostReason::default();
         let remote = matches!(
@@ -692,7 +725,7 @@ impl WorkerProcess {
             spec.clone(),
             outgoing.clone(),
             events.clone(),
-            last_pong,
+            beats,
             remote.then(|| (lost.clone(), group)),
         )));
         let (exit_tx, exit) = watch::channel(None);
@@ -760,8 +793,8 @@ impl WorkerProcess {
                 m.0.add(pushed);
                 m.1.add(collected);
             }
-            super::mirror::count(self.role, self.index, pushed);
-            super::mirror::count(self.role, self.index, collected);
+            super::link::moved(self.role, self.index, pushed);
+            super::link::moved(self.role, self.index, collected);
         }
         reply
     }

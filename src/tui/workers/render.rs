@@ -163,46 +163,87 @@ fn render_table(
         .max()
         .unwrap_or(4)
         .min(24) as u16;
-    let mut table_rows = vec![Row::new([
-        Cell::from(clean(&info.name, 40, false)).style(theme.title),
-        Cell::from(
-            info.pid
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "-".into()),
-        ),
-        Cell::from(run.status).style(run.style),
-        Cell::from(beat(run.last_ms)),
-        Cell::from(run.resumes.to_string()),
-        Cell::from(clean(run.last.trim_end(), 300, false)).style(theme.muted),
-    ])];
+    // On a cluster: each worker's node and its link (the heartbeat's round trip, what its mirror
+    // moved), the rows grouped by node.
+    let nodes = rows.iter().any(|w| w.node.is_some());
+    let link = |w: &WorkerRow| {
+        let last = |what: &str| {
+            let key = format!("workers/{}/{what}", w.name);
+            let s = view.series.iter().find(|s| s.key == key)?;
+            let at = s
+                .wall_time
+                .iter()
+                .rposition(|&t| until_ms.is_none_or(|u| info.created_at + (t * 1e3) as i64 <= u))?;
+            Some(s.values[at])
+        };
+        let mut parts = vec![];
+        if let Some(ms) = last("rtt_ms") {
+            parts.push(format!("{ms:.1} ms"));
+        }
+        if let Some(mb) = last("mirror_mb") {
+            parts.push(format!("{mb:.1} MB"));
+        }
+        if parts.is_empty() {
+            "-".to_string()
+        } else {
+            parts.join(" · ")
+        }
+    };
+    let extra = |cells: [Cell<'static>; 6], node: Cell<'static>, link: Cell<'static>| {
+        let mut cells = cells.to_vec();
+        if nodes {
+            cells.insert(1, node);
+            cells.insert(2, link);
+        }
+        Row::new(cells)
+    };
+    let mut table_rows = vec![extra(
+        [
+            Cell::from(clean(&info.name, 40, false)).style(theme.title),
+            Cell::from(
+                info.pid
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            Cell::from(run.status).style(run.style),
+            Cell::from(beat(run.last_ms)),
+            Cell::from(run.resumes.to_string()),
+            Cell::from(clean(run.last.trim_end(), 300, false)).style(theme.muted),
+        ],
+        Cell::from("head").style(theme.muted),
+        Cell::from(""),
+    )];
     for w in rows {
-        table_rows.push(Row::new([
-            Cell::from(clean(&w.name, 40, false)),
-            Cell::from(w.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
-            Cell::from(w.state.as_str()).style(w.state.style(theme)),
-            Cell::from(beat(w.last_ms)),
-            Cell::from(w.restarts.to_string()).style(if w.restarts > 0 {
-                warn_style()
-            } else {
-                theme.text
-            }),
-            Cell::from(clean(w.last.trim_end(), 300, false)).style(theme.muted),
-        ]));
+        table_rows.push(extra(
+            [
+                Cell::from(clean(&w.name, 40, false)),
+                Cell::from(w.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
+                Cell::from(w.state.as_str()).style(w.state.style(theme)),
+                Cell::from(beat(w.last_ms)),
+                Cell::from(w.restarts.to_string()).style(if w.restarts > 0 {
+                    warn_style()
+                } else {
+                    theme.text
+                }),
+                Cell::from(clean(w.last.trim_end(), 300, false)).style(theme.muted),
+            ],
+            Cell::from(clean(w.node.as_deref().unwrap_or("head"), 40, false)),
+            Cell::from(link(w)).style(theme.muted),
+        ));
     }
     let selected = std::iter::once(None)
         .chain(rows.iter().map(|w| Some(w.name.clone())))
         .position(|k| k == view.selected)
         .unwrap_or(0);
-    let header = Row::new([
+    let mut header = vec![
         "name",
         "pid",
         "state",
         "heartbeat",
         "restarts",
         "last event",
-    ])
-    .style(theme.header);
-    let widths = [
+    ];
+    let mut widths = vec![
         Constraint::Length(name_w),
         Constraint::Length(7),
         Constraint::Length(9),
@@ -210,10 +251,36 @@ fn render_table(
         Constraint::Length(8),
         Constraint::Min(8),
     ];
+    if nodes {
+        let node_w = rows
+            .iter()
+            .filter_map(|w| w.node.as_deref())
+            .map(|n| n.chars().count())
+            .chain([4])
+            .max()
+            .unwrap_or(4)
+            .min(24) as u16;
+        header.splice(1..1, ["node", "link"]);
+        widths.splice(1..1, [Constraint::Length(node_w), Constraint::Length(17)]);
+    }
+    let header = Row::new(header).style(theme.header);
+    let node_count = rows
+        .iter()
+        .map(|w| w.node.as_deref())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let focused = view.focus == Focus::Workers;
     let table = Table::new(table_rows, widths)
         .header(header)
-        .block(block(format!(" Workers ({}) ", rows.len()), focused, theme))
+        .block(block(
+            if nodes {
+                format!(" Workers ({}) on {node_count} nodes ", rows.len())
+            } else {
+                format!(" Workers ({}) ", rows.len())
+            },
+            focused,
+            theme,
+        ))
         .row_highlight_style(if focused {
             theme.selected
         } else {

@@ -6,7 +6,8 @@
 //! is started again); otherwise `loaded`/`offloaded` after its role's latest reload/offload, or
 //! `running`. The pid is the one its latest `worker_started` ("started, pid 123") names; restarts
 //! count its starts after the first. The heartbeat is its latest event, its role's transfers
-//! included.
+//! included. Its node is the one its latest `worker_started` names (a cluster's host; none on the
+//! head's machine); rows are grouped by node, the head's first.
 
 use ratatui::style::{Color, Style};
 
@@ -60,6 +61,8 @@ pub struct WorkerRow {
     pub restarts: u32,
     /// The message of its latest event.
     pub last: String,
+    /// The node it runs on, when a launcher started it on one.
+    pub node: Option<String>,
 }
 
 /// The workers seen in `events` up to `until_ms`, by role (in the workbench's role order), then index.
@@ -94,6 +97,7 @@ pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerR
                         last_ms: None,
                         restarts: 0,
                         last: String::new(),
+                        node: None,
                     },
                     0,
                     "",
@@ -109,6 +113,7 @@ pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerR
                 *starts += 1;
                 w.pid = r.pid.or(w.pid);
                 w.state = WorkerState::Running;
+                w.node = r.node.clone();
             }
             EventKind::WorkerExited => w.state = WorkerState::Exited,
             EventKind::WorkerFailed => w.state = WorkerState::Failed,
@@ -133,6 +138,7 @@ pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerR
                 last_ms: None,
                 restarts: 0,
                 last: String::new(),
+                node: None,
             });
         }
         for w in rows.iter_mut().filter(|w| w.role == role) {
@@ -154,12 +160,20 @@ pub fn worker_rows(events: &[StoredEvent], until_ms: Option<i64>) -> Vec<WorkerR
             .and_then(|(_, i)| i.parse::<u64>().ok())
     };
     rows.sort_by(|a, b| {
-        (role_rank(&a.role), &a.role, index(&a.name), &a.name).cmp(&(
-            role_rank(&b.role),
-            &b.role,
-            index(&b.name),
-            &b.name,
-        ))
+        (
+            &a.node,
+            role_rank(&a.role),
+            &a.role,
+            index(&a.name),
+            &a.name,
+        )
+            .cmp(&(
+                &b.node,
+                role_rank(&b.role),
+                &b.role,
+                index(&b.name),
+                &b.name,
+            ))
     });
     rows
 }
