@@ -409,15 +409,25 @@ and the output is one JSON line per input, in order: {\"id\", \"score\", \"corre
 in its place, the rest are scored, and the exit status is 1.\n\nExamples:\n  \
 roll-tui reward score --kind math_verify --response 'so \\boxed{2\\sqrt3}' --truth '\\sqrt{12}'\n  \
 roll-tui reward score --kind exact_match --params '{\"ignore_case\": true}' --input answers.jsonl\n  \
-roll-tui reward score --config configs/quickstart.yaml --domain add --input answers.jsonl"
+roll-tui reward score --config experiments/quickstart.yaml --domain add --input answers.jsonl"
     )]
     Score(RewardScoreArgs),
 }
 
+/// Every reward kind, from the registry the rewards are built from (so the help cannot go stale).
+fn reward_kinds() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crate::reward::RewardKind::ALL.map(|k| k.as_str()))
+}
+
 #[derive(Args, Debug)]
 pub struct RewardScoreArgs {
-    /// The reward kind (math_rule, math_verify, exact_match).
-    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
+    /// The reward kind.
+    #[arg(
+        long,
+        conflicts_with = "config",
+        required_unless_present = "config",
+        value_parser = reward_kinds()
+    )]
     pub kind: Option<String>,
     /// The kind's parameters as a JSON object (`{"percent_is_fraction": false}`).
     #[arg(long, requires = "kind")]

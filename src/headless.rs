@@ -106,6 +106,16 @@ impl Observer for HeadlessObserver {
                 ));
             }
             PipelineEvent::Message(text) => self.say(text),
+            // First, quiet or not: what the lines after it continue.
+            PipelineEvent::Resumed {
+                run,
+                stage,
+                step,
+                recomputed,
+            } => println!(
+                "resumed run '{run}' from {stage} step {step} ({recomputed} metric points \
+                 recorded after that checkpoint are recomputed)"
+            ),
         }
     }
 }
@@ -173,13 +183,6 @@ pub fn run(
         RunStatus::Finished => "finished",
         RunStatus::Interrupted => "interrupted",
     };
-    if let Some((stage, step, dropped)) = &rec.resumed_from {
-        println!(
-            "resumed run '{}' from {stage} step {step} ({dropped} metric points recorded after that \
-             checkpoint were recomputed)",
-            rec.name
-        );
-    }
     println!(
         "run '{}' (id {}) {verb}; metrics and samples in store '{}', checkpoints in '{}'",
         rec.name,
@@ -191,14 +194,45 @@ pub fn run(
         println!("last checkpoint: '{}'", ckpt.display());
     }
     if rec.outcome.status == RunStatus::Interrupted {
-        println!("continue it with: roll-tui resume {}", rec.name);
+        println!("continue it with: {}", resume_command(store, &rec.name));
     }
     Ok(rec)
+}
+
+/// The command that resumes run `name` of the store at `store`, as a user can paste it: with
+/// `--store` unless the store is the one a bare command opens (`$ROLL_STORE`, else `roll.db`),
+/// every word quoted for the shell as needed.
+pub fn resume_command(store: &Path, name: &str) -> String {
+    let quote = |w: &str| shlex::try_quote(w).map_or_else(|_| w.to_string(), |q| q.into_owned());
+    let default = std::env::var_os("ROLL_STORE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::store::DEFAULT_STORE.into());
+    let mut words = vec!["roll-tui".to_string()];
+    if store != default {
+        words.extend(["--store".into(), quote(&store.display().to_string())]);
+    }
+    words.extend(["resume".into(), quote(name)]);
+    words.join(" ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resume_hint_names_a_store_that_is_not_the_default_and_quotes_it() {
+        // (The default is `$ROLL_STORE` when set: this test's processes do not set it.)
+        if std::env::var_os("ROLL_STORE").is_none() {
+            assert_eq!(
+                resume_command(Path::new("roll.db"), "qs"),
+                "roll-tui resume qs"
+            );
+        }
+        assert_eq!(
+            resume_command(Path::new("/tmp/my runs/x.db"), "it's"),
+            "roll-tui --store '/tmp/my runs/x.db' resume \"it's\""
+        );
+    }
 
     #[test]
     fn summary_line_lists_domains_and_losses() {

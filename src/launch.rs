@@ -107,6 +107,14 @@ pub fn run_recorded(
     };
     writer.own_blocking(run)?;
     let mut sink = StoreSink::new(writer.clone(), run);
+    if let Some((stage, step, recomputed)) = &resumed_from {
+        observer.on_event(&pipeline::PipelineEvent::Resumed {
+            run: cfg.name.clone(),
+            stage: stage.clone(),
+            step: *step,
+            recomputed: *recomputed,
+        });
+    }
     let result = pipeline::run(&cfg, observer, stop, &mut sink, resume.as_ref());
     drop(sink);
     let ended = finish(&writer, run, &result);
@@ -193,7 +201,9 @@ fn resume_point(
     let checkpoints = rt.block_on(store.checkpoints(info.id))?;
     let Some(last) = checkpoints.last() else {
         return Err(refuse(
-            "no checkpoint was recorded before it stopped (checkpoint.every or a shorter checkpoint.every_minutes checkpoint during a stage)"
+            "it stopped before its first checkpoint, so there is nothing to resume from: run its \
+             config again with --overwrite, and to checkpoint during a stage set \
+             checkpoint.every (steps) or a shorter checkpoint.every_minutes"
                 .into(),
         ));
     };

@@ -35,12 +35,16 @@ pub use transformer::{Numerics, Transformer, attention_mask};
 pub enum LoadError {
     #[error("model file '{}': {message}", path.display())]
     File { path: PathBuf, message: String },
+    /// The model directory itself is missing or not a directory.
+    #[error("model directory '{}': {message}", path.display())]
+    Dir { path: PathBuf, message: String },
     #[error("model weights in '{origin}' do not match its config.json:\n  {}", problems.join("\n  "))]
     Weights {
         origin: String,
         problems: Vec<String>,
     },
-    #[error("tokenizer: {0}")]
+    /// (Its text names the tokenizer file already.)
+    #[error("{0}")]
     Tokenizer(#[from] tokenizer::TokenizerError),
     /// A model made from a config's `model.init` (or `roll-tui model init`) rather than read from
     /// files: the problem is in those settings.

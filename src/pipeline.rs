@@ -64,6 +64,14 @@ pub enum PipelineEvent {
     Worker(crate::metrics::WorkerNote),
     /// Time-sharing moved a role's state (also recorded with the run).
     Transfer(crate::scheduler::Transfer),
+    /// A stored run goes on from its checkpoint at `step` of `stage`; the `recomputed` metric
+    /// points it had recorded after that checkpoint were dropped, to be recorded again.
+    Resumed {
+        run: String,
+        stage: String,
+        step: usize,
+        recomputed: u64,
+    },
 }
 
 pub trait Observer {

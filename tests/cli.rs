@@ -40,6 +40,14 @@ fn model_init_then_score_prints_per_token_logprobs() {
         .arg(&model)
         .assert()
         .success();
+    // Every file as readable as the others (a shared model directory): the weights too.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |f: &str| {
+        std::fs::metadata(model.join(f))
+            .unwrap()
+            .permissions()
+            .mode()
+    };
     for f in [
         "config.json",
         "model.safetensors",
@@ -48,6 +56,7 @@ fn model_init_then_score_prints_per_token_logprobs() {
         "generation_config.json",
     ] {
         assert!(model.join(f).is_file(), "{f} missing");
+        assert_eq!(mode(f), mode("config.json"), "{f}");
     }
     let out = roll()
         .args(["model", "score"])
@@ -117,7 +126,58 @@ fn score_of_a_missing_directory_names_it() {
         "--completion",
         "b",
     ]));
-    assert!(err.contains("/nonexistent/model"), "{err}");
+    assert!(
+        err.contains("model directory '/nonexistent/model': no such directory"),
+        "{err}"
+    );
+}
+
+/// A broken model directory's errors name the file once and say what is wrong with it.
+#[test]
+fn a_broken_model_directory_names_each_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m");
+    roll()
+        .args([
+            "model", "init", "--arch", "qwen2", "--hidden", "16", "--layers", "1",
+        ])
+        .args(["--heads", "2"])
+        .args(["--kv-heads", "1", "--intermediate", "32", "--out"])
+        .arg(&model)
+        .assert()
+        .success();
+    let score = || {
+        stderr_of(roll().args(["model", "score"]).arg(&model).args([
+            "--prompt",
+            "1",
+            "--completion",
+            "2",
+        ]))
+    };
+    let file = model.join("model.safetensors");
+    let err = stderr_of(roll().args(["model", "score"]).arg(&file).args([
+        "--prompt",
+        "1",
+        "--completion",
+        "2",
+    ]));
+    assert!(
+        err.contains(&format!(
+            "model directory '{}': not a directory",
+            file.display()
+        )),
+        "{err}"
+    );
+    std::fs::remove_file(model.join("tokenizer.json")).unwrap();
+    let err = score();
+    let tokenizer = model.join("tokenizer.json").display().to_string();
+    assert_eq!(err.matches(&tokenizer).count(), 1, "{err}");
+    assert!(!err.contains("tokenizer: tokenizer"), "{err}");
+    std::fs::write(model.join("config.json"), "{\n").unwrap();
+    let err = score();
+    let config = model.join("config.json").display().to_string();
+    assert_eq!(err.matches(&config).count(), 1, "{err}");
+    assert!(err.contains("invalid JSON"), "{err}");
 }
 
 #[test]
@@ -192,11 +252,12 @@ fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{rest:?}");
-    assert!(
-        rest.iter()
-            .any(|l| l.contains("roll-tui resume quickstart")),
-        "{rest:?}"
+    // The hint can be pasted as it is: it names the store the run was in.
+    let hint = format!(
+        "continue it with: roll-tui --store {} resume quickstart",
+        store.display()
     );
+    assert!(rest.iter().any(|l| l == &hint), "{rest:?}");
     let ckpts: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -400,4 +461,71 @@ fn model_bench_measures_a_shape_and_names_what_is_missing() {
         e.contains("give a model directory to benchmark, or --shape tiny|qwen2.5-0.5b"),
         "{e}"
     );
+}
+
+/// The examples `reward score --help` prints run as they are (an answers file in place of
+/// `answers.jsonl`), and the kinds it lists are the ones the rewards are built from.
+#[test]
+fn the_reward_help_examples_run_and_list_every_kind() {
+    let help = String::from_utf8(
+        roll()
+            .args(["reward", "score", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for kind in [
+        "math_rule",
+        "math_verify",
+        "exact_match",
+        "code_sandbox",
+        "ifeval",
+        "regex_match",
+        "llm_judge",
+    ] {
+        assert!(help.contains(kind), "{kind} missing from:\n{help}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let answers = dir.path().join("answers.jsonl");
+    std::fs::write(
+        &answers,
+        "{\"id\": 1, \"prompt\": \"2+2=\", \"response\": \"4\", \"ground_truth\": \"4\"}\n",
+    )
+    .unwrap();
+    let examples: Vec<&str> = help
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("roll-tui reward score "))
+        .collect();
+    assert_eq!(examples.len(), 3, "{help}");
+    for example in examples {
+        let words = shlex::split(example).unwrap();
+        let args: Vec<String> = words[1..]
+            .iter()
+            .map(|w| {
+                if w == "answers.jsonl" {
+                    answers.display().to_string()
+                } else {
+                    w.clone()
+                }
+            })
+            .collect();
+        let out = roll()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{example}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // One response prints its score; a file prints a JSON line per answer.
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.starts_with("score 1 ") || text.contains("\"score\":1"),
+            "{example}: {text}"
+        );
+    }
 }

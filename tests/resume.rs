@@ -76,8 +76,9 @@ fn kill_9_then_resume_equals_an_uninterrupted_run() {
     );
 
     let resumed = ok(roll(&store, &["resume", "tiny", "--quiet"]));
+    // Said first: what the lines after it continue.
     assert!(
-        resumed.contains("resumed run 'tiny' from rl step 3"),
+        resumed.starts_with("resumed run 'tiny' from rl step 3"),
         "{resumed}"
     );
     let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
@@ -132,4 +133,31 @@ fn resume_refuses_a_missing_or_corrupt_checkpoint() {
     // Refusals change nothing: the run is still interrupted and resumable once fixed.
     let runs: Value = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
     assert_eq!(runs[0]["status"], "interrupted");
+}
+
+/// A run killed before its first checkpoint cannot be resumed, and the refusal says what to do.
+#[test]
+fn a_run_killed_before_its_first_checkpoint_says_how_to_start_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("roll.db");
+    let cfg = write_config(dir.path(), "run", REST);
+    let args = [
+        "run",
+        cfg.to_str().unwrap(),
+        "checkpoint.every=0",
+        "checkpoint.every_minutes=0",
+        // Long enough that the kill lands in it, however slow the machine.
+        "sft.steps=100000",
+    ];
+    // (Its SFT stage checkpoints at its end: killed during it.)
+    let (mut child, _) = spawn_until(&store, args, "sft ");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let err = refused(roll(&store, &["resume", "tiny"]));
+    assert!(
+        err.contains("it stopped before its first checkpoint, so there is nothing to resume from")
+            && err.contains("--overwrite")
+            && err.contains("checkpoint.every"),
+        "{err}"
+    );
 }

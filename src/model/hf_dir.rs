@@ -67,11 +67,25 @@ fn dtype_of(name: &str) -> DType {
 /// The shape of the model in `dir` (its `config.json`), without reading any weights.
 pub fn read_model_config(dir: &Path) -> Result<ModelConfig, LoadError> {
     if !dir.is_dir() {
-        return Err(LoadError::io(dir, "not a directory"));
+        let message = if dir.exists() {
+            "not a directory (a model directory holds config.json, tokenizer.json and \
+             *.safetensors)"
+        } else {
+            "no such directory"
+        };
+        return Err(LoadError::Dir {
+            path: dir.to_path_buf(),
+            message: message.into(),
+        });
     }
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
-    ModelConfig::from_hf_json(&text, &config_path.display().to_string()).map_err(|message| {
+    let origin = config_path.display().to_string();
+    ModelConfig::from_hf_json(&text, &origin).map_err(|message| {
+        // The error names the file once.
+        let message = message
+            .strip_prefix(&format!("config '{origin}': "))
+            .map_or(message.clone(), str::to_string);
         LoadError::File {
             path: config_path.clone(),
             message,
@@ -158,6 +172,13 @@ pub fn save_model_dir(dir: &Path, model: &LoadedModel) -> Result<(), LoadError> 
         .params()
         .save_safetensors(&tmp, dtype_of(&cfg.torch_dtype))?;
     let final_path = dir.join("model.safetensors");
+    // The weights are as readable as the directory's other files (the safetensors writer makes
+    // its file private to its owner): a shared model directory is readable by the team.
+    let config = dir.join("config.json");
+    let mode = std::fs::metadata(&config)
+        .map_err(|e| LoadError::io(&config, e))?
+        .permissions();
+    std::fs::set_permissions(&tmp, mode).map_err(|e| LoadError::io(&tmp, e))?;
     std::fs::rename(&tmp, &final_path).map_err(|e| LoadError::io(&final_path, e))?;
     tokenizer::save_tokenizer_dir(dir, &model.tokenizer)?;
     Ok(())

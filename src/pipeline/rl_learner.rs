@@ -556,7 +556,7 @@ fn sample_record(
         stage: Stage::Rl.as_str().into(),
         prompt_tokens: p.prompt_ids.len(),
         response_tokens: s.completion.token_ids.len(),
-        finish_reason: format!("{:?}", s.completion.finish).to_lowercase(),
+        finish_reason: s.completion.finish.as_str().into(),
         policy_version: version,
         tokens: None,
     }

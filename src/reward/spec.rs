@@ -454,8 +454,11 @@ impl<'de> Deserialize<'de> for RewardSpec {
             type Value = RewardSpec;
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str(
-                    "a reward name (math_rule, math_verify, exact_match, code_sandbox, ifeval, regex_match, llm_judge) or a map with 'kind' or 'combine'",
+                let names: Vec<&str> = RewardKind::ALL.iter().map(|k| k.as_str()).collect();
+                write!(
+                    f,
+                    "a reward name ({}) or a map with 'kind' or 'combine'",
+                    names.join(", ")
                 )
             }
 

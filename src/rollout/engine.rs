@@ -29,6 +29,17 @@ pub enum FinishReason {
     Length,
 }
 
+impl FinishReason {
+    /// As the store and every view write it: `eos`, `stop`, `length`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Eos => "eos",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
 /// One prompt to complete. `seed` drives this request's own RNG, so a sample does not depend on which
 /// other requests happen to share its batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

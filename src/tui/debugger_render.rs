@@ -333,9 +333,9 @@ fn output_lines<'a>(
     let total: f32 = m.tokens.iter().map(|k| k.logprob).sum();
     lines.push(Line::styled(
         format!(
-            "{} tokens · log-prob {total:.3} · ended by {:?} ([ ] select a token; red: p < {UNLIKELY})",
+            "{} tokens · log-prob {total:.3} · ended by {} ([ ] select a token; red: p < {UNLIKELY})",
             m.tokens.len(),
-            m.finish
+            m.finish.as_str()
         ),
         theme.header,
     ));
