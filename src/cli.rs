@@ -29,7 +29,14 @@ use crate::plot::ExportFormat;
     version,
     about = "Reinforcement-learning post-training of language models, from a terminal"
 )]
-#[command(after_help = "With no command, roll-tui opens the interactive workbench on the store.")]
+#[command(
+    after_help = "With no command, roll-tui opens the interactive workbench on the store \
+(`?` in it lists the keys).\n\nStart here:\n  \
+roll-tui run experiments/quickstart.yaml     SFT then RL on a tiny model, about a minute on a CPU\n  \
+roll-tui                                     watch it, replay it, compare runs in the workbench\n  \
+roll-tui env debug frozen_lake               step through an agentic environment by hand\n\n\
+README.md is the guide."
+)]
 pub struct Cli {
     /// The experiment store (an SQLite file; created by `run` when missing). The commands that
     /// use a store also take it after their name.
@@ -58,10 +65,11 @@ pub enum Command {
     /// List the devices a run can use (CPU, and CUDA GPUs with their memory); `--check`
     /// compares each GPU's results with the CPU's on small models and checks our CUDA kernels.
     Devices(DevicesArgs),
-    /// Create, inspect and score models.
+    /// Make, score, benchmark and merge models (Hugging Face directories).
     #[command(subcommand)]
     Model(ModelCommand),
-    /// List environments, or play an episode of one by hand or at random.
+    /// Agentic environments: list them, play or debug an episode step by step, replay a run's
+    /// stored episodes, serve one to another program.
     #[command(subcommand)]
     Env(EnvCommand),
     /// Score responses with a reward, outside a run (to debug a reward or a dataset).
@@ -754,6 +762,30 @@ fn worker(args: WorkerArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every command the top-level help suggests parses as it is written, and names a file
+    /// that exists (the help cannot point at a config that was moved).
+    #[test]
+    fn the_top_level_help_suggests_commands_that_exist() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        let suggested: Vec<&str> = help
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("roll-tui"))
+            .map(|rest| rest.split("  ").next().unwrap_or("").trim())
+            .collect();
+        assert_eq!(suggested.len(), 3, "{help}");
+        for args in suggested {
+            let words = shlex::split(args).unwrap_or_default();
+            let parsed =
+                Cli::try_parse_from(std::iter::once("roll-tui".to_string()).chain(words.clone()));
+            assert!(parsed.is_ok(), "roll-tui {args}: {parsed:?}");
+            for w in words.iter().filter(|w| w.ends_with(".yaml")) {
+                let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(w);
+                assert!(path.is_file(), "{w}");
+            }
+        }
+    }
 
     #[test]
     fn error_text_says_each_cause_once() {

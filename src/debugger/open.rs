@@ -47,6 +47,26 @@ pub struct StoredEpisode {
     pub cfg: RunConfig,
     pub env: EnvConfig,
     pub record: TrajectoryRecord,
+    /// The run's RL checkpoints' steps, in order: the models the debugger can load for it.
+    pub rl_checkpoints: Vec<usize>,
+}
+
+impl StoredEpisode {
+    /// The model spec of the policy that played the episode, or the nearest one the run can
+    /// load: its policy version v is the policy after RL step v, `RUN@rl-v`, when a checkpoint
+    /// was written there; else the last RL checkpoint before it; else `RUN@rl-0` (the policy
+    /// before any update, which is rebuilt from the run's config).
+    pub fn played_by(&self) -> String {
+        let v = self.record.policy_version;
+        let step = self
+            .rl_checkpoints
+            .iter()
+            .rev()
+            .find(|&&s| s <= v)
+            .copied()
+            .unwrap_or(0);
+        format!("{}@rl-{step}", self.run.name)
+    }
 }
 
 /// The config a run recorded, and its `rl.env`.
@@ -112,11 +132,20 @@ pub async fn stored_episode(
                 there.join(", ")
             )
         })?;
+    let rl_checkpoints = store
+        .checkpoints(run.id)
+        .await
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter(|c| c.stage == "rl")
+        .map(|c| c.step)
+        .collect();
     Ok(StoredEpisode {
         run,
         cfg,
         env,
         record,
+        rl_checkpoints,
     })
 }
 
@@ -148,6 +177,12 @@ pub enum ModelSpec {
 }
 
 impl ModelSpec {
+    /// The spec of run `run`'s checkpoint at `step` of `stage`: `RUN@STAGE-STEP`. Always with
+    /// the stage: `@60` of SFT would read as later than `@30` of RL.
+    pub fn of_checkpoint(run: &str, stage: &str, step: usize) -> String {
+        format!("{run}@{stage}-{step}")
+    }
+
     pub fn parse(text: &str) -> ModelSpec {
         let path = Path::new(text);
         if path.is_dir() {
@@ -232,7 +267,7 @@ pub async fn model_policy(
             let Some(checkpoint) = chosen else {
                 let steps: Vec<String> = checkpoints
                     .iter()
-                    .map(|c| format!("{}@{}-{}", info.name, c.stage, c.step))
+                    .map(|c| ModelSpec::of_checkpoint(&info.name, &c.stage, c.step))
                     .collect();
                 return Err(format!(
                     "run '{}' has no checkpoint{} (checkpoints: {})",
@@ -254,7 +289,7 @@ pub async fn model_policy(
             };
             let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &checkpoint.path)
                 .map_err(|e| e.to_string())?;
-            let source = format!("{}@{}-{}", info.name, checkpoint.stage, checkpoint.step);
+            let source = ModelSpec::of_checkpoint(&info.name, &checkpoint.stage, checkpoint.step);
             from_run(source, model, &cfg, env)
         }
     }
@@ -331,6 +366,12 @@ mod tests {
         assert_eq!(spec("r@12"), ("r".into(), None, Some(12)));
         // Not a stage: the whole text is the run's name.
         assert_eq!(spec("r@grpo-3"), ("r@grpo-3".into(), None, None));
+        // What the debugger offers names the stage, and reads back as that checkpoint.
+        assert_eq!(ModelSpec::of_checkpoint("lake", "sft", 60), "lake@sft-60");
+        assert_eq!(
+            spec(&ModelSpec::of_checkpoint("lake", "rl", 30)),
+            ("lake".into(), Some("rl".into()), Some(30))
+        );
     }
 
     /// A bf16 checkpoint directory (as Hugging Face ships most) is debugged in f32, as

@@ -121,7 +121,7 @@ impl Loader {
                             continue;
                         };
                         for c in checkpoints.iter().rev() {
-                            let spec = format!("{}@{}", run.name, c.step);
+                            let spec = ModelSpec::of_checkpoint(&run.name, &c.stage, c.step);
                             if !specs.contains(&spec) {
                                 specs.push(spec);
                             }

@@ -414,7 +414,7 @@ impl DebugView {
             step: r.step,
             group: r.group,
         };
-        self.model_spec = played_by(&stored);
+        self.model_spec = stored.played_by();
         self.env = stored.env.clone();
         let divergence = session.divergence.as_ref().map(|d| d.turn + 1);
         self.session = Some(session);
@@ -437,12 +437,6 @@ impl DebugView {
             self.fail(format!("the model cannot prompt for '{}': {e}", env.name));
         }
     }
-}
-
-/// The model that played a stored episode: its policy version v is the policy after RL step
-/// v, `RUN@rl-v` (`RUN@rl-0`: before any update, rebuilt from the run's config).
-fn played_by(stored: &StoredEpisode) -> String {
-    format!("{}@rl-{}", stored.run.name, stored.record.policy_version)
 }
 
 /// What a loaded model is, and a warning when it was trained on another env.

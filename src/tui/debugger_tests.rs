@@ -350,6 +350,7 @@ fn stored(observations: &[&str], outputs: &[&str]) -> StoredEpisode {
         run,
         cfg,
         env,
+        rl_checkpoints: vec![2],
         record: TrajectoryRecord {
             stage: "rl".into(),
             step: 3,
@@ -417,6 +418,12 @@ fn a_stored_episode_opens_at_its_turn_and_a_divergence_is_reported() {
     assert_eq!(s.observation(), obs[1]);
     // Step 3's episodes were played by policy version 2: the checkpoint after RL step 2.
     assert_eq!(v.model_spec, "lake@rl-2");
+    // Without a checkpoint at step 2, the last one before it; without one, the start policy.
+    let mut other = stored(&obs, &out);
+    other.rl_checkpoints = vec![1, 5];
+    assert_eq!(other.played_by(), "lake@rl-1");
+    other.rl_checkpoints = vec![5];
+    assert_eq!(other.played_by(), "lake@rl-0");
     assert!(matches!(
         v.save_target,
         SaveTarget::Run {
@@ -597,15 +604,15 @@ fn the_model_input_offers_the_stores_checkpoints() {
     };
     v.answer(DebugMsg::Checkpoints {
         job: *job,
-        specs: vec!["lake@2".into(), "lake@1".into()],
+        specs: vec!["lake@rl-2".into(), "lake@sft-1".into()],
     });
     let down = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
     v.input_key(down);
     v.input_key(down);
-    assert_eq!(v.input.as_ref().unwrap().text, "lake@1");
+    assert_eq!(v.input.as_ref().unwrap().text, "lake@sft-1");
     assert!(screen(&v, 100, 30).contains("checkpoints in the store"));
     let jobs = v.input_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
-    assert!(matches!(jobs.as_slice(), [DebugJob::LoadModel { spec, .. }] if spec == "lake@1"));
+    assert!(matches!(jobs.as_slice(), [DebugJob::LoadModel { spec, .. }] if spec == "lake@sft-1"));
     assert!(matches!(v.busy, Some((Work::LoadingModel, _))));
 }
 

@@ -357,6 +357,15 @@ pub(crate) fn row_text(e: &StoredEvent) -> String {
                 clean(&phase, 40, false)
             )
         }
+        // `run 'NAME' started`: the list is the run's, so the name goes.
+        (EventKind::RunStarted, _, _) if r.worker.is_none() => {
+            let text = r.message.trim_end();
+            let rest = text
+                .strip_prefix("run '")
+                .and_then(|t| t.split_once("' "))
+                .map_or(text, |(_, rest)| rest);
+            clean(rest, ROW_CHARS, false)
+        }
         _ => clean(r.message.trim_end(), ROW_CHARS, false),
     }
 }
@@ -431,7 +440,12 @@ pub fn render(
             Row::new([
                 Cell::from(rel_time(e.at - run_start_ms)).style(theme.muted),
                 Cell::from(kind_label(e.event.kind)).style(style),
-                Cell::from(source(e)),
+                // A run's own events: the kind column says "run" already.
+                Cell::from(if e.event.worker.is_some() {
+                    source(e)
+                } else {
+                    String::new()
+                }),
                 Cell::from(row_text(e)).style(match e.event.kind {
                     EventKind::Info => theme.text,
                     k => severity_style(k, theme),
