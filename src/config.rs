@@ -396,7 +396,7 @@ impl RunConfig {
             dpo.rebase(dir);
         }
         let cfg = load::apply_overrides(cfg, overrides)?;
-        load::validated(cfg, &path.display().to_string())
+        load::validated_with(cfg, path, overrides)
     }
 
     pub fn output_dir(&self) -> PathBuf {
@@ -439,12 +439,27 @@ impl RunConfig {
     }
 }
 
+/// The longest run name: a directory name (`runs/NAME`) well within a filesystem's 255 bytes.
+pub const MAX_NAME_CHARS: usize = 100;
+
 impl Validate for RunConfig {
     fn validate(&self, p: &mut Vec<String>) {
-        if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
+        // The name is a directory's (`runs/NAME`) and a column in every listing.
+        let chars = self.name.chars().count();
+        if self.name.trim().is_empty()
+            || self.name.contains(['/', '\\'])
+            || self.name.chars().any(char::is_control)
+            || chars > MAX_NAME_CHARS
+        {
             p.push(format!(
-                "name '{}' must be non-empty and contain no path separators",
-                self.name
+                "name '{}'{} must be non-empty, at most {MAX_NAME_CHARS} characters, with no path \
+                 separators or control characters",
+                crate::text::clean(&self.name, 40, false),
+                if chars > 40 {
+                    format!(" ({chars} characters)")
+                } else {
+                    String::new()
+                }
             ));
         }
         match (&self.model.path, &self.model.init) {

@@ -136,6 +136,17 @@ pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> Stri
     if let Some(acc) = per_domain("score/", "/accuracy") {
         parts.push(format!("acc {acc}"));
     }
+    // An agentic run's headline: each environment's success rate (not its evaluation's).
+    let success: Vec<String> = m
+        .iter()
+        .filter_map(|(k, v)| {
+            let env = k.strip_prefix("env/")?.strip_suffix("/success")?;
+            (!env.starts_with("val/")).then(|| format!("{env}={v:.2}"))
+        })
+        .collect();
+    if !success.is_empty() {
+        parts.push(format!("success {}", success.join(" ")));
+    }
     if let Some(r) = per_domain("reward/", "/mean") {
         parts.push(format!("reward {r}"));
     }
@@ -249,6 +260,20 @@ mod tests {
         assert_eq!(
             summary_line("rl", 3, 10, &m),
             "rl      3/10  acc add=0.50 rev=0.25  reward add=0.50  pg_loss -0.0100  0.20s"
+        );
+        // An agentic step leads with its success rate.
+        let m: Metrics = [
+            ("env/lake/success", 0.75),
+            ("env/val/lake/success", 0.5),
+            ("env/lake/return", 0.6),
+            ("reward/lake/mean", 0.6),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            summary_line("rl", 4, 10, &m),
+            "rl      4/10  success lake=0.75  reward lake=0.60"
         );
     }
 }

@@ -107,6 +107,12 @@ pub enum StoreError {
     },
     #[error("store '{}' is busy: another process held its write lock too long while {context}", path.display())]
     Busy { path: PathBuf, context: String },
+    #[error(
+        "store '{}' is read-only here ({context}): its file or its directory cannot be written by \
+         this user; reading commands work, writing ones need a writable --store",
+        path.display()
+    )]
+    ReadOnly { path: PathBuf, context: String },
     #[error("{0}")]
     Run(String),
     #[error("store writer stopped: {0}")]
@@ -160,6 +166,9 @@ pub(crate) fn sql_error(
             },
             // SQLITE_BUSY, SQLITE_LOCKED: only after busy_timeout has run out.
             Some(5) | Some(6) => StoreError::Busy { path, context },
+            // SQLITE_READONLY and its extended codes (a read-only file, or a directory where the
+            // write-ahead log cannot be made).
+            Some(8) => StoreError::ReadOnly { path, context },
             _ => StoreError::Sql {
                 path,
                 context,

@@ -529,3 +529,29 @@ fn the_reward_help_examples_run_and_list_every_kind() {
         );
     }
 }
+
+/// A run name too long for a directory is refused up front, its echo cut short: not a raw
+/// "File name too long" with the 100 KB name in it.
+#[test]
+fn a_run_name_too_long_is_refused_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("name={}", "x".repeat(100_000));
+    let err = stderr_of(
+        roll()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .arg("--store")
+            .arg(dir.path().join("s.db"))
+            .args(["run", "experiments/quickstart.yaml", &name]),
+    );
+    assert!(
+        err.contains("(100000 characters) must be non-empty, at most 100 characters"),
+        "{}",
+        &err[..err.len().min(500)]
+    );
+    assert!(
+        err.contains("(set on the command line)"),
+        "{}",
+        &err[..err.len().min(500)]
+    );
+    assert!(err.len() < 1000, "{} bytes", err.len());
+}

@@ -38,8 +38,10 @@ pub enum ConfigError {
     /// Several overrides are wrong; each is listed with its problem.
     #[error("overrides are invalid:{}", bullet_list(&.problems.iter().map(|(a, m)| format!("'{a}': {m}")).collect::<Vec<_>>()))]
     Overrides { problems: Vec<(String, String)> },
-    /// The config parsed but breaks rules between fields; every problem is listed.
-    #[error("config '{file}' is invalid:{}", bullet_list(.problems))]
+    /// The config parsed but breaks rules between fields; every problem is listed. `file` is
+    /// as the message names it: `'x.yaml'`, or `'x.yaml' with the command line's overrides`
+    /// when a value may have come from one.
+    #[error("config {file} is invalid:{}", bullet_list(.problems))]
     Invalid { file: String, problems: Vec<String> },
 }
 
@@ -61,6 +63,41 @@ pub trait Validate {
     fn validate(&self, problems: &mut Vec<String>);
 }
 
+/// [`validated`] for a config read from `path` and changed by `overrides`: a problem with a key
+/// an override set is marked as the command line's, so the file is not blamed for it.
+pub fn validated_with<T: Validate>(
+    value: T,
+    path: &Path,
+    overrides: &[String],
+) -> Result<T, ConfigError> {
+    let keys: Vec<&str> = overrides
+        .iter()
+        .filter_map(|o| o.split_once('=').map(|(k, _)| k.trim()))
+        .collect();
+    // `a.b` and `a.b.c` are the same setting's; `a.b` and `a.bc` are not.
+    let related = |x: &str, y: &str| {
+        let (short, long) = if x.len() <= y.len() { (x, y) } else { (y, x) };
+        long.starts_with(short) && matches!(long.as_bytes().get(short.len()), None | Some(b'.'))
+    };
+    validated(value, &path.display().to_string()).map_err(|e| match e {
+        ConfigError::Invalid { file, problems } => ConfigError::Invalid {
+            file,
+            problems: problems
+                .into_iter()
+                .map(|p| {
+                    let key = p.split([' ', ':']).next().unwrap_or("");
+                    if !key.is_empty() && keys.iter().any(|k| related(k, key)) {
+                        format!("{p} (set on the command line)")
+                    } else {
+                        p
+                    }
+                })
+                .collect(),
+        },
+        e => e,
+    })
+}
+
 /// Runs [`Validate::validate`] and fails with [`ConfigError::Invalid`] listing all problems, if any.
 pub fn validated<T: Validate>(value: T, origin: &str) -> Result<T, ConfigError> {
     let mut problems = Vec::new();
@@ -69,7 +106,7 @@ pub fn validated<T: Validate>(value: T, origin: &str) -> Result<T, ConfigError> 
         Ok(value)
     } else {
         Err(ConfigError::Invalid {
-            file: origin.to_string(),
+            file: format!("'{origin}'"),
             problems,
         })
     }

@@ -223,6 +223,17 @@ fn validation_reports_every_problem() {
     );
     let ok: Run = from_yaml_str(GOOD, "x.yaml").unwrap();
     assert!(validated(ok, "x.yaml").is_ok());
+    // A problem with a key an override set is the command line's, the others the file's.
+    let run: Run = from_yaml_str(&text, "x.yaml").unwrap();
+    let overrides = ["name=".to_string(), "actor_train.learning_rat=2".to_string()];
+    let msg = err_text(validated_with(run, Path::new("x.yaml"), &overrides));
+    assert_eq!(
+        msg,
+        "config 'x.yaml' is invalid:\n  \
+         - actor_train.learning_rate must be > 0, got '-1'\n  \
+         - actor_train.batch_size must be > 0, got '0'\n  \
+         - name must not be empty (set on the command line)"
+    );
 }
 
 #[test]

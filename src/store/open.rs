@@ -36,9 +36,10 @@ impl Store {
         match Store::open_writable(path, mode).await {
             // Not writable here (a read-only file, directory or filesystem): read it as it is.
             // Any other failure (a lock held too long, a full disk) is reported as it is.
-            Err(e @ (StoreError::Sql { .. } | StoreError::Busy { .. }))
-                if mode == OpenMode::Read =>
-            {
+            Err(
+                e
+                @ (StoreError::Sql { .. } | StoreError::Busy { .. } | StoreError::ReadOnly { .. }),
+            ) if mode == OpenMode::Read => {
                 if writable(path) {
                     Err(e)
                 } else {
