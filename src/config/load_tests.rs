@@ -225,7 +225,10 @@ fn validation_reports_every_problem() {
     assert!(validated(ok, "x.yaml").is_ok());
     // A problem with a key an override set is the command line's, the others the file's.
     let run: Run = from_yaml_str(&text, "x.yaml").unwrap();
-    let overrides = ["name=".to_string(), "actor_train.learning_rat=2".to_string()];
+    let overrides = [
+        "name=".to_string(),
+        "actor_train.learning_rat=2".to_string(),
+    ];
     let msg = err_text(validated_with(run, Path::new("x.yaml"), &overrides));
     assert_eq!(
         msg,

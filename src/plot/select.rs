@@ -164,7 +164,10 @@ pub(crate) fn plan_charts(series: &[Series]) -> Vec<ChartPlan<'_>> {
                 .copied()
                 .filter(|s| s.stage == *stage && (kind.matches)(&s.key))
                 .collect();
-            if lines.is_empty() {
+            // A synchronous run's staleness is 0 at every step by construction: a chart of it
+            // says nothing (and drew two zero lines on a -1..1 axis).
+            let all_zero = lines.iter().all(|s| s.values.iter().all(|v| *v == 0.0));
+            if lines.is_empty() || (kind.name == "staleness" && all_zero) {
                 continue;
             }
             let file_stem = if *stage == main {
@@ -259,6 +262,25 @@ mod tests {
         let plans = plan_charts(&input);
         assert_eq!(plans[0].title, "reward (rl)");
         assert_eq!(plans[3].title, "loss (sft)");
+    }
+
+    /// Staleness is charted for an asynchronous run, not for a synchronous one (always 0).
+    #[test]
+    fn a_synchronous_runs_staleness_is_not_charted() {
+        let of = |values: &[f64]| {
+            vec![
+                series("rl", "async/staleness_mean", values),
+                series("rl", "async/staleness_max", values),
+            ]
+        };
+        assert!(summary(&of(&[0.0, 0.0, 0.0])).is_empty());
+        assert_eq!(
+            summary(&of(&[0.0, 1.0, 0.5])),
+            owned(&[(
+                "staleness",
+                &["async/staleness_mean", "async/staleness_max"]
+            )])
+        );
     }
 
     #[test]

@@ -33,11 +33,13 @@ pub const EXPORT_DIR: &str = "exports";
 
 /// A file-name-safe form of `text`.
 fn slug(text: &str) -> String {
+    // A run's name stays as it is where a file name allows (`agentic_frozenlake`, `QS-2`), so
+    // `ls exports/NAME` finds it.
     let s: String = text
         .chars()
         .map(|c| {
-            if c.is_alphanumeric() {
-                c.to_ascii_lowercase()
+            if c.is_alphanumeric() || c == '_' {
+                c
             } else {
                 '-'
             }
@@ -450,5 +452,7 @@ mod tests {
         assert_eq!(slug("reward / mean (add)"), "reward-mean-add");
         assert_eq!(slug("quickstart-2"), "quickstart-2");
         assert_eq!(slug("../x"), "x");
+        assert_eq!(slug("agentic_frozenlake"), "agentic_frozenlake");
+        assert_eq!(slug("QS 2"), "QS-2");
     }
 }

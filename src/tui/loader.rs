@@ -279,16 +279,28 @@ impl Loader {
         .await
         .map_err(|e| format!("export: {e}"))?
         .map_err(|e| e.to_string())?;
-        Ok(format!(
-            "wrote {} files to '{}'",
-            written.len(),
-            out.display()
-        ))
+        Ok(wrote(written.len(), &out))
     }
 
     pub async fn close(&self) {
         if let Some(store) = self.store.get() {
             store.close().await;
         }
+    }
+}
+
+/// What an export says it did.
+fn wrote(files: usize, out: &std::path::Path) -> String {
+    let plural = if files == 1 { "" } else { "s" };
+    format!("wrote {files} file{plural} to '{}'", out.display())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_export_counts_its_files_in_words() {
+        let out = std::path::Path::new("exports/qs");
+        assert_eq!(super::wrote(1, out), "wrote 1 file to 'exports/qs'");
+        assert_eq!(super::wrote(3, out), "wrote 3 files to 'exports/qs'");
     }
 }

@@ -184,7 +184,7 @@ fn status_line<'a>(app: &'a App, theme: &Theme) -> Line<'a> {
     }
     let hint = match app.view {
         View::Runs => {
-            "Enter open · n new · X stop · p pause · r resume · c compare · : command · ? help"
+            "Enter open · n new · X stop · p pause · r resume · c compare · 1-7 views · ? help · q quit"
         }
         View::Dashboard => {
             "Tab panel · e expand · +- zoom · [] smooth · s x hide series · r replay · ? help"
