@@ -64,7 +64,7 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
         "{text}"
     );
     assert!(!text.contains("group 0 "), "{text}");
-    assert!(text.contains("turn 1: observation \"PFG\""), "{text}");
+    assert!(text.contains("turn 1: observation\n      PFG\n"), "{text}");
     // The step's metrics are in the store under the env's tag.
     let metrics = ok(roll(&store, &["metrics", "lake", "--key", "env/tiny/*"]));
     assert!(metrics.contains("env/tiny/success"), "{metrics}");

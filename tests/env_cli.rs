@@ -219,3 +219,23 @@ fn a_model_plays_showing_its_prompt_log_probs_and_action_distribution() {
         "{err}"
     );
 }
+
+/// Actions given after the episode ended are said to be unplayed, not silently dropped.
+#[test]
+fn actions_given_after_the_end_are_reported() {
+    // Down from 0 onto the hole at 4 ends the episode; the two after it are never played.
+    let (ok, out, err) = play(&[
+        "frozen_lake",
+        "--set",
+        "map=SFFF/HFFF/FFFF/FFFG",
+        "--actions",
+        "Down,Right,Down",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("2 of the given actions not played (Right,Down): the episode ended first"),
+        "{out}"
+    );
+    let (_, out, _) = play(&["frozen_lake", "--actions", "Right,Left"]);
+    assert!(!out.contains("not played"), "{out}");
+}

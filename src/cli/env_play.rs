@@ -171,6 +171,8 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
         }
         print_turn(&session, args.json, samples.as_ref())?;
     }
+    // Actions given but not played: the episode ended (or hit --max-steps) first.
+    let unused: Vec<String> = given.collect();
     if !args.json {
         let invalid = session.turns.iter().filter(|t| !t.valid()).count();
         println!(
@@ -179,6 +181,18 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
             session.turns.len(),
             if session.done() { "" } else { ", not done" }
         );
+        if !unused.is_empty() {
+            println!(
+                "{} of the given actions not played ({}): {} first",
+                unused.len(),
+                unused.join(","),
+                if session.done() {
+                    "the episode ended"
+                } else {
+                    "--max-steps came"
+                }
+            );
+        }
     }
     Ok(())
 }

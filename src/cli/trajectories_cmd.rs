@@ -58,7 +58,11 @@ pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
                 t.end_reason
             )?;
             for (k, u) in t.turns.iter().enumerate() {
-                writeln!(out, "  turn {}: observation {:?}", k + 1, u.observation)?;
+                // As the environment drew it (a grid stays a grid), made safe to print.
+                writeln!(out, "  turn {}: observation", k + 1)?;
+                for line in crate::text::clean(u.observation.trim_end(), 20_000, true).lines() {
+                    writeln!(out, "      {line}")?;
+                }
                 let invalid =
                     u.info.get("action_is_valid") == Some(&serde_json::Value::Bool(false));
                 let action = match (&u.parsed_action, invalid) {

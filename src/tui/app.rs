@@ -287,6 +287,9 @@ pub struct App {
     pub debugger: Option<DebugView>,
     /// `D` was pressed once on this episode and turn while the debugger held unsaved work.
     replace_debugged: Option<(RunId, usize, usize, usize, usize)>,
+    /// The view `D` opened the debugger from (Episodes), where Esc returns; none when it was
+    /// reached by its number.
+    debugger_from: Option<View>,
     /// The open run's steps in time order, from its series.
     pub timeline: Timeline,
     /// The open run's events as read so far (shared with the workers and events views), and the
@@ -347,6 +350,7 @@ impl App {
             events: None,
             debugger: None,
             replace_debugged: None,
+            debugger_from: None,
             timeline: Timeline::default(),
             run_events: Arc::default(),
             events_mark: None,
@@ -688,6 +692,7 @@ impl App {
             d.adopt_model(old);
         }
         self.debugger = Some(d);
+        self.debugger_from = Some(self.view);
         self.view = View::Debugger;
         vec![Effect::Debug(Box::new(job))]
     }
@@ -720,6 +725,10 @@ impl App {
                 }
             }
             View::Dashboard => self.view = View::Runs,
+            // Back where `D` was pressed (the episode's view).
+            View::Debugger if self.debugger_from.is_some() => {
+                self.view = self.debugger_from.take().unwrap_or(View::Runs);
+            }
             _ if self.open.is_none() => self.view = View::Runs,
             _ => self.view = View::Dashboard,
         }
@@ -766,6 +775,7 @@ impl App {
             return vec![];
         };
         if view == View::Debugger {
+            self.debugger_from = None;
             self.view = view;
             if self.debugger.is_none() {
                 self.debugger = Some(DebugView::default_env());

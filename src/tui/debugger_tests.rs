@@ -593,6 +593,16 @@ fn d_on_the_episodes_view_opens_the_selected_turn_in_the_debugger() {
     );
     let d = app.debugger.as_mut().unwrap();
     assert!(screen(d, 80, 24).contains("opening the stored episode"));
+    // Esc cancels the opening first, then goes back where D was pressed; reached by its
+    // number, the debugger goes back to the dashboard.
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Debugger);
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Episodes);
+    app.update(key(KeyCode::Char('7')));
+    assert_eq!(app.view, View::Debugger);
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Dashboard);
 }
 
 #[test]
