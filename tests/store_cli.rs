@@ -469,3 +469,22 @@ fn timed_checkpoints_replace_each_other_and_stage_ends_stay() {
     // sft steps 1-2 and rl steps 1-3 were timed checkpoints.
     assert_eq!(removed, 5, "{shown}");
 }
+
+/// A run that failed says why under its line in `runs`, without `runs show`.
+#[test]
+fn the_runs_list_says_why_a_run_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let cfg = small_config(dir.path());
+    let out = roll(&store)
+        .args(["run", cfg.to_str().unwrap(), "--quiet"])
+        .args(["model.path=/nonexistent/model", "model.init=null"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let listed = ok(roll(&store).arg("runs").output().unwrap());
+    assert!(
+        listed.contains("failed: model directory '/nonexistent/model': no such directory"),
+        "{listed}"
+    );
+}

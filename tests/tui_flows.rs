@@ -882,3 +882,22 @@ fn runs_are_deleted_from_the_workbench_after_a_confirmation() {
             .contains("cannot delete 'live': it is running")
     );
 }
+
+/// The stop question is whole however long the run's name: its box grows with the wrapped text,
+/// and the keys' line is never cut off.
+#[test]
+fn the_stop_question_is_whole_with_a_long_name() {
+    let long = "a-run-with-a-name-long-enough-to-wrap-the-question-line";
+    let mut app = app_with(vec![row(1, long, RunStatus::Running, true, Some(12182))]);
+    app.update(ch('X'));
+    let shown = screen(&app, 100, 30);
+    assert!(
+        shown.contains("It finishes its step and writes a"),
+        "{shown}"
+    );
+    assert!(shown.contains("resumes it later"), "{shown}");
+    assert!(
+        shown.contains("y stop · any other key keep it running"),
+        "{shown}"
+    );
+}

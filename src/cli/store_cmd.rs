@@ -171,6 +171,16 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
             },
             r.tags.join(",")
         )?;
+        // Why a failed run failed, under it (the whole text is in `runs show`).
+        if r.status == crate::store::RunStatus::Failed
+            && let Some(error) = &r.error
+        {
+            writeln!(
+                out,
+                "      failed: {}",
+                crate::text::clean(error, 160, false)
+            )?;
+        }
     }
     Ok(())
 }

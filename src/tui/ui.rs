@@ -310,7 +310,13 @@ fn render_confirm(frame: &mut Frame, area: Rect, confirm: &Confirm, theme: &Them
             ],
         ),
     };
-    let size = (76, lines.len() as u16 + 2);
+    // As tall as the lines once wrapped (a long run name wraps its line), so none is cut off.
+    let (width, inner_width) = (76u16, 74usize);
+    let rows: usize = lines
+        .iter()
+        .map(|l| l.width().div_ceil(inner_width).max(1))
+        .sum();
+    let size = (width, rows as u16 + 2);
     let inner = modal(frame, area, size, Flex::Center, title.to_string(), theme);
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
