@@ -136,6 +136,9 @@ fn kl_modes_estimators_and_controllers_run() {
         &["actor/kl", "actor/kl_coef", "time/ref"],
         "kl in reward",
     );
+    // Without KL there is no reference, and no time spent on one to record.
+    let m = run_with(&["rl.kl={mode: none}"]);
+    assert!(!m.contains_key("time/ref"), "{:?}", m.keys());
     for est in ["abs", "mse", "k3"] {
         let m = run_with(&[&format!(
             "rl.kl={{mode: in_loss, estimator: {est}, coef: 0.1, controller: adaptive, target: 0.01, horizon: 100}}"

@@ -321,7 +321,10 @@ pub fn update(
         Some(r) => Some(r.logprobs(policy.pad_id, &rows, temperature, &dev)?),
         None => None,
     };
-    m.insert("time/ref".into(), t_ref.elapsed().as_secs_f64());
+    // Only a run with a reference spends time on it: no noise series without one.
+    if ref_logp.is_some() {
+        m.insert("time/ref".into(), t_ref.elapsed().as_secs_f64());
+    }
     let kl_coef = st.kl_ctl.coef();
     let token_rewards = match &ref_logp {
         Some(r) => kl_terms(

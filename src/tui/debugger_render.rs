@@ -309,6 +309,13 @@ fn output_lines<'a>(
     theme: &Theme,
 ) -> Vec<Line<'a>> {
     let Some(t) = turn else {
+        // An episode that is over takes no action: `u` undoes its last turn, `N` starts anew.
+        if s.done() {
+            return vec![Line::styled(
+                "the episode is over: no action is taken now (u undo · N new episode)",
+                theme.muted,
+            )];
+        }
         return vec![Line::raw(format!(
             "valid actions now: {}",
             one_line(&s.env().actions().join(", "), LINE_CHARS)

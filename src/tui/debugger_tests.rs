@@ -87,6 +87,13 @@ fn a_person_walks_to_the_goal_undoes_forks_and_the_screen_shows_it() {
     assert!(s.done() && s.success());
     assert_eq!(s.total_reward(), 1.0);
     assert_eq!(v.selected, 4);
+    // After the end no action is offered.
+    let shown = screen(&v, 100, 30);
+    assert!(
+        shown.contains("the episode is over: no action is taken now"),
+        "{shown}"
+    );
+    assert!(!shown.contains("valid actions now"), "{shown}");
     // Acting after the end says what to do.
     v.act(Action::MoveLeft);
     assert!(v.error.as_deref().unwrap().contains("the episode is over"));
