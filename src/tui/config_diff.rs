@@ -6,10 +6,21 @@ use std::collections::BTreeMap;
 /// Keys that differ between runs by nature, not by choice.
 const IGNORED: [&str; 2] = ["name", "output_dir"];
 
-/// `config_json` flattened to `a.b.c` → value text (lists whole).
+/// `config_json` flattened to `a.b.c` → value text. A list of objects is walked item by item,
+/// each named by its `name` when it has one (`data.domains[add].synthetic.count`), else by its
+/// index; a list of plain values stays whole.
 fn flatten(config_json: &str) -> BTreeMap<String, String> {
     fn walk(v: &serde_json::Value, path: String, out: &mut BTreeMap<String, String>) {
         match v {
+            serde_json::Value::Array(items) if items.iter().any(|i| i.is_object()) => {
+                for (i, item) in items.iter().enumerate() {
+                    let label = item
+                        .get("name")
+                        .and_then(|n| n.as_str())
+                        .map_or_else(|| i.to_string(), str::to_string);
+                    walk(item, format!("{path}[{label}]"), out);
+                }
+            }
             serde_json::Value::Object(map) => {
                 for (k, v) in map {
                     let p = if path.is_empty() {
@@ -74,5 +85,19 @@ mod tests {
             ]
         );
         assert!(differences(&[a, a]).is_empty());
+    }
+
+    /// A list of domains differs item by item, each named: not as the whole list's JSON.
+    #[test]
+    fn lists_of_objects_differ_by_item() {
+        let a = r#"{"data": {"domains": [{"name": "add", "synthetic": {"count": 64}}, {"name": "rev", "synthetic": {"count": 64}}]}, "sft": {"stop": ["END", "."]}}"#;
+        let b = r#"{"data": {"domains": [{"name": "add", "synthetic": {"count": 64}}, {"name": "rev", "synthetic": {"count": 128}}]}, "sft": {"stop": ["END"]}}"#;
+        assert_eq!(
+            differences(&[a, b]),
+            [
+                "data.domains[rev].synthetic.count 64 vs 128",
+                r#"sft.stop ["END","."] vs ["END"]"#
+            ]
+        );
     }
 }
