@@ -137,3 +137,25 @@ EOF
     done
     fail "the SLURM nodes are not idle: $(sinfo 2>&1); $(tail -3 "$W"/slurm*.log)"
 }
+
+# The run both node scripts train: six RL steps of a tiny model with every model role in a
+# worker process (a reference too, for KL), on stdout.
+net_config() {
+    cat <<YAML
+name: net
+seed: 8
+model: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, intermediate: 64, chars: "0123456789+=abc>" } }
+data: { domains: [ { name: add, synthetic: { task: addition, count: 64 }, reward: exact_match } ] }
+rl:
+  steps: 6
+  prompts_per_step: 4
+  group_size: 4
+  kl: { mode: in_loss, coef: 0.05 }
+  sampling: { temperature: 1.0, max_new_tokens: 8 }
+  optimizer: { lr: 0.001 }
+workers:
+  actor_train: { mode: process }
+  reference: { mode: process }
+  actor_infer: { mode: process }
+YAML
+}

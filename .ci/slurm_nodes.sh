@@ -16,23 +16,7 @@ trap nodes_cleanup EXIT
 nodes_up
 slurm_up
 
-cat > "$W/net.yaml" <<YAML
-name: net
-seed: 8
-model: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, intermediate: 64, chars: "0123456789+=abc>" } }
-data: { domains: [ { name: add, synthetic: { task: addition, count: 64 }, reward: exact_match } ] }
-rl:
-  steps: 6
-  prompts_per_step: 4
-  group_size: 4
-  kl: { mode: in_loss, coef: 0.05 }
-  sampling: { temperature: 1.0, max_new_tokens: 8 }
-  optimizer: { lr: 0.001 }
-workers:
-  actor_train: { mode: process }
-  reference: { mode: process }
-  actor_infer: { mode: process }
-YAML
+net_config > "$W/net.yaml"
 # No shared_dir: the nodes do not see the head's /dev/shm, and the workers mirror their areas.
 CLUSTER="cluster={launcher: slurm, listen: 10.77.0.1, role_hosts: {reference: node2}}"
 STORE="$W/s.db"

@@ -15,23 +15,7 @@ trap nodes_cleanup EXIT
 nodes_up
 sshd_up
 
-cat > "$W/net.yaml" <<YAML
-name: net
-seed: 8
-model: { init: { arch: qwen2, hidden: 32, layers: 2, heads: 4, kv_heads: 2, intermediate: 64, chars: "0123456789+=abc>" } }
-data: { domains: [ { name: add, synthetic: { task: addition, count: 64 }, reward: exact_match } ] }
-rl:
-  steps: 6
-  prompts_per_step: 4
-  group_size: 4
-  kl: { mode: in_loss, coef: 0.05 }
-  sampling: { temperature: 1.0, max_new_tokens: 8 }
-  optimizer: { lr: 0.001 }
-workers:
-  actor_train: { mode: process }
-  reference: { mode: process }
-  actor_infer: { mode: process }
-YAML
+net_config > "$W/net.yaml"
 ssh_list=$(printf '%s, ' ssh "${SSH_OPTS[@]}")
 CLUSTER="cluster={launcher: ssh, listen: 10.77.0.1, hosts: [10.77.0.2, 10.77.0.3], role_hosts: {reference: 10.77.0.3}, ssh: [${ssh_list%, }], shared_dir: $W/shared}"
 STORE="$W/s.db"

@@ -246,15 +246,19 @@ mod tests {
         ]
     }
 
-    /// Steps every 10 s; entropy collapsing; groups flat from step 6.
-    fn series() -> Vec<Series> {
-        let s = |key: &str, values: &[f64]| Series {
+    /// An RL series of `values` at steps 1, 2, … every 10 s.
+    fn s(key: &str, values: &[f64]) -> Series {
+        Series {
             stage: "rl".into(),
             key: key.into(),
             steps: (1..=values.len() as u64).collect(),
             wall_time: (1..=values.len()).map(|s| 10.0 * s as f64).collect(),
             values: values.to_vec(),
-        };
+        }
+    }
+
+    /// Steps every 10 s; entropy collapsing; groups flat from step 6.
+    fn series() -> Vec<Series> {
         vec![
             s("time/step", &[10.0; 9]),
             s(
@@ -411,13 +415,6 @@ mod tests {
                 ("reference-0", Some("node2")),
             ]
         );
-        let s = |key: &str, values: &[f64]| Series {
-            stage: "rl".into(),
-            key: key.into(),
-            steps: (1..=values.len() as u64).collect(),
-            wall_time: (1..=values.len()).map(|s| 10.0 * s as f64).collect(),
-            values: values.to_vec(),
-        };
         let series = view_series(&[
             s("time/step", &[10.0, 10.0]),
             s("actor/loss", &[0.5, 0.4]),
