@@ -193,6 +193,18 @@ fn workers_started_over_ssh_on_their_hosts_compute_as_local_ones() {
     for e in of_kind(&run_events(&local, "net"), "worker_started") {
         assert!(e.get("node").is_none(), "{e}");
     }
+    // Device 0 of beta is not device 0 of alpha: on one machine the reference time-shares
+    // device 0 with the generator; on its own node it is never offloaded, while actor_train
+    // still makes way for the generator on alpha.
+    let offloads = |store: &std::path::Path, role: &str| {
+        of_kind(&run_events(store, "net"), "offload")
+            .iter()
+            .filter(|e| e["role"] == role)
+            .count()
+    };
+    assert!(offloads(&local, "reference") > 0);
+    assert_eq!(offloads(&ssh, "reference"), 0);
+    assert!(offloads(&ssh, "actor_train") > 0);
 }
 
 /// Every file under `dir`.

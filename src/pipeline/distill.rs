@@ -46,6 +46,7 @@ pub fn placement_for(
         run.model.dtype.candle().size_in_bytes(),
         run.workers.devices.budget_bytes()?,
     )
+    .and_then(|p| p.on_nodes(&super::setup::worker_nodes(&run.workers)))
     .map(Some)
     .map_err(|e| PipelineError::Setup(e.to_string()))
 }

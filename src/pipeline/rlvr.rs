@@ -67,6 +67,7 @@ pub fn placement_for(
         (&judges, &teachers),
         budget,
     )
+    .and_then(|p| p.on_nodes(&super::setup::worker_nodes(&run.workers)))
     .map(Some)
     .map_err(|e| PipelineError::Setup(e.to_string()))
 }

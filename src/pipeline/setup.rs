@@ -449,6 +449,24 @@ impl Tokenizing<'_> {
     }
 }
 
+/// The node of each role whose workers a remote launcher starts (`workers.<role>.mode:
+/// process`); the other roles are on the head's machine. Empty without a cluster launcher.
+pub fn worker_nodes(
+    workers: &crate::config::WorkersConfig,
+) -> std::collections::BTreeMap<crate::config::Role, String> {
+    let Some(hosts) = crate::worker::launch::remote_hosts() else {
+        return Default::default();
+    };
+    hosts
+        .into_iter()
+        .filter(|(role, _)| {
+            workers
+                .role(*role)
+                .is_some_and(|r| r.mode == crate::config::PlacementMode::Process)
+        })
+        .collect()
+}
+
 /// Who starts the run's TCP workers (`cluster.launcher`); `launcher: slurm` reads the nodes of
 /// the allocation the head runs in from its environment.
 pub fn launch_of(

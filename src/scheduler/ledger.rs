@@ -71,12 +71,16 @@ impl Ledger {
         self.resident.contains(&role)
     }
 
-    /// Bytes the ledger counts on `device` now.
-    pub fn resident_bytes(&self, device: usize) -> u64 {
+    /// Bytes the ledger counts on `device` of `node` (`None`: the head's machine) now.
+    pub fn resident_bytes(&self, node: Option<&str>, device: usize) -> u64 {
         self.placement
             .slots
             .iter()
-            .filter(|s| self.resident.contains(&s.role) && s.devices.contains(&device))
+            .filter(|s| {
+                self.resident.contains(&s.role)
+                    && s.node.as_deref() == node
+                    && s.devices.contains(&device)
+            })
             .map(|s| s.bytes_per_device())
             .sum()
     }
@@ -130,8 +134,11 @@ impl Ledger {
             }
         }
         debug_assert!(
-            (0..self.placement.device_count)
-                .all(|d| self.resident_bytes(d) <= self.placement.memory_per_device),
+            self.placement.slots.iter().all(|s| {
+                (0..self.placement.device_count).all(|d| {
+                    self.resident_bytes(s.node.as_deref(), d) <= self.placement.memory_per_device
+                })
+            }),
             "the placement check admitted a phase that overflows a device"
         );
         Ok(done)
@@ -146,6 +153,7 @@ mod tests {
     fn ledger(infer_devices: &[usize], async_rollout: bool) -> Ledger {
         let slot = |role, devices: &[usize], mib: u64| RoleSlot {
             role,
+            node: None,
             devices: devices.to_vec(),
             workers: 1,
             bytes_per_worker: mib << 20,
@@ -180,7 +188,7 @@ mod tests {
         use Direction::*;
         let mut l = ledger(&[0], false);
         assert_eq!(run(&mut l, Phase::Generate), [(Role::ActorInfer, Reload)]);
-        assert_eq!(l.resident_bytes(0), 40 << 20);
+        assert_eq!(l.resident_bytes(None, 0), 40 << 20);
         assert_eq!(
             run(&mut l, Phase::Train),
             [
@@ -189,7 +197,7 @@ mod tests {
                 (Role::Reference, Reload)
             ]
         );
-        assert_eq!(l.resident_bytes(0), 80 << 20);
+        assert_eq!(l.resident_bytes(None, 0), 80 << 20);
         assert_eq!(
             run(&mut l, Phase::Generate),
             [
@@ -210,7 +218,7 @@ mod tests {
         assert!(run(&mut l, Phase::Generate).is_empty());
         assert!(run(&mut l, Phase::Train).is_empty());
         assert_eq!(
-            (l.resident_bytes(0), l.resident_bytes(1)),
+            (l.resident_bytes(None, 0), l.resident_bytes(None, 1)),
             (80 << 20, 40 << 20)
         );
     }

@@ -43,6 +43,9 @@ impl fmt::Display for Phase {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoleSlot {
     pub role: Role,
+    /// The node its workers run on (a cluster's host); `None`: the head's machine. Device `d` of
+    /// one node is not device `d` of another.
+    pub node: Option<String>,
     pub devices: Vec<usize>,
     pub workers: usize,
     /// Bytes one worker needs (weights, gradients, optimizer moments, KV cache).
@@ -76,13 +79,15 @@ pub struct Placement {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "placement does not fit: device {device} has {} (workers.devices.memory_mb) but phase '{phase}' \
+    "placement does not fit: device {device}{} has {} (workers.devices.memory_mb) but phase '{phase}' \
      needs {} there: {}; give the roles more devices, raise workers.devices.memory_mb, or lower \
      workers.<role>.memory_mb",
+    .node.as_ref().map(|n| format!(" of node {n}")).unwrap_or_default(),
     mib(*.budget), mib(*.needed), .parts.iter().map(|(r, b)| format!("{r} {}", mib(*b))).collect::<Vec<_>>().join(" + ")
 )]
 pub struct PlacementError {
     pub device: usize,
+    pub node: Option<String>,
     pub phase: Phase,
     pub budget: u64,
     pub needed: u64,
@@ -117,26 +122,45 @@ impl Placement {
 
     fn checked(self) -> Result<Placement, PlacementError> {
         let p = self;
+        let mut nodes: Vec<&Option<String>> = p.slots.iter().map(|s| &s.node).collect();
+        nodes.sort();
+        nodes.dedup();
         for phase in [Phase::Generate, Phase::Train, Phase::Teach] {
-            for device in 0..p.device_count {
-                let parts: Vec<(Role, u64)> = p
-                    .phase_roles(phase)
-                    .filter(|s| s.devices.contains(&device))
-                    .map(|s| (s.role, s.bytes_per_device()))
-                    .collect();
-                let needed = parts.iter().map(|(_, b)| b).sum::<u64>();
-                if needed > p.memory_per_device {
-                    return Err(PlacementError {
-                        device,
-                        phase,
-                        budget: p.memory_per_device,
-                        needed,
-                        parts,
-                    });
+            for node in &nodes {
+                for device in 0..p.device_count {
+                    let parts: Vec<(Role, u64)> = p
+                        .phase_roles(phase)
+                        .filter(|s| &s.node == *node && s.devices.contains(&device))
+                        .map(|s| (s.role, s.bytes_per_device()))
+                        .collect();
+                    let needed = parts.iter().map(|(_, b)| b).sum::<u64>();
+                    if needed > p.memory_per_device {
+                        return Err(PlacementError {
+                            device,
+                            node: (*node).clone(),
+                            phase,
+                            budget: p.memory_per_device,
+                            needed,
+                            parts,
+                        });
+                    }
                 }
             }
         }
         Ok(p)
+    }
+
+    /// The same placement with the roles `nodes` names on those nodes (a cluster's workers: the
+    /// others are on the head's machine), checked again: roles on different nodes never share a
+    /// device, so they neither time-share nor add up.
+    pub fn on_nodes(
+        mut self,
+        nodes: &std::collections::BTreeMap<Role, String>,
+    ) -> Result<Placement, PlacementError> {
+        for slot in &mut self.slots {
+            slot.node = nodes.get(&slot.role).cloned();
+        }
+        self.checked()
     }
 
     /// The placement a run's config asks for, with footprints estimated from the model's shape
@@ -247,10 +271,12 @@ impl Placement {
         }
     }
 
-    /// Whether two roles share a device (and so time-share it).
+    /// Whether two roles share a device (and so time-share it): one of the same node.
     pub fn colocated(&self, a: Role, b: Role) -> bool {
         match (self.slot(a), self.slot(b)) {
-            (Some(x), Some(y)) => x.devices.iter().any(|d| y.devices.contains(d)),
+            (Some(x), Some(y)) => {
+                x.node == y.node && x.devices.iter().any(|d| y.devices.contains(d))
+            }
             _ => false,
         }
     }
@@ -271,6 +297,7 @@ fn slot_of(workers: &WorkersConfig, role: Role, estimate: u64) -> RoleSlot {
     };
     RoleSlot {
         role,
+        node: None,
         devices: workers.device_mapping(role),
         workers: copies,
         bytes_per_worker: bytes,
@@ -319,6 +346,7 @@ mod tests {
     fn slot(role: Role, devices: &[usize], mib: u64) -> RoleSlot {
         RoleSlot {
             role,
+            node: None,
             devices: devices.to_vec(),
             workers: 1,
             bytes_per_worker: mib << 20,
@@ -381,10 +409,71 @@ mod tests {
         assert_eq!((err.phase, err.needed), (Phase::Train, 110 << 20));
     }
 
+    /// Device 0 of one node is not device 0 of another: roles there neither add up nor
+    /// time-share; a node that is still too small is named.
+    #[test]
+    fn roles_on_different_nodes_do_not_share_a_device() {
+        let slots = vec![
+            slot(Role::ActorTrain, &[0], 60),
+            slot(Role::Reference, &[0], 50),
+            slot(Role::ActorInfer, &[0], 40),
+        ];
+        // One machine: the train phase needs 110 MiB of device 0's 100.
+        let err = Placement::new(1, 100 << 20, slots.clone(), false).expect_err("too big");
+        assert_eq!(
+            (err.device, err.node.clone(), err.needed),
+            (0, None, 110 << 20)
+        );
+        let p = Placement {
+            device_count: 1,
+            memory_per_device: 100 << 20,
+            slots: slots.clone(),
+            async_rollout: false,
+            teacher_phase: Phase::Train,
+        };
+        // The reference on node b: it fits, and it shares nothing with actor_train or the
+        // generator, which still time-share device 0 of the head's machine.
+        let nodes = [(Role::Reference, "b".to_string())].into();
+        let placed = p.clone().on_nodes(&nodes).expect("fits across two nodes");
+        assert!(!placed.colocated(Role::ActorTrain, Role::Reference));
+        assert!(!placed.colocated(Role::Reference, Role::ActorInfer));
+        assert!(placed.colocated(Role::ActorTrain, Role::ActorInfer));
+        // Phase after phase, actor_train and the generator take turns on the head's device 0;
+        // the reference on node b is never offloaded.
+        let mut ledger = super::super::ledger::Ledger::new(placed);
+        let mut moves = vec![];
+        for phase in [Phase::Generate, Phase::Train, Phase::Generate, Phase::Train] {
+            ledger
+                .enter(phase, |r, d| {
+                    moves.push((r, d));
+                    Ok::<u64, ()>(1)
+                })
+                .expect("moves");
+        }
+        assert!(
+            !moves.contains(&(Role::Reference, super::super::ledger::Direction::Offload)),
+            "{moves:?}"
+        );
+        assert!(
+            moves.contains(&(Role::ActorTrain, super::super::ledger::Direction::Offload)),
+            "{moves:?}"
+        );
+        // Too big on its own node: that node's device is named.
+        let mut big = p;
+        big.slots[1].bytes_per_worker = 120 << 20;
+        let err = big.on_nodes(&nodes).expect_err("too big for node b");
+        assert_eq!((err.device, err.node.as_deref()), (0, Some("b")));
+        assert!(
+            err.to_string().contains("device 0 of node b has 100.0 MiB"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn a_worker_spread_over_devices_splits_its_bytes() {
         let s = RoleSlot {
             role: Role::ActorInfer,
+            node: None,
             devices: vec![0, 1, 2, 3],
             workers: 2,
             bytes_per_worker: 101,
@@ -397,6 +486,7 @@ mod tests {
         // Three judge replicas of 10 bytes on two devices: two share one of them.
         let s = RoleSlot {
             role: Role::Reward,
+            node: None,
             devices: vec![0, 1],
             workers: 3,
             bytes_per_worker: 10,

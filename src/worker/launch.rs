@@ -87,6 +87,18 @@ pub fn workers_mirror() -> bool {
     )
 }
 
+/// The node each role's workers run on, for the workers started from now on: the launcher's
+/// hosts (`None` with every worker on this machine).
+pub fn remote_hosts() -> Option<BTreeMap<Role, String>> {
+    match transport() {
+        Transport::Tcp {
+            launch: Launch::Remote(remote),
+            ..
+        } => Some(remote.hosts),
+        _ => None,
+    }
+}
+
 pub(super) fn transport() -> Transport {
     TRANSPORT.read().map_or(Transport::Unix, |t| t.clone())
 }

@@ -61,7 +61,7 @@ pub struct WorkerSpec {
     /// judge models): `ROLL_DEVICE` in its environment (`crate::device::tool_device`).
     pub device: Option<crate::device::DeviceSpec>,
     pub transport: Transport,
-    /// The role's host area on this machine (`crate::scheduler::host_copy::HostArea`): what a
+    /// The role's host area on this machine (`src/scheduler/host_copy.rs`): what a
     /// worker on a node that does not see it mirrors ([`super::mirror`]).
     pub area: Option<PathBuf>,
     /// Files of the area (relative to it) that a mirroring worker keeps to itself.
