@@ -26,6 +26,24 @@ pub enum Transport {
     },
 }
 
+impl Transport {
+    /// The remote launch of a worker started on another node (ssh, srun), if it is one.
+    pub fn remote(&self) -> Option<&RemoteLaunch> {
+        match self {
+            Transport::Tcp {
+                launch: Launch::Remote(remote),
+                ..
+            } => Some(remote),
+            _ => None,
+        }
+    }
+
+    /// Whether its remote workers keep mirrors of their host areas (no shared directory).
+    pub fn mirrors(&self) -> bool {
+        self.remote().is_some_and(|r| r.mirror)
+    }
+}
+
 /// Who starts a worker that connects over TCP.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Launch {
@@ -78,25 +96,13 @@ pub fn set_transport(transport: Transport) {
 /// Whether the workers started from now on keep mirrors of their host areas: their nodes do not
 /// see this machine's files (a remote launcher and no `cluster.shared_dir`).
 pub fn workers_mirror() -> bool {
-    matches!(
-        transport(),
-        Transport::Tcp {
-            launch: Launch::Remote(RemoteLaunch { mirror: true, .. }),
-            ..
-        }
-    )
+    transport().mirrors()
 }
 
 /// The node each role's workers run on, for the workers started from now on: the launcher's
 /// hosts (`None` with every worker on this machine).
 pub fn remote_hosts() -> Option<BTreeMap<Role, String>> {
-    match transport() {
-        Transport::Tcp {
-            launch: Launch::Remote(remote),
-            ..
-        } => Some(remote.hosts),
-        _ => None,
-    }
+    transport().remote().map(|r| r.hosts.clone())
 }
 
 pub(super) fn transport() -> Transport {

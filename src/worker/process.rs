@@ -111,14 +111,7 @@ impl WorkerSpec {
     /// Whether the worker keeps a mirror of its role's host area (a remote one that does not
     /// see it).
     pub fn mirrors(&self) -> bool {
-        self.area.is_some()
-            && matches!(
-                &self.transport,
-                Transport::Tcp {
-                    launch: Launch::Remote(RemoteLaunch { mirror: true, .. }),
-                    ..
-                }
-            )
+        self.area.is_some() && self.transport.mirrors()
     }
 
     /// The same worker computing on `device` where its calls name none.
@@ -209,8 +202,6 @@ pub struct WorkerProcess {
     /// The head's end of the worker's mirror of the role's host area, when it keeps one; a call
     /// holds it from the push before it to the collect after it.
     mirror: Option<Arc<tokio::sync::Mutex<MirrorLink>>>,
-    /// Bytes and seconds moved through the mirror so far, each way (to the worker, back).
-    mirrored: Arc<Mutex<(Moved, Moved)>>,
     _socket_dir: tempfile::TempDir,
 }
 
@@ -303,16 +294,12 @@ pub async fn accept_proven(
 
 /// The launcher (`ssh`, `srun`) and node of a remotely launched worker.
 fn remote_launcher(spec: &WorkerSpec) -> Option<(&'static str, &str)> {
-    match &spec.transport {
-        Transport::Tcp {
-            launch: Launch::Remote(remote),
-            ..
-        } => Some((
+    spec.transport.remote().map(|remote| {
+        (
             remote.launcher.name(),
             remote.hosts.get(&spec.role).map_or("?", String::as_str),
-        )),
-        _ => None,
-    }
+        )
+    })
 }
 
 /// `exchange` (a push or a collect) on the held mirror link, on a thread that may block.
@@ -714,13 +701,7 @@ impl WorkerProcess {
             link,
         )));
         let lost = LostReason::default();
-        let remote = matches!(
-            spec.transport,
-            Transport::Tcp {
-                launch: Launch::Remote(_),
-                ..
-            }
-        );
+        let remote = spec.transport.remote().is_some();
         tasks.push(tokio::spawn(heartbeat(
             spec.clone(),
             outgoing.clone(),
@@ -755,7 +736,6 @@ impl WorkerProcess {
             group,
             stdin,
             mirror,
-            mirrored: Arc::default(),
             _socket_dir: dir,
         })
     }
@@ -789,21 +769,10 @@ impl WorkerProcess {
         // A call that failed may have written too; a worker that is gone has nothing to give.
         if matches!(reply, Ok(_) | Err(WorkerError::Failed { .. })) {
             let (_, collected) = on_link(link, MirrorLink::collect).await.map_err(failed)?;
-            if let Ok(mut m) = self.mirrored.lock() {
-                m.0.add(pushed);
-                m.1.add(collected);
-            }
             super::link::moved(self.role, self.index, pushed);
             super::link::moved(self.role, self.index, collected);
         }
         reply
-    }
-
-    /// Bytes and seconds moved through the worker's mirror of its role's host area so far: to the
-    /// worker, and back. `None`: it keeps no mirror.
-    pub fn mirrored(&self) -> Option<(Moved, Moved)> {
-        self.mirror.as_ref()?;
-        self.mirrored.lock().ok().map(|m| *m)
     }
 
     async fn send_call(
