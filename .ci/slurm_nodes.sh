@@ -75,6 +75,8 @@ for _ in $(seq 300); do [ "$(grep -c "rl *[0-9]*/" killed.out || true)" -ge $((s
 replaced=$(pgrep -f -- "^$BIN worker reference .*--secret-stdin") || fail "the reference worker was not replaced"
 [ "$replaced" != "$reference" ] || fail "the killed reference worker is still there"
 [ "$(ip netns identify "$replaced")" = roll-b ] || fail "the new reference worker is not on node2"
+# slurmctld hears of the killed step's end a moment after its replacement starts: wait for it.
+for _ in $(seq 100); do [ "$(steps | wc -l)" -eq 3 ] && break; sleep 0.1; done
 [ "$(steps | wc -l)" -eq 3 ] || fail "expected 3 job steps after the replacement, found: $(squeue --steps)"
 head_pid=$(pgrep -f -- "^$BIN --store $STORE run net.yaml name=killed") || fail "no head"
 kill -9 "$head_pid"
