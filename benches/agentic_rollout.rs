@@ -81,6 +81,7 @@ fn turn_by_turn(dir: &Path, delay: f64) -> (f64, usize, f64) {
     let tok = Tokenizing {
         model: &model,
         chat_template: false,
+        template_options: &cfg.data.chat_template_options,
     };
     let env_cfg = cfg.rl.as_ref().and_then(|r| r.env.clone()).expect("rl.env");
     let prototype = make(&env_cfg.name, &env_cfg.param_pairs()).expect("the env");

@@ -19,7 +19,7 @@
 //!
 //! `BENCH_DTYPE=bfloat16` builds both models in bf16 (on the CPU a bf16 model computes in f32
 //! through the fused kernels, its weights widened as they are read: `Transformer::compute_dtype`,
-//! benches/RESULTS.md, twenty-eighth slice).
+//! benches/RESULTS.md's git history).
 //!
 //! Run: `cargo bench --bench engine` (prints medians after untimed warm-up repetitions, as the
 //! peers' scripts time theirs; record them in benches/RESULTS.md). The 0.5B workloads print each

@@ -1,6 +1,6 @@
 //! How fast a worker's mirror of its host area fills (`src/worker/mirror.rs`: files over TCP to
 //! a worker on a node that does not share the head's filesystem), against plain TCP on loopback
-//! in the same sitting. Each figure is the best of `ROUNDS` pushes of a changed file of `MB`
+//! minutes apart. Each figure is the best of `ROUNDS` pushes of a changed file of `MB`
 //! megabytes into a worker process's mirror in `/dev/shm`.
 //!
 //! `cargo bench --bench mirror` measures loopback only; `sudo bash benches/mirror_bandwidth.sh`

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The mirror's bandwidth (issue 64's target: files over TCP between two nodes at >= 50% of
-# loopback TCP measured in the same sitting): benches/mirror.rs on loopback, then with its
+# loopback TCP measured minutes apart): benches/mirror.rs on loopback, then with its
 # worker in node roll-a of .ci/nodes.sh (a network namespace behind a veth pair and a bridge).
 # Needs root and iproute2: `sudo bash benches/mirror_bandwidth.sh` (MB=512 ROUNDS=5 by default).
 set -euo pipefail

@@ -5,7 +5,7 @@ multiplies with), one thread, in cache: the peer's side of
 labels, same statistic (the least of 9 timed runs after one to warm up), and the same total: one
 lane's step (4 layers x 21 products, 480 rows) at those rates.
 
-Run both back to back (the machine is shared, so compare only figures of one sitting):
+Run both back to back (the machine is shared, so compare only figures of one run):
     /tmp/peervenv/bin/python benches/peer_products.py
     cargo bench -p roll-cpu-kernels --bench ceiling -- shapes
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine against Hugging Face transformers and TRL, back to back in one sitting, with the ratios.
+# The engine against Hugging Face transformers and TRL, back to back in one run, with the ratios.
 #
 #   benches/vs_peers.sh [--qwen05] [--no-tiny] [--rounds N] [--pairs N] [--cpus LIST] [--torch-isa avx2] [--avx2]
 #
@@ -157,7 +157,7 @@ tiny_round() {
     "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- generation >"$WORK/ours.txt" 2>/dev/null
     "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- fwd_bwd >>"$WORK/ours.txt" 2>/dev/null
     "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- grpo >>"$WORK/ours.txt" 2>/dev/null
-    # Ours again in one lane (the engine before lanes), for the slice's own ratio.
+    # Ours again in one lane (the engine before lanes), for its own ratio.
     for w in generation fwd_bwd grpo; do
         ROLL_LANES=1 "${PIN[@]}" cargo bench "${OURS[@]}" --bench engine -- $w 2>/dev/null
     done >"$WORK/one_lane.txt"

@@ -16,7 +16,7 @@
 //! count as available memory at once. Until then the process that gave them back reuses them
 //! without a page fault. A worker process offloads and reloads every RL step: with the pages
 //! unmapped at once (`MADV_DONTNEED`, mimalloc's default) its whole working set was faulted in and
-//! zeroed again each step (benches/RESULTS.md, twenty-fifth slice). The price is in what tools
+//! zeroed again each step (benches/RESULTS.md's git history). The price is in what tools
 //! show: a worker's RSS does not drop at its offload; the pages it gave back are its `LazyFree`
 //! in `/proc/PID/smaps_rollup` until the kernel takes them.
 

@@ -9,6 +9,7 @@ mod env_play;
 mod env_replay;
 mod model_bench;
 mod model_cmd;
+mod model_template;
 mod reward_cmd;
 mod run_cmd;
 mod samples_cmd;
@@ -475,6 +476,48 @@ pub enum ModelCommand {
     /// Merge a LoRA adapter (a PEFT adapter directory) into its base model and write the merged
     /// model as a Hugging Face directory.
     Merge(MergeArgs),
+    /// Print exactly the text the engine tokenizes for a conversation: the model directory's chat
+    /// template rendered as transformers' `apply_chat_template(tokenize=False)` renders it.
+    #[command(after_help = TEMPLATE_EXAMPLES)]
+    Template(TemplateArgs),
+}
+
+const TEMPLATE_EXAMPLES: &str = "\
+The messages file is JSON: a list of messages, or {\"messages\": [...], \"tools\": [...]}. A message
+has a role and content, and may carry tool_calls, reasoning_content, name, tool_call_id, ...
+(whatever the template reads):
+  [{\"role\": \"user\", \"content\": \"Weather in Paris?\"},
+   {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\",
+     \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]},
+   {\"role\": \"tool\", \"content\": \"21 C\"}]
+
+Examples:
+  roll-tui model template ./Qwen3-0.6B --messages chat.json --add-generation-prompt --set enable_thinking=false
+  roll-tui model template ./model --messages chat.json --config experiments/quickstart.yaml --ids";
+
+#[derive(Args, Debug)]
+pub struct TemplateArgs {
+    /// A Hugging Face model directory (only its tokenizer files are read).
+    pub dir: PathBuf,
+    /// The conversation: a JSON file (`-` reads standard input).
+    #[arg(long)]
+    pub messages: PathBuf,
+    /// End with the opening of the assistant's turn, as a prompt for generation does.
+    #[arg(long)]
+    pub add_generation_prompt: bool,
+    /// A template option, `name=value`, the value read as YAML (`enable_thinking=false`,
+    /// `date_string='07 Dec 2026'`); repeatable; wins over --config's.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Take the template options from this run config's `data.chat_template_options`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Render this Jinja file instead of the directory's chat template.
+    #[arg(long)]
+    pub template: Option<PathBuf>,
+    /// Print the token ids the text encodes to (one line) instead of the text.
+    #[arg(long)]
+    pub ids: bool,
 }
 
 #[derive(Args, Debug)]
@@ -710,6 +753,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
         Command::Model(ModelCommand::Bench(args)) => model_bench::bench(args).map(|_| 0),
         Command::Model(ModelCommand::Merge(args)) => model_cmd::merge(args).map(|_| 0),
+        Command::Model(ModelCommand::Template(args)) => model_template::template(args).map(|_| 0),
         Command::Reward(RewardCommand::Score(args)) => reward_cmd::score(args),
         Command::Env(EnvCommand::List) => env_cmd::list().map(|_| 0),
         Command::Env(EnvCommand::Play(args)) => {

@@ -2,7 +2,7 @@
 //!
 //! Owns the schema ([`RunConfig`] and its sections), defaults, and cross-field validation; the generic
 //! strict-YAML machinery (line numbers, did-you-mean, `key.sub=value` overrides) is in [`load`]. Every
-//! field here is read by a pipeline; README.md documents them. A dataset's relative path is relative to the
+//! field here is read by a pipeline; docs/configs.md documents them. A dataset's relative path is relative to the
 //! directory of the file that writes it (the config, or an included fragment); every other relative
 //! path to the working directory.
 
@@ -15,7 +15,6 @@ mod include;
 pub mod load;
 mod opd;
 pub mod overrides;
-mod roles;
 mod stage;
 pub mod workers;
 
@@ -28,6 +27,9 @@ use crate::algo::kl::{KlControllerKind, KlEstimator, KlMode};
 use crate::algo::loss::PolicyLossParams;
 use crate::algo::normalize::RewardNorm;
 use crate::model::Arch;
+use crate::model::chat_template::TemplateOptions;
+pub use crate::names::Role;
+pub use crate::names::Stage;
 use crate::reward::RewardSpec;
 use crate::rollout::SamplingParams;
 use crate::train::OptimizerConfig;
@@ -38,8 +40,7 @@ pub use dpo::{DpoConfig, DpoEvalConfig};
 pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
 pub use opd::{OpdConfig, OpdTeacher};
-pub use roles::Role;
-pub use stage::{Stage, StageConfig};
+pub use stage::StageConfig;
 pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,6 +163,11 @@ pub struct DataConfig {
     /// Wrap each prompt as a user message with the tokenizer's chat template.
     #[serde(default)]
     pub chat_template: bool,
+    /// Variables the chat template renders with beside the messages, as `apply_chat_template`'s
+    /// keyword arguments: `enable_thinking: false` (Qwen3), `tools` (function descriptions),
+    /// `date_string` (Llama 3). `roll-tui model template DIR --set k=v` shows their effect.
+    #[serde(default, skip_serializing_if = "TemplateOptions::is_empty")]
+    pub chat_template_options: TemplateOptions,
 }
 
 /// One task domain: its prompts, its share of each batch, and its reward.

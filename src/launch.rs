@@ -1,6 +1,6 @@
 //! Starting and resuming recorded runs: open the store, register (or take over) the run, run the
-//! pipeline on this thread with a [`StoreSink`], and record how it ended. Front-ends (headless now,
-//! the TUI later) call this; it prints nothing.
+//! pipeline on this thread with a [`StoreSink`], and record how it ended. The headless front-end
+//! calls this (the workbench starts `roll-tui run` processes); it prints nothing.
 
 use std::path::Path;
 use std::sync::Arc;

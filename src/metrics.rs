@@ -1,7 +1,7 @@
 //! The shapes of a run's numbers and samples, shared by the pipeline, the store and the plots.
 //!
 //! Pipelines write through [`MetricSink`] (the store's sink in real runs, [`MemorySink`] in tests); they
-//! never know where the numbers go. Metric keys follow DESIGN.md (`reward/<domain>/mean`); a series is
+//! never know where the numbers go. Metric keys follow docs/DESIGN.md §Metric keys (`reward/<domain>/mean`); a series is
 //! identified by its stage ("sft", "rl") and key, because both stages count steps from 1.
 
 use std::collections::BTreeMap;
@@ -9,8 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Role, Stage};
-use crate::scheduler::{Direction, Transfer};
+use crate::names::{Direction, Role, Stage, Transfer};
 
 /// Metric values of one step, by stable key.
 pub type Metrics = BTreeMap<String, f64>;
@@ -349,14 +348,14 @@ mod tests {
         assert!(t.split(&[2, 2]).is_none());
     }
 
-    use crate::scheduler::{DeviceReading, Phase};
+    use crate::names::{DeviceReading, Phase};
 
     /// A GPU move's event names each device's free memory before and after it; a CPU move's
     /// says nothing of memory (its devices are budgets).
     #[test]
     fn a_transfer_event_carries_the_drivers_memory_readings() {
         let mut t = Transfer {
-            role: crate::config::Role::ActorTrain,
+            role: crate::names::Role::ActorTrain,
             direction: Direction::Offload,
             phase: Phase::Generate,
             devices: vec![0, 1],

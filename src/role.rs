@@ -2,9 +2,9 @@
 //! in this process or in a worker process (`roll-tui worker ROLE`), behind the same calls.
 //!
 //! - Every role has a file here: [`actor_train`], [`actor_infer`], [`reference`], [`critic`],
-//!   [`reward`]. Its handle (`ActorTrain`, `Infer`, `Reference`, `Critic`, `RewardScorer`) is an
-//!   in-process value or a worker process ([`remote::RemoteWorker`]), picked from the run's
-//!   `workers.<role>.mode`.
+//!   [`reward`], [`teacher`]. Its handle (`ActorTrain`, `Infer`, `Reference`, `Critic`,
+//!   `RewardScorer`, the teachers') is an in-process value or a worker process
+//!   ([`remote::RemoteWorker`]), picked from the run's `workers.<role>.mode`.
 //! - A role in a worker process speaks its own typed requests and replies ([`Protocol`]): a call
 //!   that the role does not serve does not compile. The worker module only carries them, as JSON.
 //! - Every role that is resident on a device implements [`ResidentRole`] (offload, reload, events,

@@ -11,6 +11,7 @@ pub mod placement;
 pub mod rollout;
 pub mod sim;
 
-pub use ledger::{DeviceReading, Direction, Ledger, Transfer};
-pub use placement::{Phase, Placement, PlacementError};
+pub use crate::names::{DeviceReading, Direction, Phase, Transfer};
+pub use ledger::Ledger;
+pub use placement::{Placement, PlacementError};
 pub use rollout::{ReadyGroup, RolloutPolicy, RolloutStats, SampleScheduler};

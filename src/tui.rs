@@ -1,8 +1,7 @@
 //! The interactive workbench (`roll-tui` with no arguments): a front-end only. It reads runs and
-//! their series from the store and never owns training logic; nothing outside this module
-//! imports it.
+//! their series from the store and never owns training logic; only the `cli` module imports it.
 //!
-//! Shape (TEA, as in STYLE.md): [`app::App`] holds all state and changes only in `update(Msg)`,
+//! Shape (TEA, docs/STYLE.md §The workbench (TUI)): [`app::App`] holds all state and changes only in `update(Msg)`,
 //! which returns the reads ([`app::Effect`]) to run; [`loader`] runs them on the async runtime and
 //! answers with messages; [`ui::render`] draws the state. Keys become [`action::Action`]s through
 //! one keymap, which is also what the help screen lists. The terminal is restored on exit, on

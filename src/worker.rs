@@ -1,6 +1,6 @@
-//! Worker processes: each role of a run (actor_train, actor_infer, reference, critic, reward, env) can
-//! run as a child process `roll-tui worker ROLE`, spawned from the current executable so parent and
-//! worker are always the same build.
+//! Worker processes: each model role of a run (actor_train, actor_infer, reference, critic, reward,
+//! teacher) can run as a child process `roll-tui worker ROLE`, spawned from the current executable
+//! so parent and worker are always the same build.
 //!
 //! This module is the transport only: [`protocol`] defines the control messages and their framing
 //! over a local socket or TCP, with a version handshake and heartbeats; [`launch`] says who starts a

@@ -555,3 +555,137 @@ fn a_run_name_too_long_is_refused_briefly() {
     );
     assert!(err.len() < 1000, "{} bytes", err.len());
 }
+
+/// `model template` prints what transformers' `apply_chat_template(tokenize=False)` printed for
+/// the real Qwen3 template (tests/fixtures/chat_templates/expected.json), with tools from the
+/// messages file and options from --set or a run config; --ids encodes that text.
+#[test]
+fn model_template_prints_what_transformers_renders() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates");
+    let read = |name: &str| std::fs::read_to_string(fixtures.join(name)).unwrap();
+    let spec: serde_json::Value = serde_json::from_str(&read("conversations.json")).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(&read("expected.json")).unwrap();
+    let case = |name: &str| {
+        let case = spec["cases"].as_array().unwrap().iter();
+        case.clone().find(|c| c["name"] == name).unwrap().clone()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m");
+    roll()
+        .args([
+            "model", "init", "--arch", "qwen2", "--hidden", "16", "--layers", "1", "--heads", "2",
+        ])
+        .args([
+            "--kv-heads",
+            "1",
+            "--intermediate",
+            "32",
+            "--chars",
+            "ab",
+            "--out",
+        ])
+        .arg(&model)
+        .assert()
+        .success();
+    let template = |args: &[&str]| {
+        let out = roll()
+            .args(["model", "template"])
+            .arg(&model)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).unwrap(),
+            stderr,
+        )
+    };
+    let (ok, _, err) = template(&["--messages", "x.json"]);
+    assert!(!ok && err.contains("has no chat template"), "{err}");
+    std::fs::write(model.join("chat_template.jinja"), read("qwen3.jinja")).unwrap();
+
+    let tools = dir.path().join("tools.json");
+    let round_trip = case("tool_round_trip");
+    let file = serde_json::json!({"messages": round_trip["messages"], "tools": spec["tools"]});
+    std::fs::write(&tools, file.to_string()).unwrap();
+    let (ok, text, err) = template(&[
+        "--messages",
+        tools.to_str().unwrap(),
+        "--add-generation-prompt",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        text,
+        expected["qwen3"]["rendered"]["tool_round_trip"]
+            .as_str()
+            .unwrap()
+    );
+
+    let plain = dir.path().join("plain.json");
+    std::fs::write(&plain, case("thinking_off")["messages"].to_string()).unwrap();
+    let want = expected["qwen3"]["rendered"]["thinking_off"]
+        .as_str()
+        .unwrap();
+    let args = [
+        "--messages",
+        plain.to_str().unwrap(),
+        "--add-generation-prompt",
+    ];
+    let (ok, thinking, err) = template(&args);
+    assert!(ok, "{err}");
+    assert_ne!(thinking, want, "enable_thinking must change the text");
+    let (_, off, _) = template(&[&args[..], &["--set", "enable_thinking=false"]].concat());
+    assert_eq!(off, want);
+    let config = dir.path().join("run.yaml");
+    let inline = read("../quickstart_inline.yaml").replacen(
+        "data:\n",
+        "data:\n  chat_template_options: { enable_thinking: false }\n",
+        1,
+    );
+    std::fs::write(&config, inline).unwrap();
+    let (ok, from_config, err) =
+        template(&[&args[..], &["--config", config.to_str().unwrap()]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(from_config, want);
+
+    // --ids: the text's token ids, in the text's order.
+    let ab = dir.path().join("ab.json");
+    let bare = dir.path().join("bare.jinja");
+    std::fs::write(&bare, "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+    let ids = |content: &str| {
+        std::fs::write(
+            &ab,
+            serde_json::json!([{"role": "user", "content": content}]).to_string(),
+        )
+        .unwrap();
+        let (ok, out, err) = template(&[
+            "--messages",
+            ab.to_str().unwrap(),
+            "--template",
+            bare.to_str().unwrap(),
+            "--ids",
+        ]);
+        assert!(ok, "{err}");
+        out.split_whitespace()
+            .map(|i| i.parse::<u32>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let (a_b, b_a) = (ids("ab"), ids("ba"));
+    assert_eq!(a_b.len(), 2);
+    assert_ne!(a_b[0], a_b[1]);
+    assert_eq!(b_a, vec![a_b[1], a_b[0]]);
+
+    // Bad input names what and where.
+    std::fs::write(&ab, r#"[{"content": "x"}]"#).unwrap();
+    let (ok, _, err) = template(&["--messages", ab.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("message 1 is not an object with a string \"role\""),
+        "{err}"
+    );
+    let (ok, _, err) = template(&[&args[..], &["--set", "messages=[]"]].concat());
+    assert!(
+        !ok && err.contains("'messages' is set by roll-tui itself"),
+        "{err}"
+    );
+}

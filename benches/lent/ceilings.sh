@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a lent device machine's CPU (benches/RESULTS.md, twenty-ninth slice): the cores' FMA peak, our
+# On a lent device machine's CPU (benches/RESULTS.md's git history): the cores' FMA peak, our
 # products alone (kernels/cpu/benches/ceiling.rs), MKL's (benches/peer_products.py) and our
 # forward+backward, with and without AVX-512, two cores pinned. Carried beside it in .dev/ (see
 # tiny_rounds.sh): engine_v4, engine_avx2, ceiling_v4, ceiling_avx2 (`cargo bench -p

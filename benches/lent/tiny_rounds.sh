@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rounds of the tiny workloads on a lent device machine's CPU (benches/RESULTS.md, twenty-ninth
-# slice): HF transformers natively and held to AVX2, our engine built with and without AVX-512,
+# Rounds of the tiny workloads on a lent device machine's CPU (benches/RESULTS.md's git history):
+# HF transformers natively and held to AVX2, our engine built with and without AVX-512,
 # TRL both ways, every run pinned to two cores to stand for this project's 2-core machines.
 #
 # The device machine has python3 with torch and transformers but no Rust and no network, so build

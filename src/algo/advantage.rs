@@ -258,7 +258,9 @@ mod tests {
 
     fn close(a: &Tensor, b: &[&[f32]]) {
         let a = a.to_vec2::<f32>().unwrap();
+        assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
         for (ra, rb) in a.iter().zip(b) {
+            assert_eq!(ra.len(), rb.len(), "{a:?} vs {b:?}");
             for (x, y) in ra.iter().zip(rb.iter()) {
                 assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
             }

@@ -139,6 +139,7 @@ mod tests {
     }
 
     fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
         for (x, y) in a.iter().zip(b) {
             assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
         }

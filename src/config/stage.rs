@@ -3,76 +3,8 @@
 //! Adding a stage starts with a variant here, its section in `RunConfig` and its module in
 //! `pipeline/`.
 
-use serde::{Deserialize, Serialize};
-
 use super::{DistillConfig, DpoConfig, RlConfig, RunConfig, SftConfig};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    /// Supervised fine-tuning on (prompt, ground truth) pairs (`sft:`).
-    Sft,
-    /// Knowledge distillation from a teacher's top-k (`distill:`).
-    Distill,
-    /// Preference optimisation on (prompt, chosen, rejected) pairs (`dpo:`).
-    Dpo,
-    /// RL with verifiable rewards (`rl:`).
-    Rl,
-}
-
-impl Stage {
-    /// Every stage this build knows, in the order a run goes through them unless its config's
-    /// `stages:` says otherwise.
-    pub const ALL: [Stage; 4] = [Stage::Sft, Stage::Distill, Stage::Dpo, Stage::Rl];
-
-    /// The stage's name: its config section, and how the store and the workbench name it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Stage::Sft => "sft",
-            Stage::Distill => "distill",
-            Stage::Dpo => "dpo",
-            Stage::Rl => "rl",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Stage> {
-        Stage::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-
-    /// Where a stored stage name sorts: known stages in [`Stage::ALL`] order, then any other name
-    /// (written by a newer version).
-    pub fn rank_of(name: &str) -> usize {
-        Stage::ALL
-            .iter()
-            .position(|s| s.as_str() == name)
-            .unwrap_or(Stage::ALL.len())
-    }
-
-    /// Whether the stage records samples each step (the Samples view's): rl its scored
-    /// rollouts, dpo its pairs with their implicit rewards.
-    pub const fn records_samples(self) -> bool {
-        matches!(self, Stage::Dpo | Stage::Rl)
-    }
-
-    /// The stages after this one in [`Stage::ALL`] order.
-    pub fn later(self) -> &'static [Stage] {
-        let at = Stage::ALL.iter().position(|s| *s == self).unwrap_or(0);
-        &Stage::ALL[at + 1..]
-    }
-}
-
-/// A stage equals its name, as the store and checkpoints write it.
-impl PartialEq<&str> for Stage {
-    fn eq(&self, name: &&str) -> bool {
-        self.as_str() == *name
-    }
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::names::Stage;
 
 /// One stage of a run with its config section.
 #[derive(Debug, Clone, Copy)]

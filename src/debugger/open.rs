@@ -313,6 +313,7 @@ fn from_run(
     }
     let mut policy = ModelPolicy::new(source, model, cfg.data.chat_template, env, sampling)?;
     policy.run_env = run_env;
+    policy.template_options = cfg.data.chat_template_options.clone();
     Ok(policy)
 }
 

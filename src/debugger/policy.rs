@@ -15,6 +15,7 @@ use candle_core::DType;
 use super::session::Session;
 use crate::config::EnvConfig;
 use crate::env::ActionParser;
+use crate::model::chat_template::TemplateOptions;
 use crate::model::threads::on_the_pool;
 use crate::model::{LoadedModel, Numerics};
 use crate::pipeline::agentic::turns::{TurnFormat, step_content};
@@ -116,6 +117,8 @@ pub struct ModelPolicy {
     pub source: String,
     model: Arc<LoadedModel>,
     chat_template: bool,
+    /// The run's `data.chat_template_options` (none for a model opened on its own).
+    pub template_options: TemplateOptions,
     /// The prompt's shape: the debugged env's config ([`ModelPolicy::for_env`]), and the text
     /// before its first observation.
     env: EnvConfig,
@@ -151,6 +154,7 @@ impl ModelPolicy {
             source,
             model: Arc::new(model),
             chat_template,
+            template_options: TemplateOptions::default(),
             env: env.clone(),
             instruction: None,
             shaped: false,
@@ -192,6 +196,7 @@ impl ModelPolicy {
         Tokenizing {
             model: &self.model,
             chat_template: self.chat_template,
+            template_options: &self.template_options,
         }
     }
 

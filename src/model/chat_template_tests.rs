@@ -1,6 +1,7 @@
 //! Tests of [`super`]: chat-template rendering, Python methods, `tojson` and `strftime`.
 
 use super::*;
+use serde_json::Value as Json;
 
 /// Qwen2.5-Instruct's chat template, verbatim from its `tokenizer_config.json`.
 pub(crate) const QWEN25_TEMPLATE: &str = r###"{%- if tools %}
@@ -138,4 +139,80 @@ fn strftime_matches_python() {
     let msgs = [ChatMessage::new("user", "x")];
     let today = render_chat("{{ strftime_now('%Y') }}", &msgs, false, None, None).unwrap();
     assert_eq!(today.len(), 4);
+}
+
+/// Real templates (Qwen2.5-Instruct, Qwen3, Llama-3.3-Instruct) on conversations with system
+/// prompts, thinking, tool calls and results, and template options, against what transformers'
+/// `apply_chat_template(tokenize=False)` rendered (`tests/fixtures/chat_templates/make_expected.py`
+/// wrote `expected.json`): byte for byte.
+#[test]
+fn real_templates_render_as_transformers() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    let spec: Json = serde_json::from_str(&read("conversations.json")).unwrap();
+    let expected: Json = serde_json::from_str(&read("expected.json")).unwrap();
+    let expected = expected.as_object().unwrap();
+    assert_eq!(expected.len(), 3);
+    let mut compared = 0;
+    for (model, want) in expected {
+        let template = read(&format!("{model}.jinja"));
+        let token = |name: &str| want["tokens"][name].as_str();
+        let tokens = [
+            ("bos_token", token("bos_token")),
+            ("eos_token", token("eos_token")),
+        ];
+        for case in spec["cases"].as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let mut options: TemplateOptions = match case.get("options") {
+                Some(o) => serde_json::from_value(o.clone()).unwrap(),
+                None => TemplateOptions::default(),
+            };
+            if case.get("with_tools").is_some() {
+                options.set("tools", spec["tools"].clone()).unwrap();
+            }
+            let render = ChatRender {
+                template: &template,
+                tokens: &tokens,
+                options: &options,
+            };
+            let messages = case["messages"].as_array().unwrap();
+            let got = render.render(messages, case["add_generation_prompt"].as_bool().unwrap());
+            match (&want["rendered"][name], got) {
+                (Json::String(text), Ok(got)) => assert_eq!(&got, text, "{model} {name}"),
+                (Json::Object(e), Err(err)) => {
+                    let message = e["error"].as_str().unwrap();
+                    assert!(err.to_string().contains(message), "{model} {name}: {err}");
+                }
+                (want, got) => panic!("{model} {name}: expected {want}, rendered {got:?}"),
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 18);
+}
+
+#[test]
+fn options_are_checked_and_reach_the_template() {
+    let err = serde_json::from_str::<TemplateOptions>(r#"{"messages": []}"#).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("'messages' is set by roll-tui itself"),
+        "{err}"
+    );
+    let err = serde_json::from_str::<TemplateOptions>(r#"{"tools": "x"}"#).unwrap_err();
+    assert!(err.to_string().contains("'tools' must be a list"), "{err}");
+    // An option overrides a special token, as transformers' keyword arguments do; `tools` and
+    // `documents` are defined (none) when not given.
+    let options: TemplateOptions =
+        serde_json::from_str(r#"{"eos_token": "<E>", "flag": false}"#).unwrap();
+    let render = ChatRender {
+        template: "{{ eos_token }}|{{ flag is false }}|{{ tools is none }}|{{ documents is defined }}",
+        tokens: &[("eos_token", Some("</s>"))],
+        options: &options,
+    };
+    assert_eq!(
+        render.render::<ChatMessage>(&[], false).unwrap(),
+        "<E>|True|True|True"
+    );
 }

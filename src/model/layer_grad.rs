@@ -16,7 +16,7 @@
 //! residual stream) and recomputes in the backward what one cheap pass makes from it: the two
 //! normed inputs and SwiGLU's output, a third of a layer's activations by bytes (SwiGLU's is as
 //! wide as the MLP). At the Qwen2.5-0.5B shape that is 0.5 GB off a forward+backward's peak at no
-//! measurable time (benches/RESULTS.md, eighteenth slice); the recomputed tensors are the
+//! measurable time (benches/RESULTS.md's git history); the recomputed tensors are the
 //! forward's bits (the same kernels on the same inputs), so the gradients are unchanged. SwiGLU's
 //! output is made in the pass that takes SwiGLU's gradients, which computes the same sigmoid.
 //!

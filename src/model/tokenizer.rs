@@ -166,6 +166,17 @@ pub fn load_tokenizer_dir(dir: &Path) -> Result<TokenizerFiles, TokenizerError> 
     })
 }
 
+impl TokenizerFiles {
+    /// The special tokens by the names chat templates read them by (unset ones `None`).
+    pub fn template_tokens(&self) -> [(&'static str, Option<&str>); 3] {
+        [
+            ("bos_token", self.bos_token.as_deref()),
+            ("eos_token", self.eos_token.as_deref()),
+            ("pad_token", self.pad_token.as_deref()),
+        ]
+    }
+}
+
 fn invalid(path: &Path, message: impl Into<String>) -> TokenizerError {
     TokenizerError::Invalid {
         path: path_str(path),

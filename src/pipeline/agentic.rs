@@ -88,9 +88,11 @@ pub fn run_agentic(
         .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     let infer = Infer::start(ctx.cfg, cfg, model)?;
+    let run_cfg = ctx.cfg;
     let tok = Tokenizing {
         model,
         chat_template,
+        template_options: &run_cfg.data.chat_template_options,
     };
     let instruction = match (&env.instruction, chat_template) {
         (Some(i), _) => Some(i.clone()),

@@ -101,6 +101,7 @@ fn distill_steps(
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
+        template_options: &data.template_options,
     };
     let temperature = cfg.kd_temperature * cfg.teacher_temperature;
     let device = model.transformer.device().clone();

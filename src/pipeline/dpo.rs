@@ -45,9 +45,11 @@ pub fn run_dpo(
     chat_template: bool,
     resume: Option<&Resume>,
 ) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+    let run_cfg = ctx.cfg;
     let tok = Tokenizing {
         model,
         chat_template,
+        template_options: &run_cfg.data.chat_template_options,
     };
     let positions = model.config().max_position_embeddings;
     let train = PairSet::load(&cfg.data, tok, positions)?;

@@ -101,6 +101,7 @@ pub fn run_rlvr(
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
+        template_options: &data.template_options,
     };
     let first = learner.first_step;
     ctx.emit(PipelineEvent::StageStarted {

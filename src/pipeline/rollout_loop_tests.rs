@@ -7,6 +7,7 @@ use crate::config::RunConfig;
 use crate::config::load::from_yaml_str;
 use crate::data::Example;
 use crate::model::LoadedModel;
+use crate::model::chat_template::TemplateOptions;
 use crate::model::hf_dir::tiny_test_model;
 use crate::reward::{Reward, RewardFn};
 use crate::role::RoleError;
@@ -81,6 +82,7 @@ fn domains() -> Domains {
             reward: Reward::One(RewardFn::ExactMatch { ignore_case: false }),
         }],
         chat_template: false,
+        template_options: TemplateOptions::default(),
     }
 }
 
@@ -117,6 +119,7 @@ fn rollout_once(dynamic_sampling: bool) -> (StepRollout, Vec<String>) {
     let tok = Tokenizing {
         model: &model,
         chat_template: false,
+        template_options: TemplateOptions::none(),
     };
     let link = ScoreLink::start(SharedScorer::new(RewardScorer::in_process()))
         .expect("in-process scoring");

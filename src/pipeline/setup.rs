@@ -2,8 +2,8 @@
 
 use crate::config::{RunConfig, Stage};
 use crate::data::{DomainMixer, Example};
+use crate::model::chat_template::{ChatMessage, ChatRender, TemplateOptions};
 use crate::model::lora::{Adapter, LoraSettings, LoraVars};
-use crate::model::tokenizer::{ChatMessage, render_chat};
 use crate::model::{InitOptions, LoadedModel, Transformer, init_model, load_model_dir};
 use crate::reward::Reward;
 
@@ -206,6 +206,7 @@ pub struct Domain {
 pub struct Domains {
     pub domains: Vec<Domain>,
     pub chat_template: bool,
+    pub template_options: TemplateOptions,
 }
 
 impl Domains {
@@ -281,6 +282,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
         let tok = Tokenizing {
             model,
             chat_template: cfg.data.chat_template,
+            template_options: &cfg.data.chat_template_options,
         };
         for (i, ex) in examples.iter().enumerate() {
             let where_ = match (&d.path, lines.get(i)) {
@@ -347,6 +349,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
     Ok(Domains {
         domains,
         chat_template: cfg.data.chat_template,
+        template_options: cfg.data.chat_template_options.clone(),
     })
 }
 
@@ -365,9 +368,32 @@ pub fn turn_end_text(model: &LoadedModel) -> String {
 pub struct Tokenizing<'a> {
     pub model: &'a LoadedModel,
     pub chat_template: bool,
+    /// `data.chat_template_options`: what the template renders with beside the messages.
+    pub template_options: &'a TemplateOptions,
 }
 
 impl Tokenizing<'_> {
+    /// `messages` through the tokenizer's chat template with the special tokens and the run's
+    /// template options: the text `roll-tui model template` prints.
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let tok = &self.model.tokenizer;
+        let template = tok
+            .chat_template
+            .as_deref()
+            .ok_or("cannot be templated: the tokenizer has no chat_template")?;
+        ChatRender {
+            template,
+            tokens: &tok.template_tokens(),
+            options: self.template_options,
+        }
+        .render(messages, add_generation_prompt)
+        .map_err(|e| e.to_string())
+    }
+
     pub fn prompt_ids(&self, prompt: &str) -> Result<Vec<u32>, String> {
         if self.chat_template {
             let messages = [ChatMessage {
@@ -382,19 +408,7 @@ impl Tokenizing<'_> {
     /// A conversation's messages through the tokenizer's chat template, ending with the prompt
     /// of the assistant's turn (whatever `chat_template` says: messages only exist templated).
     pub fn messages_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
-        let tok = &self.model.tokenizer;
-        let template = tok
-            .chat_template
-            .as_deref()
-            .ok_or("cannot be templated: the tokenizer has no chat_template")?;
-        let text = render_chat(
-            template,
-            messages,
-            true,
-            tok.bos_token.as_deref(),
-            tok.eos_token.as_deref(),
-        )
-        .map_err(|e| e.to_string())?;
+        let text = self.render_chat(messages, true)?;
         self.nonempty(&text)
     }
 

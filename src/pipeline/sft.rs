@@ -49,6 +49,7 @@ fn sft_steps(
     let tok = Tokenizing {
         model,
         chat_template: data.chat_template,
+        template_options: &data.template_options,
     };
     let mut last = None;
     for step in first_step..=cfg.steps {

@@ -1,6 +1,6 @@
 //! Which series go into which chart: the chart table and the stage rule. No drawing, no IO.
 //!
-//! Charts, in output order (metric keys per DESIGN.md):
+//! Charts, in output order (metric keys per docs/DESIGN.md §Metric keys):
 //! - `reward`: `reward/<domain>/mean` for every domain;
 //! - `accuracy`: `score/<domain>/accuracy` for every domain;
 //! - `loss`: `actor/pg_loss`, `critic/value_loss`, `sft/loss`, and DPO's `loss` and `eval/loss`;
@@ -150,9 +150,9 @@ pub(crate) fn plan_charts(series: &[Series]) -> Vec<ChartPlan<'_>> {
     let main = stages
         .iter()
         .copied()
-        .filter(|s| crate::config::Stage::parse(s).is_some())
-        .max_by_key(|s| crate::config::Stage::rank_of(s))
-        .unwrap_or(crate::config::Stage::Rl.as_str());
+        .filter(|s| crate::names::Stage::parse(s).is_some())
+        .max_by_key(|s| crate::names::Stage::rank_of(s))
+        .unwrap_or(crate::names::Stage::Rl.as_str());
     stages.retain(|s| *s != main);
     stages.insert(0, main);
 

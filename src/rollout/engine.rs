@@ -209,8 +209,7 @@ impl<'a> Engine<'a> {
     /// Step until queue and slots are empty; completions come back in finishing order.
     ///
     /// The loop runs on one of rayon's threads ([`on_the_pool`]): tiny generation 1.035x (AVX2)
-    /// to 1.08x (AVX-512) faster than stepped from outside (benches/RESULTS.md, twenty-third
-    /// slice).
+    /// to 1.08x (AVX-512) faster than stepped from outside (benches/RESULTS.md's git history).
     pub fn run_to_completion(&mut self) -> Result<Vec<Completion>> {
         on_the_pool(|| {
             let mut out = vec![];

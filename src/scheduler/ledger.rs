@@ -7,46 +7,8 @@
 
 use std::time::Instant;
 
-use super::placement::{Phase, Placement};
-use crate::config::Role;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Offload,
-    Reload,
-}
-
-impl Direction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Offload => "offload",
-            Direction::Reload => "reload",
-        }
-    }
-}
-
-/// One completed move of a role's state between its devices and host memory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Transfer {
-    pub role: Role,
-    pub direction: Direction,
-    pub phase: Phase,
-    pub devices: Vec<usize>,
-    pub bytes: u64,
-    pub seconds: f64,
-    /// On GPUs, each device's memory as its driver reported it around the move (empty on the
-    /// CPU, whose devices are budgets).
-    pub memory: Vec<DeviceReading>,
-}
-
-/// A GPU's free memory before and after one move, and its total, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceReading {
-    pub device: usize,
-    pub free_before: u64,
-    pub free_after: u64,
-    pub total: u64,
-}
+use super::placement::Placement;
+use crate::names::{Direction, Phase, Role, Transfer};
 
 #[derive(Debug, Clone)]
 pub struct Ledger {

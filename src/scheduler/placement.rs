@@ -8,36 +8,10 @@
 //! resident through every phase. A placement fits when, in every phase, the resident roles of each
 //! device fit its memory; otherwise it is refused before anything starts, naming device and bytes.
 
-use std::fmt;
-
-use crate::config::Role;
 use crate::config::{RlConfig, WorkersConfig};
 use crate::model::ModelConfig;
 use crate::model::params::expected_tensors;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    Generate,
-    Train,
-    /// A distillation stage's teacher computes the batch's top k.
-    Teach,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Generate => "generate",
-            Phase::Train => "train",
-            Phase::Teach => "teach",
-        }
-    }
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::names::{Phase, Role};
 
 /// One role's share of the devices.
 #[derive(Debug, Clone, PartialEq)]
@@ -451,11 +425,11 @@ mod tests {
                 .expect("moves");
         }
         assert!(
-            !moves.contains(&(Role::Reference, super::super::ledger::Direction::Offload)),
+            !moves.contains(&(Role::Reference, crate::names::Direction::Offload)),
             "{moves:?}"
         );
         assert!(
-            moves.contains(&(Role::ActorTrain, super::super::ledger::Direction::Offload)),
+            moves.contains(&(Role::ActorTrain, crate::names::Direction::Offload)),
             "{moves:?}"
         );
         // Too big on its own node: that node's device is named.

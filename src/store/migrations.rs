@@ -2,7 +2,7 @@
 //!
 //! sqlx's `migrate!` macro would list the directory at compile time, but it needs sqlx's
 //! `macros` feature, which builds a second copy of SQLite, sqlx and tokio for the compiler
-//! (~200 CPU-seconds of a clean test build, benches/RESULTS.md, thirty-second slice). The list
+//! (~200 CPU-seconds of a clean test build, benches/RESULTS.md's git history). The list
 //! here is what the macro made: each file's version and description from its name
 //! (`0002_typed_events.sql`: version 2, "typed events"), its text, and the SHA-384 of that text.
 //! sqlx records the version and checksum of every applied migration and checks them again at

@@ -181,7 +181,7 @@ impl Store {
                 bytes: r.get::<i64, _>("bytes") as u64,
             })
             .collect();
-        out.sort_by_key(|c| (crate::config::Stage::rank_of(&c.stage), c.step));
+        out.sort_by_key(|c| (crate::names::Stage::rank_of(&c.stage), c.step));
         Ok(out)
     }
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::metrics::{TrajectoryRecord, TurnRecord};
 use crate::metrics::{WorkerNote, WorkerNotice, transfer_parts};
-use crate::scheduler::{Direction, Transfer};
+use crate::names::{Direction, Transfer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

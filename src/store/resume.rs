@@ -9,8 +9,8 @@ use super::records::{EventKind, EventRecord};
 use super::runs::RunInfo;
 use super::series::{Point, decode_into, encode};
 use super::{Store, StoreError, now_ms};
-use crate::config::Stage;
 use crate::metrics::Series;
+use crate::names::Stage;
 
 impl Store {
     /// Take over `run` for a resume from the checkpoint at (`stage`, `step`): mark it running by this

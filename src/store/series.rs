@@ -222,7 +222,7 @@ pub(super) struct SeriesRow {
 /// The order readers get a run's series in: the stages in the order a run goes through them,
 /// then other stages by name; by key within a stage.
 pub fn display_order<'a>(stage: &'a str, key: &'a str) -> (usize, &'a str, &'a str) {
-    (crate::config::Stage::rank_of(stage), stage, key)
+    (crate::names::Stage::rank_of(stage), stage, key)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use crate::metrics::{
     CheckpointRecord, MetricRecord, MetricSink, SampleRecord, SinkError, WorkerNote,
 };
-use crate::scheduler::Transfer;
+use crate::names::Transfer;
 
 use super::RunId;
 use super::records::{EventKind, EventRecord, TrajectoryRecord};

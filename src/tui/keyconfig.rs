@@ -1,7 +1,7 @@
 //! The workbench's config file: key bindings and colours. It lives at `$ROLL_TUI_CONFIG`, else
 //! `$XDG_CONFIG_HOME/roll-tui/workbench.yaml`, else `~/.config/roll-tui/workbench.yaml`; without
 //! one the defaults apply. A binding names a view (`global`, `runs`, `dashboard`, `samples`,
-//! `workers`, `events`), an action (as the palette and `Action::name` spell it) and its keys,
+//! `workers`, `events`, `episodes`, `debugger`), an action (as the palette and `Action::name` spell it) and its keys,
 //! which replace that action's default keys in that view:
 //!
 //! ```yaml

@@ -131,7 +131,7 @@ impl Drop for Term {
     }
 }
 
-/// With `ROLL_E2E_SCREENS=DIR`, keep the screens the test saw (for the README's tour).
+/// With `ROLL_E2E_SCREENS=DIR`, keep the screens the test saw (for docs/workbench.md's screens).
 pub fn dump(name: &str, screen: &str) {
     if let Some(dir) = std::env::var_os("ROLL_E2E_SCREENS") {
         let path = Path::new(&dir).join(format!("{name}.txt"));

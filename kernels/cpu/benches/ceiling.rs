@@ -21,13 +21,13 @@
 //!   shape in cache: which shapes lose the most to starting cold (`ceiling/cold_by_shape.rs`);
 //! - `fused`: q, k and v's products as one (their weights side by side) and gate and up's as
 //!   one, against the separate products `layer_grad` runs, in cache and on a lane's four layers
-//!   of operands of their own (benches/RESULTS.md, eighteenth slice: the fused are slower).
+//!   of operands of their own (benches/RESULTS.md's git history: the fused are slower).
 //! - `qwen05`: the same per-product rates as `shapes` at the Qwen2.5-0.5B shape of `engine
 //!   qwen05-fwd_bwd` (hidden 896, 2 KV heads of 64, intermediate 4864; one lane of 16 sequences of
 //!   63 positions, so 1008 rows), and its 24 layers at those rates. Products this large outrun
 //!   the caches even when repeated, so this is what gemm reaches at that shape on one core;
 //!   `benches/peer_products.py --shape qwen05` times the same through PyTorch's MKL
-//!   (benches/RESULTS.md, nineteenth slice).
+//!   (benches/RESULTS.md's git history).
 //!
 //! Prints the least time of 9 (the machine is shared: other work only adds time), the rates, and
 //! the tokens per second a 64 x 16 step would reach on the cores this process may use if it were

@@ -113,7 +113,7 @@ impl InplaceOp2 for AddInto {
 /// Values a parallel block of [`add_in_place`] adds. Small enough that one weight's gradient of
 /// a small model is several blocks: a tiny Qwen2's largest (128 x 512) was one block of 65,536,
 /// so the sum of two lanes' gradients ran on one core while the other waited (0.5 ms of a 21 ms
-/// forward+backward; 0.3 ms in blocks of 8,192, benches/RESULTS.md, thirtieth slice).
+/// forward+backward; 0.3 ms in blocks of 8,192, benches/RESULTS.md's git history).
 const ADD_BLOCK: usize = 1 << 13;
 
 struct AddRow;

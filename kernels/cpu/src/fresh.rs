@@ -2,7 +2,7 @@
 //!
 //! `vec![0f32; n]` for a kernel's output writes every element twice: the allocator's zeros (a
 //! `memset`), then the kernel's values. At the tiny training shape those zero fills were ~3.5% of
-//! a forward+backward and ~3% of generation (benches/RESULTS.md, sixteenth slice), for outputs
+//! a forward+backward and ~3% of generation (benches/RESULTS.md's git history), for outputs
 //! that every kernel here writes whole before anything reads them. The buffers here are left
 //! unwritten instead: the kernels write them as `MaybeUninit<f32>` (never reading an unwritten
 //! element), and [`assume_written`] makes the vector of f32 once every element is.

@@ -84,8 +84,8 @@ pub(crate) fn exp_in_place_with<S: Simd>(simd: S, xs: &mut [f32]) {
     }
     // The tail as one partial vector (its padding lanes are zeros, in range): element by element
     // it took the scalar path, and a masked score's -inf went on to libm's expf. Attention's rows
-    // at the tiny training shape (15 keys) are all tail in AVX-512's 16 lanes (benches/RESULTS.md,
-    // fourteenth slice). The same bits ([`exp`] is one lane of `exp_lanes`).
+    // at the tiny training shape (15 keys) are all tail in AVX-512's 16 lanes (benches/RESULTS.md's
+    // git history). The same bits ([`exp`] is one lane of `exp_lanes`).
     if !tail.is_empty() {
         let v = exp_lanes(simd, simd.partial_load_f32s(tail));
         simd.partial_store_f32s(tail, v);

@@ -10,6 +10,7 @@ use super::episodes::{Cut, EpisodeRunner};
 use super::turns::TurnFormat;
 use crate::config::load::from_yaml_str;
 use crate::config::{EnvConfig, RlConfig, RunConfig};
+use crate::model::chat_template::TemplateOptions;
 use crate::model::{Arch, InitOptions, LoadedModel, Numerics, init_model};
 use crate::role::RoleError;
 use crate::role::actor_infer::Generator;
@@ -42,6 +43,7 @@ fn plain(model: &LoadedModel) -> TurnFormat<'_> {
         tok: Tokenizing {
             model,
             chat_template: false,
+            template_options: TemplateOptions::none(),
         },
         instruction: None,
     }
@@ -51,6 +53,7 @@ fn ids(model: &LoadedModel, text: &str) -> Vec<u32> {
     Tokenizing {
         model,
         chat_template: false,
+        template_options: TemplateOptions::none(),
     }
     .encode(text)
     .expect("known characters")
@@ -89,6 +92,7 @@ fn templated_turns_add_what_the_template_writes_between_messages() {
         tok: Tokenizing {
             model: &m,
             chat_template: true,
+            template_options: TemplateOptions::none(),
         },
         instruction: Some("Go"),
     };

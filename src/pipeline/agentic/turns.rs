@@ -9,7 +9,7 @@
 
 use crate::config::{EnvConfig, EnvMode};
 use crate::env::transcript::{plain_first, plain_next};
-use crate::model::chat_template::{ChatMessage, render_chat};
+use crate::model::chat_template::ChatMessage;
 
 use super::super::setup::Tokenizing;
 
@@ -25,26 +25,11 @@ pub(crate) struct TurnFormat<'a> {
 }
 
 impl TurnFormat<'_> {
-    fn template(&self) -> Option<&str> {
-        if !self.tok.chat_template {
-            return None;
-        }
-        self.tok.model.tokenizer.chat_template.as_deref()
-    }
-
     fn render(&self, messages: &[ChatMessage], generation: bool) -> Result<String, String> {
-        let template = self
-            .template()
-            .ok_or("cannot be templated: the tokenizer has no chat_template")?;
-        let tok = &self.tok.model.tokenizer;
-        render_chat(
-            template,
-            messages,
-            generation,
-            tok.bos_token.as_deref(),
-            tok.eos_token.as_deref(),
-        )
-        .map_err(|e| e.to_string())
+        if !self.tok.chat_template {
+            return Err("cannot be templated: the run's data.chat_template is off".into());
+        }
+        self.tok.render_chat(messages, generation)
     }
 
     fn system(&self) -> Vec<ChatMessage> {

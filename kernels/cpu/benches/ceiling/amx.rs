@@ -7,7 +7,7 @@
 //! before it leave), and a product `x y` needs the six part products down to 2^-16 of `hi y_hi`
 //! (hi hi, hi mid, mid hi, hi lo, lo hi, mid mid; the three left out are below 2^-24, an f32
 //! rounding): six tile products for each f32 one, before the splitting and the tiles' layouts
-//! (benches/RESULTS.md, thirty-fourth slice). Products of two bf16 values are exact in f32, and
+//! (benches/RESULTS.md's git history). Products of two bf16 values are exact in f32, and
 //! the tiles sum them in f32.
 //!
 //! The probe: four 16 x 16 f32 accumulators, each summing a 16 x 32 bf16 tile times a 32 x 16 one

@@ -5,7 +5,7 @@
 //! The difference is what that shape pays for starting cold: its operands read from memory, its
 //! output's lines fetched before they are written.
 //!
-//! On the Zen 4 host (benches/RESULTS.md, thirty-fifth slice) the cold list took 31.0 ms against
+//! On the Zen 4 host (benches/RESULTS.md's git history) the cold list took 31.0 ms against
 //! 26.4 ms in cache; the products of depth 64 and 128 into narrow outputs (480 x 128, 480 x 64)
 //! lost the most, 26-33% of their rate, the depth-512 ones 4-7%.
 
