@@ -61,7 +61,7 @@ pub enum Command {
     Samples(SamplesArgs),
     /// Print a run's agentic episodes turn by turn (observation, output, parsed action, reward).
     Trajectories(TrajectoriesArgs),
-    /// Write a run's curves as PNG/SVG plots and CSV files.
+    /// Write a run's curves as PNG/SVG plots, and every point as CSV and a TensorBoard event file.
     Export(ExportArgs),
     /// List the devices a run can use (CPU, and CUDA GPUs with their memory); `--check`
     /// compares each GPU's results with the CPU's on small models and checks our CUDA kernels.
@@ -261,8 +261,15 @@ pub struct ExportArgs {
     /// Output directory (created).
     #[arg(long)]
     pub out: PathBuf,
-    /// Comma-separated formats.
-    #[arg(long, value_delimiter = ',', default_value = "png,svg,csv")]
+    /// Comma-separated formats: charts as PNG and SVG, every point as CSV (`metrics.csv`) and as a
+    /// TensorBoard event file (`tensorboard --logdir OUT`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "png,svg,csv,tensorboard",
+        value_enum,
+        ignore_case = true
+    )]
     pub format: Vec<ExportFormat>,
     /// Plot width in pixels.
     #[arg(long, default_value_t = 1200)]
@@ -308,9 +315,16 @@ pub struct EnvReplayArgs {
     pub episode: Option<usize>,
 }
 
+/// The registered environments' names, as clap's possible values: help lists them and a typo is
+/// answered with the closest.
+fn env_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crate::env::ENVS.map(|(name, _, _)| name))
+}
+
 #[derive(Args, Debug)]
 pub struct EnvServeArgs {
     /// A built-in environment (see `roll-tui env list`).
+    #[arg(value_parser = env_names())]
     pub env: String,
     /// An environment parameter, `key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -322,6 +336,7 @@ pub struct EnvPlayArgs {
     #[command(flatten)]
     pub at: StoreArg,
     /// The environment (see `roll-tui env list`).
+    #[arg(value_parser = env_names())]
     pub env: String,
     /// The episode's seed: the same seed plays the same episode.
     #[arg(long, default_value_t = 0)]
@@ -376,6 +391,7 @@ pub struct EnvDebugArgs {
     #[command(flatten)]
     pub at: StoreArg,
     /// The environment (see `roll-tui env list`); not with --run, which debugs that run's env.
+    #[arg(value_parser = env_names())]
     pub env: Option<String>,
     /// The episode's seed.
     #[arg(long, default_value_t = 0)]

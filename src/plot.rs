@@ -1,8 +1,10 @@
-//! Exports a run's metric series as chart images (PNG, SVG) and a long-format CSV.
+//! Exports a run's metric series as chart images (PNG, SVG), a long-format CSV and a TensorBoard
+//! event file.
 //!
 //! This module owns the export API, the output formats and their errors. Which series go into which
 //! chart lives in `plot/select.rs`, the drawing in `plot/chart.rs` (colours in `plot/palette.rs`,
-//! data preparation in `plot/points.rs`) and the CSV format in `plot/csv_io.rs`. It only reads
+//! data preparation in `plot/points.rs`), the CSV format in `plot/csv_io.rs` and TensorBoard's in
+//! `plot/tensorboard.rs`. It only reads
 //! [`Series`] values: it never opens the store or knows how a run produced its numbers.
 //!
 //! Output of [`export_run`] in `out/`:
@@ -11,7 +13,9 @@
 //!   (`actor/pg_loss`, `critic/value_loss`, `sft/loss`), `kl`, `entropy`, `response_length` (mean,
 //!   max) and `timings` (`time/*`). A chart never mixes stages: rl series get the plain name, every
 //!   other stage's get a prefixed one (`sft_loss`, `sft_timings`); see `plot/select.rs`;
-//! - `metrics.csv` with every series when [`ExportFormat::Csv`] is requested.
+//! - `metrics.csv` with every series when [`ExportFormat::Csv`] is requested;
+//! - `events.out.tfevents.<start>.roll-tui` with every series when [`ExportFormat::Tensorboard`] is
+//!   requested (`tensorboard --logdir` on `out/` or a folder above it shows the run).
 //!
 //! With no series at all no chart is drawn; `metrics.csv` is still written (header only) when CSV is
 //! requested, so scripts reading it always find the file.
@@ -22,6 +26,7 @@ mod glyphs;
 mod palette;
 mod points;
 pub(crate) mod select;
+pub mod tensorboard;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -41,23 +46,36 @@ const MIN_SIDE: u32 = 160;
 const MAX_SIDE: u32 = 8_000;
 
 /// An output format of [`export_run`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum ExportFormat {
     Png,
     Svg,
     Csv,
+    Tensorboard,
 }
 
 impl ExportFormat {
-    pub const ALL: [ExportFormat; 3] = [ExportFormat::Png, ExportFormat::Svg, ExportFormat::Csv];
+    pub const ALL: [ExportFormat; 4] = [
+        ExportFormat::Png,
+        ExportFormat::Svg,
+        ExportFormat::Csv,
+        ExportFormat::Tensorboard,
+    ];
 
-    /// The name used on the command line and as file extension.
+    /// The name used on the command line (and as the file extension of the charts).
     pub fn name(self) -> &'static str {
         match self {
             ExportFormat::Png => "png",
             ExportFormat::Svg => "svg",
             ExportFormat::Csv => "csv",
+            ExportFormat::Tensorboard => "tensorboard",
         }
+    }
+
+    /// Every format's name, comma-separated, for help and errors.
+    pub fn names() -> String {
+        let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
+        names.join(", ")
     }
 }
 
@@ -75,18 +93,21 @@ impl FromStr for ExportFormat {
         ExportFormat::ALL
             .into_iter()
             .find(|f| f.name() == lower)
-            .ok_or_else(|| PlotError::UnknownFormat(s.to_string()))
+            .ok_or_else(|| PlotError::UnknownFormat(s.to_string(), ExportFormat::names()))
     }
 }
 
 /// What [`export_run`] writes and how large the images are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExportOptions {
     pub formats: Vec<ExportFormat>,
     /// Image width in pixels (SVG: user units).
     pub width: u32,
     /// Image height in pixels (SVG: user units).
     pub height: u32,
+    /// When the run started, in seconds since the epoch: the series' wall times count from it
+    /// (TensorBoard's wall-clock axis).
+    pub started_at: f64,
 }
 
 impl Default for ExportOptions {
@@ -95,14 +116,15 @@ impl Default for ExportOptions {
             formats: ExportFormat::ALL.to_vec(),
             width: 1200,
             height: 700,
+            started_at: 0.0,
         }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
-    #[error("unknown export format '{0}' (valid: png, svg, csv)")]
-    UnknownFormat(String),
+    #[error("unknown export format '{0}' (valid: {1})")]
+    UnknownFormat(String, String),
     #[error(
         "plot size {width}x{height} is out of range (each side must be {MIN_SIDE} to {MAX_SIDE} pixels)"
     )]
@@ -140,7 +162,7 @@ pub enum PlotError {
 
 /// Writes the charts and CSV files into `out` (created if missing) and returns the paths written:
 /// charts first (in the order of the chart table in `plot/select.rs`, each chart in the order of
-/// `opts.formats`), then `metrics.csv`. A chart none of whose series exist (or have a finite point)
+/// `opts.formats`), then `metrics.csv`, then the TensorBoard event file. A chart none of whose series exist (or have a finite point)
 /// is skipped.
 pub fn export_run(
     run_name: &str,
@@ -177,7 +199,7 @@ pub fn export_run(
             match format {
                 ExportFormat::Png => chart::draw_png(run_name, plan, &path, size)?,
                 ExportFormat::Svg => chart::draw_svg(run_name, plan, &path, size)?,
-                ExportFormat::Csv => continue,
+                ExportFormat::Csv | ExportFormat::Tensorboard => continue,
             }
             written.push(path);
         }
@@ -186,6 +208,9 @@ pub fn export_run(
         let path = out.join(CSV_FILE_NAME);
         write_csv(series, &path)?;
         written.push(path);
+    }
+    if formats.contains(&ExportFormat::Tensorboard) {
+        written.push(tensorboard::write_events(series, out, opts.started_at)?);
     }
     Ok(written)
 }
@@ -229,7 +254,10 @@ pub(crate) mod tests {
         assert_eq!(" SVG ".parse::<ExportFormat>().unwrap(), ExportFormat::Svg);
         assert_eq!("csv".parse::<ExportFormat>().unwrap(), ExportFormat::Csv);
         let err = "jpeg".parse::<ExportFormat>().unwrap_err().to_string();
-        assert_eq!(err, "unknown export format 'jpeg' (valid: png, svg, csv)");
+        assert_eq!(
+            err,
+            "unknown export format 'jpeg' (valid: png, svg, csv, tensorboard)"
+        );
     }
 
     #[test]
@@ -264,6 +292,7 @@ pub(crate) mod tests {
             "timings.png",
             "timings.svg",
             "metrics.csv",
+            "events.out.tfevents.0.roll-tui",
         ];
         assert_eq!(names, expected);
         for path in &written {
@@ -277,10 +306,11 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn empty_input_writes_only_a_csv_header() {
+    fn empty_input_writes_only_a_csv_header_and_a_versioned_event_file() {
         let dir = tempfile::tempdir().unwrap();
         let written = export_run("empty", &[], dir.path(), &ExportOptions::default()).unwrap();
-        assert_eq!(written, vec![dir.path().join(CSV_FILE_NAME)]);
+        let events = dir.path().join("events.out.tfevents.0.roll-tui");
+        assert_eq!(written, vec![dir.path().join(CSV_FILE_NAME), events]);
         let text = std::fs::read_to_string(&written[0]).unwrap();
         assert_eq!(text, "stage,key,step,wall_time,value\n");
 

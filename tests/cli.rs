@@ -689,3 +689,87 @@ fn model_template_prints_what_transformers_renders() {
         "{err}"
     );
 }
+
+/// The `roll-tui …` lines of README's ```bash blocks (continuations joined, comments cut).
+fn readme_commands() -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let mut commands = Vec::new();
+    let mut in_bash = false;
+    let mut pending = String::new();
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            in_bash = line.trim_start() == "```bash";
+            continue;
+        }
+        if !in_bash {
+            continue;
+        }
+        let line = cut_comment(line);
+        if let Some(head) = line.trim_end().strip_suffix('\\') {
+            pending.push_str(head);
+            continue;
+        }
+        pending.push_str(&line);
+        let words = shlex::split(&pending).unwrap_or_else(|| panic!("README: {pending}"));
+        pending.clear();
+        if words.first().map(String::as_str) == Some("roll-tui") {
+            commands.push(words[1..].to_vec());
+        }
+    }
+    commands
+}
+
+/// `line` without a shell comment: a `#` that starts a word outside quotes.
+fn cut_comment(line: &str) -> String {
+    let (mut quote, mut prev) = (None, ' ');
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '#') if prev.is_whitespace() => return line[..i].to_string(),
+            _ => {}
+        }
+        prev = c;
+    }
+    line.to_string()
+}
+
+/// Every command README shows parses (its subcommand, flags and values exist: clap checks them
+/// before it prints the help that `--help` at the end asks for), and the ones that need no run or
+/// model (environments, rewards) run and succeed from the repository root.
+#[test]
+fn readme_commands_exist_and_the_self_contained_ones_run() {
+    let commands = readme_commands();
+    assert!(commands.len() > 20, "{commands:?}");
+    assert_eq!(cut_comment("a 'b # c' # d"), "a 'b # c' ");
+    let mut ran = 0;
+    for args in &commands {
+        let out = roll().args(args).arg("--help").output().unwrap();
+        assert!(
+            out.status.success(),
+            "README: roll-tui {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let runnable = matches!(
+            args.iter().map(String::as_str).collect::<Vec<_>>()[..],
+            ["env", "list", ..] | ["env", "play", ..] | ["reward", "score", "--kind", ..]
+        );
+        if runnable {
+            let out = roll()
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "README: roll-tui {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 5, "{ran} README commands ran");
+}

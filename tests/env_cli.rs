@@ -75,9 +75,14 @@ fn a_random_policy_is_repeatable_by_seed_and_mistakes_are_clear() {
     assert_eq!(random("5"), random("5"));
     assert_ne!(random("5"), random("6"));
 
+    // The names come from the registry (`env::ENVS`): help lists them, a typo gets the closest.
     let (ok, _, err) = play(&["frozen_lak", "--actions", "Up"]);
     assert!(
-        !ok && err.contains("unknown environment 'frozen_lak' (did you mean 'frozen_lake'?)"),
+        !ok && err.contains("invalid value 'frozen_lak'") && err.contains("'frozen_lake'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[possible values: frozen_lake, sokoban, webshop, external]"),
         "{err}"
     );
     let (ok, _, err) = play(&["frozen_lake", "--set", "size=x", "--actions", "Up"]);

@@ -445,6 +445,7 @@ pub fn export(path: &Path, args: ExportArgs) -> Result<()> {
             formats: args.format.clone(),
             width: args.width,
             height: args.height,
+            started_at: run.created_at as f64 / 1000.0,
         };
         let written = export_run(&run.name, &series, &args.out, &opts)?;
         for p in &written {

@@ -180,6 +180,7 @@ mod tests {
             formats: formats.to_vec(),
             width,
             height,
+            started_at: 0.0,
         }
     }
 

@@ -262,8 +262,8 @@ impl Loader {
         keys: Option<Vec<(String, String)>>,
         out: PathBuf,
     ) -> Result<String, String> {
-        let mut series = self
-            .read(|s| async move { s.load_series(run, None).await })
+        let (info, mut series) = self
+            .read(|s| async move { Ok((s.run(run).await?, s.load_series(run, None).await?)) })
             .await?;
         if let Some(keys) = &keys {
             series.retain(|s| keys.iter().any(|(st, k)| *st == s.stage && *k == s.key));
@@ -273,7 +273,10 @@ impl Loader {
         }
         let dir = out.clone();
         let written = tokio::task::spawn_blocking(move || {
-            let opts = crate::plot::ExportOptions::default();
+            let opts = crate::plot::ExportOptions {
+                started_at: info.created_at as f64 / 1000.0,
+                ..Default::default()
+            };
             crate::plot::export_run(&name, &series, &dir, &opts)
         })
         .await
