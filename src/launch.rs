@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::config::RunConfig;
-use crate::pipeline::{self, Observer, PipelineError, Resume, RunOutcome, RunStatus};
+use crate::pipeline::{self, Observer, Resume, RunError, RunOutcome, RunStatus};
 use crate::store::liveness::ProcessIdentity;
 use crate::store::{
     EventKind, EventRecord, NewRun, OpenMode, RunId, RunInfo, Store, StoreError, StoreSink,
@@ -22,7 +22,7 @@ pub enum LaunchError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Pipeline(#[from] PipelineError),
+    Pipeline(#[from] RunError),
     #[error("{0}")]
     Refused(String),
     #[error("starting the async runtime: {0}")]
@@ -135,7 +135,7 @@ pub fn run_recorded(
 fn finish(
     writer: &WriterHandle,
     run: RunId,
-    result: &Result<RunOutcome, PipelineError>,
+    result: &Result<RunOutcome, RunError>,
 ) -> Result<(), StoreError> {
     let (status, error) = match result {
         Ok(o) if o.status == RunStatus::Finished => (crate::store::RunStatus::Finished, None),

@@ -35,7 +35,6 @@ use std::time::Instant;
 use crate::config::{RunConfig, Stage, StageConfig};
 pub use crate::data::mix_seed;
 use crate::metrics::{MetricSink, Metrics};
-use crate::role::RoleError;
 pub use context::{CheckpointExtras, REFERENCE_FILE, RunContext, checkpoint_dir};
 pub use resume::Resume;
 
@@ -100,51 +99,8 @@ pub struct RunOutcome {
     pub last_checkpoint: Option<PathBuf>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum PipelineError {
-    #[error(transparent)]
-    Load(#[from] crate::model::LoadError),
-    #[error(transparent)]
-    Device(#[from] crate::device::DeviceError),
-    #[error(transparent)]
-    Data(#[from] crate::data::DataError),
-    #[error(transparent)]
-    Sink(#[from] crate::metrics::SinkError),
-    #[error("{0}")]
-    Setup(String),
-    /// A worker that cannot be replaced without changing the run (actor_train) is gone.
-    #[error("{0}")]
-    WorkerLost(String),
-    #[error("tensor computation failed in {stage}: {source}")]
-    Tensor {
-        stage: &'static str,
-        #[source]
-        source: candle_core::Error,
-    },
-}
-
-/// A role's failure is the pipeline's, variant by variant (a lost worker stays a lost worker).
-impl From<RoleError> for PipelineError {
-    fn from(e: RoleError) -> PipelineError {
-        match e {
-            RoleError::Load(e) => PipelineError::Load(e),
-            RoleError::Device(e) => PipelineError::Device(e),
-            RoleError::Setup(why) => PipelineError::Setup(why),
-            RoleError::WorkerLost(why) => PipelineError::WorkerLost(why),
-            RoleError::Tensor { stage, source } => PipelineError::Tensor { stage, source },
-        }
-    }
-}
-
-pub(crate) trait TensorContext<T> {
-    fn during(self, stage: &'static str) -> Result<T, PipelineError>;
-}
-
-impl<T> TensorContext<T> for candle_core::Result<T> {
-    fn during(self, stage: &'static str) -> Result<T, PipelineError> {
-        self.map_err(|source| PipelineError::Tensor { stage, source })
-    }
-}
+pub use crate::role::RunError;
+pub(crate) use crate::role::TensorContext;
 
 /// Run every stage of `cfg` (SFT, then RL) in this process, writing results to `sink`; with `resume`,
 /// continue from that checkpoint instead of starting over. A new run's output directory must have
@@ -155,7 +111,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
     sink: &mut dyn MetricSink,
     resume: Option<&Resume>,
-) -> Result<RunOutcome, PipelineError> {
+) -> Result<RunOutcome, RunError> {
     let output_dir = cfg.output_dir();
     let mut ctx = RunContext {
         cfg,
@@ -172,9 +128,8 @@ pub fn run(
     // what they read and write goes where every one of them sees it.
     let shared = cfg.cluster.as_ref().and_then(|c| c.shared_dir.clone());
     if let Some(dir) = &shared {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            PipelineError::Setup(format!("cluster.shared_dir '{}': {e}", dir.display()))
-        })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RunError::Setup(format!("cluster.shared_dir '{}': {e}", dir.display())))?;
     }
     crate::scheduler::host_copy::set_area_base(shared);
     crate::worker::process::set_transport(match &cfg.cluster {
@@ -202,13 +157,12 @@ pub fn run(
     // bad dataset or model must not block rerunning it once that is fixed.
     if resume.is_none() {
         std::fs::create_dir_all(&output_dir).map_err(|e| {
-            PipelineError::Setup(format!("output directory '{}': {e}", output_dir.display()))
+            RunError::Setup(format!("output directory '{}': {e}", output_dir.display()))
         })?;
         let resolved = output_dir.join("resolved_config.json");
-        let text =
-            serde_json::to_string_pretty(cfg).map_err(|e| PipelineError::Setup(e.to_string()))?;
+        let text = serde_json::to_string_pretty(cfg).map_err(|e| RunError::Setup(e.to_string()))?;
         std::fs::write(&resolved, text)
-            .map_err(|e| PipelineError::Setup(format!("'{}': {e}", resolved.display())))?;
+            .map_err(|e| RunError::Setup(format!("'{}': {e}", resolved.display())))?;
     }
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
     let stages = cfg.stages();
@@ -219,7 +173,7 @@ pub fn run(
             .iter()
             .position(|s| s.stage().as_str() == r.state.stage)
             .ok_or_else(|| {
-                PipelineError::Setup(format!(
+                RunError::Setup(format!(
                     "checkpoint '{}' belongs to stage '{}', which this run does not have",
                     r.dir.display(),
                     r.state.stage
@@ -270,10 +224,9 @@ const RUN_FILES: [&str; 2] = ["resolved_config.json", "checkpoints"];
 
 /// Create `dir` for a new run. A directory that already holds a run's results is refused unless
 /// `overwrite` is set, in which case only the files a run writes are removed — never anything else.
-pub fn prepare_output_dir(dir: &std::path::Path, overwrite: bool) -> Result<(), PipelineError> {
-    let io = |e: std::io::Error| {
-        PipelineError::Setup(format!("output directory '{}': {e}", dir.display()))
-    };
+pub fn prepare_output_dir(dir: &std::path::Path, overwrite: bool) -> Result<(), RunError> {
+    let io =
+        |e: std::io::Error| RunError::Setup(format!("output directory '{}': {e}", dir.display()));
     let existing: Vec<&str> = RUN_FILES
         .iter()
         .copied()
@@ -281,7 +234,7 @@ pub fn prepare_output_dir(dir: &std::path::Path, overwrite: bool) -> Result<(), 
         .collect();
     if !existing.is_empty() {
         if !overwrite {
-            return Err(PipelineError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "output directory '{}' already holds a run ({}); pass --overwrite to replace it, or set \
                  another 'name' or 'output_dir'",
                 dir.display(),

@@ -46,13 +46,18 @@ use crate::scheduler::host_copy::HostArea;
 use crate::worker::serve::CallQueue;
 use crate::worker::{Payload, WorkerError};
 
-/// What went wrong in a role, in the pipeline's terms (the pipeline converts it variant by variant).
+/// What went wrong in a run's computation: a role's call or a pipeline's step. One type for both
+/// layers (the pipeline is plain code over role handles; a role's failure is the pipeline's).
 #[derive(Debug, thiserror::Error)]
-pub enum RoleError {
+pub enum RunError {
     #[error(transparent)]
     Load(#[from] crate::model::LoadError),
     #[error(transparent)]
     Device(#[from] crate::device::DeviceError),
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    #[error(transparent)]
+    Sink(#[from] crate::metrics::SinkError),
     #[error("{0}")]
     Setup(String),
     /// A worker that cannot be replaced without changing the run (its state lived only there).
@@ -67,17 +72,17 @@ pub enum RoleError {
 }
 
 pub(crate) trait TensorContext<T> {
-    fn during(self, stage: &'static str) -> Result<T, RoleError>;
+    fn during(self, stage: &'static str) -> Result<T, RunError>;
 }
 
 impl<T> TensorContext<T> for candle_core::Result<T> {
-    fn during(self, stage: &'static str) -> Result<T, RoleError> {
-        self.map_err(|source| RoleError::Tensor { stage, source })
+    fn during(self, stage: &'static str) -> Result<T, RunError> {
+        self.map_err(|source| RunError::Tensor { stage, source })
     }
 }
 
-pub(crate) fn setup_err(e: impl std::fmt::Display) -> RoleError {
-    RoleError::Setup(e.to_string())
+pub(crate) fn setup_err(e: impl std::fmt::Display) -> RunError {
+    RunError::Setup(e.to_string())
 }
 
 pub use crate::metrics::WorkerNote;
@@ -123,9 +128,9 @@ pub trait ResidentRole {
     fn role(&self) -> Role;
     /// Move the role's state (weights, and for trainable roles the AdamW moments) to its host
     /// copy and free it; bytes moved. An in-process role writes `host`; a worker its own copy.
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError>;
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError>;
     /// Bring the state back from the host copy; bytes moved.
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError>;
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError>;
     /// Whether the role runs in worker processes (its memory is theirs, not this process's).
     fn in_worker_process(&self) -> bool;
     /// Worker events since the last drain (none in-process).

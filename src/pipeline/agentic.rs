@@ -24,7 +24,7 @@ use super::rlvr::placement_for;
 use super::setup::Tokenizing;
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
-use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus};
+use super::{PipelineEvent, Resume, RunContext, RunError, RunStatus};
 use crate::config::{EnvConfig, PlacementMode, RlConfig, Stage};
 use crate::data::mix::MixerState;
 use crate::metrics::Metrics;
@@ -38,13 +38,13 @@ use turns::TurnFormat;
 
 /// The sentence before the first observation when a chat template is used and the config gives
 /// no `instruction`.
-pub(crate) fn default_instruction(env: &EnvConfig) -> Result<String, PipelineError> {
+pub(crate) fn default_instruction(env: &EnvConfig) -> Result<String, RunError> {
     let mut probe = crate::env::make(&env.name, &env.param_pairs())
-        .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+        .map_err(|e| RunError::Setup(format!("rl.env: {e}")))?;
     // An external program may only say its action format once it has started an episode.
     probe
         .reset(0)
-        .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+        .map_err(|e| RunError::Setup(format!("rl.env: {e}")))?;
     // Only the default parser's format can be named; a custom pattern's user says it themselves.
     let how = match env.action_pattern {
         None => "as <answer>ACTION</answer>, where ACTION is",
@@ -65,7 +65,7 @@ fn report_discarded(
     step: usize,
     what: &str,
     failures: &[String],
-) -> Result<(), PipelineError> {
+) -> Result<(), RunError> {
     for failure in failures {
         ctx.warn(format!(
             "step {step}: {what} was discarded and played again in a new environment: {failure}"
@@ -81,11 +81,11 @@ pub fn run_agentic(
     model: &LoadedModel,
     chat_template: bool,
     resume: Option<&Resume>,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let mut learner = Learner::new(ctx, cfg, model, resume, None)?;
     // Environments reward their episodes themselves: no judge models.
     let placement = placement_for(ctx.cfg, model, &[])?
-        .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
+        .ok_or_else(|| RunError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     let infer = Infer::start(ctx.cfg, cfg, model)?;
     let run_cfg = ctx.cfg;
@@ -111,7 +111,7 @@ pub fn run_agentic(
     .in_processes(match ctx.cfg.workers.env.mode {
         PlacementMode::Process => Some((
             crate::worker::process::worker_program()
-                .map_err(|e| PipelineError::Setup(format!("workers.env: {e}")))?,
+                .map_err(|e| RunError::Setup(format!("workers.env: {e}")))?,
             ctx.cfg.workers.env.num_workers,
         )),
         PlacementMode::InProcess => None,
@@ -151,7 +151,7 @@ pub(super) fn play_step(
     engine: &mut dyn Generator,
     step: usize,
     version: usize,
-) -> Result<Played, PipelineError> {
+) -> Result<Played, RunError> {
     let val = match runner
         .env
         .eval
@@ -179,7 +179,7 @@ fn train(
     sharing: &mut TimeSharing,
     infer: &Infer,
     runner: &EpisodeRunner<'_>,
-) -> Result<RunStatus, PipelineError> {
+) -> Result<RunStatus, RunError> {
     let tok = runner.format.tok;
     let detok = move |ids: &[u32]| tok.decode(ids);
     for step in learner.first_step..=cfg.steps {
@@ -221,7 +221,7 @@ impl LearnStep<'_, '_> {
         infer: &Infer,
         played: Played,
         mut m: Metrics,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         let (cfg, env, tok) = (self.cfg, self.runner.env, self.runner.format.tok);
         let Played {
             step,

@@ -8,7 +8,7 @@ use std::ops::RangeInclusive;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Instant;
 
-use super::{PipelineError, RunStatus};
+use super::{RunError, RunStatus};
 use crate::role::actor_infer::PolicyUpdate;
 
 /// The trainer asks for step `step`'s batch, sending the weights of version `step − 1` (none when
@@ -22,16 +22,12 @@ pub(super) struct Ask {
 /// each step's answer (given where to put the new weights); `learn` returns true to stop now.
 pub(super) fn drive_ahead<Out: Send>(
     steps: RangeInclusive<usize>,
-    generate: impl FnOnce(
-        Receiver<Ask>,
-        &Sender<Result<Out, PipelineError>>,
-    ) -> Result<(), PipelineError>
-    + Send,
-    mut learn: impl FnMut(usize, Out, &mut Option<PolicyUpdate>, Instant) -> Result<bool, PipelineError>,
-) -> Result<RunStatus, PipelineError> {
+    generate: impl FnOnce(Receiver<Ask>, &Sender<Result<Out, RunError>>) -> Result<(), RunError> + Send,
+    mut learn: impl FnMut(usize, Out, &mut Option<PolicyUpdate>, Instant) -> Result<bool, RunError>,
+) -> Result<RunStatus, RunError> {
     std::thread::scope(|scope| {
         let (ask_tx, ask_rx) = mpsc::channel::<Ask>();
-        let (out_tx, out_rx) = mpsc::channel::<Result<Out, PipelineError>>();
+        let (out_tx, out_rx) = mpsc::channel::<Result<Out, RunError>>();
         let generator = scope.spawn(move || {
             if let Err(e) = generate(ask_rx, &out_tx) {
                 // The trainer is waiting for a batch: hand it the error instead.
@@ -53,7 +49,7 @@ pub(super) fn drive_ahead<Out: Send>(
                     break;
                 }
                 None => {
-                    status = Err(PipelineError::Setup(
+                    status = Err(RunError::Setup(
                         "the actor_infer thread stopped unexpectedly".into(),
                     ));
                     break;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use super::{Observer, PipelineError, PipelineEvent};
+use super::{Observer, PipelineEvent, RunError};
 use crate::config::{RunConfig, Stage};
 use crate::data::mix::MixerState;
 use crate::metrics::{CheckpointRecord, MetricRecord, MetricSink, Metrics, SampleRecord};
@@ -75,7 +75,7 @@ impl RunContext<'_> {
     }
 
     /// A notice for the user that is also kept with the run.
-    pub fn warn(&mut self, text: String) -> Result<(), PipelineError> {
+    pub fn warn(&mut self, text: String) -> Result<(), RunError> {
         self.sink.message(&text)?;
         self.emit(PipelineEvent::Message(text));
         Ok(())
@@ -95,7 +95,7 @@ impl RunContext<'_> {
         step: usize,
         total: usize,
         metrics: Metrics,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let record = MetricRecord {
             stage,
             step,
@@ -112,7 +112,7 @@ impl RunContext<'_> {
         Ok(())
     }
 
-    pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), PipelineError> {
+    pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), RunError> {
         self.sink.samples(samples)?;
         Ok(())
     }
@@ -120,7 +120,7 @@ impl RunContext<'_> {
     pub fn record_trajectories(
         &mut self,
         trajectories: &[crate::metrics::TrajectoryRecord],
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         self.sink.trajectories(trajectories)?;
         Ok(())
     }
@@ -135,7 +135,7 @@ impl RunContext<'_> {
         progress: (usize, usize),
         last: &mut Option<PathBuf>,
         mixer: impl FnOnce() -> MixerState,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         let extras = || CheckpointExtras {
             mixer: mixer(),
             rl: None,
@@ -155,7 +155,7 @@ impl RunContext<'_> {
         (step, total): (usize, usize),
         last: &mut Option<PathBuf>,
         extras: impl FnOnce() -> CheckpointExtras<'a2>,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         let stop = self.stop_requested();
         let since_last = self.last_checkpoint_at.elapsed();
         if let Some(due) = checkpoint_due((step, total), &self.cfg.checkpoint, since_last, stop) {
@@ -184,7 +184,7 @@ impl RunContext<'_> {
         stage: Stage,
         step: usize,
         extras: CheckpointExtras<'_>,
-    ) -> Result<PathBuf, PipelineError> {
+    ) -> Result<PathBuf, RunError> {
         let dir = checkpoint_dir(&self.output_dir, stage, step);
         let state = TrainerState {
             stage: stage.as_str().into(),

@@ -26,19 +26,16 @@ use crate::scheduler::{Phase, Placement};
 use super::setup::{Domains, Tokenizing};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
-use super::{PipelineError, Resume, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{Resume, RunContext, RunError, RunStatus, TensorContext, mix_seed};
 
 /// The distillation stage's placement (actor_train and the teacher, time-sharing the devices
 /// they share), refused with a message naming device and bytes if it cannot fit.
-pub fn placement_for(
-    run: &RunConfig,
-    model: &LoadedModel,
-) -> Result<Option<Placement>, PipelineError> {
+pub fn placement_for(run: &RunConfig, model: &LoadedModel) -> Result<Option<Placement>, RunError> {
     let Some(cfg) = &run.distill else {
         return Ok(None);
     };
-    let teacher = crate::role::teacher::shape_of("distill.teacher", &cfg.teacher)
-        .map_err(PipelineError::Setup)?;
+    let teacher =
+        crate::role::teacher::shape_of("distill.teacher", &cfg.teacher).map_err(RunError::Setup)?;
     Placement::for_distill(
         &run.workers,
         model.config(),
@@ -48,7 +45,7 @@ pub fn placement_for(
     )
     .and_then(|p| p.on_nodes(&super::setup::worker_nodes(&run.workers)))
     .map(Some)
-    .map_err(|e| PipelineError::Setup(e.to_string()))
+    .map_err(|e| RunError::Setup(e.to_string()))
 }
 
 pub fn run_distill(
@@ -57,9 +54,9 @@ pub fn run_distill(
     model: &LoadedModel,
     data: &Domains,
     resume: Option<&Resume>,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let placement = placement_for(ctx.cfg, model)?
-        .ok_or_else(|| PipelineError::Setup("the run has no distill section".into()))?;
+        .ok_or_else(|| RunError::Setup("the run has no distill section".into()))?;
     let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     let mut teacher = Teacher::start(ctx.cfg, "distill.teacher", &cfg.teacher, model)?;
     let cache = match &cfg.cache {
@@ -94,7 +91,7 @@ fn distill_steps(
     data: &Domains,
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     // Batches and dropout seeds drawn as SFT draws them: with w = 0 the stage is SFT, to the bit.
     let (mut mixer, first_step) =
         super::sft::start_demonstrations(ctx, Stage::Distill, cfg.steps, data, resume, actor)?;
@@ -117,7 +114,7 @@ fn distill_steps(
             .map(|ex| {
                 let at = names.iter().position(|n| *n == ex.domain);
                 at.map(|i| i as u32).ok_or_else(|| {
-                    PipelineError::Setup(format!(
+                    RunError::Setup(format!(
                         "distill: an example of domain '{}', which the run does not have",
                         ex.domain
                     ))

@@ -19,7 +19,7 @@ use self::pairs::{PairOrder, PairRows, PairSet};
 use self::samples::StepPairs;
 use super::setup::{Tokenizing, stage_start_reference};
 use super::worker_report::report_workers;
-use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{PipelineEvent, Resume, RunContext, RunError, RunStatus, TensorContext, mix_seed};
 use crate::algo::preference::{
     PairLogps, PreferenceParams, domain_rewards, preference_stats, preference_sums_by_group,
     preference_terms,
@@ -44,7 +44,7 @@ pub fn run_dpo(
     model: &LoadedModel,
     chat_template: bool,
     resume: Option<&Resume>,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let run_cfg = ctx.cfg;
     let tok = Tokenizing {
         model,
@@ -69,7 +69,7 @@ pub fn run_dpo(
     if let Some(r) = resume {
         let cursor = r.state.mixer.as_ref().and_then(|m| m.domains.first());
         if cursor.is_none_or(|c| c.name != CURSOR || c.fingerprint != train.fingerprint) {
-            return Err(PipelineError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "cannot resume the dpo stage from '{}': the pairs in '{}' are not the ones it \
                  trained on",
                 r.dir.display(),
@@ -130,7 +130,7 @@ impl RefLogps {
         eval: bool,
         micro: usize,
         device: &Device,
-    ) -> Result<Tensor, PipelineError> {
+    ) -> Result<Tensor, RunError> {
         match self {
             RefLogps::Live(reference, pad) => {
                 Ok(reference.logprobs(*pad, &rows.as_rows(micro), 1.0, device)?)
@@ -158,7 +158,7 @@ fn precompute(
     eval: bool,
     (batch, micro): (usize, usize),
     device: &Device,
-) -> Result<Vec<Vec<f32>>, PipelineError> {
+) -> Result<Vec<Vec<f32>>, RunError> {
     let mut table = vec![];
     let all: Vec<usize> = (0..set.pairs.len()).collect();
     for idx in all.chunks(batch) {
@@ -184,7 +184,7 @@ fn dpo_steps(
     refs: &mut RefLogps,
     actor: &mut ActorTrain,
     resume: Option<&Resume>,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let device = model.transformer.device().clone();
     let micro_rows = cfg.micro_pairs() * 2;
     let first_step = resume.map_or(1, |r| r.state.step + 1);
@@ -300,7 +300,7 @@ fn evaluate(
     refs: &mut RefLogps,
     cfg: &DpoConfig,
     device: &Device,
-) -> Result<Metrics, PipelineError> {
+) -> Result<Metrics, RunError> {
     let params: PreferenceParams = cfg.params();
     let micro = cfg.micro_pairs() * 2;
     // The pairs' losses and summed log-probs, batch by batch: (losses, c, r, ref c, ref r).

@@ -10,7 +10,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::{PipelineError, TensorContext};
+use super::{RunError, TensorContext};
 use crate::algo::kl::{KlEstimator, kl_penalty};
 use crate::config::{OpdConfig, OpdTeacher, RunConfig};
 use crate::metrics::Metrics;
@@ -18,7 +18,7 @@ use crate::model::LoadedModel;
 use crate::role::epochs::mean_of;
 use crate::role::rows::Rows;
 use crate::role::teacher::Teacher;
-use crate::role::{HostCopy, ResidentRole, RoleError, WorkerNote};
+use crate::role::{HostCopy, ResidentRole, WorkerNote};
 
 use super::rl_update::RlBatch;
 
@@ -41,7 +41,7 @@ impl OpdTeachers {
         run: &RunConfig,
         cfg: &OpdConfig,
         student: &LoadedModel,
-    ) -> Result<OpdTeachers, PipelineError> {
+    ) -> Result<OpdTeachers, RunError> {
         let mut teachers = vec![];
         for (i, t) in cfg.teachers.iter().enumerate() {
             let what = format!("rl.opd.teachers[{i}] ('{}')", t.name);
@@ -68,7 +68,7 @@ impl OpdTeachers {
         temperature: f64,
         dev: &Device,
         m: &mut Metrics,
-    ) -> Result<(Tensor, Vec<TeacherScores>), PipelineError> {
+    ) -> Result<(Tensor, Vec<TeacherScores>), RunError> {
         let n = rows.prompts.len();
         let mut scores = vec![];
         let mut total =
@@ -127,7 +127,7 @@ impl ResidentRole for OpdTeachers {
         crate::config::Role::Teacher
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         let mut bytes = 0;
         for (i, (_, t)) in self.teachers.iter_mut().enumerate() {
             bytes += t.offload_to(host.area, &copy_name(i))?;
@@ -135,7 +135,7 @@ impl ResidentRole for OpdTeachers {
         Ok(bytes)
     }
 
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         let mut bytes = 0;
         for (i, (_, t)) in self.teachers.iter_mut().enumerate() {
             bytes += t.reload_from(host.area, &copy_name(i))?;

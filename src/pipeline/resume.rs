@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{PipelineError, REFERENCE_FILE, setup};
+use super::{REFERENCE_FILE, RunError, setup};
 use crate::config::{RunConfig, Stage};
 use crate::model::LoadedModel;
 use crate::role::critic::{CRITIC_FILE, CRITIC_OPTIMIZER_FILE};
@@ -17,10 +17,9 @@ pub struct Resume {
 
 impl Resume {
     /// Read `trainer_state.json` of checkpoint `dir` and check it belongs to `cfg` and can be resumed.
-    pub fn load(dir: &std::path::Path, cfg: &RunConfig) -> Result<Resume, PipelineError> {
+    pub fn load(dir: &std::path::Path, cfg: &RunConfig) -> Result<Resume, RunError> {
         let (state, _) = crate::train::checkpoint::load_trainer_state(dir, &crate::device::host())?;
-        let bad =
-            |why: String| PipelineError::Setup(format!("checkpoint '{}': {why}", dir.display()));
+        let bad = |why: String| RunError::Setup(format!("checkpoint '{}': {why}", dir.display()));
         if state.config_hash != cfg.hash() {
             return Err(bad(format!(
                 "it belongs to config {} but the run's config is {}",
@@ -44,7 +43,7 @@ impl Resume {
 
     /// Check, before anything is changed, that this resume can set up: the data still matches the
     /// checkpoint's cursor, the RL stage's KL reference loads, and a critic's files are there.
-    pub fn check_setup(&self, cfg: &RunConfig, model: &LoadedModel) -> Result<(), PipelineError> {
+    pub fn check_setup(&self, cfg: &RunConfig, model: &LoadedModel) -> Result<(), RunError> {
         let data = setup::load_domains(cfg, model)?;
         // An agentic RL stage reads no dataset: its episodes follow from seeds, not a cursor.
         let agentic = self.state.stage == Stage::Rl.as_str()
@@ -65,7 +64,7 @@ impl Resume {
             setup::rl_start_policy(cfg)?;
             let refreshed = rl.kl.refresh_every > 0 && self.state.step >= rl.kl.refresh_every;
             if refreshed && !self.dir.join(REFERENCE_FILE).is_file() {
-                return Err(PipelineError::Setup(format!(
+                return Err(RunError::Setup(format!(
                     "checkpoint '{}': the refreshed KL reference '{REFERENCE_FILE}' is missing",
                     self.dir.display()
                 )));
@@ -74,7 +73,7 @@ impl Resume {
         if rl.critic.is_some() && crate::role::rows::needs_critic(rl.adv_estimator) {
             for f in [CRITIC_FILE, CRITIC_OPTIMIZER_FILE] {
                 if !self.dir.join(f).is_file() {
-                    return Err(PipelineError::Setup(format!(
+                    return Err(RunError::Setup(format!(
                         "checkpoint '{}': the critic file '{f}' is missing",
                         self.dir.display()
                     )));

@@ -10,7 +10,7 @@ use super::rl_update::{RlBatch, RowTrace, UpdateState, update};
 use super::rollout_loop::{Prompt, Sample, StepRollout};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
-use super::{CheckpointExtras, PipelineError, Resume, RunContext, TensorContext, mix_seed};
+use super::{CheckpointExtras, Resume, RunContext, RunError, TensorContext, mix_seed};
 use crate::algo::kl::{KlController, KlMode};
 use crate::algo::normalize::RunningStats;
 use crate::config::{PlacementMode, RlConfig, Stage};
@@ -70,7 +70,7 @@ impl<'m> Learner<'m> {
         model: &'m LoadedModel,
         resume: Option<&Resume>,
         mixer: Option<&mut DomainMixer>,
-    ) -> Result<Learner<'m>, PipelineError> {
+    ) -> Result<Learner<'m>, RunError> {
         let updates = cfg.updates();
         let restore = resume.map(|r| Restore {
             dir: &r.dir,
@@ -100,7 +100,7 @@ impl<'m> Learner<'m> {
                 mixer.restore(m)?;
             }
             let rl = r.state.rl.as_ref().ok_or_else(|| {
-                PipelineError::Setup(format!("checkpoint '{}' has no RL state", r.dir.display()))
+                RunError::Setup(format!("checkpoint '{}' has no RL state", r.dir.display()))
             })?;
             kl_ctl.set_coef(rl.kl_coef);
             running = rl.running_reward.clone();
@@ -193,7 +193,7 @@ impl<'m> Learner<'m> {
         infer: &Infer,
         ctx: &mut RunContext<'_>,
         m: &mut Metrics,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let policy = self.model;
         let mut infer = infer;
         let mut roles = self.residents();
@@ -218,7 +218,7 @@ impl<'m> Learner<'m> {
         mut out: StepRollout,
         mut m: Metrics,
         t_step: Instant,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         self.report_rollout_workers(ctx, &mut out, &mut m)?;
         self.report_reward_errors(ctx, step, &out)?;
         rollout_metrics(&mut m, &out);
@@ -261,7 +261,7 @@ impl<'m> Learner<'m> {
         learned: Learned<'_>,
         mut m: Metrics,
         t_step: Instant,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         self.enter(Phase::Train, sharing, infer, ctx, &mut m)?;
         let rows = learned.batch.as_ref().map_or(0, |b| b.prompts.len());
         let mut advantages = vec![0f32; rows];
@@ -338,7 +338,7 @@ impl<'m> Learner<'m> {
         ctx: &mut RunContext<'_>,
         step: usize,
         out: &StepRollout,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let mut new = vec![];
         for g in &out.groups {
             for s in &g.samples {
@@ -367,7 +367,7 @@ impl<'m> Learner<'m> {
         ctx: &mut RunContext<'_>,
         out: &mut StepRollout,
         m: &mut Metrics,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let mut events = std::mem::take(&mut out.worker_events);
         for role in self.residents() {
             events.extend(role.drain_events());
@@ -397,7 +397,7 @@ impl<'m> Learner<'m> {
         sharing: &TimeSharing,
         step: usize,
         m: &mut Metrics,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let Some(reference) = self.reference.as_mut() else {
             return Ok(());
         };
@@ -428,7 +428,7 @@ impl<'m> Learner<'m> {
         cfg: &RlConfig,
         step: usize,
         mixer: MixerState,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         let (kl_coef, running) = (self.kl_ctl.coef(), self.running.clone());
         let critic = self.critic.as_ref();
         let reference = self

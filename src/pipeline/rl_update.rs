@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::model::LoadedModel;
 
 use super::opd::{OpdTeachers, TeacherScores};
-use super::{PipelineError, TensorContext};
+use super::{RunError, TensorContext};
 use crate::role::actor_train::ActorTrain;
 use crate::role::critic::Critic;
 use crate::role::epochs::{ActorStep, CriticStep, EpochRows, PolicyTargets, Targets, mean_of};
@@ -123,7 +123,7 @@ fn token_rewards(
     running: &mut RunningStats,
     width: usize,
     dev: &Device,
-) -> Result<Tensor, PipelineError> {
+) -> Result<Tensor, RunError> {
     let shaped = normalize_rewards(
         cfg.reward_norm,
         &batch.rewards,
@@ -154,7 +154,7 @@ fn kl_terms(
     resp_mask: &Tensor,
     token_rewards: Tensor,
     m: &mut Metrics,
-) -> Result<Tensor, PipelineError> {
+) -> Result<Tensor, RunError> {
     let kl = kl_penalty(cfg.kl.estimator, old_logp, ref_logp).during("kl")?;
     m.insert("actor/kl".into(), mean_of(&kl, resp_mask)?);
     m.insert("actor/kl_coef".into(), kl_coef);
@@ -181,7 +181,7 @@ fn advantages(
     resp_mask: &Tensor,
     opd_kl: Option<&Tensor>,
     m: &mut Metrics,
-) -> Result<(Tensor, Tensor), PipelineError> {
+) -> Result<(Tensor, Tensor), RunError> {
     let params = AdvantageParams {
         gamma: cfg.gamma,
         lambda: cfg.lambda,
@@ -216,7 +216,7 @@ fn given_advantages(
     resp_mask: &Tensor,
     opd_kl: Option<&Tensor>,
     m: &mut Metrics,
-) -> Result<(Tensor, Tensor), PipelineError> {
+) -> Result<(Tensor, Tensor), RunError> {
     let adv = pad_rows(given, width, resp_mask.device()).during("advantages")?;
     let adv = finish_advantages(cfg, minus_opd(adv, opd_kl)?, resp_mask, m)?;
     Ok((adv.clone(), adv))
@@ -224,7 +224,7 @@ fn given_advantages(
 
 /// The RL advantage minus the teachers' weighted KL (`rl.opd`, before whitening and clipping,
 /// as ROLL subtracts it).
-fn minus_opd(adv: Tensor, opd_kl: Option<&Tensor>) -> Result<Tensor, PipelineError> {
+fn minus_opd(adv: Tensor, opd_kl: Option<&Tensor>) -> Result<Tensor, RunError> {
     match opd_kl {
         Some(kl) => (adv - kl).during("opd advantages"),
         None => Ok(adv),
@@ -238,7 +238,7 @@ fn finish_advantages(
     mut adv: Tensor,
     resp_mask: &Tensor,
     m: &mut Metrics,
-) -> Result<Tensor, PipelineError> {
+) -> Result<Tensor, RunError> {
     if cfg.adv_whiten {
         adv = whiten(&adv, resp_mask, true, 1e-8).during("advantage whitening")?;
     }
@@ -260,7 +260,7 @@ fn loss_mask(
     batch: &RlBatch,
     resp_mask: &Tensor,
     dev: &Device,
-) -> Result<Tensor, PipelineError> {
+) -> Result<Tensor, RunError> {
     let mut loss_mask = resp_mask.clone();
     if cfg.max_length_mask {
         loss_mask = max_length_mask(&batch.truncated, &loss_mask).during("max-length mask")?;
@@ -287,7 +287,7 @@ pub fn update(
     policy: &LoadedModel,
     mut st: UpdateState<'_>,
     batch: &RlBatch,
-) -> Result<UpdateOutput, PipelineError> {
+) -> Result<UpdateOutput, RunError> {
     let n = batch.prompts.len();
     let dev = policy.transformer.device().clone();
     let width = batch.responses.iter().map(|r| r.len()).max().unwrap_or(1);
@@ -431,12 +431,8 @@ pub fn update(
 }
 
 /// 1 - Var(returns - values) / Var(returns) over valid tokens.
-fn explained_variance(
-    returns: &Tensor,
-    values: &Tensor,
-    mask: &Tensor,
-) -> Result<f64, PipelineError> {
-    let var = |x: &Tensor| -> Result<f64, PipelineError> {
+fn explained_variance(returns: &Tensor, values: &Tensor, mask: &Tensor) -> Result<f64, RunError> {
+    let var = |x: &Tensor| -> Result<f64, RunError> {
         let mean = mean_of(x, mask)?;
         let sq = mean_of(&x.sqr().during("var")?, mask)?;
         Ok(sq - mean * mean)

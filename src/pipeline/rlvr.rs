@@ -18,7 +18,7 @@ use super::score_link::ScoreLink;
 use super::setup::{Domains, Tokenizing};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
-use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, mix_seed};
+use super::{PipelineEvent, Resume, RunContext, RunError, RunStatus, mix_seed};
 use crate::config::{RlConfig, RunConfig, Stage};
 use crate::data::mix::DomainMixer;
 use crate::metrics::Metrics;
@@ -36,13 +36,12 @@ pub fn placement_for(
     run: &RunConfig,
     model: &LoadedModel,
     judges: &[PathBuf],
-) -> Result<Option<Placement>, PipelineError> {
+) -> Result<Option<Placement>, RunError> {
     let Some(rl) = &run.rl else {
         return Ok(None);
     };
     let shape = |dir: &PathBuf, what: &str| {
-        crate::model::read_model_config(dir)
-            .map_err(|e| PipelineError::Setup(format!("{what}: {e}")))
+        crate::model::read_model_config(dir).map_err(|e| RunError::Setup(format!("{what}: {e}")))
     };
     let judges = judges
         .iter()
@@ -54,7 +53,7 @@ pub fn placement_for(
         .flat_map(|o| o.teachers.iter().enumerate())
         .map(|(i, t)| {
             let what = format!("rl.opd.teachers[{i}] ('{}')", t.name);
-            crate::role::teacher::shape_of(&what, &t.path).map_err(PipelineError::Setup)
+            crate::role::teacher::shape_of(&what, &t.path).map_err(RunError::Setup)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let dtype_bytes = run.model.dtype.candle().size_in_bytes();
@@ -69,7 +68,7 @@ pub fn placement_for(
     )
     .and_then(|p| p.on_nodes(&super::setup::worker_nodes(&run.workers)))
     .map(Some)
-    .map_err(|e| PipelineError::Setup(e.to_string()))
+    .map_err(|e| RunError::Setup(e.to_string()))
 }
 
 pub fn run_rlvr(
@@ -78,7 +77,7 @@ pub fn run_rlvr(
     model: &LoadedModel,
     data: &Domains,
     resume: Option<&Resume>,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let seed = ctx.cfg.seed;
     let mut mixer = data.mixer(mix_seed(&[seed, 2]))?;
     let mut learner = Learner::new(ctx, cfg, model, resume, Some(&mut mixer))?;
@@ -94,7 +93,7 @@ pub fn run_rlvr(
     }
     let judges = data.judge_models();
     let placement = placement_for(ctx.cfg, model, &judges)?
-        .ok_or_else(|| PipelineError::Setup("the run has no rl section".into()))?;
+        .ok_or_else(|| RunError::Setup("the run has no rl section".into()))?;
     let mut sharing = TimeSharing::new(placement, &ctx.cfg.workers.devices)?;
     // actor_infer's own copy of the weights (here or in a worker), kept current by weight sync.
     let infer = Infer::start(ctx.cfg, cfg, model)?;
@@ -135,7 +134,7 @@ pub fn run_rlvr(
     let last_checkpoint = learner.last_checkpoint;
     report_workers(ctx, events)?;
     let status = status.map_err(|e| match e {
-        PipelineError::WorkerLost(why) => PipelineError::WorkerLost(format!(
+        RunError::WorkerLost(why) => RunError::WorkerLost(format!(
             "{why}. {}",
             match &last_checkpoint {
                 Some(dir) => format!(
@@ -177,7 +176,7 @@ impl Drive<'_> {
         sharing: &mut TimeSharing,
         rollout: &mut Rollout<'_>,
         mixer: &mut DomainMixer,
-    ) -> Result<RunStatus, PipelineError> {
+    ) -> Result<RunStatus, RunError> {
         let tok = self.tok;
         let detok = move |ids: &[u32]| tok.decode(ids);
         for step in learner.first_step..=self.cfg.steps {
@@ -206,7 +205,7 @@ impl Drive<'_> {
         sharing: &mut TimeSharing,
         rollout: &mut Rollout<'_>,
         mixer: &mut DomainMixer,
-    ) -> Result<RunStatus, PipelineError> {
+    ) -> Result<RunStatus, RunError> {
         // The trainer's devices are its own: place its roles once.
         learner.enter(
             Phase::Generate,
@@ -242,8 +241,8 @@ impl Drive<'_> {
         rollout: &mut Rollout<'_>,
         mixer: &mut DomainMixer,
         asks: mpsc::Receiver<Ask>,
-        out: &mpsc::Sender<Result<StepRollout, PipelineError>>,
-    ) -> Result<(), PipelineError> {
+        out: &mpsc::Sender<Result<StepRollout, RunError>>,
+    ) -> Result<(), RunError> {
         let tok = self.tok;
         let detok = move |ids: &[u32]| tok.decode(ids);
         let mut engine = self.engine(&detok);

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::score_link::{ScoreLink, ScoreReport};
 use super::setup::{Domains, Tokenizing};
-use super::{PipelineError, mix_seed};
+use super::{RunError, mix_seed};
 use crate::config::RlConfig;
 use crate::data::Example;
 use crate::data::mix::{DomainMixer, MixerState};
@@ -134,13 +134,13 @@ impl<'a> Rollout<'a> {
         &mut self,
         version: usize,
         engine: &mut dyn Generator,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let dead = self.sched.set_version(version);
         self.ordinal = 0;
         self.cancel(&dead, engine)
     }
 
-    fn cancel(&mut self, groups: &[u64], engine: &mut dyn Generator) -> Result<(), PipelineError> {
+    fn cancel(&mut self, groups: &[u64], engine: &mut dyn Generator) -> Result<(), RunError> {
         if groups.is_empty() {
             return Ok(());
         }
@@ -148,7 +148,7 @@ impl<'a> Rollout<'a> {
             self.pending_seen.remove(g);
         }
         let gs = self.cfg.group_size as u64;
-        Ok(engine.abort(&|id| groups.contains(&(id / gs)))?)
+        engine.abort(&|id| groups.contains(&(id / gs)))
     }
 
     /// Step until this version's batch is ready (or the dispatch quota ran out).
@@ -156,7 +156,7 @@ impl<'a> Rollout<'a> {
         &mut self,
         engine: &mut dyn Generator,
         mixer: &mut DomainMixer,
-    ) -> Result<StepRollout, PipelineError> {
+    ) -> Result<StepRollout, RunError> {
         loop {
             let progressed = self.step_once(engine, mixer)?;
             if let Some(done) = self.try_batch(engine, mixer, !progressed)? {
@@ -172,7 +172,7 @@ impl<'a> Rollout<'a> {
         &mut self,
         engine: &mut dyn Generator,
         mixer: &mut DomainMixer,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<bool, RunError> {
         self.dispatch(engine, mixer)?;
         let t0 = Instant::now();
         let finished = if engine.is_idle() {
@@ -198,7 +198,7 @@ impl<'a> Rollout<'a> {
         engine: &mut dyn Generator,
         mixer: &DomainMixer,
         stuck: bool,
-    ) -> Result<Option<StepRollout>, PipelineError> {
+    ) -> Result<Option<StepRollout>, RunError> {
         let groups = match self.sched.take_batch() {
             Some(g) => g,
             None if stuck => self.sched.take_ready(),
@@ -235,7 +235,7 @@ impl<'a> Rollout<'a> {
         &mut self,
         engine: &mut dyn Generator,
         mixer: &mut DomainMixer,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let want = self.sched.prompts_wanted();
         if want == 0 {
             return Ok(());
@@ -245,7 +245,7 @@ impl<'a> Rollout<'a> {
             let prompt_ids = self
                 .tok
                 .prompt_ids(&example.prompt)
-                .map_err(PipelineError::Setup)?;
+                .map_err(RunError::Setup)?;
             let ordinal = self.ordinal as u64;
             self.ordinal += 1;
             let ids = prompt_ids.clone();
@@ -265,7 +265,7 @@ impl<'a> Rollout<'a> {
         Ok(())
     }
 
-    fn send(&mut self, finished: Vec<Completion>) -> Result<(), PipelineError> {
+    fn send(&mut self, finished: Vec<Completion>) -> Result<(), RunError> {
         let gs = self.cfg.group_size as u64;
         let mut items = vec![];
         let mut awaiting = vec![];
@@ -295,7 +295,7 @@ impl<'a> Rollout<'a> {
     }
 
     /// Collect the outcomes of the samples sent last and hand them to the scheduler.
-    fn collect(&mut self) -> Result<(), PipelineError> {
+    fn collect(&mut self) -> Result<(), RunError> {
         let Some(awaiting) = self.awaiting.take() else {
             return Ok(());
         };

@@ -10,7 +10,7 @@ use crate::model::LoadedModel;
 use crate::model::chat_template::TemplateOptions;
 use crate::model::hf_dir::tiny_test_model;
 use crate::reward::{Reward, RewardFn};
-use crate::role::RoleError;
+use crate::role::RunError;
 use crate::role::reward::{RewardScorer, SharedScorer};
 use crate::rollout::FinishReason;
 
@@ -30,7 +30,7 @@ impl Generator for Scripted<'_> {
         self.queued.push(request);
     }
 
-    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError> {
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RunError> {
         self.queued.retain(|r| !cancel(r.id));
         Ok(())
     }
@@ -39,7 +39,7 @@ impl Generator for Scripted<'_> {
         self.queued.is_empty()
     }
 
-    fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+    fn step(&mut self) -> Result<Vec<Completion>, RunError> {
         self.steps += 1;
         Ok(self
             .queued

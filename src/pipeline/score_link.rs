@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::PipelineError;
+use super::RunError;
 use crate::metrics::WorkerNote;
 use crate::reward::RewardOutcome;
 use crate::role::reward::ScoreItem;
@@ -45,7 +45,7 @@ pub(super) struct ScoreReport {
 }
 
 impl ScoreLink {
-    pub fn start(scorer: SharedScorer) -> Result<ScoreLink, PipelineError> {
+    pub fn start(scorer: SharedScorer) -> Result<ScoreLink, RunError> {
         let in_process = matches!(*scorer.lock(), RewardScorer::InProcess { .. });
         if in_process {
             return Ok(ScoreLink::Inline {
@@ -66,7 +66,7 @@ impl ScoreLink {
                 }
                 scorer.lock().shutdown()
             })
-            .map_err(|e| PipelineError::Setup(format!("starting the reward thread: {e}")))?;
+            .map_err(|e| RunError::Setup(format!("starting the reward thread: {e}")))?;
         Ok(ScoreLink::Thread {
             tx: Some(tx),
             rx,
@@ -75,7 +75,7 @@ impl ScoreLink {
     }
 
     /// Send one batch for scoring; collect it with [`ScoreLink::recv`] before sending the next.
-    pub fn send(&mut self, items: Vec<ScoreItem>) -> Result<(), PipelineError> {
+    pub fn send(&mut self, items: Vec<ScoreItem>) -> Result<(), RunError> {
         match self {
             ScoreLink::Inline { scorer, ready } => {
                 *ready = Some(score(scorer, items));
@@ -84,18 +84,18 @@ impl ScoreLink {
             ScoreLink::Thread { tx, .. } => tx
                 .as_ref()
                 .and_then(|tx| tx.send(items).ok())
-                .ok_or_else(|| PipelineError::Setup("the reward thread has stopped".into())),
+                .ok_or_else(|| RunError::Setup("the reward thread has stopped".into())),
         }
     }
 
     /// The outcomes of the batch sent last, in order.
-    pub fn recv(&mut self) -> Result<(Vec<RewardOutcome>, ScoreReport), PipelineError> {
+    pub fn recv(&mut self) -> Result<(Vec<RewardOutcome>, ScoreReport), RunError> {
         let scored = match self {
             ScoreLink::Inline { ready, .. } => ready.take(),
             ScoreLink::Thread { rx, .. } => rx.recv().ok(),
         }
-        .ok_or_else(|| PipelineError::Setup("the reward thread has stopped".into()))?;
-        let outcomes = scored.outcomes.map_err(PipelineError::Setup)?;
+        .ok_or_else(|| RunError::Setup("the reward thread has stopped".into()))?;
+        let outcomes = scored.outcomes.map_err(RunError::Setup)?;
         Ok((
             outcomes,
             ScoreReport {

@@ -7,7 +7,7 @@ use crate::model::lora::{Adapter, LoraSettings, LoraVars};
 use crate::model::{InitOptions, LoadedModel, Transformer, init_model, load_model_dir};
 use crate::reward::Reward;
 
-use super::PipelineError;
+use super::RunError;
 
 /// On a GPU, refuse a model whose weights alone do not fit in the device's free memory, with the
 /// numbers, before reading them (candle would fail part-way with the driver's bare "out of
@@ -16,7 +16,7 @@ fn check_fits(
     path: &std::path::Path,
     dtype: candle_core::DType,
     device: crate::device::DeviceSpec,
-) -> Result<(), PipelineError> {
+) -> Result<(), RunError> {
     let Some(mem) = crate::device::memory(device)? else {
         return Ok(());
     };
@@ -28,7 +28,7 @@ fn check_fits(
         0,
     );
     if weights > mem.free_bytes {
-        return Err(PipelineError::Setup(format!(
+        return Err(RunError::Setup(format!(
             "model '{}' needs {} for its weights on {device} but the driver reports {} free of {}: \
              free memory there, use a larger GPU, or compute in bf16 (model.dtype: bfloat16)",
             path.display(),
@@ -43,7 +43,7 @@ fn check_fits(
 /// The policy named by `model:` (a HF directory, or a seeded random init), with a fresh LoRA
 /// adapter when `model.lora` asks for one. It computes on the trainer's device
 /// (`WorkersConfig::trainer_device`), where in-process roles run.
-pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
+pub fn load_policy(cfg: &RunConfig) -> Result<LoadedModel, RunError> {
     let model = load_base_policy(cfg)?;
     let Some(settings) = &cfg.model.lora else {
         return Ok(model);
@@ -57,7 +57,7 @@ fn fresh_adapter(
     cfg: &RunConfig,
     settings: &LoraSettings,
     model: &LoadedModel,
-) -> Result<LoraVars, PipelineError> {
+) -> Result<LoraVars, RunError> {
     LoraVars::init(
         settings,
         model.config().num_hidden_layers,
@@ -65,7 +65,7 @@ fn fresh_adapter(
         crate::data::mix_seed(&[cfg.seed, 3]),
         &base_model_name(cfg),
     )
-    .map_err(|e| PipelineError::Setup(format!("model.lora: {e}")))
+    .map_err(|e| RunError::Setup(format!("model.lora: {e}")))
 }
 
 /// The adapter of checkpoint `dir` on `base`'s device, checked against the base it will adapt.
@@ -74,12 +74,12 @@ fn checkpoint_adapter(
     settings: &LoraSettings,
     dir: &std::path::Path,
     base: &crate::model::Transformer,
-) -> Result<LoraVars, PipelineError> {
+) -> Result<LoraVars, RunError> {
     let device = base.device();
     let adapter = Adapter::load(dir, device)?;
     adapter.check_against(base.params(), &dir.display().to_string())?;
     LoraVars::from_adapter(&adapter, settings, &base_model_name(cfg), device)
-        .map_err(|e| PipelineError::Setup(format!("checkpoint '{}': {e}", dir.display())))
+        .map_err(|e| RunError::Setup(format!("checkpoint '{}': {e}", dir.display())))
 }
 
 /// How an adapter's config names its base: the model directory, or the init it came from.
@@ -91,7 +91,7 @@ fn base_model_name(cfg: &RunConfig) -> String {
 }
 
 /// The model `model:` names, without an adapter.
-fn load_base_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
+fn load_base_policy(cfg: &RunConfig) -> Result<LoadedModel, RunError> {
     let dtype = cfg.model.dtype;
     let device = crate::device::open(cfg.workers.trainer_device())?;
     match (&cfg.model.path, &cfg.model.init) {
@@ -115,9 +115,7 @@ fn load_base_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
             seed: cfg.seed,
         })?
         .to_device(&device)?),
-        (None, None) => Err(PipelineError::Setup(
-            "model: set either 'path' or 'init'".into(),
-        )),
+        (None, None) => Err(RunError::Setup("model: set either 'path' or 'init'".into())),
     }
 }
 
@@ -126,7 +124,7 @@ fn load_base_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
 pub fn load_checkpoint_policy(
     cfg: &RunConfig,
     dir: &std::path::Path,
-) -> Result<LoadedModel, PipelineError> {
+) -> Result<LoadedModel, RunError> {
     let device = crate::device::open(cfg.workers.trainer_device())?;
     if let Some(settings) = &cfg.model.lora {
         let base = load_base_policy(cfg)?;
@@ -141,13 +139,13 @@ pub fn load_checkpoint_policy(
 }
 
 /// The policy as it was when the RL stage began (the frozen reference of a resumed RL stage).
-pub fn rl_start_policy(cfg: &RunConfig) -> Result<LoadedModel, PipelineError> {
+pub fn rl_start_policy(cfg: &RunConfig) -> Result<LoadedModel, RunError> {
     stage_start_policy(cfg, Stage::Rl)
 }
 
 /// The policy as it was when `stage` began (the frozen reference of a resumed RL or DPO stage):
 /// the final checkpoint of the stage before it, else the configured model.
-pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, PipelineError> {
+pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, RunError> {
     match stage_start_checkpoint(cfg, stage)? {
         Some(dir) => load_checkpoint_policy(cfg, &dir),
         None => load_policy(cfg),
@@ -159,13 +157,13 @@ pub fn stage_start_policy(cfg: &RunConfig, stage: Stage) -> Result<LoadedModel, 
 fn stage_start_checkpoint(
     cfg: &RunConfig,
     stage: Stage,
-) -> Result<Option<std::path::PathBuf>, PipelineError> {
+) -> Result<Option<std::path::PathBuf>, RunError> {
     let Some(before) = cfg.stage_before(stage).map(|s| s.stage()) else {
         return Ok(None);
     };
     let dir = super::checkpoint_dir(&cfg.output_dir(), before, cfg.steps_of(before));
     if !dir.join("trainer_state.json").exists() {
-        return Err(PipelineError::Setup(format!(
+        return Err(RunError::Setup(format!(
             "resuming {stage} needs the final {before} checkpoint '{}' (its reference policy), and \
              it is missing",
             dir.display()
@@ -182,12 +180,12 @@ pub fn stage_start_reference(
     cfg: &RunConfig,
     stage: Stage,
     policy: &LoadedModel,
-) -> Result<Transformer, PipelineError> {
+) -> Result<Transformer, RunError> {
     let (Some(settings), Some(_)) = (&cfg.model.lora, policy.transformer.lora()) else {
         return Ok(stage_start_policy(cfg, stage)?.transformer);
     };
     let view = Transformer::new(policy.config().clone(), policy.transformer.params().clone())
-        .map_err(|e| PipelineError::Setup(format!("the reference of {stage}: {e}")))?;
+        .map_err(|e| RunError::Setup(format!("the reference of {stage}: {e}")))?;
     let lora = match stage_start_checkpoint(cfg, stage)? {
         Some(dir) => checkpoint_adapter(cfg, settings, &dir, &policy.transformer)?,
         None => fresh_adapter(cfg, settings, policy)?,
@@ -211,7 +209,7 @@ pub struct Domains {
 
 impl Domains {
     /// A fresh mixer over all domains, seeded per stage so SFT and RL walk the data independently.
-    pub fn mixer(&self, seed: u64) -> Result<DomainMixer, PipelineError> {
+    pub fn mixer(&self, seed: u64) -> Result<DomainMixer, RunError> {
         let parts = self
             .domains
             .iter()
@@ -221,13 +219,13 @@ impl Domains {
     }
 
     /// The reward of `domain`; a domain the run does not have is an error, never a default.
-    pub fn reward_of(&self, domain: &str) -> Result<&Reward, PipelineError> {
+    pub fn reward_of(&self, domain: &str) -> Result<&Reward, RunError> {
         self.domains
             .iter()
             .find(|d| d.name == domain)
             .map(|d| &d.reward)
             .ok_or_else(|| {
-                PipelineError::Setup(format!(
+                RunError::Setup(format!(
                     "a prompt of domain '{domain}' has no reward: the run's domains are {}",
                     self.names().join(", ")
                 ))
@@ -255,7 +253,7 @@ pub(super) const MAX_PROMPT_BYTES_PER_POSITION: usize = 64;
 
 /// Load or generate every domain, and check that the tokenizer can represent every prompt and answer
 /// (a character the tokenizer does not know would silently become `<unk>` and poison training).
-pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, PipelineError> {
+pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, RunError> {
     let mut domains = vec![];
     let positions = model.config().max_position_embeddings;
     for d in &cfg.data.domains {
@@ -269,9 +267,9 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             }
             (None, Some(s)) => s
                 .generate(&d.name, cfg.seed, &turn_end_text(model))
-                .map_err(|e| PipelineError::Setup(format!("domain '{}': {e}", d.name)))?,
+                .map_err(|e| RunError::Setup(format!("domain '{}': {e}", d.name)))?,
             (None, None) => {
-                return Err(PipelineError::Setup(format!(
+                return Err(RunError::Setup(format!(
                     "domain '{}': no path or synthetic",
                     d.name
                 )));
@@ -294,7 +292,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             // Refused before tokenizing: a tokenizer on a 50 MB prompt takes minutes and gigabytes,
             // and no token holds more than a few dozen bytes.
             if ex.prompt.len() > positions * MAX_PROMPT_BYTES_PER_POSITION {
-                return Err(PipelineError::Setup(format!(
+                return Err(RunError::Setup(format!(
                     "{where_}: the prompt is {} bytes; the model holds {positions} positions, and \
                      prompts over {} bytes per position are refused before tokenizing",
                     ex.prompt.len(),
@@ -303,9 +301,9 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             }
             let ids = tok
                 .prompt_ids(&ex.prompt)
-                .map_err(|e| PipelineError::Setup(format!("{where_}: prompt {e}")))?;
+                .map_err(|e| RunError::Setup(format!("{where_}: prompt {e}")))?;
             if ids.len() >= positions {
-                return Err(PipelineError::Setup(format!(
+                return Err(RunError::Setup(format!(
                     "{where_}: the prompt is {} tokens; the model holds {positions} positions for \
                      the prompt and its response together",
                     ids.len()
@@ -317,26 +315,26 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Pip
             match &ex.response {
                 Some(r) => tok
                     .answer_ids(r)
-                    .map_err(|e| PipelineError::Setup(format!("{where_}: response {e}")))?,
+                    .map_err(|e| RunError::Setup(format!("{where_}: response {e}")))?,
                 None => tok
                     .answer_ids(&ex.ground_truth)
-                    .map_err(|e| PipelineError::Setup(format!("{where_}: ground_truth {e}")))?,
+                    .map_err(|e| RunError::Setup(format!("{where_}: ground_truth {e}")))?,
             };
         }
         let reward = d
             .reward
             .resolve(&format!("domain '{}' reward", d.name))
-            .map_err(PipelineError::Setup)?;
+            .map_err(RunError::Setup)?;
         // A judge directory that cannot be read stops the run here, naming its domain.
         for judge in reward.judges() {
             crate::model::read_model_config(&judge.model).map_err(|e| {
-                PipelineError::Setup(format!("domain '{}' reward llm_judge: {e}", d.name))
+                RunError::Setup(format!("domain '{}' reward llm_judge: {e}", d.name))
             })?;
         }
         // Refuse before the first step rather than score every program 0.
         if reward.runs_programs() {
             crate::sandbox::Sandbox::shared().map_err(|e| {
-                PipelineError::Setup(format!("domain '{}' reward code_sandbox: {e}", d.name))
+                RunError::Setup(format!("domain '{}' reward code_sandbox: {e}", d.name))
             })?;
         }
         domains.push(Domain {
@@ -485,7 +483,7 @@ pub fn worker_nodes(
 /// the allocation the head runs in from its environment.
 pub fn launch_of(
     c: &crate::config::ClusterConfig,
-) -> Result<crate::worker::process::Launch, PipelineError> {
+) -> Result<crate::worker::process::Launch, RunError> {
     use crate::config::Launcher as Configured;
     use crate::worker::process::{Launch, Launcher, RemoteLaunch};
     let (launcher, hosts) = match c.launcher {
@@ -497,7 +495,7 @@ pub fn launch_of(
         ),
     };
     let here = |what: &str, e: std::io::Error| {
-        PipelineError::Setup(format!("cluster: {what} of this process: {e}"))
+        RunError::Setup(format!("cluster: {what} of this process: {e}"))
     };
     let program = match &c.remote_program {
         Some(p) => p.clone(),
@@ -510,7 +508,7 @@ pub fn launch_of(
     if let Configured::Slurm = c.launcher {
         for (role, node) in &c.role_hosts {
             if !hosts.contains(node) {
-                return Err(PipelineError::Setup(format!(
+                return Err(RunError::Setup(format!(
                     "cluster.role_hosts.{role}: '{node}' is not a node of this SLURM allocation \
                      ({})",
                     hosts.join(", ")
@@ -533,20 +531,19 @@ pub fn launch_of(
 
 /// The nodes of the SLURM allocation the head runs in: `SLURM_JOB_NODELIST` (or the older
 /// `SLURM_NODELIST`) expanded, as `var` reads the environment.
-fn allocation_nodes(var: impl Fn(&str) -> Option<String>) -> Result<Vec<String>, PipelineError> {
+fn allocation_nodes(var: impl Fn(&str) -> Option<String>) -> Result<Vec<String>, RunError> {
     let list = var("SLURM_JOB_NODELIST")
         .or_else(|| var("SLURM_NODELIST"))
         .ok_or_else(|| {
-            PipelineError::Setup(
+            RunError::Setup(
                 "cluster.launcher slurm: this process is not inside a SLURM allocation \
                  (SLURM_JOB_NODELIST is not set): start the run from `salloc` or an `sbatch` \
                  script"
                     .into(),
             )
         })?;
-    crate::worker::nodelist::expand(&list).map_err(|e| {
-        PipelineError::Setup(format!("cluster.launcher slurm: SLURM_JOB_NODELIST: {e}"))
-    })
+    crate::worker::nodelist::expand(&list)
+        .map_err(|e| RunError::Setup(format!("cluster.launcher slurm: SLURM_JOB_NODELIST: {e}")))
 }
 
 #[cfg(test)]

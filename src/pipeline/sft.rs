@@ -15,7 +15,7 @@ use crate::role::{ResidentRole, Restore};
 
 use super::setup::{Domains, Tokenizing};
 use super::worker_report::report_workers;
-use super::{PipelineError, PipelineEvent, Resume, RunContext, RunStatus, TensorContext, mix_seed};
+use super::{PipelineEvent, Resume, RunContext, RunError, RunStatus, TensorContext, mix_seed};
 
 pub fn run_sft(
     ctx: &mut RunContext<'_>,
@@ -23,7 +23,7 @@ pub fn run_sft(
     model: &LoadedModel,
     data: &Domains,
     resume: Option<&Resume>,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let restore = resume.map(|r| Restore {
         dir: &r.dir,
         optimizer_steps: r.state.optimizer_steps,
@@ -43,7 +43,7 @@ fn sft_steps(
     data: &Domains,
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
-) -> Result<(RunStatus, Option<PathBuf>), PipelineError> {
+) -> Result<(RunStatus, Option<PathBuf>), RunError> {
     let (mut mixer, first_step) =
         start_demonstrations(ctx, Stage::Sft, cfg.steps, data, resume, actor)?;
     let tok = Tokenizing {
@@ -105,7 +105,7 @@ pub(super) fn start_demonstrations(
     data: &Domains,
     resume: Option<&Resume>,
     actor: &mut ActorTrain,
-) -> Result<(DomainMixer, usize), PipelineError> {
+) -> Result<(DomainMixer, usize), RunError> {
     let mut mixer = data.mixer(mix_seed(&[ctx.cfg.seed, 1]))?;
     let mut first_step = 1;
     if let Some(r) = resume {
@@ -131,7 +131,7 @@ pub(super) type TokenRows = (Vec<Vec<u32>>, Vec<Vec<u32>>);
 pub(super) fn demonstrations(
     tok: &Tokenizing<'_>,
     batch: &[crate::data::Example],
-) -> Result<TokenRows, PipelineError> {
+) -> Result<TokenRows, RunError> {
     Ok(batch
         .iter()
         .map(|ex| {
@@ -141,7 +141,7 @@ pub(super) fn demonstrations(
             ))
         })
         .collect::<Result<Vec<_>, String>>()
-        .map_err(PipelineError::Setup)?
+        .map_err(RunError::Setup)?
         .into_iter()
         .unzip())
 }

@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::{PipelineError, RunContext, TensorContext};
+use super::{RunContext, RunError, TensorContext};
 use crate::config::Role;
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
@@ -46,17 +46,17 @@ fn readings(gpus: &[candle_core::Device], devices: &[usize]) -> Vec<(usize, u64,
         .collect()
 }
 
-fn copy_err(e: HostCopyError) -> PipelineError {
-    PipelineError::Setup(e.to_string())
+fn copy_err(e: HostCopyError) -> RunError {
+    RunError::Setup(e.to_string())
 }
 
 impl TimeSharing {
     pub fn new(
         placement: Placement,
         devices: &crate::config::DevicesConfig,
-    ) -> Result<TimeSharing, PipelineError> {
+    ) -> Result<TimeSharing, RunError> {
         let area = HostArea::new().map_err(|e| {
-            PipelineError::Setup(format!("creating the host-memory area for offloads: {e}"))
+            RunError::Setup(format!("creating the host-memory area for offloads: {e}"))
         })?;
         let gpus = match devices.kind {
             crate::device::DeviceKind::Cpu => vec![],
@@ -82,7 +82,7 @@ impl TimeSharing {
         policy: &LoadedModel,
         ctx: &mut RunContext<'_>,
         m: &mut Metrics,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let host = HostCopy {
             area: &self.area,
             policy,
@@ -91,7 +91,7 @@ impl TimeSharing {
         let gpus = &self.gpus;
         let placement = self.ledger.placement().clone();
         let mut released = false;
-        let mut move_role = |role: Role, direction: Direction| -> Result<u64, PipelineError> {
+        let mut move_role = |role: Role, direction: Direction| -> Result<u64, RunError> {
             // A role that was never offloaded is already where it was built.
             if direction == Direction::Reload && !offloaded.remove(&role) {
                 return Ok(0);
@@ -123,7 +123,7 @@ impl TimeSharing {
         let mut memory: Vec<(Role, Direction, Vec<crate::scheduler::DeviceReading>)> = vec![];
         let mut transfers =
             self.ledger
-                .enter(phase, |role, direction| -> Result<u64, PipelineError> {
+                .enter(phase, |role, direction| -> Result<u64, RunError> {
                     let devices = placement
                         .slot(role)
                         .map(|s| s.devices.clone())
@@ -177,7 +177,7 @@ impl TimeSharing {
         &self,
         policy: &LoadedModel,
         infer: &Infer,
-    ) -> Result<(f64, u64), PipelineError> {
+    ) -> Result<(f64, u64), RunError> {
         let t0 = Instant::now();
         let bytes = match infer {
             // An offloaded replica in this process takes the weights it generates with at its
@@ -215,9 +215,9 @@ impl TimeSharing {
         &self,
         policy: &LoadedModel,
         reference: &mut Reference,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<(), RunError> {
         let name = Role::Reference.as_str();
         let offloaded = self.offloaded.contains(&Role::Reference);
-        Ok(reference.refresh(&policy.transformer, offloaded.then_some((&self.area, name)))?)
+        reference.refresh(&policy.transformer, offloaded.then_some((&self.area, name)))
     }
 }

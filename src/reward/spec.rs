@@ -22,10 +22,14 @@ use super::{
     math_verify, regex_match,
 };
 
-/// One term as written: a kind's name, its parameters, and its weight in a combination.
+/// One term as written: a kind's name, its parameters, and its weight in a combination. The map
+/// form of a whole spec is the same type: a term (`kind` set), or `combine` alone (see
+/// [`RewardSpec`]'s `Deserialize`), so the two never drift apart.
 #[derive(Default, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardTermConfig {
+    /// The kind's name (empty in the map form of a `combine` spec).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// Weight in a `combine` list (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,45 +72,9 @@ pub struct RewardTermConfig {
     /// `code_sandbox`: address space per run in MiB (default 512).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
-}
-
-/// The map form of a spec: a single term, or `combine`.
-#[derive(Default, Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpecMap {
+    /// Only in the map form of a spec: the terms of a weighted combination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    kind: Option<String>,
-    /// Only to say, when given, that weights belong to `combine` terms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    weight: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    ignore_case: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    percent_is_fraction: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    scoring: Option<Scoring>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    mode: Option<ifeval::Mode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pattern: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    model: Option<std::path::PathBuf>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    template: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    verdict: Option<llm_judge::Verdict>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    yes: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    no: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    max_new_tokens: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeout_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory_mb: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    combine: Option<Vec<RewardTermConfig>>,
+    pub combine: Option<Vec<RewardTermConfig>>,
 }
 
 /// A domain's reward as the config wrote it.
@@ -115,7 +83,7 @@ pub enum RewardSpec {
     /// `reward: math_rule`
     Name(String),
     /// `reward: { kind: exact_match, ignore_case: true }`
-    Term(RewardTermConfig),
+    Term(Box<RewardTermConfig>),
     /// `reward: { combine: [...] }`
     Combine(Vec<RewardTermConfig>),
 }
@@ -270,6 +238,14 @@ fn suggest(name: &str) -> String {
 }
 
 fn resolve_term(t: &RewardTermConfig, at: &str) -> Result<RewardFn, String> {
+    if t.combine.is_some() {
+        return Err(format!(
+            "{at}: 'combine' belongs at the top of a reward, not inside a term"
+        ));
+    }
+    if t.kind.is_empty() {
+        return Err(format!("{at}: a reward term needs 'kind'"));
+    }
     let Some(kind) = RewardKind::ALL.into_iter().find(|k| k.as_str() == t.kind) else {
         let known: Vec<&str> = RewardKind::ALL.iter().map(|k| k.as_str()).collect();
         return Err(format!(
@@ -438,7 +414,7 @@ impl Serialize for RewardSpec {
             RewardSpec::Name(name) => s.serialize_str(name),
             // Same fields in the same order as the map form, each skipped when unset.
             RewardSpec::Term(t) => t.serialize(s),
-            RewardSpec::Combine(terms) => SpecMap {
+            RewardSpec::Combine(terms) => RewardTermConfig {
                 combine: Some(terms.clone()),
                 ..Default::default()
             }
@@ -467,31 +443,16 @@ impl<'de> Deserialize<'de> for RewardSpec {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RewardSpec, A::Error> {
-                let m = SpecMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let m = RewardTermConfig::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 // No parameter or weight beside a `combine` list.
-                let params_unset = SpecMap {
-                    kind: None,
+                let params_unset = RewardTermConfig {
+                    kind: String::new(),
                     combine: None,
                     ..m.clone()
-                } == SpecMap::default();
-                match (m.kind, m.combine) {
-                    (Some(kind), None) => Ok(RewardSpec::Term(RewardTermConfig {
-                        kind,
-                        weight: m.weight,
-                        ignore_case: m.ignore_case,
-                        percent_is_fraction: m.percent_is_fraction,
-                        scoring: m.scoring,
-                        mode: m.mode,
-                        pattern: m.pattern,
-                        model: m.model,
-                        template: m.template,
-                        verdict: m.verdict,
-                        yes: m.yes,
-                        no: m.no,
-                        max_new_tokens: m.max_new_tokens,
-                        timeout_s: m.timeout_s,
-                        memory_mb: m.memory_mb,
-                    })),
+                } == RewardTermConfig::default();
+                let kind = (!m.kind.is_empty()).then_some(());
+                match (kind, m.combine.clone()) {
+                    (Some(()), None) => Ok(RewardSpec::Term(Box::new(m))),
                     (None, Some(terms)) if params_unset => Ok(RewardSpec::Combine(terms)),
                     (None, Some(_)) => Err(de::Error::custom(
                         "parameters and 'weight' belong to a term of 'combine', not beside it",
@@ -566,6 +527,29 @@ mod tests {
         assert!(
             e.contains("'weight' belongs to the terms of a 'combine' list"),
             "{e}"
+        );
+        // Terms share the spec's map type: a term may not combine, and must name its kind.
+        let e = spec(r#"{"combine":[{"combine":[{"kind":"math_rule"}]}]}"#)
+            .resolve(at)
+            .unwrap_err();
+        assert!(
+            e.ends_with(
+                "reward.combine[0]: 'combine' belongs at the top of a reward, not inside a term"
+            ),
+            "{e}"
+        );
+        let e = spec(r#"{"combine":[{"weight":1}]}"#)
+            .resolve(at)
+            .unwrap_err();
+        assert!(
+            e.ends_with("reward.combine[0]: a reward term needs 'kind'"),
+            "{e}"
+        );
+        let e = serde_json::from_str::<RewardSpec>(r#"{"ignore_case":true,"combine":[]}"#);
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("belong to a term of 'combine'")
         );
     }
 

@@ -15,7 +15,7 @@ pub use serve::{InferInit, InferOp, WireCompletion};
 pub use update::PolicyUpdate;
 
 use super::{
-    HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
+    HostCopy, Protocol, ResidentRole, RoleCall, RunError, TensorContext, WorkerNote, setup_err,
 };
 use crate::config::{PlacementMode, RlConfig, Role, RunConfig};
 use crate::model::{LoadedModel, ParamStore, Transformer};
@@ -79,7 +79,7 @@ impl Protocol for InferProtocol {
 
 /// A frozen copy of the policy's weights (reference, actor_infer replica); under LoRA with the
 /// adapter merged in.
-pub fn copy_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
+pub fn copy_of(model: &LoadedModel) -> Result<Transformer, RunError> {
     let params = match model
         .transformer
         .weights_for_inference()
@@ -93,7 +93,7 @@ pub fn copy_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
 
 /// A stage's frozen reference: the policy as it is now. Under LoRA the frozen base is shared and
 /// only the adapter copied; otherwise a copy of the weights.
-pub fn reference_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
+pub fn reference_of(model: &LoadedModel) -> Result<Transformer, RunError> {
     match model
         .transformer
         .adapter_snapshot()
@@ -108,10 +108,10 @@ pub fn reference_of(model: &LoadedModel) -> Result<Transformer, RoleError> {
 pub trait Generator {
     fn submit(&mut self, request: Request);
     /// Cancel every queued or running request whose id satisfies `cancel`.
-    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError>;
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RunError>;
     fn is_idle(&self) -> bool;
     /// One engine step: admit, decode one token each, return what finished.
-    fn step(&mut self) -> Result<Vec<Completion>, RoleError>;
+    fn step(&mut self) -> Result<Vec<Completion>, RunError>;
     /// Worker events since the last call (worker processes only).
     fn drain_events(&mut self) -> Vec<WorkerNote> {
         vec![]
@@ -130,7 +130,7 @@ impl Generator for Engine<'_> {
         Engine::submit(self, request);
     }
 
-    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError> {
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RunError> {
         Engine::abort(self, cancel)
             .map(|_| ())
             .during("cancelling requests")
@@ -140,7 +140,7 @@ impl Generator for Engine<'_> {
         Engine::is_idle(self)
     }
 
-    fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+    fn step(&mut self) -> Result<Vec<Completion>, RunError> {
         Engine::step(self).during("rollout")
     }
 
@@ -174,7 +174,7 @@ pub enum Infer {
 
 impl Infer {
     /// actor_infer as the run's placement asks, holding the policy's current weights.
-    pub fn start(run: &RunConfig, cfg: &RlConfig, model: &LoadedModel) -> Result<Infer, RoleError> {
+    pub fn start(run: &RunConfig, cfg: &RlConfig, model: &LoadedModel) -> Result<Infer, RunError> {
         Ok(match run.workers.actor_infer.mode {
             PlacementMode::InProcess => Infer::Local {
                 replica: copy_of(model)?,
@@ -238,7 +238,7 @@ impl Infer {
     }
 
     /// Take new weights (α > 0: between two decode steps).
-    pub fn set_weights(&self, update: &PolicyUpdate) -> Result<(), RoleError> {
+    pub fn set_weights(&self, update: &PolicyUpdate) -> Result<(), RunError> {
         match self {
             Infer::Local { replica, base, .. } => update
                 .write_into(replica.params(), base.as_ref())
@@ -256,7 +256,7 @@ impl ResidentRole for &Infer {
         Role::ActorInfer
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             Infer::Local { replica: t, .. } => host
                 .area
@@ -266,7 +266,7 @@ impl ResidentRole for &Infer {
         }
     }
 
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             Infer::Local {
                 replica: t,
@@ -337,7 +337,7 @@ impl Generator for RemoteGenerator<'_> {
         lock(self.0).submit(request);
     }
 
-    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError> {
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RunError> {
         lock(self.0).abort(cancel);
         Ok(())
     }
@@ -346,7 +346,7 @@ impl Generator for RemoteGenerator<'_> {
         lock(self.0).is_idle()
     }
 
-    fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+    fn step(&mut self) -> Result<Vec<Completion>, RunError> {
         lock(self.0).step()
     }
 

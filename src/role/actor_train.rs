@@ -16,7 +16,7 @@ use super::recipe::TrainRecipe;
 use super::remote::{ModelReply as Reply, RemoteWorker, moved, state_lost, trained};
 use super::train_serve::{LoraInit, TrainInit, TrainOp, restore_trainable};
 use super::{
-    HostCopy, Protocol, ResidentRole, Restore, RoleCall, RoleError, TensorContext, WorkerNote,
+    HostCopy, Protocol, ResidentRole, Restore, RoleCall, RunError, TensorContext, WorkerNote,
     setup_err, step_file,
 };
 use crate::config::{PlacementMode, RunConfig};
@@ -101,7 +101,7 @@ impl ActorTrain {
         model: &LoadedModel,
         updates: usize,
         resume: Option<Restore<'_>>,
-    ) -> Result<ActorTrain, RoleError> {
+    ) -> Result<ActorTrain, RunError> {
         if run.workers.actor_train.mode == PlacementMode::Process {
             let threads = run.worker_threads(Role::ActorTrain);
             let device = run.workers.device_of(Role::ActorTrain, 0);
@@ -128,7 +128,7 @@ impl ActorTrain {
         &mut self,
         step: &ActorStep,
         policy: &LoadedModel,
-    ) -> Result<ActorReport, RoleError> {
+    ) -> Result<ActorReport, RunError> {
         match self {
             ActorTrain::Local { opt, recipe } => {
                 actor_epochs(recipe, step, &policy.transformer, policy.pad_id, opt)
@@ -148,7 +148,7 @@ impl ResidentRole for ActorTrain {
         Role::ActorTrain
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             ActorTrain::Local { opt, .. } => {
                 let weights = host.policy.transformer.params().named_tensors();
@@ -160,7 +160,7 @@ impl ResidentRole for ActorTrain {
         }
     }
 
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             ActorTrain::Local { opt, .. } => {
                 let vars = host.policy.transformer.params().named_vars();
@@ -240,7 +240,7 @@ const HOST_COPY: &str = "actor_train";
 const MOMENTS_OUT: &str = "actor_train_checkpoint_moments.safetensors";
 const MOMENTS_IN: &str = "actor_train_resume_moments.safetensors";
 
-fn lost(e: WorkerError) -> RoleError {
+fn lost(e: WorkerError) -> RunError {
     state_lost(e, "the policy's optimizer state")
 }
 
@@ -252,9 +252,9 @@ impl RemoteTrain {
         resume: Option<Restore<'_>>,
         threads: usize,
         device: crate::device::DeviceSpec,
-    ) -> Result<RemoteTrain, RoleError> {
+    ) -> Result<RemoteTrain, RunError> {
         let area = HostArea::new().map_err(|e| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "creating the host-memory area for actor_train: {e}"
             ))
         })?;
@@ -305,11 +305,11 @@ impl RemoteTrain {
         })
     }
 
-    fn call(&self, call: ActorTrainCall) -> Result<Reply, RoleError> {
+    fn call(&self, call: ActorTrainCall) -> Result<Reply, RunError> {
         self.worker.call(call).map_err(lost)
     }
 
-    fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<ActorReport, RoleError> {
+    fn train(&mut self, step: &ActorStep, policy: &LoadedModel) -> Result<ActorReport, RunError> {
         let path = self.area.path(STEP_FILE);
         step_file::write_actor(step, &path).map_err(setup_err)?;
         // Under LoRA only the adapter trains, and only it comes back.
@@ -329,7 +329,7 @@ impl RemoteTrain {
     }
 
     /// Offload: the worker writes weights and moments to its host copy and frees them.
-    fn offload(&mut self) -> Result<u64, RoleError> {
+    fn offload(&mut self) -> Result<u64, RunError> {
         let path = self.area.path(HOST_COPY);
         moved(
             Role::ActorTrain,
@@ -337,7 +337,7 @@ impl RemoteTrain {
         )
     }
 
-    fn reload(&mut self) -> Result<u64, RoleError> {
+    fn reload(&mut self) -> Result<u64, RunError> {
         let path = self.area.path(HOST_COPY);
         moved(
             Role::ActorTrain,

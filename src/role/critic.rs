@@ -27,7 +27,7 @@ use super::rows::{Rows, needs_critic};
 use super::step_file::{write_critic, write_rows};
 use super::train_serve::{TrainInit, TrainOp, restore_trainable};
 use super::{
-    HostCopy, Protocol, ResidentRole, Restore, RoleCall, RoleError, TensorContext, WorkerNote,
+    HostCopy, Protocol, ResidentRole, Restore, RoleCall, RunError, TensorContext, WorkerNote,
     setup_err,
 };
 use crate::config::{PlacementMode, RlConfig, RunConfig};
@@ -130,7 +130,7 @@ impl Critic {
         policy: &LoadedModel,
         updates: usize,
         resume: Option<Restore<'_>>,
-    ) -> Result<Option<Critic>, RoleError> {
+    ) -> Result<Option<Critic>, RunError> {
         let Some(recipe) = cfg
             .critic_recipe()
             .filter(|_| needs_critic(cfg.adv_estimator))
@@ -159,7 +159,7 @@ impl Critic {
             origin,
             None,
         )
-        .map_err(RoleError::Setup)?;
+        .map_err(RunError::Setup)?;
         if let Some(r) = resume {
             load_vars(&net.vars(), &r.dir.join(CRITIC_FILE))?;
             let device = policy.transformer.device();
@@ -177,7 +177,7 @@ impl Critic {
         pad_id: u32,
         rows: &Rows<'_>,
         device: &Device,
-    ) -> Result<Tensor, RoleError> {
+    ) -> Result<Tensor, RunError> {
         match self {
             Critic::Local(net) => net.row_values(pad_id, rows).during("critic values"),
             Critic::Remote(r) => r.values(rows, device),
@@ -190,11 +190,11 @@ impl Critic {
         cfg: &RlConfig,
         step: &CriticStep,
         pad_id: u32,
-    ) -> Result<Metrics, RoleError> {
+    ) -> Result<Metrics, RunError> {
         match self {
             Critic::Local(net) => {
                 let recipe = cfg.critic_recipe().ok_or_else(|| {
-                    RoleError::Setup(
+                    RunError::Setup(
                         "the critic was asked to train in a run without rl.critic".into(),
                     )
                 })?;
@@ -245,7 +245,7 @@ impl ResidentRole for Critic {
         Role::Critic
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             Critic::Local(c) => host
                 .area
@@ -258,7 +258,7 @@ impl ResidentRole for Critic {
         }
     }
 
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             Critic::Local(c) => {
                 let vars = c.vars();
@@ -303,9 +303,9 @@ impl RemoteCritic {
         optimizer_steps: usize,
         threads: usize,
         device: crate::device::DeviceSpec,
-    ) -> Result<RemoteCritic, RoleError> {
+    ) -> Result<RemoteCritic, RunError> {
         let area = HostArea::new().map_err(|e| {
-            RoleError::Setup(format!("creating the host-memory area for the critic: {e}"))
+            RunError::Setup(format!("creating the host-memory area for the critic: {e}"))
         })?;
         // A resumed critic loads straight from the checkpoint: the trainer never holds a copy.
         let weights = match resume {
@@ -349,13 +349,13 @@ impl RemoteCritic {
         })
     }
 
-    fn call(&self, call: CriticCall) -> Result<Reply, RoleError> {
+    fn call(&self, call: CriticCall) -> Result<Reply, RunError> {
         self.worker
             .call(call)
             .map_err(|e| state_lost(e, "the critic's optimizer state"))
     }
 
-    fn values(&mut self, rows: &Rows<'_>, device: &Device) -> Result<Tensor, RoleError> {
+    fn values(&mut self, rows: &Rows<'_>, device: &Device) -> Result<Tensor, RunError> {
         // The temperature does not enter values; the rows file carries one for every reader.
         write_rows(rows, 1.0, &self.area.path(ROWS)).map_err(setup_err)?;
         let out = self.area.path(VALUES);
@@ -366,14 +366,14 @@ impl RemoteCritic {
         moved(Role::Critic, reply)?;
         let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
         tensors.remove("values").ok_or_else(|| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "the critic worker's output '{}' has no 'values'",
                 out.display()
             ))
         })
     }
 
-    fn train(&mut self, step: &CriticStep) -> Result<Metrics, RoleError> {
+    fn train(&mut self, step: &CriticStep) -> Result<Metrics, RunError> {
         let path = self.area.path(STEP_FILE);
         write_critic(step, &path).map_err(setup_err)?;
         let reply = self.call(CriticCall::Step { step: path })?;
@@ -385,12 +385,12 @@ impl RemoteCritic {
 
     /// Offload: the worker writes weights, head and moments to its host copy (in place over the
     /// last offload's) and frees them.
-    fn offload(&mut self) -> Result<u64, RoleError> {
+    fn offload(&mut self) -> Result<u64, RunError> {
         let path = self.area.path(HOST_COPY);
         moved(Role::Critic, self.call(CriticCall::Offload { path })?)
     }
 
-    fn reload(&mut self) -> Result<u64, RoleError> {
+    fn reload(&mut self) -> Result<u64, RunError> {
         let path = self.area.path(HOST_COPY);
         moved(Role::Critic, self.call(CriticCall::Reload { path })?)
     }

@@ -13,7 +13,7 @@ use rand::{SeedableRng, rngs::StdRng};
 
 use super::critic::CriticNet;
 use super::recipe::{Objective, TrainRecipe};
-use super::{RoleError, TensorContext};
+use super::{RunError, TensorContext};
 use crate::algo::aggregate::{LossAgg, masked_mean};
 use crate::algo::loss::value_loss;
 use crate::data::mix_seed;
@@ -127,23 +127,23 @@ struct Micro {
 
 impl Micro {
     /// The micro-batch's rows of a (n, R) tensor, cut to its response width.
-    fn slice(&self, x: &Tensor) -> Result<Tensor, RoleError> {
+    fn slice(&self, x: &Tensor) -> Result<Tensor, RunError> {
         x.index_select(&self.idx, 0)
             .and_then(|x| x.narrow(1, 0, self.tb.response_width))
             .during("rl slice")
     }
 
     /// The micro-batch's rows of a (n, R, k) tensor, cut to its response width, contiguous.
-    fn slice3(&self, x: &Tensor) -> Result<Tensor, RoleError> {
+    fn slice3(&self, x: &Tensor) -> Result<Tensor, RunError> {
         self.slice(x)?.contiguous().during("slice")
     }
 }
 
 trait MiniBatchLearner {
     /// The lanes of one micro-batch, each a part of its rows: their passes may run side by side.
-    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError>;
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RunError>;
     /// Every micro-batch of a mini-batch was seen: take the optimizer step.
-    fn mini_done(&mut self) -> Result<(), RoleError>;
+    fn mini_done(&mut self) -> Result<(), RunError>;
 }
 
 /// Drive `learner` through the recipe's epochs, each micro-batch cut into `lanes` parts.
@@ -154,7 +154,7 @@ fn run_epochs(
     (pad_id, kv_groups, lanes): (u32, usize, usize),
     dev: &Device,
     learner: &mut dyn MiniBatchLearner,
-) -> Result<usize, RoleError> {
+) -> Result<usize, RunError> {
     let g = rows.group_size;
     let n_groups = rows.prompts.len() / g;
     let groups_per_mini = n_groups.div_ceil(recipe.mini_batches.max(1));
@@ -288,8 +288,8 @@ fn whole_groups(
 /// `pass` over every lane, side by side when there are several; results in lane order.
 fn lanes_map<T: Send>(
     lanes: &[Micro],
-    pass: impl Fn(&Micro) -> Result<T, RoleError> + Sync + Send,
-) -> Result<Vec<T>, RoleError> {
+    pass: impl Fn(&Micro) -> Result<T, RunError> + Sync + Send,
+) -> Result<Vec<T>, RunError> {
     crate::model::threads::side_by_side(lanes, pass)
         .into_iter()
         .collect()
@@ -307,7 +307,7 @@ struct CriticLearner<'a> {
 }
 
 impl MiniBatchLearner for CriticLearner<'_> {
-    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RunError> {
         let (agg, clip) = (self.agg, self.clip);
         let (critic, returns, old_values) = (&*self.critic, self.returns, self.old_values);
         let parts = lanes_map(lanes, |mb| {
@@ -333,7 +333,7 @@ impl MiniBatchLearner for CriticLearner<'_> {
         Ok(())
     }
 
-    fn mini_done(&mut self) -> Result<(), RoleError> {
+    fn mini_done(&mut self) -> Result<(), RunError> {
         let acc = std::mem::take(&mut self.acc);
         let stats = self.critic.opt.step(acc).during("critic optimizer step")?;
         self.grad_norm += stats.grad_norm;
@@ -347,12 +347,12 @@ pub fn critic_epochs(
     step: &CriticStep,
     critic: &mut CriticNet,
     pad_id: u32,
-) -> Result<Metrics, RoleError> {
+) -> Result<Metrics, RunError> {
     let kv_groups = critic.model.config().kv_groups();
     let lanes = critic.model.lanes();
     let dev = critic.model.device().clone();
     let Objective::Value { clip, agg } = recipe.objective else {
-        return Err(RoleError::Setup(
+        return Err(RunError::Setup(
             "the critic was set up without a value loss".into(),
         ));
     };
@@ -380,18 +380,18 @@ pub fn critic_epochs(
     Ok(m)
 }
 
-pub(super) fn index_tensor(rows: &[usize], dev: &Device) -> Result<Tensor, RoleError> {
+pub(super) fn index_tensor(rows: &[usize], dev: &Device) -> Result<Tensor, RunError> {
     let ids: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
     Tensor::from_vec(ids, rows.len(), dev).during("row index")
 }
 
-pub(super) fn scalar(t: &Tensor) -> Result<f64, RoleError> {
+pub(super) fn scalar(t: &Tensor) -> Result<f64, RunError> {
     t.to_dtype(DType::F64)
         .and_then(|x| x.to_scalar::<f64>())
         .during("reading a scalar")
 }
 
-pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RoleError> {
+pub fn mean_of(x: &Tensor, mask: &Tensor) -> Result<f64, RunError> {
     scalar(&masked_mean(x, mask).during("metrics")?)
 }
 

@@ -20,7 +20,7 @@ use super::remote::{ModelReply as Reply, RemoteWorker, moved, worker_lost};
 use super::rows::{Rows, response_logprobs};
 use super::step_file::write_rows;
 use super::{
-    HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
+    HostCopy, Protocol, ResidentRole, RoleCall, RunError, TensorContext, WorkerNote, setup_err,
 };
 use crate::config::{PlacementMode, RunConfig};
 use crate::model::{LoadError, Transformer};
@@ -83,12 +83,12 @@ pub struct RemoteReference {
 
 impl Reference {
     /// `model` (the reference's weights) where the run places the role.
-    pub fn start(run: &RunConfig, model: Transformer, pad_id: u32) -> Result<Self, RoleError> {
+    pub fn start(run: &RunConfig, model: Transformer, pad_id: u32) -> Result<Self, RunError> {
         if run.workers.reference.mode != PlacementMode::Process {
             return Ok(Reference::Local(model));
         }
         let area = HostArea::new().map_err(|e| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "creating the host-memory area for the reference: {e}"
             ))
         })?;
@@ -121,7 +121,7 @@ impl Reference {
         rows: &Rows<'_>,
         temperature: f64,
         device: &Device,
-    ) -> Result<Tensor, RoleError> {
+    ) -> Result<Tensor, RunError> {
         match self {
             Reference::Local(model) => {
                 response_logprobs(model, pad_id, rows, temperature).during("reference log-probs")
@@ -136,7 +136,7 @@ impl Reference {
         &mut self,
         policy: &Transformer,
         offloaded_copy: Option<(&HostArea, &str)>,
-    ) -> Result<(), RoleError> {
+    ) -> Result<(), RunError> {
         // Under LoRA the reference is the policy's own frozen base with a copy of the adapter,
         // which lives in this process whether or not the base is offloaded: only it changes.
         if let Self::Local(model) = self
@@ -191,7 +191,7 @@ impl ResidentRole for Reference {
         Role::Reference
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             Reference::Local(model) => host
                 .area
@@ -201,7 +201,7 @@ impl ResidentRole for Reference {
         }
     }
 
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         match self {
             Reference::Local(model) => host
                 .area
@@ -240,7 +240,7 @@ impl ResidentRole for Reference {
 impl RemoteReference {
     /// A call that survives one lost worker: it is replaced from the host copy, and `make` builds
     /// the call again for the fresh one.
-    fn call(&mut self, make: impl Fn(&Self) -> ReferenceCall) -> Result<Reply, RoleError> {
+    fn call(&mut self, make: impl Fn(&Self) -> ReferenceCall) -> Result<Reply, RunError> {
         match self.worker.call(make(self)) {
             Err(e) if worker_lost(&e) => {
                 self.revive(&e)?;
@@ -250,7 +250,7 @@ impl RemoteReference {
         }
     }
 
-    fn revive(&mut self, lost: &WorkerError) -> Result<(), RoleError> {
+    fn revive(&mut self, lost: &WorkerError) -> Result<(), RunError> {
         let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
         let carried = "; weights reloaded from its host copy";
         self.worker
@@ -264,7 +264,7 @@ impl RemoteReference {
         rows: &Rows<'_>,
         temperature: f64,
         device: &Device,
-    ) -> Result<Tensor, RoleError> {
+    ) -> Result<Tensor, RunError> {
         write_rows(rows, temperature, &self.area.path(ROWS)).map_err(setup_err)?;
         let reply = self.call(|s| ReferenceCall::Logprobs {
             rows: s.area.path(ROWS),
@@ -274,7 +274,7 @@ impl RemoteReference {
         let out = self.area.path(OUT);
         let mut tensors = read_tensors(&out, device).map_err(setup_err)?;
         tensors.remove("ref_logp").ok_or_else(|| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "the reference worker's output '{}' has no 'ref_logp'",
                 out.display()
             ))
@@ -282,7 +282,7 @@ impl RemoteReference {
     }
 
     /// Offload: the worker writes its weights to the host copy and frees them. Returns bytes.
-    fn offload(&mut self) -> Result<u64, RoleError> {
+    fn offload(&mut self) -> Result<u64, RunError> {
         let reply = self.call(|s| ReferenceCall::Offload {
             path: s.area.path(HOST_COPY),
         })?;
@@ -290,7 +290,7 @@ impl RemoteReference {
         moved(Role::Reference, reply)
     }
 
-    fn reload(&mut self) -> Result<u64, RoleError> {
+    fn reload(&mut self) -> Result<u64, RunError> {
         let reply = self.call(|s| ReferenceCall::Reload {
             path: s.area.path(HOST_COPY),
         })?;

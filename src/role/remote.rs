@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::epochs::ActorReport;
-use super::{Protocol, RoleCall, RoleError, WorkerNote, payload, setup_err};
+use super::{Protocol, RoleCall, RunError, WorkerNote, payload, setup_err};
 use crate::metrics::WorkerNotice;
 use crate::scheduler::host_copy::HostArea;
 use crate::worker::{ProtocolError, Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
@@ -62,13 +62,13 @@ pub fn worker_lost(e: &WorkerError) -> bool {
 /// A file outside the role's host area that a worker reads (a checkpoint's, to resume from):
 /// `file` itself where the worker sees this machine's files, else a copy of it in `area` (named
 /// `name`), which the worker's mirror receives.
-pub fn readable_by_worker(area: &HostArea, file: &Path, name: &str) -> Result<PathBuf, RoleError> {
+pub fn readable_by_worker(area: &HostArea, file: &Path, name: &str) -> Result<PathBuf, RunError> {
     if !crate::worker::launch::workers_mirror() {
         return Ok(file.to_path_buf());
     }
     let copy = area.dir().join(name);
     std::fs::copy(file, &copy).map_err(|e| {
-        RoleError::Setup(format!(
+        RunError::Setup(format!(
             "copying '{}' into the host area for a worker on another node: {e}",
             file.display()
         ))
@@ -101,14 +101,14 @@ pub fn settle(written: &Path, dest: &Path) -> std::io::Result<()> {
 }
 
 /// A failed call to a worker that alone holds `what` (an optimizer's state): a worker that died,
-/// hung or broke the protocol is [`RoleError::WorkerLost`], since `what` is gone with it.
-pub fn state_lost(e: WorkerError, what: &str) -> RoleError {
+/// hung or broke the protocol is [`RunError::WorkerLost`], since `what` is gone with it.
+pub fn state_lost(e: WorkerError, what: &str) -> RunError {
     if worker_lost(&e) {
-        RoleError::WorkerLost(format!(
+        RunError::WorkerLost(format!(
             "{e}; {what} lived only in that worker, so the run stops here"
         ))
     } else {
-        RoleError::Setup(e.to_string())
+        RunError::Setup(e.to_string())
     }
 }
 
@@ -121,7 +121,7 @@ impl<P: Protocol> RemoteWorker<P> {
         timeout: Duration,
         threads: usize,
         (area, worker_only): (&Path, &[&str]),
-    ) -> Result<Self, RoleError> {
+    ) -> Result<Self, RunError> {
         let role = P::ROLE;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -162,7 +162,7 @@ impl<P: Protocol> RemoteWorker<P> {
         carried: &str,
         offloaded_to: Option<PathBuf>,
         offload: impl FnOnce(PathBuf) -> P::Request,
-    ) -> Result<(), RoleError> {
+    ) -> Result<(), RunError> {
         if let Some(w) = &self.worker {
             w.kill();
         }
@@ -246,7 +246,7 @@ fn launch<P: Protocol>(
     init: &P::Request,
     timeout: Duration,
     events: mpsc::UnboundedSender<WorkerEvent>,
-) -> Result<WorkerProcess, RoleError> {
+) -> Result<WorkerProcess, RunError> {
     rt.block_on(async {
         let worker = WorkerProcess::spawn(spec, events).await?;
         call_typed::<P>(&worker, init, timeout).await?;
@@ -256,7 +256,7 @@ fn launch<P: Protocol>(
 }
 
 /// The report and AdamW steps so far from a train call's reply.
-pub fn trained(role: Role, reply: ModelReply) -> Result<(ActorReport, usize), RoleError> {
+pub fn trained(role: Role, reply: ModelReply) -> Result<(ActorReport, usize), RunError> {
     match reply {
         ModelReply::Trained {
             metric_bits,
@@ -275,17 +275,17 @@ pub fn trained(role: Role, reply: ModelReply) -> Result<(ActorReport, usize), Ro
             },
             optimizer_steps,
         )),
-        other => Err(RoleError::Setup(format!(
+        other => Err(RunError::Setup(format!(
             "{role} answered a train call with {other:?}"
         ))),
     }
 }
 
 /// Bytes from a host-copy move's reply.
-pub fn moved(role: Role, reply: ModelReply) -> Result<u64, RoleError> {
+pub fn moved(role: Role, reply: ModelReply) -> Result<u64, RunError> {
     match reply {
         ModelReply::Moved { bytes } => Ok(bytes),
-        other => Err(RoleError::Setup(format!(
+        other => Err(RunError::Setup(format!(
             "{role} answered a host-copy move with {other:?}"
         ))),
     }

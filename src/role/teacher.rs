@@ -29,7 +29,7 @@ use super::remote::{ModelReply as Reply, RemoteWorker, moved, worker_lost};
 use super::rows::{Rows, response_logprobs};
 use super::step_file::write_rows;
 use super::{
-    HostCopy, Protocol, ResidentRole, RoleCall, RoleError, TensorContext, WorkerNote, setup_err,
+    HostCopy, Protocol, ResidentRole, RoleCall, RunError, TensorContext, WorkerNote, setup_err,
 };
 use crate::config::{PlacementMode, RunConfig};
 use crate::model::tokenizer::{TokenizerFiles, load_tokenizer_dir};
@@ -115,9 +115,9 @@ impl Teacher {
         what: &str,
         dir: &Path,
         student: &LoadedModel,
-    ) -> Result<Teacher, RoleError> {
-        let config = shape_of(what, dir).map_err(RoleError::Setup)?;
-        let at = |e: String| RoleError::Setup(format!("{what} '{}': {e}", dir.display()));
+    ) -> Result<Teacher, RunError> {
+        let config = shape_of(what, dir).map_err(RunError::Setup)?;
+        let at = |e: String| RunError::Setup(format!("{what} '{}': {e}", dir.display()));
         let tokenizer = load_tokenizer_dir(dir).map_err(|e| at(e.to_string()))?;
         same_vocabulary(&tokenizer, &student.tokenizer).map_err(at)?;
         let vocab = student.config().vocab_size.min(config.vocab_size);
@@ -133,7 +133,7 @@ impl Teacher {
             });
         }
         let area = HostArea::new().map_err(|e| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "creating the host-memory area for the teacher: {e}"
             ))
         })?;
@@ -173,10 +173,10 @@ impl Teacher {
         k: usize,
         temperature: f64,
         device: &Device,
-    ) -> Result<TopK, RoleError> {
+    ) -> Result<TopK, RunError> {
         let vocab = self.vocab();
         if k > vocab {
-            return Err(RoleError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "distill.logits_topk {k} is larger than the vocabulary ({vocab} ids)"
             )));
         }
@@ -209,7 +209,7 @@ impl Teacher {
         rows: &Rows<'_>,
         temperature: f64,
         device: &Device,
-    ) -> Result<Tensor, RoleError> {
+    ) -> Result<Tensor, RunError> {
         let vocab = self.vocab();
         if let Some(id) = rows
             .responses
@@ -217,7 +217,7 @@ impl Teacher {
             .flatten()
             .find(|&&id| id as usize >= vocab)
         {
-            return Err(RoleError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "on-policy distillation: a sampled response holds token id {id}, past the {vocab} \
                  ids the teacher's and the student's heads share (the student sampled one of its \
                  head's padding ids): the teacher cannot score it"
@@ -241,7 +241,7 @@ impl Teacher {
     /// Offload to the host copy `name` of `area` (an in-process teacher's; a worker uses its
     /// own): the weights are written there the first time only, since they never change.
     /// Returns the bytes the copy holds.
-    pub fn offload_to(&mut self, area: &HostArea, name: &str) -> Result<u64, RoleError> {
+    pub fn offload_to(&mut self, area: &HostArea, name: &str) -> Result<u64, RunError> {
         match self {
             Teacher::Local { model, copied, .. } => {
                 let tensors = model.transformer.params().named_tensors();
@@ -265,7 +265,7 @@ impl Teacher {
     }
 
     /// Bring the weights back from the host copy `name` of `area` (or the worker's own).
-    pub fn reload_from(&mut self, area: &HostArea, name: &str) -> Result<u64, RoleError> {
+    pub fn reload_from(&mut self, area: &HostArea, name: &str) -> Result<u64, RunError> {
         match self {
             Teacher::Local { model, .. } => area
                 .read_into(name, &model.transformer.params().named_vars())
@@ -287,11 +287,11 @@ impl ResidentRole for Teacher {
         Role::Teacher
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         self.offload_to(host.area, Role::Teacher.as_str())
     }
 
-    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         self.reload_from(host.area, Role::Teacher.as_str())
     }
 
@@ -324,7 +324,7 @@ impl ResidentRole for Teacher {
 impl RemoteTeacher {
     /// The call, once more on a fresh worker if the first was lost: the teacher is frozen, so a
     /// replacement loads what the lost one held (and lets go of it again if it was offloaded).
-    fn call(&mut self, make: impl Fn(&Self) -> TeacherCall) -> Result<Reply, RoleError> {
+    fn call(&mut self, make: impl Fn(&Self) -> TeacherCall) -> Result<Reply, RunError> {
         match self.worker.call(make(self)) {
             Err(e) if worker_lost(&e) => {
                 let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
@@ -344,7 +344,7 @@ impl RemoteTeacher {
         k: usize,
         temperature: f64,
         device: &Device,
-    ) -> Result<TopK, RoleError> {
+    ) -> Result<TopK, RunError> {
         let mut out = self.ask(rows, temperature, device, |rows, out| TeacherCall::TopK {
             rows,
             out,
@@ -364,7 +364,7 @@ impl RemoteTeacher {
         temperature: f64,
         device: &Device,
         make: impl Fn(PathBuf, PathBuf) -> TeacherCall,
-    ) -> Result<WorkerOutput, RoleError> {
+    ) -> Result<WorkerOutput, RunError> {
         write_rows(rows, temperature, &self.area.path(ROWS)).map_err(setup_err)?;
         let reply = self.call(|s| make(s.area.path(ROWS), s.area.path(OUT)))?;
         moved(Role::Teacher, reply)?;
@@ -381,9 +381,9 @@ struct WorkerOutput {
 }
 
 impl WorkerOutput {
-    fn take(&mut self, name: &str) -> Result<Tensor, RoleError> {
+    fn take(&mut self, name: &str) -> Result<Tensor, RunError> {
         self.tensors.remove(name).ok_or_else(|| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "the teacher worker's output '{}' has no '{name}'",
                 self.path.display()
             ))

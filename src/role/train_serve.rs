@@ -26,7 +26,7 @@ use super::recipe::TrainRecipe;
 use super::remote::ModelReply as Reply;
 use super::step_file::{answer_rows, read_actor, read_critic};
 use super::{Calls, Role, RoleCall};
-use super::{RoleError, setup_err};
+use super::{RunError, setup_err};
 use crate::model::lora::{LoraSettings, LoraVars};
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
@@ -412,7 +412,7 @@ pub(crate) fn restore_trainable(
     role: Role,
     vars: &[(String, Var)],
     opt: &AdamW,
-) -> Result<u64, RoleError> {
+) -> Result<u64, RunError> {
     let moments = opt.named_moments();
     let weights = vars.iter().map(|(name, v)| (name.as_str(), v.as_tensor()));
     let targets = weights.chain(moments.iter().map(|(name, t)| (name.as_str(), t)));

@@ -5,9 +5,9 @@
 
 mod hidden;
 mod live;
+pub mod render;
 
 use super::action::Action;
-pub use super::dashboard_render::{render, short};
 use super::decimate::{Ema, Pyramid};
 use super::replay::Tick;
 use crate::metrics::Series;
@@ -15,6 +15,7 @@ use crate::plot::select::plan_charts;
 use crate::store::RunId;
 use crate::store::series_since::SeriesMark;
 pub use hidden::SeriesName;
+pub use render::{render, short};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XAxis {

@@ -8,10 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod input;
+pub mod jobs;
+mod loader;
+pub mod ops;
+pub mod render;
+
 use super::action::Action;
-use super::debugger_input::{Input, InputKind, InputOutcome};
-pub use super::debugger_jobs::{DebugJob, DebugMsg, Work};
-use super::debugger_ops::{SessionCell, SessionOp};
 use crate::config::EnvConfig;
 use crate::debugger::open::{env_config, session};
 use crate::debugger::policy::{Prompt, SamplingOverrides};
@@ -19,6 +22,9 @@ use crate::debugger::record::{SaveRequest, SaveTarget, to_jsonl};
 use crate::debugger::{Actor, ModelPolicy, Resample, Session};
 use crate::rollout::SamplingParams;
 use crate::seed::mix_seed;
+use input::{Input, InputKind, InputOutcome};
+pub use jobs::{DebugJob, DebugMsg, Work};
+use ops::{SessionCell, SessionOp};
 
 /// Who plays the turns of `s` (step) and `e` (run to the end).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,14 +246,14 @@ impl DebugView {
                 let now = self.effective_sampling();
                 self.input = Some(Input::new(
                     InputKind::Sampling,
-                    &super::debugger_input::sampling_text(&now, self.draws),
+                    &crate::tui::debugger::input::sampling_text(&now, self.draws),
                 ));
             }
             Action::ChooseEnv => {
                 let seed = self.session.as_ref().map_or(0, |s| s.seed);
                 self.input = Some(Input::new(
                     InputKind::Env,
-                    &super::debugger_input::env_text(&self.env, seed),
+                    &crate::tui::debugger::input::env_text(&self.env, seed),
                 ));
             }
             Action::Up => self.selected = self.selected.saturating_sub(1),
@@ -557,7 +563,8 @@ impl DebugView {
                 return vec![self.load_model(&spec)];
             }
             InputKind::Sampling => {
-                match super::debugger_input::parse_sampling(&text, self.effective_sampling()) {
+                match crate::tui::debugger::input::parse_sampling(&text, self.effective_sampling())
+                {
                     Ok((sampling, draws)) => {
                         self.overrides = SamplingOverrides::all(&sampling);
                         if let Some(m) = self.model.as_mut() {
@@ -569,7 +576,7 @@ impl DebugView {
                     Err(e) => self.fail(e),
                 }
             }
-            InputKind::Env => match super::debugger_input::parse_env(&text, &self.env) {
+            InputKind::Env => match crate::tui::debugger::input::parse_env(&text, &self.env) {
                 // Started off the screen's thread: an external env's program may be slow.
                 Ok((env, seed)) => {
                     let job = self.job();
@@ -612,5 +619,4 @@ impl DebugView {
 }
 
 #[cfg(test)]
-#[path = "debugger_tests.rs"]
 mod tests;

@@ -7,6 +7,8 @@
 //! on. Moving to another step selects the episode of the same seed when there is one (so one start
 //! state is followed across evaluations), else the same group and episode.
 
+pub mod render;
+
 use super::action::Action;
 use crate::metrics::TrajectoryRecord;
 use crate::store::RunId;

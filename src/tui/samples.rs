@@ -7,15 +7,18 @@
 //! the policy learned it.
 //!
 //! State only, no IO: each change that needs data returns a [`SamplesRequest`]; the app loads it
-//! from the store and hands the answer back. Drawing is in [`super::samples_render`].
+//! from the store and hands the answer back. Drawing is in [`crate::tui::samples::render`].
+
+pub mod render;
+pub mod tokens;
 
 use super::action::Action;
 use super::app::Effect;
 use crate::metrics::SampleRecord;
 use crate::store::RunId;
 
-pub use super::samples_render::render;
-use super::samples_render::wrapped_lines;
+pub use render::render;
+use render::wrapped_lines;
 
 /// The stage a view shows until the store names the run's ([`SamplesView::set_stage_steps`]).
 pub const DEFAULT_STAGE: &str = crate::config::Stage::Rl.as_str();
@@ -636,5 +639,4 @@ impl SamplesView {
 }
 
 #[cfg(test)]
-#[path = "samples_tests.rs"]
 mod tests;

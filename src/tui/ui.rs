@@ -13,9 +13,7 @@ use super::app::{App, MIN_HEIGHT, MIN_WIDTH, View};
 use super::control::Confirm;
 use super::replay::SPEEDS;
 use super::theme::Theme;
-use super::{
-    dashboard, debugger_render, episodes_render, events, launch, palette, runs, samples, workers,
-};
+use super::{dashboard, debugger, episodes, events, launch, palette, runs, samples, workers};
 
 const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -108,11 +106,11 @@ pub fn render(frame: &mut Frame, app: &App, now_ms: i64) {
             None => no_run(frame, body, theme),
         },
         View::Episodes => match &app.episodes {
-            Some(e) => episodes_render::render(frame, body, e, spinner, theme),
+            Some(e) => episodes::render::render(frame, body, e, spinner, theme),
             None => no_run(frame, body, theme),
         },
         View::Debugger => match &app.debugger {
-            Some(d) => debugger_render::render(frame, body, d, spinner, theme),
+            Some(d) => debugger::render::render(frame, body, d, spinner, theme),
             None => no_run(frame, body, theme),
         },
     }

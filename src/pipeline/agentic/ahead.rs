@@ -20,12 +20,12 @@ use crate::metrics::Metrics;
 use crate::pipeline::ahead::{Ask, drive_ahead};
 use crate::pipeline::rl_learner::Learner;
 use crate::pipeline::time_sharing::TimeSharing;
-use crate::pipeline::{PipelineError, RunContext, RunStatus};
+use crate::pipeline::{RunContext, RunError, RunStatus};
 use crate::role::actor_infer::Infer;
 use crate::scheduler::Phase;
 
 /// A step's episodes, with how many steps played ahead were dropped as too stale before it.
-type Answer = Result<(Played, usize), PipelineError>;
+type Answer = Result<(Played, usize), RunError>;
 
 pub(super) fn train_ahead(
     ctx: &mut RunContext<'_>,
@@ -34,7 +34,7 @@ pub(super) fn train_ahead(
     sharing: &mut TimeSharing,
     infer: &Infer,
     runner: &EpisodeRunner<'_>,
-) -> Result<RunStatus, PipelineError> {
+) -> Result<RunStatus, RunError> {
     // The trainer's devices are its own: place its roles once.
     learner.enter(Phase::Generate, sharing, infer, ctx, &mut Metrics::new())?;
     let first = learner.first_step;
@@ -66,7 +66,7 @@ fn play_ahead(
     first: usize,
     asks: &mpsc::Receiver<Ask>,
     out: &mpsc::Sender<Answer>,
-) -> Result<(), PipelineError> {
+) -> Result<(), RunError> {
     let alpha = cfg.async_generation_ratio.max(1);
     let tok = runner.format.tok;
     let detok = move |ids: &[u32]| tok.decode(ids);

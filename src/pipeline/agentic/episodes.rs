@@ -20,7 +20,7 @@ use crate::role::actor_infer::Generator;
 use crate::rollout::{Completion, Request};
 use crate::seed::mix_seed;
 
-use super::super::PipelineError;
+use super::super::RunError;
 
 /// Plays a step's episodes.
 pub(crate) struct EpisodeRunner<'a> {
@@ -78,11 +78,11 @@ impl<'a> EpisodeRunner<'a> {
     }
 
     /// The environment every episode starts from a copy of.
-    fn prototype(&self) -> Result<Box<dyn Env>, PipelineError> {
+    fn prototype(&self) -> Result<Box<dyn Env>, RunError> {
         let params = self.env.param_pairs();
         // Built here even when served elsewhere: bad parameters are a clear setup error.
-        let local = make(&self.env.name, &params)
-            .map_err(|e| PipelineError::Setup(format!("rl.env: {e}")))?;
+        let local =
+            make(&self.env.name, &params).map_err(|e| RunError::Setup(format!("rl.env: {e}")))?;
         Ok(match &self.env_program {
             Some((program, workers)) if !local.blocks() => Box::new(External::serving(
                 program,
@@ -114,11 +114,7 @@ impl<'a> EpisodeRunner<'a> {
     }
 
     /// Play `prompts_per_step` groups of `group_size` episodes with the policy behind `engine`.
-    pub fn run(
-        &self,
-        step: usize,
-        engine: &mut dyn Generator,
-    ) -> Result<StepEpisodes, PipelineError> {
+    pub fn run(&self, step: usize, engine: &mut dyn Generator) -> Result<StepEpisodes, RunError> {
         let starts: Vec<(usize, usize, u64)> = (0..self.cfg.prompts_per_step)
             .flat_map(|group| {
                 let seed = self.group_seed(step, group);
@@ -135,7 +131,7 @@ impl<'a> EpisodeRunner<'a> {
         episodes: usize,
         temperature: f64,
         engine: &mut dyn Generator,
-    ) -> Result<StepEpisodes, PipelineError> {
+    ) -> Result<StepEpisodes, RunError> {
         let starts: Vec<(usize, usize, u64)> = (0..episodes)
             .map(|i| (i, 0, mix_seed(&[self.run_seed, 0xe7, i as u64])))
             .collect();
@@ -153,10 +149,10 @@ impl<'a> EpisodeRunner<'a> {
         starts: &[(usize, usize, u64)],
         params: &crate::rollout::SamplingParams,
         engine: &mut dyn Generator,
-    ) -> Result<StepEpisodes, PipelineError> {
+    ) -> Result<StepEpisodes, RunError> {
         let t0 = Instant::now();
         let mut t_env = 0.0;
-        let parser = self.env.parser().map_err(PipelineError::Setup)?;
+        let parser = self.env.parser().map_err(RunError::Setup)?;
         // Built once (a level file is read once); every new episode starts from a copy.
         let prototype = self.prototype()?;
         let mut host = EnvHost::new(prototype.blocks());
@@ -206,7 +202,7 @@ impl<'a> EpisodeRunner<'a> {
                         // seed in a new one, so its group stays whole.
                         l.failures += 1;
                         if l.failures > MAX_ENV_FAILURES {
-                            return Err(PipelineError::Setup(format!(
+                            return Err(RunError::Setup(format!(
                                 "rl.env: episode {id} (seed {}) lost its environment {} times in \
                                  a row; the last time: {failure}",
                                 l.traj.seed, l.failures
@@ -249,12 +245,12 @@ impl<'a> EpisodeRunner<'a> {
                     .get_mut(id)
                     .and_then(|l| l.episode.take().map(|e| (l, e)))
                 else {
-                    return Err(PipelineError::Setup(format!(
+                    return Err(RunError::Setup(format!(
                         "actor_infer returned request {id}, which this rollout has no turn for"
                     )));
                 };
                 if c.token_ids.is_empty() || c.logprobs.len() != c.token_ids.len() {
-                    return Err(PipelineError::Setup(format!(
+                    return Err(RunError::Setup(format!(
                         "actor_infer returned a turn with {} tokens and {} log-probs; a turn \
                          needs at least one token and one log-prob per token",
                         c.token_ids.len(),
@@ -269,7 +265,7 @@ impl<'a> EpisodeRunner<'a> {
         }
         if let Some(lost) = done.iter().position(Option::is_none) {
             // Groups are consecutive rows: a missing episode would shift every later group.
-            return Err(PipelineError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "actor_infer went idle without finishing episode {lost} of this rollout"
             )));
         }
@@ -284,13 +280,13 @@ impl<'a> EpisodeRunner<'a> {
 
     /// The first request of an episode whose environment has just been reset; the token limit of
     /// its first turn.
-    fn first_turn(&self, l: &mut Live, observation: String) -> Result<usize, PipelineError> {
+    fn first_turn(&self, l: &mut Live, observation: String) -> Result<usize, RunError> {
         let prompt_ids = self
             .format
             .first(&self.step_content(&[], &observation))
-            .map_err(|e| PipelineError::Setup(format!("rl.env: the first observation {e}")))?;
+            .map_err(|e| RunError::Setup(format!("rl.env: the first observation {e}")))?;
         if prompt_ids.len() >= self.budget() {
-            return Err(PipelineError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "rl.env: the first prompt takes {} tokens, which leaves no room for a turn \
                  within the trajectory budget of {} (max_trajectory_tokens, or the model's \
                  max_position_embeddings)",
@@ -336,9 +332,9 @@ impl<'a> EpisodeRunner<'a> {
 
     /// Apply a finished turn to its episode; the token limit of the next turn, or `None` when the
     /// episode is over.
-    fn play_turn(&self, l: &mut Live, step: Step) -> Result<Option<usize>, PipelineError> {
+    fn play_turn(&self, l: &mut Live, step: Step) -> Result<Option<usize>, RunError> {
         let Some((c, output, state_hash)) = l.turn.take() else {
-            return Err(PipelineError::Setup(
+            return Err(RunError::Setup(
                 "rl.env: an environment step came back for an episode that took no turn".into(),
             ));
         };
@@ -378,8 +374,7 @@ impl<'a> EpisodeRunner<'a> {
             traj.cut = Some(Cut::Turns);
             return Ok(None);
         }
-        let observation_err =
-            |e: String| PipelineError::Setup(format!("rl.env: an observation {e}"));
+        let observation_err = |e: String| RunError::Setup(format!("rl.env: an observation {e}"));
         if self.env.mode == EnvMode::Step {
             // A fresh prompt each turn: the last turns summarised, then the observation.
             let content = self.step_content(&traj.turns, &step.observation);

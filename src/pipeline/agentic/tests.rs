@@ -12,7 +12,7 @@ use crate::config::load::from_yaml_str;
 use crate::config::{EnvConfig, RlConfig, RunConfig};
 use crate::model::chat_template::TemplateOptions;
 use crate::model::{Arch, InitOptions, LoadedModel, Numerics, init_model};
-use crate::role::RoleError;
+use crate::role::RunError;
 use crate::role::actor_infer::Generator;
 use crate::rollout::{Completion, Engine, FinishReason, Request};
 use crate::train::{TrainBatch, response_forward};
@@ -156,14 +156,14 @@ impl Generator for Scripted<'_> {
         self.requests.push(request.clone());
         self.queued.push(request);
     }
-    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RoleError> {
+    fn abort(&mut self, cancel: &dyn Fn(u64) -> bool) -> Result<(), RunError> {
         self.queued.retain(|r| !cancel(r.id));
         Ok(())
     }
     fn is_idle(&self) -> bool {
         self.queued.is_empty()
     }
-    fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+    fn step(&mut self) -> Result<Vec<Completion>, RunError> {
         Ok(self
             .queued
             .drain(..)

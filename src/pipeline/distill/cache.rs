@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 use serde_json::{Value, json};
 
-use crate::pipeline::PipelineError;
+use crate::pipeline::RunError;
 use crate::role::rows::Rows;
 use crate::role::teacher::TopK;
 use crate::scheduler::host_copy::{read_tensors, write_tensors};
@@ -22,14 +22,14 @@ pub struct TopKCache {
 
 const IDENTITY: &str = "teacher.json";
 
-fn err(path: &Path, what: impl std::fmt::Display) -> PipelineError {
-    PipelineError::Setup(format!("distill.cache '{}': {what}", path.display()))
+fn err(path: &Path, what: impl std::fmt::Display) -> RunError {
+    RunError::Setup(format!("distill.cache '{}': {what}", path.display()))
 }
 
 impl TopKCache {
     /// The cache at `dir` for the teacher at `teacher`: created (with its identity) when new,
     /// refused when it holds another teacher's top k.
-    pub fn open(dir: &Path, teacher: &Path) -> Result<TopKCache, PipelineError> {
+    pub fn open(dir: &Path, teacher: &Path) -> Result<TopKCache, RunError> {
         std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
         let identity = identity(teacher)?;
         let path = dir.join(IDENTITY);
@@ -89,7 +89,7 @@ impl TopKCache {
     }
 
     /// The kept top k at `path`, if any.
-    pub fn read(&self, path: &Path, device: &Device) -> Result<Option<TopK>, PipelineError> {
+    pub fn read(&self, path: &Path, device: &Device) -> Result<Option<TopK>, RunError> {
         if !path.is_file() {
             return Ok(None);
         }
@@ -101,7 +101,7 @@ impl TopKCache {
     }
 
     /// Keep `top` at `path`.
-    pub fn write(&self, path: &Path, top: &TopK) -> Result<(), PipelineError> {
+    pub fn write(&self, path: &Path, top: &TopK) -> Result<(), RunError> {
         write_tensors(
             path,
             &[
@@ -116,7 +116,7 @@ impl TopKCache {
 
 /// What names a teacher: its directory, a hash of its config and tokenizer, and each weight
 /// file's size and modification time (a teacher trained again in place changes them).
-fn identity(teacher: &Path) -> Result<Value, PipelineError> {
+fn identity(teacher: &Path) -> Result<Value, RunError> {
     let dir = teacher.canonicalize().map_err(|e| err(teacher, e))?;
     let mut text = Vec::new();
     for name in ["config.json", "tokenizer.json"] {

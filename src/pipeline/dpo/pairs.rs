@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rand::seq::SliceRandom;
 use rand::{SeedableRng, rngs::StdRng};
 
-use super::super::PipelineError;
+use super::super::RunError;
 use super::super::setup::{MAX_PROMPT_BYTES_PER_POSITION, Tokenizing};
 use crate::data::pairs::{PairPrompt, load_pairs};
 use crate::data::{DataError, mix_seed};
@@ -37,11 +37,7 @@ pub struct PairSet {
 
 impl PairSet {
     /// Read and tokenize the pairs of `path` for a model of `positions` positions.
-    pub fn load(
-        path: &Path,
-        tok: Tokenizing<'_>,
-        positions: usize,
-    ) -> Result<PairSet, PipelineError> {
+    pub fn load(path: &Path, tok: Tokenizing<'_>, positions: usize) -> Result<PairSet, RunError> {
         let shown = path.display().to_string();
         let mut pairs = vec![];
         let mut skipped = 0;
@@ -50,7 +46,7 @@ impl PairSet {
         let mut domains: Vec<String> = vec![];
         for pair in all {
             let bad = |message: String| {
-                PipelineError::Data(DataError::Line {
+                RunError::Data(DataError::Line {
                     path: shown.clone(),
                     line: pair.line,
                     message,
@@ -96,7 +92,7 @@ impl PairSet {
             });
         }
         if pairs.is_empty() {
-            return Err(PipelineError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "dataset '{shown}': every one of its {skipped} pairs is longer than the model's \
                  {positions} positions (prompt and completion together)"
             )));

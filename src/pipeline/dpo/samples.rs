@@ -17,7 +17,7 @@ use super::PairSet;
 use crate::algo::preference::sequence_logps;
 use crate::config::Stage;
 use crate::metrics::SampleRecord;
-use crate::pipeline::{PipelineError, TensorContext};
+use crate::pipeline::{RunError, TensorContext};
 
 /// What the records of one step's pairs are made from.
 pub(super) struct StepPairs<'a> {
@@ -39,7 +39,7 @@ impl StepPairs<'_> {
     pub fn records(
         &self,
         decode: impl Fn(&[u32]) -> String,
-    ) -> Result<Vec<SampleRecord>, PipelineError> {
+    ) -> Result<Vec<SampleRecord>, RunError> {
         let ref_sums = sequence_logps(self.ref_logp, self.mask)
             .and_then(|x| x.to_vec1::<f32>())
             .during("dpo samples")?;

@@ -22,7 +22,7 @@ use super::{
 use crate::config::Dtype;
 use crate::model::{LoadedModel, save_model_dir};
 use crate::role::remote::{RemoteWorker, worker_lost};
-use crate::role::{RoleError, WorkerNote, setup_err};
+use crate::role::{RunError, WorkerNote, setup_err};
 use crate::rollout::{Completion, Request};
 use crate::scheduler::host_copy::HostArea;
 use crate::worker::WorkerError;
@@ -53,9 +53,9 @@ impl RemoteInfer {
         multi_turn: bool,
         threads: usize,
         device: crate::device::DeviceSpec,
-    ) -> Result<RemoteInfer, RoleError> {
+    ) -> Result<RemoteInfer, RunError> {
         let area = HostArea::new().map_err(|e| {
-            RoleError::Setup(format!(
+            RunError::Setup(format!(
                 "creating the host-memory area for actor_infer: {e}"
             ))
         })?;
@@ -95,7 +95,7 @@ impl RemoteInfer {
 
     /// Replace a lost worker: a fresh one loads the host copy (the current weights) and, if the
     /// role is offloaded, lets go of them again.
-    fn revive(&mut self, lost: &WorkerError) -> Result<(), RoleError> {
+    fn revive(&mut self, lost: &WorkerError) -> Result<(), RunError> {
         let carried = format!(
             "; {} requests in flight submitted again",
             self.in_flight.len()
@@ -120,7 +120,7 @@ impl RemoteInfer {
 
     /// A call that survives one lost worker: the worker is replaced and `make` builds the call
     /// again for the fresh one.
-    fn call(&mut self, make: impl Fn(&Self) -> Call) -> Result<Reply, RoleError> {
+    fn call(&mut self, make: impl Fn(&Self) -> Call) -> Result<Reply, RunError> {
         match self.call_once(make(self)) {
             Err(e) if worker_lost(&e) => {
                 self.revive(&e)?;
@@ -153,7 +153,7 @@ impl RemoteInfer {
     }
 
     /// One engine step in the worker; what finished, with its prompt.
-    pub fn step(&mut self) -> Result<Vec<Completion>, RoleError> {
+    pub fn step(&mut self) -> Result<Vec<Completion>, RunError> {
         let ops = std::mem::take(&mut self.ops);
         let first = self.call_once(Call::Step { ops });
         let reply = match first {
@@ -165,14 +165,14 @@ impl RemoteInfer {
             other => other.map_err(setup_err)?,
         };
         let Reply::Stepped { finished, holding } = reply else {
-            return Err(RoleError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "actor_infer answered a generate call with {reply:?}"
             )));
         };
         let mut out = Vec::with_capacity(finished.len());
         for done in finished {
             let Some(at) = self.in_flight.iter().position(|r| r.id == done.id) else {
-                return Err(RoleError::Setup(format!(
+                return Err(RunError::Setup(format!(
                     "actor_infer finished request {} that is not in flight",
                     done.id
                 )));
@@ -182,7 +182,7 @@ impl RemoteInfer {
         }
         // A request the worker dropped would never finish: the rollout would wait forever.
         if holding != self.in_flight.len() {
-            return Err(RoleError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "actor_infer worker holds {holding} requests but {} are in flight",
                 self.in_flight.len()
             )));
@@ -191,7 +191,7 @@ impl RemoteInfer {
     }
 
     /// Offload: the worker frees its weights, which the host copy holds. Returns their bytes.
-    pub fn offload(&mut self) -> Result<u64, RoleError> {
+    pub fn offload(&mut self) -> Result<u64, RunError> {
         let reply = self.call(|s| Call::Offload {
             path: s.area.path(HOST_COPY),
         })?;
@@ -200,7 +200,7 @@ impl RemoteInfer {
     }
 
     /// Reload the weights from the host copy. Returns bytes.
-    pub fn reload(&mut self) -> Result<u64, RoleError> {
+    pub fn reload(&mut self) -> Result<u64, RunError> {
         let reply = self.call(|s| Call::Reload {
             path: s.area.path(HOST_COPY),
             adapter: s.adapter.clone(),
@@ -213,7 +213,7 @@ impl RemoteInfer {
     /// adapter, and the base stays); a resident worker then takes them from there, an offloaded
     /// one at its next reload. Copies are rewritten in place: the worker reads them only when a
     /// call (behind this handle's lock) tells it to, after the write.
-    pub fn set_weights(&mut self, update: &PolicyUpdate) -> Result<(), RoleError> {
+    pub fn set_weights(&mut self, update: &PolicyUpdate) -> Result<(), RunError> {
         match (update, &self.adapter) {
             (PolicyUpdate::Weights(params), None) => {
                 self.area
@@ -223,7 +223,7 @@ impl RemoteInfer {
             // The worker does not read the base's name: it merges into the base it holds.
             (PolicyUpdate::Adapter(adapter), Some(dir)) => adapter.save(dir, "")?,
             _ => {
-                return Err(RoleError::Setup(
+                return Err(RunError::Setup(
                     "weight sync: actor_infer's worker and the policy disagree on whether a LoRA \
                      adapter is trained"
                         .into(),
@@ -252,10 +252,10 @@ impl RemoteInfer {
 }
 
 /// Bytes from a host-copy move's reply.
-fn moved(reply: Reply) -> Result<u64, RoleError> {
+fn moved(reply: Reply) -> Result<u64, RunError> {
     match reply {
         Reply::Moved { bytes } => Ok(bytes),
-        other => Err(RoleError::Setup(format!(
+        other => Err(RunError::Setup(format!(
             "actor_infer answered a host-copy move with {other:?}"
         ))),
     }

@@ -7,7 +7,7 @@ use candle_core::{Tensor, Var};
 
 use crate::model::{LoadError, LoadedModel, ModelConfig, Numerics, ParamStore, Tape, Transformer};
 use crate::role::rows::{Rows, chunked};
-use crate::role::{RoleError, TensorContext};
+use crate::role::{RunError, TensorContext};
 use crate::train::batch::response_hidden;
 use crate::train::checkpoint::{save_moments, save_vars};
 use crate::train::{AdamW, OptimizerConfig, TrainBatch, ValueHead};
@@ -109,7 +109,7 @@ fn critic_vars(model: &Transformer, head: &ValueHead) -> Vec<(String, Var)> {
 }
 
 /// The policy's weights beside a zero value head: a critic as a run starts it.
-pub(super) fn initial_tensors(policy: &LoadedModel) -> Result<Vec<(String, Tensor)>, RoleError> {
+pub(super) fn initial_tensors(policy: &LoadedModel) -> Result<Vec<(String, Tensor)>, RunError> {
     let device = policy.transformer.device();
     let head = ValueHead::new(policy.config().hidden_size, device).during("value head")?;
     let mut tensors = policy.transformer.params().named_tensors();

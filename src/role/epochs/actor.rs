@@ -22,7 +22,7 @@ use crate::algo::preference::{
 use crate::metrics::Metrics;
 use crate::model::{Numerics, Tape, Transformer};
 use crate::role::recipe::{Objective, PolicyObjective, TrainRecipe};
-use crate::role::{RoleError, TensorContext};
+use crate::role::{RunError, TensorContext};
 use crate::train::batch::{head_logprobs, response_hidden};
 use crate::train::{AdamW, GradAccumulator, response_forward};
 
@@ -108,7 +108,7 @@ fn actor_pass(
     st: &ActorStep,
     policy: &Transformer,
     mb: &Micro,
-) -> Result<ActorPart, RoleError> {
+) -> Result<ActorPart, RunError> {
     match (objective, &st.targets) {
         (Objective::Policy(spec), Targets::Policy(targets)) => {
             policy_pass(spec, targets, policy, mb)
@@ -134,7 +134,7 @@ fn actor_pass(
             policy,
             mb,
         ),
-        (objective, targets) => Err(RoleError::Setup(format!(
+        (objective, targets) => Err(RunError::Setup(format!(
             "actor_train was set up for {} and was handed {}",
             objective_name(objective),
             targets.name()
@@ -158,7 +158,7 @@ fn policy_pass(
     st: &PolicyTargets,
     policy: &Transformer,
     mb: &Micro,
-) -> Result<ActorPart, RoleError> {
+) -> Result<ActorPart, RunError> {
     let agg = cfg.loss.agg;
     let mut t = ActorTally::default();
     let mut tape = Tape::seeded(mb.seed);
@@ -171,7 +171,7 @@ fn policy_pass(
         Some(&mut tape),
     )
     .during("actor forward")?;
-    let entropy = entropy.ok_or_else(|| RoleError::Setup("entropy was not computed".into()))?;
+    let entropy = entropy.ok_or_else(|| RunError::Setup("entropy was not computed".into()))?;
     let old = mb.slice(&st.old_logp)?;
     if mb.first {
         let d = ((logp.detach() - &old)
@@ -228,7 +228,7 @@ fn response_logps(
 
 /// SFT: the negative log-likelihood of the lane's loss tokens over the mini-batch's loss tokens,
 /// so the lanes' losses add up to the token mean of the whole mini-batch.
-fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RoleError> {
+fn likelihood_pass(policy: &Transformer, mb: &Micro) -> Result<ActorPart, RunError> {
     let mut tape = Tape::seeded(mb.seed);
     let logp = response_logps(policy, mb, &mut tape).during("sft forward")?;
     let loss = ((logp * &mb.mask)
@@ -256,7 +256,7 @@ fn distill_pass(
     (topk_ids, topk_logp, row_domains): (&Tensor, &Tensor, &[u32]),
     policy: &Transformer,
     mb: &Micro,
-) -> Result<ActorPart, RoleError> {
+) -> Result<ActorPart, RunError> {
     let mut tape = Tape::seeded(mb.seed);
     let sink = tape.head_sink();
     let hidden = response_hidden(policy, &mb.tb, Numerics::Differentiable, Some(&mut tape))
@@ -324,7 +324,7 @@ fn distill_pass(
         let rows = mb.idx.to_vec1::<u32>().during("distill metrics")?;
         for (i, row) in rows.iter().enumerate() {
             let domain = row_domains.get(*row as usize).copied().ok_or_else(|| {
-                RoleError::Setup(format!("row {row} of the distillation batch has no domain"))
+                RunError::Setup(format!("row {row} of the distillation batch has no domain"))
             })?;
             let sums: &mut [f64; 4] = distill_domains.entry(domain).or_default();
             for (into, v) in
@@ -362,7 +362,7 @@ fn preference_pass(
     (ref_logp, pair_domains): (&Tensor, &[u32]),
     policy: &Transformer,
     mb: &Micro,
-) -> Result<ActorPart, RoleError> {
+) -> Result<ActorPart, RunError> {
     let mut tape = Tape::seeded(mb.seed);
     let logp = response_logps(policy, mb, &mut tape).during("dpo forward")?;
     let (losses, sums) =
@@ -397,7 +397,7 @@ fn preference_pass(
             .step_by(2)
             .map(|&row| pair_domains.get(row as usize / 2).copied())
             .collect::<Option<Vec<u32>>>()
-            .ok_or_else(|| RoleError::Setup("a pair of the step has no domain".into()))?;
+            .ok_or_else(|| RunError::Setup("a pair of the step has no domain".into()))?;
         pref_domains =
             preference_sums_by_group(params.beta, &detached, &groups).during("dpo metrics")?;
     }
@@ -423,7 +423,7 @@ fn preference_pass(
 }
 
 impl MiniBatchLearner for ActorLearner<'_> {
-    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RoleError> {
+    fn micro(&mut self, lanes: &[Micro]) -> Result<(), RunError> {
         let (objective, st, policy) = (self.objective, self.step, self.policy);
         // Summed in lane order, so a run is repeatable whatever thread finishes first.
         for part in lanes_map(lanes, |mb| actor_pass(objective, st, policy, mb))? {
@@ -435,7 +435,7 @@ impl MiniBatchLearner for ActorLearner<'_> {
         Ok(())
     }
 
-    fn mini_done(&mut self) -> Result<(), RoleError> {
+    fn mini_done(&mut self) -> Result<(), RunError> {
         let acc = std::mem::take(&mut self.acc);
         let stats = self.opt.step(acc).during("actor optimizer step")?;
         self.t.grad_norm += stats.grad_norm;
@@ -454,7 +454,7 @@ pub fn actor_epochs(
     policy: &Transformer,
     pad_id: u32,
     opt: &mut AdamW,
-) -> Result<ActorReport, RoleError> {
+) -> Result<ActorReport, RunError> {
     let lanes = policy.lanes();
     actor_epochs_in_lanes(recipe, step, policy, (pad_id, lanes), opt)
 }
@@ -466,7 +466,7 @@ pub(in crate::role) fn actor_epochs_in_lanes(
     policy: &Transformer,
     (pad_id, lanes): (u32, usize),
     opt: &mut AdamW,
-) -> Result<ActorReport, RoleError> {
+) -> Result<ActorReport, RunError> {
     let kv_groups = policy.config().kv_groups();
     let dev = policy.device().clone();
     let mut learner = ActorLearner {

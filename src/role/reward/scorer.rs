@@ -12,7 +12,7 @@ use super::{RewardCall, RewardProtocol, RewardReply, ScoreItem, call_timeout, ju
 use crate::config::PlacementMode;
 use crate::reward::RewardOutcome;
 use crate::role::remote::{call_typed, drain};
-use crate::role::{HostCopy, ResidentRole, RoleError, WorkerNote, setup_err};
+use crate::role::{HostCopy, ResidentRole, RunError, WorkerNote, setup_err};
 use crate::worker::{Role, WorkerError, WorkerEvent, WorkerProcess, WorkerSpec};
 
 /// Loading a judge model (or moving one) that takes longer than this is a hung worker.
@@ -50,10 +50,10 @@ impl RewardScorer {
     pub fn start(
         workers: &crate::config::WorkersConfig,
         judges: &[PathBuf],
-    ) -> Result<RewardScorer, RoleError> {
+    ) -> Result<RewardScorer, RunError> {
         let placement = &workers.reward;
         if placement.mode == PlacementMode::InProcess {
-            super::load_judges(judges).map_err(RoleError::Setup)?;
+            super::load_judges(judges).map_err(RunError::Setup)?;
             return Ok(RewardScorer::InProcess {
                 judges: judges.to_vec(),
             });
@@ -101,7 +101,7 @@ impl RewardScorer {
     }
 
     /// Score `items` in order.
-    pub fn score(&mut self, items: Vec<ScoreItem>) -> Result<Vec<RewardOutcome>, RoleError> {
+    pub fn score(&mut self, items: Vec<ScoreItem>) -> Result<Vec<RewardOutcome>, RunError> {
         match self {
             RewardScorer::InProcess { .. } => Ok(super::score_all(&items)),
             RewardScorer::Pool(pool) => pool.score(items),
@@ -155,14 +155,14 @@ impl RewardScorer {
     }
 
     /// Move the judges off their devices into host copies under `area`; bytes moved.
-    fn offload(&mut self, area: &std::path::Path) -> Result<u64, RoleError> {
+    fn offload(&mut self, area: &std::path::Path) -> Result<u64, RunError> {
         match self {
             RewardScorer::InProcess { judges } if judges.is_empty() => Ok(0),
             RewardScorer::InProcess { judges: models } => {
                 let dir = area.join("reward");
                 std::fs::create_dir_all(&dir)
-                    .map_err(|e| RoleError::Setup(format!("creating '{}': {e}", dir.display())))?;
-                judges::offload(&dir, models).map_err(RoleError::Setup)
+                    .map_err(|e| RunError::Setup(format!("creating '{}': {e}", dir.display())))?;
+                judges::offload(&dir, models).map_err(RunError::Setup)
             }
             RewardScorer::Pool(pool) if pool.judges.is_empty() => Ok(0),
             RewardScorer::Pool(pool) => {
@@ -175,11 +175,11 @@ impl RewardScorer {
         }
     }
 
-    fn reload(&mut self) -> Result<u64, RoleError> {
+    fn reload(&mut self) -> Result<u64, RunError> {
         match self {
             RewardScorer::InProcess { judges } if judges.is_empty() => Ok(0),
             RewardScorer::InProcess { judges: models } => {
-                judges::reload(models).map_err(RoleError::Setup)
+                judges::reload(models).map_err(RunError::Setup)
             }
             RewardScorer::Pool(pool) if pool.judges.is_empty() => Ok(0),
             RewardScorer::Pool(pool) => {
@@ -193,7 +193,7 @@ impl RewardScorer {
 }
 
 impl RewardPool {
-    fn score(&mut self, items: Vec<ScoreItem>) -> Result<Vec<RewardOutcome>, RoleError> {
+    fn score(&mut self, items: Vec<ScoreItem>) -> Result<Vec<RewardOutcome>, RunError> {
         let per = items.len().div_ceil(self.workers.len()).max(1);
         let chunks: Vec<Vec<ScoreItem>> = items.chunks(per).map(<[ScoreItem]>::to_vec).collect();
         let call = |items: &[ScoreItem]| RewardCall::Score {
@@ -224,7 +224,7 @@ impl RewardPool {
             }
         }
         if out.len() != items.len() {
-            return Err(RoleError::Setup(format!(
+            return Err(RunError::Setup(format!(
                 "reward workers returned {} scores for {} responses",
                 out.len(),
                 items.len()
@@ -234,7 +234,7 @@ impl RewardPool {
     }
 
     /// A fresh worker in place of worker `i`, holding the pool's judges.
-    fn replace(&mut self, i: usize) -> Result<(), RoleError> {
+    fn replace(&mut self, i: usize) -> Result<(), RunError> {
         let fresh = self
             .rt
             .block_on(WorkerProcess::spawn(&self.specs[i], self.events_tx.clone()))
@@ -261,7 +261,7 @@ impl RewardPool {
     /// `make(i)` on every worker `i` at once; the bytes they moved. A worker lost on the way is
     /// replaced by a fresh one holding its judges, which is where a reload would have left it; an
     /// offload then repeats on it.
-    fn on_every_worker(&mut self, make: impl Fn(usize) -> RewardCall) -> Result<u64, RoleError> {
+    fn on_every_worker(&mut self, make: impl Fn(usize) -> RewardCall) -> Result<u64, RunError> {
         let calls: Vec<RewardCall> = (0..self.workers.len()).map(&make).collect();
         // The workers' judges are the same weights, offloaded to one host copy: the first worker
         // writes it, then the others find it written and only drop theirs.
@@ -311,15 +311,15 @@ fn lost(result: &Result<RewardReply, WorkerError>) -> bool {
     )
 }
 
-fn moved(reply: RewardReply) -> Result<u64, RoleError> {
+fn moved(reply: RewardReply) -> Result<u64, RunError> {
     match reply {
         RewardReply::Moved { bytes } => Ok(bytes),
         other => Err(unexpected(&other)),
     }
 }
 
-fn unexpected(reply: &RewardReply) -> RoleError {
-    RoleError::Setup(format!(
+fn unexpected(reply: &RewardReply) -> RunError {
+    RunError::Setup(format!(
         "a reward worker gave an unexpected reply: {reply:?}"
     ))
 }
@@ -345,11 +345,11 @@ impl ResidentRole for SharedScorer {
         Role::Reward
     }
 
-    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn offload(&mut self, host: &HostCopy<'_>) -> Result<u64, RunError> {
         self.lock().offload(host.area.dir())
     }
 
-    fn reload(&mut self, _host: &HostCopy<'_>) -> Result<u64, RoleError> {
+    fn reload(&mut self, _host: &HostCopy<'_>) -> Result<u64, RunError> {
         self.lock().reload()
     }
 

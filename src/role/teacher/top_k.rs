@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 
 use crate::model::{Numerics, Transformer};
 use crate::role::rows::Rows;
-use crate::role::{RoleError, TensorContext};
+use crate::role::{RunError, TensorContext};
 use crate::train::TrainBatch;
 use crate::train::batch::response_hidden;
 
@@ -27,7 +27,7 @@ pub fn top_k_of_model(
     rows: &Rows<'_>,
     k: usize,
     temperature: f64,
-) -> Result<TopK, RoleError> {
+) -> Result<TopK, RunError> {
     let t = model;
     let width = rows.width;
     let (mut ids, mut logp) = (vec![], vec![]);

@@ -3,7 +3,7 @@ use ratatui::backend::TestBackend;
 
 use super::*;
 use crate::metrics::TurnRecord;
-use crate::tui::episodes_render::render;
+use crate::tui::episodes::render::render;
 use crate::tui::theme::Theme;
 
 fn turn(

@@ -1,4 +1,4 @@
-//! Drawing the Env view ([`super::debugger`]): a header (env, seed, policy, turn, return), the
+//! Drawing the Env view ([`crate::tui::debugger`]): a header (env, seed, policy, turn, return), the
 //! state before the selected turn as the env drew it (line by line, so grids stay grids), the
 //! turns, and a detail panel (Tab): the exact prompt, the raw output with each token's
 //! probability (unlikely ones marked) and the selected token's alternatives, the step's reward and
@@ -11,10 +11,10 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 
-use super::debugger::{DebugView, Pane, PolicyKind, Work};
-use super::samples_render::one_line;
-use super::theme::Theme;
 use crate::debugger::{DebugTurn, Session};
+use crate::tui::debugger::{DebugView, Pane, PolicyKind, Work};
+use crate::tui::samples::render::one_line;
+use crate::tui::theme::Theme;
 
 /// The most characters of one drawn line.
 const LINE_CHARS: usize = 300;

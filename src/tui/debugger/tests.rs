@@ -10,7 +10,7 @@ use crate::debugger::open::{StoredEpisode, env_config};
 use crate::debugger::policy::SamplingOverrides;
 use crate::metrics::{TrajectoryRecord, TurnRecord};
 use crate::model::{Arch, InitOptions, init_model};
-use crate::tui::debugger_render::render;
+use crate::tui::debugger::render::render;
 use crate::tui::theme::Theme;
 
 fn lake() -> DebugView {
@@ -395,7 +395,7 @@ fn opened(job: &DebugJob, stored: StoredEpisode) -> DebugMsg {
     let session = crate::debugger::open::session_at(&stored, *at).unwrap();
     DebugMsg::Opened {
         job: *job,
-        result: Ok(Box::new(crate::tui::debugger_jobs::OpenedEpisode {
+        result: Ok(Box::new(crate::tui::debugger::jobs::OpenedEpisode {
             stored,
             session,
         })),

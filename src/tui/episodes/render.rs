@@ -1,4 +1,4 @@
-//! Drawing the Episodes view ([`super::episodes`]): a header with the step's success rate and
+//! Drawing the Episodes view ([`crate::tui::episodes`]): a header with the step's success rate and
 //! mean return, the episodes grouped by start seed, and the selected episode — the selected
 //! turn's observation as the environment drew it (line by line, so grids stay grids) or, with
 //! `T`, its tokens with the student's and the teachers' log-probs, then every turn's output,
@@ -10,10 +10,10 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 
-use super::episodes::{EpisodesView, Pane};
-use super::samples_render::one_line;
-use super::theme::Theme;
 use crate::metrics::TrajectoryRecord;
+use crate::tui::episodes::{EpisodesView, Pane};
+use crate::tui::samples::render::one_line;
+use crate::tui::theme::Theme;
 
 /// The most characters of one drawn line.
 const LINE_CHARS: usize = 300;
@@ -156,9 +156,9 @@ fn episode_detail(
     theme: &Theme,
 ) {
     let turn = e.turns.get(view.turn);
-    let token_table = view
-        .tokens
-        .then(|| super::samples_tokens::token_lines(turn.and_then(|t| t.tokens.as_ref()), theme));
+    let token_table = view.tokens.then(|| {
+        crate::tui::samples::tokens::token_lines(turn.and_then(|t| t.tokens.as_ref()), theme)
+    });
     let obs_lines = match &token_table {
         Some((_, rows)) => rows.len() + 1,
         None => turn.map_or(0, |t| t.observation.lines().count()),

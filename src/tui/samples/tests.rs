@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-use super::super::samples_render::{one_line, wrap};
 use super::super::theme::Theme;
 use super::*;
+use crate::tui::samples::render::{one_line, wrap};
 
 const ADD: &str = "What is 2+3?";
 const REV: &str = "Reverse 'abc'.";
@@ -513,7 +513,7 @@ fn t_shows_the_tokens_with_the_students_and_the_teachers_log_probs() {
     assert!(v.showing_tokens() && v.showing_whole());
     // k1 = student − teacher: −0.25 − (−0.5) = 0.250, −1.5 − (−0.75) = −0.750; a token without
     // either log-prob has none.
-    let (head, rows) = super::super::samples_tokens::token_lines(
+    let (head, rows) = crate::tui::samples::tokens::token_lines(
         v.listing()
             .and_then(Listing::selected_sample)
             .and_then(|s| s.tokens.as_ref()),

@@ -2,12 +2,12 @@
 //! threads (never on the runtime's workers, which serve the screen's reads), saving and reading
 //! the store, writing exports.
 
-use super::debugger::{DebugJob, DebugMsg};
-use super::debugger_jobs::OpenedEpisode;
-use super::loader::Loader;
 use crate::debugger::open::{ModelSpec, model_policy, session_at, stored_episode};
 use crate::debugger::record::save;
 use crate::store::{OpenMode, Store};
+use crate::tui::debugger::jobs::OpenedEpisode;
+use crate::tui::debugger::{DebugJob, DebugMsg};
+use crate::tui::loader::Loader;
 
 /// Run `f` on a blocking thread; a panic in it is an error, not a lost answer.
 async fn blocking<T: Send + 'static>(
@@ -39,7 +39,7 @@ fn free_name(path: &std::path::Path) -> std::path::PathBuf {
 }
 
 impl Loader {
-    pub(super) async fn debug(&self, job: DebugJob) -> DebugMsg {
+    pub(in crate::tui) async fn debug(&self, job: DebugJob) -> DebugMsg {
         // Drawing, resampling, env steps and starts: on a blocking thread, never on the
         // runtime's workers, which serve the screen's reads.
         let fallback = job.clone();

@@ -6,9 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::debugger::{DebugView, Pane, PolicyKind};
-use super::debugger_input::InputKind;
-use super::debugger_ops::{SessionCell, SessionOp};
 use crate::config::EnvConfig;
 use crate::debugger::Session;
 use crate::debugger::open::{StoredEpisode, session};
@@ -16,6 +13,9 @@ use crate::debugger::policy::{CANCELLED, ModelTurn, Prompt};
 use crate::debugger::record::{SaveRequest, SaveTarget, Saved};
 use crate::debugger::{ModelPolicy, Resample};
 use crate::env::ActionParser;
+use crate::tui::debugger::input::InputKind;
+use crate::tui::debugger::ops::{SessionCell, SessionOp};
+use crate::tui::debugger::{DebugView, Pane, PolicyKind};
 
 /// What is under way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

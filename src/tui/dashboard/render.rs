@@ -10,9 +10,9 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragraph};
 
-use super::dashboard::{Dashboard, Panel, XAxis};
-use super::decimate::{min_max_with, value_range};
-use super::theme::Theme;
+use crate::tui::dashboard::{Dashboard, Panel, XAxis};
+use crate::tui::decimate::{min_max_with, value_range};
+use crate::tui::theme::Theme;
 
 /// A number for an axis label or legend, short.
 pub fn short(v: f64) -> String {

@@ -4,9 +4,9 @@
 
 use ratatui::text::Line;
 
-use super::samples_render::one_line;
-use super::theme::Theme;
 use crate::metrics::TokenTrace;
+use crate::tui::samples::render::one_line;
+use crate::tui::theme::Theme;
 
 /// Characters of a token's text shown.
 const PIECE: usize = 10;

@@ -1,4 +1,4 @@
-//! Drawing the Samples view ([`super::samples`]): a header saying what is shown, the groups, the
+//! Drawing the Samples view ([`crate::tui::samples`]): a header saying what is shown, the groups, the
 //! responses of the selected group and the selected response's details. Model output can hold
 //! anything, so every string goes through [`one_line`] or [`wrap`] first: control characters are
 //! made visible, nothing is cut inside a character, and very long text is cut short.
@@ -10,9 +10,9 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
 
-use super::samples::{Group, Listing, SamplesView};
-use super::theme::Theme;
 use crate::metrics::SampleRecord;
+use crate::tui::samples::{Group, Listing, SamplesView};
+use crate::tui::theme::Theme;
 
 /// The most characters of a string a one-line cell takes (wider than any terminal).
 const ONE_LINE_CHARS: usize = 400;
@@ -159,7 +159,7 @@ fn header(view: &SamplesView, theme: &Theme) -> Line<'static> {
         ));
     }
     let shown = view.shown();
-    if shown.narrow != super::samples::Narrow::All {
+    if shown.narrow != crate::tui::samples::Narrow::All {
         spans.push(Span::styled(
             format!(" · {}", shown.narrow.as_str()),
             theme.muted,
@@ -440,7 +440,7 @@ fn render_detail(frame: &mut Frame, area: Rect, view: &SamplesView, l: &Listing,
         Layout::vertical([Constraint::Length(lines.len() as u16), Constraint::Min(0)]).areas(inner);
     frame.render_widget(Paragraph::new(lines), top);
     if view.showing_tokens() {
-        let (head, rows) = super::samples_tokens::token_lines(s.tokens.as_ref(), theme);
+        let (head, rows) = crate::tui::samples::tokens::token_lines(s.tokens.as_ref(), theme);
         let [head_area, text] =
             Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(text);
         frame.render_widget(Paragraph::new(head), head_area);
