@@ -55,6 +55,32 @@ impl HeadlessObserver {
 impl Observer for HeadlessObserver {
     fn on_event(&mut self, event: &PipelineEvent) {
         match event {
+            PipelineEvent::Started {
+                model_type,
+                source,
+                parameters,
+                trainable,
+                device,
+                stages,
+                output_dir,
+            } => {
+                let trained = match trainable {
+                    Some(n) => format!("; a LoRA adapter of {} trains", thousands(*n)),
+                    None => String::new(),
+                };
+                let plan: Vec<String> = stages
+                    .iter()
+                    .map(|(stage, steps)| {
+                        format!("{stage} {steps} step{}", if *steps == 1 { "" } else { "s" })
+                    })
+                    .collect();
+                self.say(&format!(
+                    "{model_type} of {} parameters ({source}{trained}) on {device} · {} · output '{}'",
+                    thousands(*parameters),
+                    plan.join(", then "),
+                    output_dir.display()
+                ));
+            }
             PipelineEvent::StageStarted {
                 stage,
                 total_steps,
@@ -118,6 +144,19 @@ impl Observer for HeadlessObserver {
             ),
         }
     }
+}
+
+/// `988288` as `988,288`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `rl   12/60  acc add=0.41 rev=0.30  reward add=0.41 rev=0.30  pg_loss -0.012  kl 0.003  len 4.1  0.21s`
@@ -228,6 +267,20 @@ pub fn resume_command(store: &Path, name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn thousands_are_grouped() {
+        let cases = [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (988_288, "988,288"),
+        ];
+        for (n, text) in cases {
+            assert_eq!(super::thousands(n), text);
+        }
+        assert_eq!(super::thousands(1_234_567_890), "1,234,567,890");
+    }
+
     use super::*;
 
     #[test]

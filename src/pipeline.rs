@@ -41,6 +41,19 @@ pub use resume::Resume;
 /// Something a front-end may want to show.
 #[derive(Debug, Clone)]
 pub enum PipelineEvent {
+    /// The run got past its setup (model, data, placement): what it is about to do.
+    Started {
+        /// The policy: its architecture (`qwen2`), where it came from, its parameters.
+        model_type: String,
+        source: String,
+        parameters: usize,
+        /// Trainable parameters when fewer than all (a LoRA adapter's).
+        trainable: Option<usize>,
+        device: String,
+        /// Each stage with its steps, in order (a resumed run lists only what is left).
+        stages: Vec<(Stage, usize)>,
+        output_dir: PathBuf,
+    },
     StageStarted {
         stage: Stage,
         total_steps: usize,
@@ -166,6 +179,7 @@ pub fn run(
     }
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
     let stages = cfg.stages();
+    ctx.emit(started_event(cfg, &model, &stages, resume, &output_dir));
     // A resume continues its checkpoint's stage; the stages before it are done.
     let first = match resume {
         None => 0,
@@ -217,6 +231,42 @@ pub fn run(
         output_dir,
         last_checkpoint,
     })
+}
+
+/// [`PipelineEvent::Started`] for `cfg`'s policy and the stages it has left.
+fn started_event(
+    cfg: &RunConfig,
+    model: &crate::model::LoadedModel,
+    stages: &[StageConfig<'_>],
+    resume: Option<&Resume>,
+    output_dir: &std::path::Path,
+) -> PipelineEvent {
+    let source = match (&cfg.model.path, resume) {
+        (_, Some(r)) => format!("checkpoint '{}'", r.dir.display()),
+        (Some(path), None) => format!("'{}'", path.display()),
+        (None, None) => format!("random init, seed {}", cfg.seed),
+    };
+    let parameters = model.transformer.params().num_params();
+    let trainable = model.transformer.lora().map(|l| {
+        l.named_vars()
+            .iter()
+            .map(|(_, v)| v.as_tensor().elem_count())
+            .sum()
+    });
+    let left = stages
+        .iter()
+        .skip_while(|s| resume.is_some_and(|r| s.stage().as_str() != r.state.stage))
+        .map(|s| (s.stage(), cfg.steps_of(s.stage())))
+        .collect();
+    PipelineEvent::Started {
+        model_type: model.config().arch.model_type().to_string(),
+        source,
+        parameters,
+        trainable,
+        device: crate::device::spec_of(model.transformer.device()).to_string(),
+        stages: left,
+        output_dir: output_dir.to_path_buf(),
+    }
 }
 
 /// What a run writes into its output directory (and what `overwrite` removes).

@@ -231,6 +231,8 @@ fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
             "model.init.hidden=32",
             "model.init.layers=1",
             "model.init.intermediate=64",
+            // Only the Ctrl-C checkpoint: none by time, however slow the first step.
+            "checkpoint.every_minutes=0",
         ])
         .arg(format!("output_dir={}", out.display()))
         .stdout(std::process::Stdio::piped())
@@ -239,6 +241,15 @@ fn ctrl_c_stops_after_the_step_with_a_checkpoint_and_status_130() {
         .unwrap();
     // Wait until the first step is reported (stdout is not a terminal: one plain line per step).
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // First what the run is about to do: model, parameters, device, stages, where it writes.
+    let header = lines.next().unwrap().unwrap();
+    let plan = "on cpu · sft 100000 steps, then rl 150 steps · output";
+    assert!(
+        header.starts_with("qwen2 of ")
+            && header.contains("(random init, seed 7)")
+            && header.contains(plan),
+        "{header}"
+    );
     let first = lines
         .by_ref()
         .map(|l| l.unwrap())

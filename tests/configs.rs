@@ -39,7 +39,10 @@ fn every_shipped_run_config_loads_and_fragments_are_not_runnable() {
         let cfg = RunConfig::load(path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         if path.parent().is_some_and(|d| d.ends_with("experiments")) {
             // `roll-tui samples quickstart` works because the run is named as its file.
-            assert_eq!(Some(cfg.name.as_str()), path.file_stem().and_then(|s| s.to_str()));
+            assert_eq!(
+                Some(cfg.name.as_str()),
+                path.file_stem().and_then(|s| s.to_str())
+            );
             // A quickstart killed mid-stage can be resumed: it saves at least every minute.
             let c = &cfg.checkpoint;
             assert!(

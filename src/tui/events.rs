@@ -380,8 +380,18 @@ pub fn render(
     theme: &Theme,
 ) {
     let visible = view.visible(until_ms);
-    let mut title = format!(" Events {}/{}", visible.len(), view.events.len());
+    // The count is of the kind shown; what the kind hides is said apart (time-sharing writes
+    // hundreds of transfers, which would dwarf "1/599").
+    let of_kind = view
+        .events
+        .iter()
+        .filter(|e| view.kind.matches(e.event.kind))
+        .count();
+    let mut title = format!(" Events {}/{of_kind}", visible.len());
     title.push_str(&format!(" · kind: {}", view.kind.as_str()));
+    if of_kind < view.events.len() {
+        title.push_str(&format!(" ({} hidden)", view.events.len() - of_kind));
+    }
     if !view.filter.is_empty() {
         title.push_str(&format!(" · filter: {}", clean(&view.filter, 30, false)));
     }

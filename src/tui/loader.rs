@@ -61,10 +61,9 @@ impl Loader {
                 let mut args = vec!["run".to_string(), config.display().to_string()];
                 args.extend(overrides);
                 args.push("--quiet".into());
-                let stem = config
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "run".into());
+                // The log is named after the run (what the user named it in the form), not the
+                // config, which several runs may share.
+                let stem = name.clone();
                 self.start(&args, &name, &stem, tx);
             }
             Effect::Resume { run } => {
