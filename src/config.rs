@@ -15,6 +15,7 @@ mod include;
 pub mod load;
 mod opd;
 pub mod overrides;
+mod rl_eval;
 mod stage;
 pub mod workers;
 
@@ -40,6 +41,7 @@ pub use dpo::{DpoConfig, DpoEvalConfig};
 pub use env::{EnvConfig, EnvMode};
 pub use load::{ConfigError, Validate};
 pub use opd::{OpdConfig, OpdTeacher};
+pub use rl_eval::RlEval;
 pub use stage::StageConfig;
 pub use workers::{PlacementMode, RolePlacement, WorkersConfig};
 
@@ -182,6 +184,14 @@ pub struct DomainConfig {
     /// Or a generated one.
     #[serde(default)]
     pub synthetic: Option<crate::data::synthetic::SyntheticConfig>,
+    /// Held-out prompts for `rl.eval`, never trained on: a JSONL file like `path` (relative to
+    /// the file that writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_path: Option<PathBuf>,
+    /// Or this fraction of the domain's examples, drawn by the seed and kept out of every
+    /// stage's training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_split: Option<f64>,
     /// Relative weight of this domain in every batch.
     #[serde(default = "one")]
     pub ratio: f64,
@@ -275,6 +285,9 @@ pub struct RlConfig {
     /// (each of `prompts_per_step` groups is `group_size` episodes from one seed).
     #[serde(default)]
     pub env: Option<EnvConfig>,
+    /// Score the policy on the domains' held-out prompts every N steps (`val/<domain>/…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<RlEval>,
 }
 
 fn default_max_batch() -> usize {
@@ -394,8 +407,10 @@ impl RunConfig {
         // given in an override is where the command line says (the working directory).
         let dir = path.parent().unwrap_or(Path::new(""));
         for d in &mut cfg.data.domains {
-            if let Some(p) = d.path.as_mut().filter(|p| p.is_relative()) {
-                *p = dir.join(&*p);
+            for p in [&mut d.path, &mut d.val_path] {
+                if let Some(p) = p.as_mut().filter(|p| p.is_relative()) {
+                    *p = dir.join(&*p);
+                }
             }
         }
         if let Some(dpo) = &mut cfg.dpo {
@@ -523,6 +538,7 @@ impl Validate for RunConfig {
                 p.push(format!("{at}: duplicate domain name '{}'", d.name));
             }
         }
+        rl_eval::validate(self, p);
         if self.stages().is_empty() {
             p.push("nothing to do: add an 'sft', 'distill', 'dpo' or 'rl' section".into());
         }

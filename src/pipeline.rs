@@ -16,6 +16,7 @@ pub mod distill;
 pub mod dpo;
 pub mod opd;
 mod resume;
+pub mod rl_eval;
 mod rl_learner;
 mod rl_metrics;
 pub mod rl_update;

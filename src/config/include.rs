@@ -171,19 +171,22 @@ fn gather(
     Ok(())
 }
 
-/// Each relative dataset path of `doc` (`data.domains[].path`, `dpo.data`, `dpo.eval.data`) made
+/// Each relative dataset path of `doc` (`data.domains[].path` and `val_path`, `dpo.data`,
+/// `dpo.eval.data`) made
 /// absolute against `dir`.
 fn rebase_dataset_paths(doc: &mut Value, dir: &Path) {
     let domains = doc
         .pointer_mut("/data/domains")
         .and_then(Value::as_array_mut);
     for domain in domains.into_iter().flatten() {
-        if let Some(Value::String(p)) = domain.get_mut("path")
-            && Path::new(p.as_str()).is_relative()
-        {
-            let joined = dir.join(p.as_str());
-            let absolute = std::path::absolute(&joined).unwrap_or(joined);
-            *p = absolute.display().to_string();
+        for key in ["path", "val_path"] {
+            if let Some(Value::String(p)) = domain.get_mut(key)
+                && Path::new(p.as_str()).is_relative()
+            {
+                let joined = dir.join(p.as_str());
+                let absolute = std::path::absolute(&joined).unwrap_or(joined);
+                *p = absolute.display().to_string();
+            }
         }
     }
     for pointer in ["/dpo/data", "/dpo/eval/data"] {

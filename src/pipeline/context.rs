@@ -112,6 +112,24 @@ impl RunContext<'_> {
         Ok(())
     }
 
+    /// Metrics of `step` beside its step line's (an evaluation between steps): stored, not
+    /// announced as a step.
+    pub fn record_metrics(
+        &mut self,
+        stage: Stage,
+        step: usize,
+        metrics: Metrics,
+    ) -> Result<(), RunError> {
+        let record = MetricRecord {
+            stage,
+            step,
+            wall_time: self.wall_time(),
+            metrics,
+        };
+        self.sink.record(&record)?;
+        Ok(())
+    }
+
     pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), RunError> {
         self.sink.samples(samples)?;
         Ok(())

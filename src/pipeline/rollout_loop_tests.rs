@@ -78,6 +78,7 @@ fn domains() -> Domains {
         domains: vec![Domain {
             name: "rev".into(),
             examples,
+            val: vec![],
             ratio: 1.0,
             reward: Reward::One(RewardFn::ExactMatch { ignore_case: false }),
         }],

@@ -196,7 +196,10 @@ pub fn stage_start_reference(
 /// A domain's examples with its mixing weight and reward rule.
 pub struct Domain {
     pub name: String,
+    /// What every stage trains on.
     pub examples: Vec<Example>,
+    /// Held out for `rl.eval` (`val_path`, or `val_split` of the domain's examples): never trained on.
+    pub val: Vec<Example>,
     pub ratio: f64,
     pub reward: Reward,
 }
@@ -337,9 +340,11 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
                 RunError::Setup(format!("domain '{}' reward code_sandbox: {e}", d.name))
             })?;
         }
+        let (examples, val) = held_out(cfg, d, examples, tok, positions)?;
         domains.push(Domain {
             name: d.name.clone(),
             examples,
+            val,
             ratio: d.ratio,
             reward,
         });
@@ -349,6 +354,43 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
         chat_template: cfg.data.chat_template,
         template_options: cfg.data.chat_template_options.clone(),
     })
+}
+
+/// A domain's examples split into (train, held out): `val_split` of them, or all of them and the
+/// `val_path` file's (whose prompts are checked as the domain's are).
+fn held_out(
+    cfg: &RunConfig,
+    d: &crate::config::DomainConfig,
+    examples: Vec<Example>,
+    tok: Tokenizing<'_>,
+    positions: usize,
+) -> Result<(Vec<Example>, Vec<Example>), RunError> {
+    if let Some(fraction) = d.val_split {
+        let name = crate::seed::fnv1a(d.name.as_bytes());
+        let seed = crate::seed::mix_seed(&[cfg.seed, 8, name]);
+        return super::rl_eval::split_held_out(examples, fraction, seed)
+            .map_err(|e| RunError::Setup(format!("domain '{}': {e}", d.name)));
+    }
+    let Some(path) = &d.val_path else {
+        return Ok((examples, vec![]));
+    };
+    let mut val = vec![];
+    for (line, mut e) in crate::data::jsonl::load_jsonl_numbered(path, &d.name)? {
+        let where_ = format!("domain '{}' ('{}' line {line})", d.name, path.display());
+        e.domain = d.name.clone();
+        let ids = tok
+            .prompt_ids(&e.prompt)
+            .map_err(|err| RunError::Setup(format!("{where_}: prompt {err}")))?;
+        if ids.len() >= positions {
+            return Err(RunError::Setup(format!(
+                "{where_}: the prompt is {} tokens; the model holds {positions} positions for \
+                 the prompt and its response together",
+                ids.len()
+            )));
+        }
+        val.push(e);
+    }
+    Ok((super::rl_eval::without_held_out(examples, &val), val))
 }
 
 /// The text of the model's (first) end-of-sequence token, which its tokenizer reads back as that

@@ -3,6 +3,9 @@
 //! Charts, in output order (metric keys per docs/DESIGN.md §Metric keys):
 //! - `reward`: `reward/<domain>/mean` for every domain;
 //! - `accuracy`: `score/<domain>/accuracy` for every domain;
+//! - `validation`: `rl.eval`'s `val/<domain>/pass@k` and `val/<domain>/mean@k`;
+//! - `success`, `turns`, `invalid_actions`: an agentic run's `env/<tag>/success`, `steps` and
+//!   `invalid_action_frac`, with its evaluation's `val/env/<tag>/…` beside them;
 //! - `loss`: `actor/pg_loss`, `critic/value_loss`, `sft/loss`, and DPO's `loss` and `eval/loss`;
 //! - `preference_accuracy`: DPO's `rewards/accuracies`, `eval/rewards/accuracies`, and per domain
 //!   `rewards/<domain>/accuracies`, `eval/rewards/<domain>/accuracies`;
@@ -49,6 +52,30 @@ const KINDS: &[ChartKind] = &[
         name: "accuracy",
         y_label: "accuracy",
         matches: |key| is_domain_key(key, "score", "accuracy"),
+    },
+    ChartKind {
+        name: "validation",
+        y_label: "held-out score",
+        matches: |key| {
+            let parts: Vec<&str> = key.split('/').collect();
+            matches!(parts.as_slice(), ["val", domain, k]
+                if *domain != "env" && (k.starts_with("pass@") || k.starts_with("mean@")))
+        },
+    },
+    ChartKind {
+        name: "success",
+        y_label: "success rate",
+        matches: |key| is_env_key(key, "success"),
+    },
+    ChartKind {
+        name: "turns",
+        y_label: "turns per episode",
+        matches: |key| is_env_key(key, "steps"),
+    },
+    ChartKind {
+        name: "invalid_actions",
+        y_label: "share of turns",
+        matches: |key| is_env_key(key, "invalid_action_frac"),
     },
     ChartKind {
         name: "loss",
@@ -126,6 +153,11 @@ const KINDS: &[ChartKind] = &[
         matches: |key| key.starts_with("time/"),
     },
 ];
+
+/// An agentic run's `env/<tag>/<name>`, or its evaluation's `val/env/<tag>/<name>`.
+fn is_env_key(key: &str, name: &str) -> bool {
+    is_domain_key(key.strip_prefix("val/").unwrap_or(key), "env", name)
+}
 
 /// `<prefix>/<domain>/<suffix>` with a non-empty domain.
 pub(crate) fn is_domain_key(key: &str, prefix: &str, suffix: &str) -> bool {
@@ -265,6 +297,25 @@ mod tests {
     }
 
     /// Staleness is charted for an asynchronous run, not for a synchronous one (always 0).
+    #[test]
+    fn held_out_and_agentic_metrics_get_their_charts() {
+        let input = vec![
+            series("rl", "val/add/pass@4", &[0.5]),
+            series("rl", "val/add/mean@4", &[0.3]),
+            series("rl", "val/add/prompts", &[20.0]),
+            series("rl", "env/lake/success", &[0.2]),
+            series("rl", "val/env/lake/success", &[0.4]),
+            series("rl", "env/lake/steps", &[6.0]),
+            series("rl", "env/lake/invalid_action_frac", &[0.1]),
+            series("rl", "env/lake/discarded", &[0.0]),
+        ];
+        let by_chart = summary(&input);
+        let names: Vec<&str> = by_chart.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["validation", "success", "turns", "invalid_actions"]);
+        assert_eq!(by_chart[0].1, ["val/add/pass@4", "val/add/mean@4"]);
+        assert_eq!(by_chart[1].1, ["env/lake/success", "val/env/lake/success"]);
+    }
+
     #[test]
     fn a_synchronous_runs_staleness_is_not_charted() {
         let of = |values: &[f64]| {

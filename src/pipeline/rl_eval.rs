@@ -1,0 +1,187 @@
+//! `rl.eval`: the policy scored on each domain's held-out prompts between steps, with the domain's
+//! own reward: `val/<domain>/mean@k` (the mean reward of the k samples of every prompt),
+//! `val/<domain>/pass@k` (the share of prompts with at least one correct sample), `accuracy` (the
+//! share of correct samples), `response_length` and `prompts`. The held-out prompts are set aside
+//! when the domains load ([`split_held_out`] or `val_path`), so no stage ever trains on them.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::setup::{Domains, Tokenizing};
+use crate::config::RlEval;
+use crate::data::Example;
+use crate::metrics::Metrics;
+use crate::reward::RewardOutcome;
+use crate::role::RunError;
+use crate::role::actor_infer::Generator;
+use crate::role::reward::ScoreItem;
+use crate::role::reward::SharedScorer;
+use crate::rollout::{Request, SamplingParams};
+use crate::seed::{fnv1a, mix_seed};
+
+/// Splits `examples` into (train, held out): `fraction` of their distinct prompts (at least one)
+/// held out with every example that asks them, so a held-out prompt is never trained on even
+/// when the data repeats it. Which prompts is decided by `seed` and each prompt's text, not by
+/// the order; each part keeps the examples' order.
+pub fn split_held_out(
+    examples: Vec<Example>,
+    fraction: f64,
+    seed: u64,
+) -> Result<(Vec<Example>, Vec<Example>), String> {
+    let mut distinct: Vec<&str> = examples.iter().map(|e| e.prompt.as_str()).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let n = distinct.len();
+    let held = ((fraction * n as f64).round() as usize).max(1);
+    if held >= n {
+        return Err(format!(
+            "val_split {fraction} of {n} distinct prompts leaves none to train on"
+        ));
+    }
+    let mut ranked: Vec<(u64, &str)> = distinct
+        .into_iter()
+        .map(|p| (mix_seed(&[seed, fnv1a(p.as_bytes())]), p))
+        .collect();
+    ranked.sort_unstable();
+    let held: HashSet<String> = ranked[..held].iter().map(|(_, p)| p.to_string()).collect();
+    Ok(examples
+        .into_iter()
+        .partition(|e| !held.contains(&e.prompt)))
+}
+
+/// `train` without the examples whose prompt is one of `val`'s (a test file that repeats
+/// training prompts): held-out prompts are never trained on.
+pub fn without_held_out(train: Vec<Example>, val: &[Example]) -> Vec<Example> {
+    let held: HashSet<&str> = val.iter().map(|e| e.prompt.as_str()).collect();
+    train
+        .into_iter()
+        .filter(|e| !held.contains(e.prompt.as_str()))
+        .collect()
+}
+
+/// One scored sample of a held-out prompt.
+pub struct ValSample {
+    pub prompt: usize,
+    pub outcome: RewardOutcome,
+    pub tokens: usize,
+}
+
+/// A domain's `val/<domain>/…` metrics from its samples, `k` per prompt.
+pub fn val_metrics(domain: &str, k: usize, samples: &[ValSample]) -> Metrics {
+    let mut m = Metrics::new();
+    if samples.is_empty() {
+        return m;
+    }
+    let n = samples.len() as f64;
+    let mut any_correct: BTreeMap<usize, bool> = BTreeMap::new();
+    for s in samples {
+        *any_correct.entry(s.prompt).or_default() |= s.outcome.correct;
+    }
+    let mean = |f: &dyn Fn(&ValSample) -> f64| samples.iter().map(f).sum::<f64>() / n;
+    let key = |name: &str| format!("val/{domain}/{name}");
+    m.insert(
+        key(&format!("mean@{k}")),
+        mean(&|s| f64::from(s.outcome.score)),
+    );
+    m.insert(
+        key("accuracy"),
+        mean(&|s| f64::from(u8::from(s.outcome.correct))),
+    );
+    let passed = any_correct.values().filter(|c| **c).count();
+    m.insert(
+        key(&format!("pass@{k}")),
+        passed as f64 / any_correct.len() as f64,
+    );
+    m.insert(key("response_length"), mean(&|s| s.tokens as f64));
+    m.insert(key("prompts"), any_correct.len() as f64);
+    m
+}
+
+/// What an evaluation needs besides the policy: the settings, the data and the scorer.
+pub struct Evaluation<'a> {
+    pub eval: &'a RlEval,
+    /// The run's sampling (`max_new_tokens`, stop strings); the temperature is the eval's.
+    pub sampling: &'a SamplingParams,
+    pub data: &'a Domains,
+    pub tok: Tokenizing<'a>,
+    pub scorer: &'a SharedScorer,
+    pub seed: u64,
+}
+
+impl Evaluation<'_> {
+    /// Generates `eval.samples` responses to each held-out prompt with the policy behind
+    /// `engine`, scores them with their domain's reward and returns every domain's metrics.
+    /// Seeds depend on `step` only, so an evaluation is the same whatever the training around
+    /// it did.
+    pub fn run(&self, engine: &mut dyn Generator, step: usize) -> Result<Metrics, RunError> {
+        let Evaluation {
+            eval,
+            sampling,
+            data,
+            tok,
+            scorer,
+            seed,
+        } = *self;
+        let params = SamplingParams {
+            temperature: eval.temperature,
+            ..sampling.clone()
+        };
+        let k = eval.samples;
+        let mut prompts: Vec<(&str, &Example)> = vec![];
+        for d in &data.domains {
+            let take = eval.max_prompts.unwrap_or(d.val.len());
+            prompts.extend(d.val.iter().take(take).map(|e| (d.name.as_str(), e)));
+        }
+        for (p, (_, example)) in prompts.iter().enumerate() {
+            let ids = tok.prompt_ids(&example.prompt).map_err(|e| {
+                RunError::Setup(format!("held-out prompt '{}': {e}", example.prompt))
+            })?;
+            for i in 0..k {
+                engine.submit(Request {
+                    id: (p * k + i) as u64,
+                    prompt_ids: ids.clone(),
+                    params: params.clone(),
+                    seed: mix_seed(&[seed, 9, step as u64, p as u64, i as u64]),
+                });
+            }
+        }
+        let mut done = vec![];
+        while !engine.is_idle() {
+            done.extend(engine.step()?);
+        }
+        done.sort_by_key(|c| c.id);
+        let mut items = vec![];
+        for c in &done {
+            let (domain, example) = prompts[c.id as usize / k];
+            items.push(ScoreItem {
+                reward: data.reward_of(domain)?.clone(),
+                domain: domain.to_string(),
+                prompt: example.prompt.clone(),
+                response: tok.decode(&c.token_ids),
+                ground_truth: example.ground_truth.clone(),
+                metadata: example.metadata.clone(),
+            });
+        }
+        let outcomes = scorer.lock().score(items)?;
+        let mut by_domain: BTreeMap<&str, Vec<ValSample>> = BTreeMap::new();
+        for (c, outcome) in done.iter().zip(outcomes) {
+            let prompt = c.id as usize / k;
+            by_domain
+                .entry(prompts[prompt].0)
+                .or_default()
+                .push(ValSample {
+                    prompt,
+                    outcome,
+                    tokens: c.token_ids.len(),
+                });
+        }
+        let mut m = Metrics::new();
+        for (domain, samples) in by_domain {
+            m.extend(val_metrics(domain, k, &samples));
+        }
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+#[path = "rl_eval_tests.rs"]
+mod tests;
