@@ -49,7 +49,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run a config headless: SFT and/or RL with a progress bar and one summary line per step.
+    /// Run a config headless: its stages (sft, distill, dpo, rl) with a progress bar and one
+    /// summary line per step.
     Run(RunArgs),
     /// Continue an interrupted or failed run from its last checkpoint.
     Resume(ResumeArgs),
@@ -221,7 +222,8 @@ pub struct SamplesArgs {
     /// Only the samples of this exact prompt (one prompt followed across steps).
     #[arg(long)]
     pub prompt: Option<String>,
-    /// A stage's name: "sft" or "rl".
+    /// The stage whose samples to show: "rl" (scored rollouts) or "dpo" (preference pairs);
+    /// default the one that recorded samples last.
     #[arg(long)]
     pub stage: Option<String>,
     /// At most this many samples (default: 20 as text, all as JSON; 0: all).
@@ -433,8 +435,8 @@ and the output is one JSON line per input, in order: {\"id\", \"score\", \"corre
 \"extracted\", \"breakdown\"}. A line that cannot be scored gets {\"id\": null, \"line\", \"error\"} \
 in its place, the rest are scored, and the exit status is 1.\n\nExamples:\n  \
 roll-tui reward score --kind math_verify --response 'so \\boxed{2\\sqrt3}' --truth '\\sqrt{12}'\n  \
-roll-tui reward score --kind exact_match --params '{\"ignore_case\": true}' --input answers.jsonl\n  \
-roll-tui reward score --config experiments/quickstart.yaml --domain add --input answers.jsonl"
+roll-tui reward score --kind exact_match --params '{\"ignore_case\": true}' --input configs/data/add-answers.jsonl\n  \
+roll-tui reward score --config experiments/quickstart.yaml --domain add --input configs/data/add-answers.jsonl"
     )]
     Score(RewardScoreArgs),
 }

@@ -189,6 +189,14 @@ pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> Stri
     if let Some(r) = per_domain("reward/", "/mean") {
         parts.push(format!("reward {r}"));
     }
+    // On-policy distillation learns from each teacher's KL: what falls as it learns.
+    let opd: Vec<String> = m
+        .iter()
+        .filter_map(|(k, v)| Some(format!("{}={v:.4}", k.strip_prefix("opd/kl/")?)))
+        .collect();
+    if !opd.is_empty() {
+        parts.push(format!("teacher_kl {}", opd.join(" ")));
+    }
     for (key, label) in [
         ("sft/loss", "loss"),
         ("distill/loss", "loss"),
@@ -267,6 +275,18 @@ pub fn resume_command(store: &Path, name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_opd_step_line_shows_each_teachers_kl() {
+        let m: crate::metrics::Metrics = [
+            ("opd/kl/big".to_string(), 1.25),
+            ("opd/kl/small".to_string(), 0.5),
+            ("time/step".to_string(), 0.2),
+        ]
+        .into();
+        let line = super::summary_line("rl", 3, 10, &m);
+        assert_eq!(line, "rl      3/10  teacher_kl big=1.2500 small=0.5000  0.20s");
+    }
+
     #[test]
     fn thousands_are_grouped() {
         let cases = [

@@ -515,7 +515,7 @@ fn the_reward_help_examples_run_and_list_every_kind() {
         let args: Vec<String> = words[1..]
             .iter()
             .map(|w| {
-                if w == "answers.jsonl" {
+                if w == "configs/data/add-answers.jsonl" {
                     answers.display().to_string()
                 } else {
                     w.clone()
@@ -765,7 +765,7 @@ fn readme_commands_exist_and_the_self_contained_ones_run() {
         );
         let runnable = matches!(
             args.iter().map(String::as_str).collect::<Vec<_>>()[..],
-            ["env", "list", ..] | ["env", "play", ..] | ["reward", "score", "--kind", ..]
+            ["env", "list", ..] | ["env", "play", ..] | ["reward", "score", ..]
         );
         if runnable {
             let out = roll()

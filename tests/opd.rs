@@ -35,6 +35,12 @@ fn pure_opd_makes_the_advantage_minus_the_teachers_kl_and_the_kl_falls() {
     let store = run_quiet(dir.path(), "st", &rl(&opd), &[]);
     let kl = series(&store, "opd/kl/tiny");
     assert_eq!(kl.len(), 10);
+    // No reward is learned from, so groups of equal rewards are no missing signal: the health
+    // rule's series is not recorded, and no all-equal-rewards alarm can fire.
+    let all: Vec<Value> =
+        serde_json::from_str(&ok(roll(&store, &["metrics", "st", "--json"]))).unwrap();
+    assert!(all.iter().all(|s| s["key"] != "group/frac_zero_std"));
+    assert!(all.iter().any(|s| s["key"] == "opd/kl/tiny"));
     // k1 over the student's own samples: a Monte Carlo KL(student || teacher), noisy per step.
     let (first, last) = (kl[..3].iter().sum::<f64>(), kl[7..].iter().sum::<f64>());
     assert!(last < first, "the student moves to the teacher: {kl:?}");

@@ -53,6 +53,15 @@ pub fn template(args: TemplateArgs) -> Result<()> {
             .tokenizer
             .encode(text.as_str(), false)
             .map_err(|e| anyhow!("the rendered text cannot be tokenized: {e}"))?;
+        let unk = files.tokenizer.token_to_id("<unk>");
+        let unknown = enc.get_ids().iter().filter(|&&id| Some(id) == unk).count();
+        if unknown > 0 {
+            eprintln!(
+                "warning: {unknown} piece(s) of the text are not in the tokenizer's vocabulary and \
+                 read as <unk> (id {})",
+                unk.unwrap_or_default()
+            );
+        }
         let ids: Vec<String> = enc.get_ids().iter().map(u32::to_string).collect();
         println!("{}", ids.join(" "));
     } else {

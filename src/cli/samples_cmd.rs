@@ -49,10 +49,9 @@ pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
             }
         }
         if more {
-            eprintln!(
-                "(the first {} matching samples; --limit N shows N, --limit 0 all)",
-                samples.len()
-            );
+            let n = samples.len();
+            let noun = if n == 1 { "sample" } else { "samples" };
+            eprintln!("(the first {n} matching {noun}; --limit N shows N, --limit 0 all)");
         }
         Ok(())
     })

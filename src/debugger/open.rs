@@ -47,7 +47,8 @@ pub struct StoredEpisode {
     pub cfg: RunConfig,
     pub env: EnvConfig,
     pub record: TrajectoryRecord,
-    /// The run's RL checkpoints' steps, in order: the models the debugger can load for it.
+    /// The run's RL checkpoints still on disk, by step, in order: the models the debugger can
+    /// load for it.
     pub rl_checkpoints: Vec<usize>,
 }
 
@@ -67,6 +68,15 @@ impl StoredEpisode {
             .unwrap_or(0);
         format!("{}@rl-{step}", self.run.name)
     }
+}
+
+/// The steps of the RL checkpoints still on disk (a later timed save replaces the one before).
+pub fn loadable_rl_steps(checkpoints: &[crate::metrics::CheckpointRecord]) -> Vec<usize> {
+    checkpoints
+        .iter()
+        .filter(|c| c.stage == "rl" && c.path.is_dir())
+        .map(|c| c.step)
+        .collect()
 }
 
 /// The config a run recorded, and its `rl.env`.
@@ -132,14 +142,8 @@ pub async fn stored_episode(
                 there.join(", ")
             )
         })?;
-    let rl_checkpoints = store
-        .checkpoints(run.id)
-        .await
-        .map_err(|e| e.to_string())?
-        .iter()
-        .filter(|c| c.stage == "rl")
-        .map(|c| c.step)
-        .collect();
+    let rl_checkpoints =
+        loadable_rl_steps(&store.checkpoints(run.id).await.map_err(|e| e.to_string())?);
     Ok(StoredEpisode {
         run,
         cfg,
@@ -351,6 +355,23 @@ mod tests {
     use super::*;
     use crate::model::hf_dir::tiny_test_options;
     use crate::model::{InitOptions, init_model, save_model_dir};
+
+    #[test]
+    fn only_checkpoints_still_on_disk_are_offered() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |stage: &str, step: usize| crate::metrics::CheckpointRecord {
+            stage: stage.into(),
+            step,
+            path: dir.path().join(format!("{stage}-step{step}")),
+            bytes: 1,
+        };
+        let records = [at("sft", 4), at("rl", 2), at("rl", 5), at("rl", 8)];
+        for kept in [&records[0], &records[2], &records[3]] {
+            std::fs::create_dir(&kept.path).unwrap();
+        }
+        // rl-2 was replaced by a later save; sft checkpoints are not RL policies.
+        assert_eq!(loadable_rl_steps(&records), [5, 8]);
+    }
 
     #[test]
     fn run_at_step_names_any_stage() {

@@ -222,6 +222,11 @@ impl<'m> Learner<'m> {
         self.report_rollout_workers(ctx, &mut out, &mut m)?;
         self.report_reward_errors(ctx, step, &out)?;
         rollout_metrics(&mut m, &out);
+        if cfg.opd.as_ref().is_some_and(|o| o.pure) {
+            // Pure on-policy distillation learns from the teachers' KL alone: groups whose rewards
+            // are all equal are no lack of signal, and would only raise a false alarm.
+            m.remove("group/frac_zero_std"); // the health rule's key (health::FLAT_KEY)
+        }
         // Groups in the order they were dispatched: the batch does not depend on finishing order.
         let mut groups = out.groups;
         groups.sort_by_key(|g| g.id);

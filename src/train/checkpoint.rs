@@ -20,7 +20,7 @@ use crate::model::{LoadError, LoadedModel, save_model_dir};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainerState {
-    /// The stage's name (`config::Stage::as_str`): "sft" or "rl".
+    /// The stage's name (`names::Stage::as_str`): "sft", "distill", "dpo" or "rl".
     pub stage: String,
     /// Optimizer steps completed in this stage.
     pub step: usize,

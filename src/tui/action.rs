@@ -349,7 +349,7 @@ impl Action {
             Action::SmoothMore => "more smoothing",
             Action::SmoothLess => "less smoothing",
             Action::Palette => "command palette",
-            Action::Export => "export plots (PNG, SVG) and CSV",
+            Action::Export => "export plots (PNG, SVG), CSV and TensorBoard",
             Action::NewRun => "new run from a config",
             Action::StopRun => "stop the run (after its step)",
             Action::DeleteRun => "delete the run's records (asks first)",

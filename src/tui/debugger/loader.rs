@@ -120,7 +120,9 @@ impl Loader {
                         let Ok(checkpoints) = store.checkpoints(run.id).await else {
                             continue;
                         };
-                        for c in checkpoints.iter().rev() {
+                        // A checkpoint a later timed save replaced is gone from disk: only
+                        // what can be loaded is offered.
+                        for c in checkpoints.iter().rev().filter(|c| c.path.is_dir()) {
                             let spec = ModelSpec::of_checkpoint(&run.name, &c.stage, c.step);
                             if !specs.contains(&spec) {
                                 specs.push(spec);

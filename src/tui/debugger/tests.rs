@@ -623,6 +623,9 @@ fn the_model_input_offers_the_stores_checkpoints() {
         job: *job,
         specs: vec!["lake@rl-2".into(), "lake@sft-1".into()],
     });
+    // Nothing typed: the newest is picked, so Enter right away loads it.
+    assert_eq!(v.input.as_ref().unwrap().text, "lake@rl-2");
+    assert_eq!(v.input.as_ref().unwrap().choice, Some(0));
     let down = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
     v.input_key(down);
     v.input_key(down);
