@@ -284,7 +284,10 @@ mod tests {
         ]
         .into();
         let line = super::summary_line("rl", 3, 10, &m);
-        assert_eq!(line, "rl      3/10  teacher_kl big=1.2500 small=0.5000  0.20s");
+        assert_eq!(
+            line,
+            "rl      3/10  teacher_kl big=1.2500 small=0.5000  0.20s"
+        );
     }
 
     #[test]

@@ -96,13 +96,7 @@ impl RunContext<'_> {
         total: usize,
         metrics: Metrics,
     ) -> Result<(), RunError> {
-        let record = MetricRecord {
-            stage,
-            step,
-            wall_time: self.wall_time(),
-            metrics,
-        };
-        self.sink.record(&record)?;
+        let record = self.record_metrics(stage, step, metrics)?;
         self.emit(PipelineEvent::StepFinished {
             stage,
             step,
@@ -119,7 +113,7 @@ impl RunContext<'_> {
         stage: Stage,
         step: usize,
         metrics: Metrics,
-    ) -> Result<(), RunError> {
+    ) -> Result<MetricRecord, RunError> {
         let record = MetricRecord {
             stage,
             step,
@@ -127,7 +121,7 @@ impl RunContext<'_> {
             metrics,
         };
         self.sink.record(&record)?;
-        Ok(())
+        Ok(record)
     }
 
     pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), RunError> {

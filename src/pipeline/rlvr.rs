@@ -257,7 +257,7 @@ impl Drive<'_> {
         )));
         let mut m = val;
         m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
-        ctx.record_metrics(Stage::Rl, step, m)
+        ctx.record_metrics(Stage::Rl, step, m).map(|_| ())
     }
 
     /// actor_infer in its own thread, generating ahead by up to α versions.

@@ -292,26 +292,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
                 }
                 _ => format!("domain '{}' example {}", d.name, i + 1),
             };
-            // Refused before tokenizing: a tokenizer on a 50 MB prompt takes minutes and gigabytes,
-            // and no token holds more than a few dozen bytes.
-            if ex.prompt.len() > positions * MAX_PROMPT_BYTES_PER_POSITION {
-                return Err(RunError::Setup(format!(
-                    "{where_}: the prompt is {} bytes; the model holds {positions} positions, and \
-                     prompts over {} bytes per position are refused before tokenizing",
-                    ex.prompt.len(),
-                    MAX_PROMPT_BYTES_PER_POSITION
-                )));
-            }
-            let ids = tok
-                .prompt_ids(&ex.prompt)
-                .map_err(|e| RunError::Setup(format!("{where_}: prompt {e}")))?;
-            if ids.len() >= positions {
-                return Err(RunError::Setup(format!(
-                    "{where_}: the prompt is {} tokens; the model holds {positions} positions for \
-                     the prompt and its response together",
-                    ids.len()
-                )));
-            }
+            check_prompt(tok, &where_, &ex.prompt, positions)?;
             // SFT imitates the response, or the ground truth where there is none; a ground truth
             // beside a response is only read by the reward (tests JSON, instructions), never
             // tokenized, so its characters need not be in the vocabulary.
@@ -356,6 +337,35 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
     })
 }
 
+/// A prompt the model can take: one the tokenizer reads whole, with room for a response.
+fn check_prompt(
+    tok: Tokenizing<'_>,
+    where_: &str,
+    prompt: &str,
+    positions: usize,
+) -> Result<(), RunError> {
+    // Refused before tokenizing: a tokenizer on a 50 MB prompt takes minutes and gigabytes, and
+    // no token holds more than a few dozen bytes.
+    if prompt.len() > positions * MAX_PROMPT_BYTES_PER_POSITION {
+        return Err(RunError::Setup(format!(
+            "{where_}: the prompt is {} bytes; the model holds {positions} positions, and prompts \
+             over {MAX_PROMPT_BYTES_PER_POSITION} bytes per position are refused before tokenizing",
+            prompt.len(),
+        )));
+    }
+    let ids = tok
+        .prompt_ids(prompt)
+        .map_err(|e| RunError::Setup(format!("{where_}: prompt {e}")))?;
+    if ids.len() >= positions {
+        return Err(RunError::Setup(format!(
+            "{where_}: the prompt is {} tokens; the model holds {positions} positions for the \
+             prompt and its response together",
+            ids.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A domain's examples split into (train, held out): `val_split` of them, or all of them and the
 /// `val_path` file's (whose prompts are checked as the domain's are).
 fn held_out(
@@ -378,16 +388,7 @@ fn held_out(
     for (line, mut e) in crate::data::jsonl::load_jsonl_numbered(path, &d.name)? {
         let where_ = format!("domain '{}' ('{}' line {line})", d.name, path.display());
         e.domain = d.name.clone();
-        let ids = tok
-            .prompt_ids(&e.prompt)
-            .map_err(|err| RunError::Setup(format!("{where_}: prompt {err}")))?;
-        if ids.len() >= positions {
-            return Err(RunError::Setup(format!(
-                "{where_}: the prompt is {} tokens; the model holds {positions} positions for \
-                 the prompt and its response together",
-                ids.len()
-            )));
-        }
+        check_prompt(tok, &where_, &e.prompt, positions)?;
         val.push(e);
     }
     Ok((super::rl_eval::without_held_out(examples, &val), val))
