@@ -435,8 +435,8 @@ impl RunConfig {
             self.model.path = Some(abs(p));
         }
         for d in &mut self.data.domains {
-            if let Some(p) = &d.path {
-                d.path = Some(abs(p));
+            for p in [&mut d.path, &mut d.val_path].into_iter().flatten() {
+                *p = abs(p);
             }
         }
         if let Some(dpo) = &mut self.dpo {

@@ -189,6 +189,18 @@ pub fn summary_line(stage: &str, step: usize, total: usize, m: &Metrics) -> Stri
     if let Some(r) = per_domain("reward/", "/mean") {
         parts.push(format!("reward {r}"));
     }
+    // `rl.eval`'s held-out pass@k, on the steps it ran.
+    let held_out: Vec<(&str, String)> = m
+        .iter()
+        .filter_map(|(k, v)| {
+            let (domain, pass) = k.strip_prefix("val/")?.split_once("/pass@")?;
+            (domain != "env").then(|| (pass, format!("{domain}={v:.2}")))
+        })
+        .collect();
+    if let Some((k, _)) = held_out.first() {
+        let scores: Vec<&str> = held_out.iter().map(|(_, s)| s.as_str()).collect();
+        parts.push(format!("val pass@{k} {}", scores.join(" ")));
+    }
     // On-policy distillation learns from each teacher's KL: what falls as it learns.
     let opd: Vec<String> = m
         .iter()
@@ -288,6 +300,19 @@ mod tests {
             line,
             "rl      3/10  teacher_kl big=1.2500 small=0.5000  0.20s"
         );
+    }
+
+    #[test]
+    fn a_step_with_an_evaluation_shows_its_pass_at_k() {
+        let m: crate::metrics::Metrics = [
+            ("val/add/pass@4".to_string(), 0.25),
+            ("val/add/mean@4".to_string(), 0.1),
+            ("val/rev/pass@4".to_string(), 0.5),
+            ("val/env/lake/success".to_string(), 1.0),
+        ]
+        .into();
+        let line = super::summary_line("rl", 10, 20, &m);
+        assert_eq!(line, "rl     10/20  val pass@4 add=0.25 rev=0.50");
     }
 
     #[test]

@@ -257,7 +257,15 @@ fn started_event(
     let left = stages
         .iter()
         .skip_while(|s| resume.is_some_and(|r| s.stage().as_str() != r.state.stage))
-        .map(|s| (s.stage(), cfg.steps_of(s.stage())))
+        .map(|s| {
+            let steps = cfg.steps_of(s.stage());
+            match resume {
+                Some(r) if s.stage().as_str() == r.state.stage => {
+                    (s.stage(), steps.saturating_sub(r.state.step))
+                }
+                _ => (s.stage(), steps),
+            }
+        })
         .collect();
     PipelineEvent::Started {
         model_type: model.config().arch.model_type().to_string(),

@@ -11,6 +11,11 @@ use common::{bin, refused};
 
 /// A run of a one-domain config over `data`; its stderr (it must fail).
 fn run_on(data: &str) -> String {
+    run_with(data, "")
+}
+
+/// [`run_on`] with more of the domain's settings (`, val_path: …`).
+fn run_with(data: &str, domain_extra: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data.jsonl");
     std::fs::write(&path, data).unwrap();
@@ -20,7 +25,7 @@ fn run_on(data: &str) -> String {
         format!(
             "name: bad\nmodel:\n  init: {{ arch: qwen2, hidden: 32, layers: 1, heads: 2, kv_heads: 1, intermediate: 64, chars: \"0123456789+=ab\", max_positions: 64 }}\n\
              rl: {{ steps: 1, prompts_per_step: 1, group_size: 2 }}\n\
-             data:\n  domains:\n    - {{ name: d, path: {}, reward: math_rule }}\noutput_dir: {}\n",
+             data:\n  domains:\n    - {{ name: d, path: {}, reward: math_rule{domain_extra} }}\noutput_dir: {}\n",
             path.display(),
             dir.path().join("out").display()
         ),
@@ -37,6 +42,19 @@ fn run_on(data: &str) -> String {
 }
 
 const GOOD: &str = "{\"prompt\": \"1+2=\", \"ground_truth\": \"3\"}\n";
+
+#[test]
+fn a_held_out_file_that_repeats_every_training_prompt_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let val = dir.path().join("val.jsonl");
+    std::fs::write(&val, GOOD).unwrap();
+    let err = run_with(GOOD, &format!(", val_path: {}", val.display()));
+    assert!(
+        err.contains("domain 'd': every training prompt is also in val_path")
+            && err.contains("nothing is left to train on"),
+        "{err}"
+    );
+}
 
 #[test]
 fn a_line_too_long_for_an_example_is_refused_with_its_length() {

@@ -216,3 +216,17 @@ fn options_are_checked_and_reach_the_template() {
         "<E>|True|True|True"
     );
 }
+
+#[test]
+fn tojson_takes_pythons_separators_and_ensure_ascii() {
+    // Python: json.dumps({'a': [1, 'é🙂']}, separators=(',', ':'), ensure_ascii=True) and
+    // json.dumps([float('-inf'), float('inf')]).
+    let t = "{{ {'a': [1, 'é🙂']} | tojson(separators=(',', ':'), ensure_ascii=true) }}|\
+             {{ [-1e400, 1e400] | tojson }}";
+    assert_eq!(
+        render_chat(t, &[], false, None, None).unwrap(),
+        "{\"a\":[1,\"\\u00e9\\ud83d\\ude42\"]}|[-Infinity, Infinity]"
+    );
+    let err = render_chat("{{ 1 | tojson(separators=',') }}", &[], false, None, None);
+    assert!(err.unwrap_err().to_string().contains("separators must be"));
+}

@@ -98,12 +98,11 @@ pub fn val_metrics(domain: &str, k: usize, samples: &[ValSample]) -> Metrics {
 
 /// What an evaluation needs besides the policy: the settings, the data and the scorer.
 pub struct Evaluation<'a> {
-    pub eval: &'a RlEval,
     /// The run's sampling (`max_new_tokens`, stop strings); the temperature is the eval's.
     pub sampling: &'a SamplingParams,
     pub data: &'a Domains,
     pub tok: Tokenizing<'a>,
-    pub scorer: &'a SharedScorer,
+    pub scorer: SharedScorer,
     pub seed: u64,
 }
 
@@ -112,13 +111,17 @@ impl Evaluation<'_> {
     /// `engine`, scores them with their domain's reward and returns every domain's metrics.
     /// Seeds depend on `step` only, so an evaluation is the same whatever the training around
     /// it did.
-    pub fn run(&self, engine: &mut dyn Generator, step: usize) -> Result<Metrics, RunError> {
+    pub fn run(
+        &self,
+        eval: &RlEval,
+        engine: &mut dyn Generator,
+        step: usize,
+    ) -> Result<Metrics, RunError> {
         let Evaluation {
-            eval,
             sampling,
             data,
             tok,
-            scorer,
+            ref scorer,
             seed,
         } = *self;
         let params = SamplingParams {
@@ -128,8 +131,12 @@ impl Evaluation<'_> {
         let k = eval.samples;
         let mut prompts: Vec<(&str, &Example)> = vec![];
         for d in &data.domains {
-            let take = eval.max_prompts.unwrap_or(d.val.len());
-            prompts.extend(d.val.iter().take(take).map(|e| (d.name.as_str(), e)));
+            // Each distinct prompt once: a held-out set that repeats a prompt does not weigh it
+            // more, nor spend more generation on it.
+            let mut seen = HashSet::new();
+            let distinct = d.val.iter().filter(|e| seen.insert(e.prompt.as_str()));
+            let take = eval.max_prompts.unwrap_or(usize::MAX);
+            prompts.extend(distinct.take(take).map(|e| (d.name.as_str(), e)));
         }
         for (p, (_, example)) in prompts.iter().enumerate() {
             let ids = tok.prompt_ids(&example.prompt).map_err(|e| {

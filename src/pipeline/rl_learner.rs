@@ -61,7 +61,12 @@ pub(super) struct Learner<'m> {
     pub reward: Option<SharedScorer>,
     /// On-policy distillation's teachers (`rl.opd`).
     pub opd: Option<OpdTeachers>,
+    /// `rl.eval`: scores the policy actor_infer holds on held-out prompts (see [`Learner::learn`]).
+    pub evaluate: Option<Evaluate<'m>>,
 }
+
+/// An evaluation of the policy behind actor_infer after step `usize`: its `val/…` metrics.
+pub(super) type Evaluate<'m> = Box<dyn Fn(&Infer, usize) -> Result<Metrics, RunError> + 'm>;
 
 impl<'m> Learner<'m> {
     pub fn new(
@@ -150,6 +155,7 @@ impl<'m> Learner<'m> {
             reference_version,
             reward_errors: Default::default(),
             reward: None,
+            evaluate: None,
             opd,
         })
     }
@@ -301,6 +307,7 @@ impl<'m> Learner<'m> {
             ))?,
         }
         self.refresh_reference(ctx, cfg, sharing, step, &mut m)?;
+        let synced = handoff.is_none();
         let (sync, bytes) = match handoff {
             None => sharing.sync_weights(self.model, infer)?,
             Some(slot) => {
@@ -315,6 +322,16 @@ impl<'m> Learner<'m> {
         m.insert("time/weight_sync".into(), sync);
         // What the sync handed actor_infer: the model, or under LoRA only the adapter.
         m.insert("weight_sync/bytes".into(), bytes as f64);
+        // `rl.eval` of the policy this step made, now in actor_infer: before the step is recorded
+        // and checkpointed, so a resume never skips an evaluation, and in the step's record.
+        if synced && cfg.eval.as_ref().is_some_and(|e| e.due(step, cfg.steps)) {
+            self.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
+            if let Some(evaluate) = &self.evaluate {
+                let t0 = Instant::now();
+                m.extend(evaluate(infer, step)?);
+                m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
+            }
+        }
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
         let mut records = (learned.records)(&advantages);
         if let Some(traces) = &traces {

@@ -20,7 +20,7 @@ use super::setup::{Domains, Tokenizing};
 use super::time_sharing::TimeSharing;
 use super::worker_report::report_workers;
 use super::{PipelineEvent, Resume, RunContext, RunError, RunStatus, mix_seed};
-use crate::config::{RlConfig, RlEval, RunConfig, Stage};
+use crate::config::{RlConfig, RunConfig, Stage};
 use crate::data::mix::DomainMixer;
 use crate::metrics::Metrics;
 use crate::model::LoadedModel;
@@ -117,14 +117,26 @@ pub fn run_rlvr(
     let eval_scorer = scorer.clone();
     let link = ScoreLink::start(scorer)?;
     let mut rollout = Rollout::new(cfg, tok, data, link, seed, first - 1);
+    let evaluation = rl_eval::Evaluation {
+        sampling: &cfg.sampling,
+        data,
+        tok,
+        scorer: eval_scorer,
+        seed,
+    };
+    if let Some(eval) = &cfg.eval {
+        let (eos, batch) = (model.eos_ids.clone(), cfg.rollout_batch);
+        learner.evaluate = Some(Box::new(move |infer: &Infer, step: usize| {
+            let detok = move |ids: &[u32]| tok.decode(ids);
+            let mut engine = infer.generator(eos.clone(), batch, &detok);
+            evaluation.run(eval, engine.as_mut(), step)
+        }));
+    }
     let drive = Drive {
         cfg,
         model,
         infer: &infer,
         tok,
-        data,
-        eval_scorer,
-        seed,
     };
     let status = if cfg.async_generation_ratio == 0 {
         drive.synchronous(ctx, &mut learner, &mut sharing, &mut rollout, &mut mixer)
@@ -162,10 +174,6 @@ struct Drive<'a> {
     model: &'a LoadedModel,
     infer: &'a Infer,
     tok: Tokenizing<'a>,
-    data: &'a Domains,
-    /// Scores `rl.eval`'s samples (the same reward role as the rollout's).
-    eval_scorer: SharedScorer,
-    seed: u64,
 }
 
 impl Drive<'_> {
@@ -202,62 +210,8 @@ impl Drive<'_> {
             }
             // Nothing is in flight between synchronous steps, so nothing can turn stale here.
             rollout.set_version(step, self.engine(&detok).as_mut())?;
-            if let Some(eval) = self
-                .cfg
-                .eval
-                .as_ref()
-                .filter(|e| e.due(step, self.cfg.steps))
-            {
-                self.evaluate(ctx, learner, sharing, eval, step)?;
-            }
         }
         Ok(RunStatus::Finished)
-    }
-
-    /// `rl.eval` of the policy step `step` produced (actor_infer has its weights): recorded with
-    /// the step's other metrics, and said in a line of its own.
-    fn evaluate(
-        &self,
-        ctx: &mut RunContext<'_>,
-        learner: &mut Learner<'_>,
-        sharing: &mut TimeSharing,
-        eval: &RlEval,
-        step: usize,
-    ) -> Result<(), RunError> {
-        let t0 = Instant::now();
-        let mut m = Metrics::new();
-        learner.enter(Phase::Generate, sharing, self.infer, ctx, &mut m)?;
-        let tok = self.tok;
-        let detok = move |ids: &[u32]| tok.decode(ids);
-        let mut engine = self.engine(&detok);
-        let evaluation = rl_eval::Evaluation {
-            eval,
-            sampling: &self.cfg.sampling,
-            data: self.data,
-            tok: self.tok,
-            scorer: &self.eval_scorer,
-            seed: self.seed,
-        };
-        let val = evaluation.run(engine.as_mut(), step)?;
-        let k = eval.samples;
-        let mut parts: Vec<String> = val
-            .iter()
-            .filter_map(|(key, v)| {
-                let domain = key
-                    .strip_prefix("val/")?
-                    .strip_suffix(&format!("/pass@{k}"))?;
-                Some(format!("{domain}={v:.2}"))
-            })
-            .collect();
-        parts.sort();
-        ctx.emit(PipelineEvent::Message(format!(
-            "val {step:>5}/{}  pass@{k} {}",
-            self.cfg.steps,
-            parts.join(" ")
-        )));
-        let mut m = val;
-        m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
-        ctx.record_metrics(Stage::Rl, step, m).map(|_| ())
     }
 
     /// actor_infer in its own thread, generating ahead by up to α versions.

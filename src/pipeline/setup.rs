@@ -391,7 +391,16 @@ fn held_out(
         check_prompt(tok, &where_, &e.prompt, positions)?;
         val.push(e);
     }
-    Ok((super::rl_eval::without_held_out(examples, &val), val))
+    let train = super::rl_eval::without_held_out(examples, &val);
+    if train.is_empty() {
+        return Err(RunError::Setup(format!(
+            "domain '{}': every training prompt is also in val_path '{}', so nothing is left to \
+             train on (held-out prompts are never trained on)",
+            d.name,
+            path.display()
+        )));
+    }
+    Ok((train, val))
 }
 
 /// The text of the model's (first) end-of-sequence token, which its tokenizer reads back as that

@@ -296,7 +296,6 @@ mod tests {
         assert_eq!(plans[3].title, "loss (sft)");
     }
 
-    /// Staleness is charted for an asynchronous run, not for a synchronous one (always 0).
     #[test]
     fn held_out_and_agentic_metrics_get_their_charts() {
         let input = vec![
@@ -316,6 +315,7 @@ mod tests {
         assert_eq!(by_chart[1].1, ["env/lake/success", "val/env/lake/success"]);
     }
 
+    /// Staleness is charted for an asynchronous run, not for a synchronous one (always 0).
     #[test]
     fn a_synchronous_runs_staleness_is_not_charted() {
         let of = |values: &[f64]| {

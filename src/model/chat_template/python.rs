@@ -85,16 +85,41 @@ fn doy_in_year(year: i64, month: i64, day: i64) -> i64 {
     CUMULATIVE[(month - 1) as usize] + day + i64::from(leap && month > 2)
 }
 
-/// Jinja2's `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=indent)`.
-/// Map keys come out in their order (minijinja's `preserve_order`), as Python's dicts keep theirs.
+/// Jinja2's `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=None,
+/// separators=None, sort_keys=False)`, each settable. Map keys come out in their order
+/// (minijinja's `preserve_order`), as Python's dicts keep theirs.
 pub(super) fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
     let indent: Option<usize> = kwargs.get("indent")?;
     let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
-    // Accepted for compatibility: output is never ASCII-escaped.
-    let _: Option<Value> = kwargs.get("ensure_ascii")?;
+    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    let separators: Option<Value> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    // Python's defaults: ", " between items (bare "," when indenting), ": " after keys.
+    let mut item_sep = if indent.is_some() { "," } else { ", " }.to_string();
+    let mut key_sep = ": ".to_string();
+    if let Some(seps) = separators.filter(|s| !s.is_none()) {
+        let parts: Vec<Value> = seps.try_iter()?.collect();
+        match parts.as_slice() {
+            [item, key] if item.as_str().is_some() && key.as_str().is_some() => {
+                item_sep = item.to_string();
+                key_sep = key.to_string();
+            }
+            _ => {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: separators must be (item_separator, key_separator)",
+                ));
+            }
+        }
+    }
     let mut out = String::new();
-    let json = Json { indent, sort_keys };
+    let json = Json {
+        indent,
+        sort_keys,
+        ensure_ascii,
+        item_sep,
+        key_sep,
+    };
     json.write(&value, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
 }
@@ -103,9 +128,33 @@ pub(super) fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, JinjaError> 
 struct Json {
     indent: Option<usize>,
     sort_keys: bool,
+    /// Non-ASCII characters as `\uXXXX` escapes (UTF-16, as Python writes them).
+    ensure_ascii: bool,
+    item_sep: String,
+    key_sep: String,
 }
 
 impl Json {
+    fn string(&self, s: &str, out: &mut String) -> Result<(), JinjaError> {
+        let quoted = serde_json::to_string(s)
+            .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        if !self.ensure_ascii {
+            out.push_str(&quoted);
+            return Ok(());
+        }
+        for c in quoted.chars() {
+            if c.is_ascii() {
+                out.push(c);
+            } else {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn write(&self, v: &Value, level: usize, out: &mut String) -> Result<(), JinjaError> {
         let indent = self.indent;
         let newline = |out: &mut String, level: usize| {
@@ -114,7 +163,7 @@ impl Json {
                 out.push_str(&" ".repeat(n * level));
             }
         };
-        let item_sep = if indent.is_some() { "," } else { ", " };
+        let item_sep = self.item_sep.as_str();
         match v.kind() {
             ValueKind::Undefined | ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -126,15 +175,13 @@ impl Json {
                     let f = f64::try_from(v.clone())?;
                     match serde_json::Number::from_f64(f) {
                         Some(n) => out.push_str(&n.to_string()),
-                        None => out.push_str(if f.is_nan() { "NaN" } else { "Infinity" }),
+                        None if f.is_nan() => out.push_str("NaN"),
+                        None if f < 0.0 => out.push_str("-Infinity"),
+                        None => out.push_str("Infinity"),
                     }
                 }
             },
-            ValueKind::String => {
-                let s = serde_json::to_string(v.as_str().unwrap_or_default())
-                    .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-                out.push_str(&s);
-            }
+            ValueKind::String => self.string(v.as_str().unwrap_or_default(), out)?,
             ValueKind::Map => {
                 let mut keys: Vec<Value> = v.try_iter()?.collect();
                 if self.sort_keys {
@@ -150,12 +197,8 @@ impl Json {
                         out.push_str(item_sep);
                     }
                     newline(out, level + 1);
-                    Json {
-                        indent: None,
-                        sort_keys: false,
-                    }
-                    .write(&Value::from(key.to_string()), 0, out)?;
-                    out.push_str(": ");
+                    self.string(&key.to_string(), out)?;
+                    out.push_str(&self.key_sep);
                     self.write(&v.get_item(key)?, level + 1, out)?;
                 }
                 newline(out, level);

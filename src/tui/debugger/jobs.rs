@@ -362,10 +362,12 @@ impl DebugView {
             DebugMsg::Checkpoints { job: _, specs } => {
                 if let Some(input) = self.input.as_mut().filter(|i| i.kind == InputKind::Model) {
                     input.choice = specs.iter().position(|s| *s == input.text);
-                    // Nothing typed yet: the newest checkpoint is picked, so Enter loads it.
+                    // Nothing typed yet: the newest RL policy (else the newest checkpoint) is
+                    // picked, so Enter loads it.
                     if input.text.is_empty() && !specs.is_empty() {
-                        input.choice = Some(0);
-                        input.text = specs[0].clone();
+                        let pick = specs.iter().position(|s| s.contains("@rl-")).unwrap_or(0);
+                        input.choice = Some(pick);
+                        input.text = specs[pick].clone();
                     }
                     input.choices = specs;
                 }
