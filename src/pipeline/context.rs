@@ -106,8 +106,8 @@ impl RunContext<'_> {
         Ok(())
     }
 
-    /// Metrics of `step` beside its step line's (an evaluation between steps): stored, not
-    /// announced as a step.
+    /// Stores the metrics of `step` without announcing a step (what [`RunContext::record_step`]
+    /// then announces).
     pub fn record_metrics(
         &mut self,
         stage: Stage,
