@@ -263,14 +263,17 @@ pub struct ExportArgs {
     /// Output directory (created).
     #[arg(long)]
     pub out: PathBuf,
-    /// Comma-separated formats: charts as PNG and SVG, every point as CSV (`metrics.csv`) and as a
-    /// TensorBoard event file (`tensorboard --logdir OUT`).
+    // Parsed by `ExportFormat`'s `FromStr` (case and spaces forgiven: `--format "png, SVG"`); the
+    // help lists the formats it knows.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "png,svg,csv,tensorboard",
-        value_enum,
-        ignore_case = true
+        help = format!(
+            "Comma-separated formats, of {}: charts as PNG and SVG, every point as CSV \
+             (`metrics.csv`) and as a TensorBoard event file (`tensorboard --logdir OUT`)",
+            ExportFormat::names()
+        )
     )]
     pub format: Vec<ExportFormat>,
     /// Plot width in pixels.

@@ -180,7 +180,6 @@ pub fn run(
     }
     let mut last_checkpoint = resume.map(|r| r.dir.clone());
     let stages = cfg.stages();
-    ctx.emit(started_event(cfg, &model, &stages, resume, &output_dir));
     // A resume continues its checkpoint's stage; the stages before it are done.
     let first = match resume {
         None => 0,
@@ -195,6 +194,13 @@ pub fn run(
                 ))
             })?,
     };
+    ctx.emit(started_event(
+        cfg,
+        &model,
+        &stages[first..],
+        resume,
+        &output_dir,
+    ));
     for stage in &stages[first..] {
         let from = Resume::for_stage(resume, stage.stage());
         let (status, ckpt) = match *stage {
@@ -234,11 +240,12 @@ pub fn run(
     })
 }
 
-/// [`PipelineEvent::Started`] for `cfg`'s policy and the stages it has left.
+/// [`PipelineEvent::Started`] for `cfg`'s policy and the stages it has `left` (from the resumed
+/// one, if any, whose steps before the checkpoint are done).
 fn started_event(
     cfg: &RunConfig,
     model: &crate::model::LoadedModel,
-    stages: &[StageConfig<'_>],
+    left: &[StageConfig<'_>],
     resume: Option<&Resume>,
     output_dir: &std::path::Path,
 ) -> PipelineEvent {
@@ -247,33 +254,34 @@ fn started_event(
         (Some(path), None) => format!("'{}'", path.display()),
         (None, None) => format!("random init, seed {}", cfg.seed),
     };
-    let parameters = model.transformer.params().num_params();
-    let trainable = model.transformer.lora().map(|l| {
-        l.named_vars()
-            .iter()
-            .map(|(_, v)| v.as_tensor().elem_count())
-            .sum()
+    let transformer = &model.transformer;
+    let trainable = transformer.lora().map(|_| {
+        let vars = transformer.trainable_vars();
+        vars.iter().map(|(_, v)| v.elem_count()).sum()
     });
-    let left = stages
+    let done = resume.map_or(0, |r| r.state.step);
+    let stages = left
         .iter()
-        .skip_while(|s| resume.is_some_and(|r| s.stage().as_str() != r.state.stage))
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
             let steps = cfg.steps_of(s.stage());
-            match resume {
-                Some(r) if s.stage().as_str() == r.state.stage => {
-                    (s.stage(), steps.saturating_sub(r.state.step))
-                }
-                _ => (s.stage(), steps),
-            }
+            (
+                s.stage(),
+                if i == 0 {
+                    steps.saturating_sub(done)
+                } else {
+                    steps
+                },
+            )
         })
         .collect();
     PipelineEvent::Started {
         model_type: model.config().arch.model_type().to_string(),
         source,
-        parameters,
+        parameters: transformer.params().num_params(),
         trainable,
-        device: crate::device::spec_of(model.transformer.device()).to_string(),
-        stages: left,
+        device: crate::device::spec_of(transformer.device()).to_string(),
+        stages,
         output_dir: output_dir.to_path_buf(),
     }
 }

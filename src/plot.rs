@@ -46,7 +46,7 @@ const MIN_SIDE: u32 = 160;
 const MAX_SIDE: u32 = 8_000;
 
 /// An output format of [`export_run`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExportFormat {
     Png,
     Svg,

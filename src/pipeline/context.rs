@@ -96,24 +96,6 @@ impl RunContext<'_> {
         total: usize,
         metrics: Metrics,
     ) -> Result<(), RunError> {
-        let record = self.record_metrics(stage, step, metrics)?;
-        self.emit(PipelineEvent::StepFinished {
-            stage,
-            step,
-            total_steps: total,
-            metrics: record.metrics,
-        });
-        Ok(())
-    }
-
-    /// Stores the metrics of `step` without announcing a step (what [`RunContext::record_step`]
-    /// then announces).
-    pub fn record_metrics(
-        &mut self,
-        stage: Stage,
-        step: usize,
-        metrics: Metrics,
-    ) -> Result<MetricRecord, RunError> {
         let record = MetricRecord {
             stage,
             step,
@@ -121,7 +103,13 @@ impl RunContext<'_> {
             metrics,
         };
         self.sink.record(&record)?;
-        Ok(record)
+        self.emit(PipelineEvent::StepFinished {
+            stage,
+            step,
+            total_steps: total,
+            metrics: record.metrics,
+        });
+        Ok(())
     }
 
     pub fn record_samples(&mut self, samples: &[SampleRecord]) -> Result<(), RunError> {

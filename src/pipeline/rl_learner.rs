@@ -324,13 +324,14 @@ impl<'m> Learner<'m> {
         m.insert("weight_sync/bytes".into(), bytes as f64);
         // `rl.eval` of the policy this step made, now in actor_infer: before the step is recorded
         // and checkpointed, so a resume never skips an evaluation, and in the step's record.
-        if synced && cfg.eval.as_ref().is_some_and(|e| e.due(step, cfg.steps)) {
+        let due = cfg.eval.as_ref().is_some_and(|e| e.due(step, cfg.steps));
+        if synced && due && self.evaluate.is_some() {
             self.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
+            let t0 = Instant::now();
             if let Some(evaluate) = &self.evaluate {
-                let t0 = Instant::now();
                 m.extend(evaluate(infer, step)?);
-                m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
             }
+            m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
         }
         m.insert("time/step".into(), t_step.elapsed().as_secs_f64());
         let mut records = (learned.records)(&advantages);
