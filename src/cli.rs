@@ -7,6 +7,7 @@ mod env_cmd;
 mod env_debug;
 mod env_play;
 mod env_replay;
+mod eval_cmd;
 mod model_bench;
 mod model_cmd;
 mod model_template;
@@ -54,6 +55,9 @@ pub enum Command {
     Run(RunArgs),
     /// Continue an interrupted or failed run from its last checkpoint.
     Resume(ResumeArgs),
+    /// Score a run's checkpoint, or a config's model, on held-out prompts with the config's
+    /// rewards (pass@k, mean@k, accuracy per domain); the result is stored as a run.
+    Eval(EvalArgs),
     /// List the runs in the store, or delete, tag and annotate one.
     Runs(RunsArgs),
     /// Print a run's metric series (a summary, or every point as CSV or JSON).
@@ -246,7 +250,7 @@ pub struct TrajectoriesArgs {
     /// Only the episodes of this group (episodes that started from one seed).
     #[arg(long)]
     pub group: Option<usize>,
-    /// At most this many episodes.
+    /// At most this many episodes (default: 10 as text, all as JSON; 0: all).
     #[arg(long)]
     pub limit: Option<usize>,
     /// One JSON object per episode, per line.
@@ -326,10 +330,20 @@ fn env_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(crate::env::ENVS.map(|(name, _, _)| name))
 }
 
+/// The built-in environments' names (not `external`, which is a program of its own).
+fn built_in_env_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        crate::env::ENVS
+            .map(|(name, _, _)| name)
+            .into_iter()
+            .filter(|name| *name != "external"),
+    )
+}
+
 #[derive(Args, Debug)]
 pub struct EnvServeArgs {
     /// A built-in environment (see `roll-tui env list`).
-    #[arg(value_parser = env_names())]
+    #[arg(value_parser = built_in_env_names())]
     pub env: String,
     /// An environment parameter, `key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -678,6 +692,7 @@ pub struct ScoreArgs {
 }
 
 pub use crate::launch::EXIT_INTERRUPTED;
+pub use eval_cmd::EvalArgs;
 
 /// Every command ends quietly with status 0 when the reader of its output goes away
 /// (`roll-tui metrics RUN | head -1`), as Unix tools do, instead of panicking with a backtrace:
@@ -762,6 +777,7 @@ pub fn main_with(cli: Cli) -> Result<i32> {
     match command {
         Command::Run(args) => run_cmd::run(&args.at.or(&store), args),
         Command::Resume(args) => run_cmd::resume(&args.at.or(&store), args),
+        Command::Eval(args) => eval_cmd::eval(&args.at.or(&store), args),
         Command::Runs(args) => store_cmd::runs(&args.at.or(&store), args),
         Command::Metrics(args) => store_cmd::metrics(&args.at.or(&store), args).map(|_| 0),
         Command::Samples(args) => samples_cmd::samples(&args.at.or(&store), args).map(|_| 0),

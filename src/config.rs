@@ -420,6 +420,17 @@ impl RunConfig {
         load::validated_with(cfg, path, overrides)
     }
 
+    /// A config already loaded (a stored run's) with `overrides` applied and checked, problems
+    /// reported as of `origin`.
+    pub fn with_overrides(
+        self,
+        origin: &str,
+        overrides: &[String],
+    ) -> Result<RunConfig, ConfigError> {
+        let cfg = load::apply_overrides(self, overrides)?;
+        load::validated_with(cfg, Path::new(origin), overrides)
+    }
+
     pub fn output_dir(&self) -> PathBuf {
         self.output_dir
             .clone()

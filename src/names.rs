@@ -18,11 +18,20 @@ pub enum Stage {
     Dpo,
     /// RL with verifiable rewards (`rl:`).
     Rl,
+    /// An evaluation run's one step (`roll-tui eval`): a model scored on held-out prompts. No
+    /// config section asks for it and it trains nothing.
+    Eval,
 }
 
 impl Stage {
     /// Every stage this build knows, in the order a run goes through those its config has.
-    pub const ALL: [Stage; 4] = [Stage::Sft, Stage::Distill, Stage::Dpo, Stage::Rl];
+    pub const ALL: [Stage; 5] = [
+        Stage::Sft,
+        Stage::Distill,
+        Stage::Dpo,
+        Stage::Rl,
+        Stage::Eval,
+    ];
 
     /// The stage's name: its config section, and how the store and the workbench name it.
     pub const fn as_str(self) -> &'static str {
@@ -31,6 +40,7 @@ impl Stage {
             Stage::Distill => "distill",
             Stage::Dpo => "dpo",
             Stage::Rl => "rl",
+            Stage::Eval => "eval",
         }
     }
 
@@ -48,9 +58,9 @@ impl Stage {
     }
 
     /// Whether the stage records samples each step (the Samples view's): rl its scored
-    /// rollouts, dpo its pairs with their implicit rewards.
+    /// rollouts, dpo its pairs with their implicit rewards, eval its scored answers.
     pub const fn records_samples(self) -> bool {
-        matches!(self, Stage::Dpo | Stage::Rl)
+        matches!(self, Stage::Dpo | Stage::Rl | Stage::Eval)
     }
 
     /// The stages after this one in [`Stage::ALL`] order.

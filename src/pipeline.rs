@@ -14,6 +14,7 @@ mod ahead;
 mod context;
 pub mod distill;
 pub mod dpo;
+pub mod evaluate;
 pub mod opd;
 mod resume;
 pub mod rl_eval;

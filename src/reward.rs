@@ -133,6 +133,20 @@ impl RewardOutcome {
             error: None,
         }
     }
+
+    /// The parts the score was made of, by name, as a stored sample records them: `correct` and
+    /// `format_ok` (1 or 0), then a weighted reward's terms with their scores.
+    pub fn breakdown(&self) -> std::collections::BTreeMap<String, f64> {
+        [("correct", self.correct), ("format_ok", self.format_ok)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), f64::from(u8::from(v))))
+            .chain(
+                self.components
+                    .iter()
+                    .map(|(k, v)| (k.clone(), f64::from(*v))),
+            )
+            .collect()
+    }
 }
 
 /// Scores `response` against `ground_truth` with the rule `kind`.

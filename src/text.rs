@@ -71,6 +71,14 @@ pub fn rel_time(ms: i64) -> String {
     }
 }
 
+/// A sum of rewards as a person reads it: at most 6 decimals, no float noise (`-0.3`, not
+/// `-0.30000000000000004`), no trailing zeros (`1`, `0.97`).
+pub fn reward(x: f64) -> String {
+    let r = (x * 1e6).round() / 1e6;
+    // -0 reads as 0.
+    format!("{}", if r == 0.0 { 0.0 } else { r })
+}
+
 /// Bytes with a binary unit: `512 B`, `1.5 KiB`, `3.0 GiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -110,6 +118,18 @@ pub fn suggestion_suffix<'a>(word: &str, candidates: impl IntoIterator<Item = &'
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rewards_print_without_float_noise() {
+        // -0.1 three times is -0.30000000000000004 in f64.
+        let three = -0.1f64 + -0.1 + -0.1;
+        assert_ne!(format!("{three}"), "-0.3");
+        assert_eq!(super::reward(three), "-0.3");
+        assert_eq!(super::reward(1.0), "1");
+        assert_eq!(super::reward(0.97), "0.97");
+        assert_eq!(super::reward(-1e-9), "0");
+        assert_eq!(super::reward(10.0 - 0.1 * 7.0), "9.3");
+    }
+
     use super::*;
 
     #[test]

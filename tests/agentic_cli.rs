@@ -65,6 +65,18 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
     );
     assert!(!text.contains("group 0 "), "{text}");
     assert!(text.contains("turn 1: observation\n      PFG\n"), "{text}");
+    // Text is paged (10 episodes unless --limit says), and says what it left out.
+    let out = roll(&store, &["trajectories", "lake", "--limit", "1"]);
+    let hint = String::from_utf8_lossy(&out.stderr).to_string();
+    let text = ok(out);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("[rl step")).count(),
+        1
+    );
+    assert!(
+        hint.contains("the first 1 of 4 matching episodes"),
+        "{hint}"
+    );
     // The step's metrics are in the store under the env's tag.
     let metrics = ok(roll(&store, &["metrics", "lake", "--key", "env/tiny/*"]));
     assert!(metrics.contains("env/tiny/success"), "{metrics}");

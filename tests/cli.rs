@@ -383,6 +383,18 @@ fn every_invalid_fixture_is_refused_with_its_message() {
 }
 
 #[test]
+fn env_serve_offers_only_the_built_in_environments() {
+    // An external environment is a program of its own: there is nothing to serve.
+    let out = roll().args(["env", "serve", "external"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[possible values: frozen_lake, sokoban, webshop]"),
+        "{err}"
+    );
+}
+
+#[test]
 fn store_is_listed_only_by_the_commands_that_use_it() {
     let help = |args: &[&str]| {
         let out = roll().args(args).arg("--help").output().unwrap();

@@ -227,7 +227,7 @@ fn checkpoint_every_n_steps_and_same_seed_repeats() {
 }
 
 /// BASE with a quarter of each domain held out and evaluated after every step.
-fn held_out_config(eval: bool) -> RunConfig {
+fn held_out_config(eval: Option<&str>) -> RunConfig {
     let dir = tempfile::tempdir().unwrap().keep();
     let text = BASE
         .replace(
@@ -236,8 +236,10 @@ fn held_out_config(eval: bool) -> RunConfig {
         )
         .replace("ratio: 0.5 }", "ratio: 0.5, val_split: 0.25 }");
     let mut overrides = vec![format!("output_dir={}", dir.display())];
-    if eval {
-        overrides.push("rl.eval={every: 1, samples: 2, temperature: 1.0}".into());
+    if let Some(extra) = eval {
+        overrides.push(format!(
+            "rl.eval={{every: 1, samples: 2, temperature: 1.0{extra}}}"
+        ));
     }
     let cfg: RunConfig = from_yaml_str(&text, "<test>").unwrap();
     validated(apply_overrides(cfg, &overrides).unwrap(), "<test>").unwrap()
@@ -253,7 +255,7 @@ fn run_sink(cfg: &RunConfig) -> MemorySink {
 
 #[test]
 fn held_out_prompts_are_evaluated_and_never_trained_on() {
-    let cfg = held_out_config(true);
+    let cfg = held_out_config(Some(""));
     let model = roll::pipeline::setup::load_policy(&cfg).unwrap();
     let domains = roll::pipeline::setup::load_domains(&cfg, &model).unwrap();
     let held: Vec<&str> = domains
@@ -280,13 +282,25 @@ fn held_out_prompts_are_evaluated_and_never_trained_on() {
     let trained: Vec<&str> = sink.samples.iter().map(|s| s.prompt.as_str()).collect();
     assert!(!trained.is_empty());
     assert!(trained.iter().all(|p| !held.contains(p)), "{trained:?}");
-    // After each of the 2 steps, both domains' 4 held-out prompts, 2 samples each.
+    // Both domains' 4 held-out prompts, 2 samples each.
     let val: Vec<_> = sink
         .records
         .iter()
         .filter(|r| r.stage == "rl" && r.metrics.contains_key("val/add/prompts"))
         .collect();
-    assert_eq!(val.iter().map(|r| r.step).collect::<Vec<_>>(), [1, 2]);
+    // Before training (the baseline, step 0) and after each of the 2 steps.
+    let steps = |sink: &MemorySink| -> Vec<usize> {
+        sink.records
+            .iter()
+            .filter(|r| r.stage == "rl" && r.metrics.contains_key("val/add/prompts"))
+            .map(|r| r.step)
+            .collect()
+    };
+    assert_eq!(steps(&sink), [0, 1, 2]);
+    // The baseline is a record of its own, before the first step's.
+    assert!(!val[0].metrics.contains_key("actor/pg_loss"));
+    let no_baseline = run_sink(&held_out_config(Some(", before_training: false")));
+    assert_eq!(steps(&no_baseline), [1, 2]);
     for r in &val {
         for d in ["add", "rev"] {
             let get = |k: &str| r.metrics[&format!("val/{d}/{k}")];
@@ -301,7 +315,7 @@ fn held_out_prompts_are_evaluated_and_never_trained_on() {
         }
     }
     // Evaluating leaves training alone: the same steps without rl.eval learn the same numbers.
-    let plain = run_sink(&held_out_config(false));
+    let plain = run_sink(&held_out_config(None));
     let learned = |sink: &MemorySink| -> Vec<(usize, String, f64)> {
         sink.records
             .iter()

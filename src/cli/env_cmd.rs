@@ -24,9 +24,6 @@ pub(super) fn params(set: &[String]) -> Result<Vec<(String, String)>> {
 }
 
 pub fn serve(args: EnvServeArgs) -> Result<()> {
-    if args.env == "external" {
-        bail!("env serve runs a built-in environment; an external one is its own program already");
-    }
     let env = make(&args.env, &params(&args.set)?).map_err(anyhow::Error::msg)?;
     // No PR_SET_PDEATHSIG here: it fires when the spawning *thread* ends, and the trainer starts
     // env processes from short-lived threads. The end of stdin (the trainer gone) ends this loop.

@@ -177,7 +177,7 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
         let invalid = session.turns.iter().filter(|t| !t.valid()).count();
         println!(
             "return {} over {} steps ({invalid} invalid){}",
-            session.total_reward(),
+            crate::text::reward(session.total_reward()),
             session.turns.len(),
             if session.done() { "" } else { ", not done" }
         );
@@ -268,7 +268,7 @@ fn print_turn(session: &Session, json: bool, samples: Option<&Resample>) -> Resu
     println!(
         "step {n} · {} · {action} · reward {} · done {}",
         t.actor.as_str(),
-        t.step.reward,
+        crate::text::reward(t.step.reward),
         t.step.done
     );
     if let Some(m) = &t.model {

@@ -58,16 +58,22 @@ pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
 }
 
 fn print_sample(out: &mut impl Write, s: &SampleRecord) -> std::io::Result<()> {
+    // An evaluation's answers trained nothing: no policy version, no advantage.
+    let (policy, advantage) = match s.stage == crate::config::Stage::Eval.as_str() {
+        true => (String::new(), String::new()),
+        false => (
+            format!(" · policy v{}", s.policy_version),
+            format!(" adv {:+.3}", s.advantage),
+        ),
+    };
     writeln!(
         out,
-        "[{} step {} · {} · policy v{}] reward {:.3}{} adv {:+.3} · {} prompt + {} response tokens · {}",
+        "[{} step {} · {}{policy}] reward {:.3}{}{advantage} · {} prompt + {} response tokens · {}",
         s.stage,
         s.step,
         s.domain,
-        s.policy_version,
         s.reward,
         if s.correct { " (correct)" } else { "" },
-        s.advantage,
         s.prompt_tokens,
         s.response_tokens,
         s.finish_reason

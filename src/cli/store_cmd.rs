@@ -42,19 +42,24 @@ fn format_time(ms: i64) -> String {
         .unwrap_or_else(|_| ms.to_string())
 }
 
-/// `add=0.59 reverse=0.91` from the latest `reward/<domain>/mean` values.
+/// `add=0.59 reverse=0.91` from the latest `reward/<domain>/mean` values (an evaluation run's
+/// `val/<domain>/mean@k`).
 async fn last_rewards(store: &Store, run: &RunInfo) -> Result<Vec<(String, f64)>> {
     let series = store.list_series(run.id).await?;
+    let eval = run.last_stage.as_deref() == Some(crate::config::Stage::Eval.as_str());
     Ok(series
         .into_iter()
         .filter(|s| Some(&s.stage) == run.last_stage.as_ref() || run.last_stage.is_none())
         .filter_map(|s| {
-            let domain = s
-                .key
-                .strip_prefix("reward/")?
-                .strip_suffix("/mean")?
-                .to_string();
-            Some((domain, s.last_value?))
+            let domain = match eval {
+                false => s.key.strip_prefix("reward/")?.strip_suffix("/mean")?,
+                true => {
+                    let (domain, name) = s.key.strip_prefix("val/")?.rsplit_once('/')?;
+                    name.strip_prefix("mean@")?;
+                    domain
+                }
+            };
+            Some((domain.to_string(), s.last_value?))
         })
         .collect())
 }
@@ -141,7 +146,7 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
     }
     writeln!(
         out,
-        "{:>4}  {:<20}  {:<11}  {:>12}  {:<19}  {:<28}  TAGS",
+        "{:>4}  {:<20}  {:<11}  {:>15}  {:<19}  {:<28}  TAGS",
         "ID", "NAME", "STATUS", "STEP", "UPDATED", "LAST REWARD"
     )?;
     for r in &runs {
@@ -158,7 +163,7 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
             .join(" ");
         writeln!(
             out,
-            "{:>4}  {:<20}  {:<11}  {:>12}  {:<19}  {:<28}  {}",
+            "{:>4}  {:<20}  {:<11}  {:>15}  {:<19}  {:<28}  {}",
             r.id.0,
             r.name,
             r.status.as_str(),

@@ -8,6 +8,9 @@ use anyhow::{Result, bail};
 use super::TrajectoriesArgs;
 use super::store_cmd::with_store;
 
+/// Episodes the text output shows unless `--limit` says otherwise (each is many lines).
+const EPISODES_PAGE: usize = 10;
+
 pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
     with_store(path, |store| async move {
         let run = store.find_run(&args.run).await?;
@@ -15,8 +18,16 @@ pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
         if let Some(g) = args.group {
             all.retain(|t| t.group == g);
         }
-        if let Some(limit) = args.limit {
-            all.truncate(limit);
+        // Text shows a page unless asked for more (`--limit 0`: all); JSON lines, read by
+        // programs, are whole unless limited.
+        let page = match (args.limit, args.json) {
+            (Some(0), _) | (None, true) => None,
+            (Some(n), _) => Some(n),
+            (None, false) => Some(EPISODES_PAGE),
+        };
+        let matching = all.len();
+        if let Some(n) = page {
+            all.truncate(n);
         }
         let mut out = std::io::stdout().lock();
         if args.json {
@@ -78,6 +89,12 @@ pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
                     if u.done { " · done" } else { "" }
                 )?;
             }
+        }
+        if all.len() < matching {
+            eprintln!(
+                "(the first {} of {matching} matching episodes; --limit N shows N, --limit 0 all)",
+                all.len()
+            );
         }
         Ok(())
     })

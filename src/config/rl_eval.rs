@@ -20,13 +20,46 @@ pub struct RlEval {
     /// default).
     #[serde(default)]
     pub max_prompts: Option<usize>,
+    /// Also score the policy the stage starts from, before its first step, recorded as step 0
+    /// (the baseline the curves start from; verl's `val_before_train`). On by default; a
+    /// resumed stage does not repeat it.
+    #[serde(default = "yes")]
+    pub before_training: bool,
 }
 
 fn one() -> usize {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 impl RlEval {
+    /// What is wrong with these settings, in `rl.eval.…` words.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = vec![];
+        if self.every == 0 || self.samples == 0 || self.max_prompts == Some(0) {
+            p.push(
+                "rl.eval.every, rl.eval.samples and rl.eval.max_prompts must be at least 1".into(),
+            );
+        }
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            p.push(format!(
+                "rl.eval.temperature must be 0 or more, got {}",
+                self.temperature
+            ));
+        }
+        if self.temperature == 0.0 && self.samples > 1 {
+            p.push(format!(
+                "rl.eval.samples is {} but greedy decoding (temperature 0) gives one answer per \
+                 prompt: set rl.eval.temperature above 0, or samples: 1",
+                self.samples
+            ));
+        }
+        p
+    }
+
     /// Whether the policy after step `step` of `steps` is evaluated.
     pub fn due(&self, step: usize, steps: usize) -> bool {
         step == steps || (self.every > 0 && step.is_multiple_of(self.every))
@@ -54,22 +87,7 @@ pub(super) fn validate(cfg: &RunConfig, p: &mut Vec<String>) {
         p.push("rl.eval scores held-out prompts; an agentic run evaluates with rl.env.eval".into());
         return;
     }
-    if eval.every == 0 || eval.samples == 0 || eval.max_prompts == Some(0) {
-        p.push("rl.eval.every, rl.eval.samples and rl.eval.max_prompts must be at least 1".into());
-    }
-    if !(eval.temperature >= 0.0 && eval.temperature.is_finite()) {
-        p.push(format!(
-            "rl.eval.temperature must be 0 or more, got {}",
-            eval.temperature
-        ));
-    }
-    if eval.temperature == 0.0 && eval.samples > 1 {
-        p.push(format!(
-            "rl.eval.samples is {} but greedy decoding (temperature 0) gives one answer per prompt: \
-             set rl.eval.temperature above 0, or samples: 1",
-            eval.samples
-        ));
-    }
+    p.extend(eval.problems());
     if rl.async_generation_ratio > 0 {
         p.push(
             "rl.eval runs between steps, with nothing in flight: it needs \

@@ -37,6 +37,8 @@ impl RunConfig {
                 Stage::Distill => self.distill.as_ref().map(StageConfig::Distill),
                 Stage::Dpo => self.dpo.as_ref().map(StageConfig::Dpo),
                 Stage::Rl => self.rl.as_ref().map(StageConfig::Rl),
+                // `roll-tui eval`'s: no section asks for it.
+                Stage::Eval => None,
             })
             .collect()
     }
@@ -88,11 +90,15 @@ mod tests {
                 Stage::rank_of("distill"),
                 Stage::rank_of("dpo"),
                 Stage::rank_of("rl"),
+                Stage::rank_of("eval"),
                 Stage::rank_of("x")
             ),
-            (0, 1, 2, 3, 4)
+            (0, 1, 2, 3, 4, 5)
         );
-        assert_eq!(Stage::Sft.later(), [Stage::Distill, Stage::Dpo, Stage::Rl]);
-        assert!(Stage::Rl.later().is_empty());
+        assert_eq!(
+            Stage::Sft.later(),
+            [Stage::Distill, Stage::Dpo, Stage::Rl, Stage::Eval]
+        );
+        assert!(Stage::Eval.later().is_empty());
     }
 }

@@ -244,59 +244,76 @@ pub async fn model_policy(
         }
         ModelSpec::Run { run, stage, step } => {
             let store = store.ok_or("a model from a run needs the store")?;
-            let info = store.find_run(run).await.map_err(|e| {
-                format!("'{run}' is neither a model directory nor a run in the store: {e}")
-            })?;
-            let cfg: RunConfig = serde_json::from_str(&info.config_json).map_err(|e| {
-                format!("run '{}': its stored config cannot be read: {e}", info.name)
-            })?;
-            let checkpoints = store
-                .checkpoints(info.id)
-                .await
-                .map_err(|e| e.to_string())?;
-            // Step 0 of RL: the policy before any update (SFT's last checkpoint, or the
-            // configured model, rebuilt from its seed when it is a random init).
-            if *step == Some(0) && stage.as_deref().is_none_or(|s| s == "rl") {
-                let model =
-                    crate::pipeline::setup::rl_start_policy(&cfg).map_err(|e| e.to_string())?;
-                return from_run(format!("{}@rl-0", info.name), model, &cfg, env);
-            }
-            let chosen = match step {
-                Some(s) => checkpoints
-                    .iter()
-                    .filter(|c| c.step == *s && stage.as_ref().is_none_or(|st| c.stage == *st))
-                    .max_by_key(|c| c.stage == "rl"),
-                None => checkpoints.last(),
-            };
-            let Some(checkpoint) = chosen else {
-                let steps: Vec<String> = checkpoints
-                    .iter()
-                    .map(|c| ModelSpec::of_checkpoint(&info.name, &c.stage, c.step))
-                    .collect();
-                return Err(format!(
-                    "run '{}' has no checkpoint{} (checkpoints: {})",
-                    info.name,
-                    step.map(|s| format!(
-                        " at {}step {s}",
-                        stage
-                            .as_deref()
-                            .map(|st| format!("{st} "))
-                            .unwrap_or_default()
-                    ))
-                    .unwrap_or_default(),
-                    if steps.is_empty() {
-                        "none; checkpoint.every or checkpoint.every_minutes writes them during a stage".to_string()
-                    } else {
-                        steps.join(", ")
-                    }
-                ));
-            };
-            let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &checkpoint.path)
-                .map_err(|e| e.to_string())?;
-            let source = ModelSpec::of_checkpoint(&info.name, &checkpoint.stage, checkpoint.step);
-            from_run(source, model, &cfg, env)
+            let found = run_model(store, run, stage.as_deref(), *step).await?;
+            from_run(found.source, found.model, &found.cfg, env)
         }
     }
+}
+
+/// A model of a stored run: `source` names it (`RUN@STAGE-STEP`), `cfg` is the run's config.
+pub struct RunModel {
+    pub source: String,
+    pub model: crate::model::LoadedModel,
+    pub cfg: RunConfig,
+}
+
+/// Run `run`'s checkpoint at `step` of `stage` (of any stage when `None`; the latest without a
+/// step), loaded as its run computes; step 0 of RL is the policy before any update.
+pub async fn run_model(
+    store: &Store,
+    run: &str,
+    stage: Option<&str>,
+    step: Option<usize>,
+) -> Result<RunModel, String> {
+    let info = store
+        .find_run(run)
+        .await
+        .map_err(|e| format!("'{run}' is neither a model directory nor a run in the store: {e}"))?;
+    let cfg: RunConfig = serde_json::from_str(&info.config_json)
+        .map_err(|e| format!("run '{}': its stored config cannot be read: {e}", info.name))?;
+    let checkpoints = store
+        .checkpoints(info.id)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Step 0 of RL: the policy before any update (SFT's last checkpoint, or the configured
+    // model, rebuilt from its seed when it is a random init).
+    if step == Some(0) && stage.is_none_or(|s| s == "rl") {
+        let model = crate::pipeline::setup::rl_start_policy(&cfg).map_err(|e| e.to_string())?;
+        let source = format!("{}@rl-0", info.name);
+        return Ok(RunModel { source, model, cfg });
+    }
+    let chosen = match step {
+        Some(s) => checkpoints
+            .iter()
+            .filter(|c| c.step == s && stage.is_none_or(|st| c.stage == st))
+            .max_by_key(|c| c.stage == "rl"),
+        None => checkpoints.last(),
+    };
+    let Some(checkpoint) = chosen else {
+        let steps: Vec<String> = checkpoints
+            .iter()
+            .map(|c| ModelSpec::of_checkpoint(&info.name, &c.stage, c.step))
+            .collect();
+        return Err(format!(
+            "run '{}' has no checkpoint{} (checkpoints: {})",
+            info.name,
+            step.map(|s| format!(
+                " at {}step {s}",
+                stage.map(|st| format!("{st} ")).unwrap_or_default()
+            ))
+            .unwrap_or_default(),
+            if steps.is_empty() {
+                "none; checkpoint.every or checkpoint.every_minutes writes them during a stage"
+                    .to_string()
+            } else {
+                steps.join(", ")
+            }
+        ));
+    };
+    let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &checkpoint.path)
+        .map_err(|e| e.to_string())?;
+    let source = ModelSpec::of_checkpoint(&info.name, &checkpoint.stage, checkpoint.step);
+    Ok(RunModel { source, model, cfg })
 }
 
 /// A model of run `cfg` as the policy, with what the run set.

@@ -15,7 +15,7 @@ use crate::role::RunError;
 use crate::role::actor_infer::Generator;
 use crate::role::reward::ScoreItem;
 use crate::role::reward::SharedScorer;
-use crate::rollout::{Request, SamplingParams};
+use crate::rollout::{Completion, Request, SamplingParams};
 use crate::seed::{fnv1a, mix_seed};
 
 /// Splits `examples` into (train, held out): `fraction` of their distinct prompts (at least one)
@@ -96,6 +96,63 @@ pub fn val_metrics(domain: &str, k: usize, samples: &[ValSample]) -> Metrics {
     m
 }
 
+/// A held-out prompt's sample as generated and scored.
+pub struct ScoredSample<'d> {
+    pub domain: &'d str,
+    pub example: &'d Example,
+    /// Which distinct prompt of the evaluation it answers.
+    pub prompt: usize,
+    pub completion: Completion,
+    pub response: String,
+    pub outcome: RewardOutcome,
+}
+
+/// An evaluation's scored samples, `k` per prompt, in prompt order.
+pub struct Scored<'d> {
+    pub k: usize,
+    pub samples: Vec<ScoredSample<'d>>,
+}
+
+impl Scored<'_> {
+    /// Every domain's `val/<domain>/…` metrics.
+    pub fn metrics(&self) -> Metrics {
+        let mut by_domain: BTreeMap<&str, Vec<ValSample>> = BTreeMap::new();
+        for s in &self.samples {
+            by_domain.entry(s.domain).or_default().push(ValSample {
+                prompt: s.prompt,
+                outcome: s.outcome.clone(),
+                tokens: s.completion.token_ids.len(),
+            });
+        }
+        let mut m = Metrics::new();
+        for (domain, samples) in by_domain {
+            m.extend(val_metrics(domain, self.k, &samples));
+        }
+        m
+    }
+
+    /// The rewards' errors (a ground truth the reward cannot read, no sandbox): (domain, error)
+    /// with how many samples each made score 0, each error once per domain.
+    pub fn reward_errors(&self) -> Vec<(String, String, usize)> {
+        let mut errors: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for s in &self.samples {
+            if let Some(e) = &s.outcome.error {
+                *errors.entry((s.domain, e.as_str())).or_default() += 1;
+            }
+        }
+        errors
+            .into_iter()
+            .map(|((d, e), n)| (d.to_string(), e.to_string(), n))
+            .collect()
+    }
+}
+
+/// What an evaluation gives the step it runs in: its metrics, and the rewards' errors.
+pub struct Evaluated {
+    pub metrics: Metrics,
+    pub reward_errors: Vec<(String, String, usize)>,
+}
+
 /// What an evaluation needs besides the policy: the settings, the data and the scorer.
 pub struct Evaluation<'a> {
     /// The run's sampling (`max_new_tokens`, stop strings); the temperature is the eval's.
@@ -106,31 +163,26 @@ pub struct Evaluation<'a> {
     pub seed: u64,
 }
 
-impl Evaluation<'_> {
-    /// Generates `eval.samples` responses to each held-out prompt with the policy behind
-    /// `engine`, scores them with their domain's reward and returns every domain's metrics.
-    /// Seeds depend on `step` only, so an evaluation is the same whatever the training around
-    /// it did.
+impl<'a> Evaluation<'a> {
+    /// [`Evaluation::score`]'s metrics and reward errors.
     pub fn run(
         &self,
         eval: &RlEval,
         engine: &mut dyn Generator,
         step: usize,
-    ) -> Result<Metrics, RunError> {
-        let Evaluation {
-            sampling,
-            data,
-            tok,
-            ref scorer,
-            seed,
-        } = *self;
-        let params = SamplingParams {
-            temperature: eval.temperature,
-            ..sampling.clone()
-        };
-        let k = eval.samples;
-        let mut prompts: Vec<(&str, &Example)> = vec![];
-        for d in &data.domains {
+    ) -> Result<Evaluated, RunError> {
+        let scored = self.score(eval, engine, step, &mut |_, _| {})?;
+        Ok(Evaluated {
+            metrics: scored.metrics(),
+            reward_errors: scored.reward_errors(),
+        })
+    }
+
+    /// The distinct held-out prompts an evaluation asks, with their domains: each domain's
+    /// first `eval.max_prompts`.
+    pub fn prompts(&self, eval: &RlEval) -> Vec<(&'a str, &'a Example)> {
+        let mut prompts = vec![];
+        for d in &self.data.domains {
             // Each distinct prompt once: a held-out set that repeats a prompt does not weigh it
             // more, nor spend more generation on it.
             let mut seen = HashSet::new();
@@ -138,8 +190,28 @@ impl Evaluation<'_> {
             let take = eval.max_prompts.unwrap_or(usize::MAX);
             prompts.extend(distinct.take(take).map(|e| (d.name.as_str(), e)));
         }
+        prompts
+    }
+
+    /// Generates `eval.samples` responses to each held-out prompt with the policy behind
+    /// `engine` and scores them with their domain's reward; `progress(done, total)` hears of
+    /// each finished sample. Seeds depend on `step` only, so an evaluation is the same whatever
+    /// the training around it did.
+    pub fn score(
+        &self,
+        eval: &RlEval,
+        engine: &mut dyn Generator,
+        step: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Scored<'a>, RunError> {
+        let params = SamplingParams {
+            temperature: eval.temperature,
+            ..self.sampling.clone()
+        };
+        let k = eval.samples;
+        let prompts = self.prompts(eval);
         for (p, (_, example)) in prompts.iter().enumerate() {
-            let ids = tok.prompt_ids(&example.prompt).map_err(|e| {
+            let ids = self.tok.prompt_ids(&example.prompt).map_err(|e| {
                 RunError::Setup(format!("held-out prompt '{}': {e}", example.prompt))
             })?;
             for i in 0..k {
@@ -147,45 +219,48 @@ impl Evaluation<'_> {
                     id: (p * k + i) as u64,
                     prompt_ids: ids.clone(),
                     params: params.clone(),
-                    seed: mix_seed(&[seed, 9, step as u64, p as u64, i as u64]),
+                    seed: mix_seed(&[self.seed, 9, step as u64, p as u64, i as u64]),
                 });
             }
         }
+        let total = prompts.len() * k;
         let mut done = vec![];
         while !engine.is_idle() {
             done.extend(engine.step()?);
+            progress(done.len(), total);
         }
         done.sort_by_key(|c| c.id);
         let mut items = vec![];
         for c in &done {
             let (domain, example) = prompts[c.id as usize / k];
             items.push(ScoreItem {
-                reward: data.reward_of(domain)?.clone(),
+                reward: self.data.reward_of(domain)?.clone(),
                 domain: domain.to_string(),
                 prompt: example.prompt.clone(),
-                response: tok.decode(&c.token_ids),
+                response: self.tok.decode(&c.token_ids),
                 ground_truth: example.ground_truth.clone(),
                 metadata: example.metadata.clone(),
             });
         }
-        let outcomes = scorer.lock().score(items)?;
-        let mut by_domain: BTreeMap<&str, Vec<ValSample>> = BTreeMap::new();
-        for (c, outcome) in done.iter().zip(outcomes) {
-            let prompt = c.id as usize / k;
-            by_domain
-                .entry(prompts[prompt].0)
-                .or_default()
-                .push(ValSample {
+        let outcomes = self.scorer.lock().score(items.clone())?;
+        let samples = done
+            .into_iter()
+            .zip(items)
+            .zip(outcomes)
+            .map(|((completion, item), outcome)| {
+                let prompt = completion.id as usize / k;
+                let (domain, example) = prompts[prompt];
+                ScoredSample {
+                    domain,
+                    example,
                     prompt,
+                    completion,
+                    response: item.response,
                     outcome,
-                    tokens: c.token_ids.len(),
-                });
-        }
-        let mut m = Metrics::new();
-        for (domain, samples) in by_domain {
-            m.extend(val_metrics(domain, k, &samples));
-        }
-        Ok(m)
+                }
+            })
+            .collect();
+        Ok(Scored { k, samples })
     }
 }
 

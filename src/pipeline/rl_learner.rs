@@ -65,8 +65,10 @@ pub(super) struct Learner<'m> {
     pub evaluate: Option<Evaluate<'m>>,
 }
 
-/// An evaluation of the policy behind actor_infer after step `usize`: its `val/…` metrics.
-pub(super) type Evaluate<'m> = Box<dyn Fn(&Infer, usize) -> Result<Metrics, RunError> + 'm>;
+/// An evaluation of the policy behind actor_infer after step `usize`: its `val/…` metrics and
+/// the rewards' errors.
+pub(super) type Evaluate<'m> =
+    Box<dyn Fn(&Infer, usize) -> Result<super::rl_eval::Evaluated, RunError> + 'm>;
 
 impl<'m> Learner<'m> {
     pub fn new(
@@ -226,7 +228,13 @@ impl<'m> Learner<'m> {
         t_step: Instant,
     ) -> Result<bool, RunError> {
         self.report_rollout_workers(ctx, &mut out, &mut m)?;
-        self.report_reward_errors(ctx, step, &out)?;
+        let errors = out.groups.iter().flat_map(|g| {
+            let domain = &g.prompt.example.domain;
+            g.samples
+                .iter()
+                .filter_map(|s| Some((domain.clone(), s.outcome.error.clone()?)))
+        });
+        self.report_reward_errors(ctx, &format!("rl step {step}"), errors)?;
         rollout_metrics(&mut m, &out);
         if cfg.opd.as_ref().is_some_and(|o| o.pure) {
             // Pure on-policy distillation learns from the teachers' KL alone: groups whose rewards
@@ -328,8 +336,14 @@ impl<'m> Learner<'m> {
         if synced && due && self.evaluate.is_some() {
             self.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
             let t0 = Instant::now();
-            if let Some(evaluate) = &self.evaluate {
-                m.extend(evaluate(infer, step)?);
+            let evaluated = match &self.evaluate {
+                Some(evaluate) => Some(evaluate(infer, step)?),
+                None => None,
+            };
+            if let Some(evaluated) = evaluated {
+                m.extend(evaluated.metrics);
+                let errors = evaluated.reward_errors.into_iter().map(|(d, e, _)| (d, e));
+                self.report_reward_errors(ctx, &format!("rl step {step} evaluation"), errors)?;
             }
             m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
         }
@@ -353,32 +367,53 @@ impl<'m> Learner<'m> {
         self.checkpoint_due(ctx, cfg, step, learned.mixer)
     }
 
+    /// `rl.eval.before_training`: the policy the stage starts from, which actor_infer holds
+    /// before the first step, scored and recorded as step 0 (the baseline of the `val/…` curves).
+    pub fn evaluate_before_training(
+        &mut self,
+        ctx: &mut RunContext<'_>,
+        cfg: &RlConfig,
+        sharing: &mut TimeSharing,
+        infer: &Infer,
+    ) -> Result<(), RunError> {
+        if self.evaluate.is_none() {
+            return Ok(());
+        }
+        let mut m = Metrics::new();
+        self.enter(Phase::Generate, sharing, infer, ctx, &mut m)?;
+        let t0 = Instant::now();
+        let evaluated = match &self.evaluate {
+            Some(evaluate) => evaluate(infer, 0)?,
+            None => return Ok(()),
+        };
+        m.extend(evaluated.metrics);
+        let errors = evaluated.reward_errors.into_iter().map(|(d, e, _)| (d, e));
+        self.report_reward_errors(ctx, "rl evaluation before training", errors)?;
+        m.insert("time/eval".into(), t0.elapsed().as_secs_f64());
+        ctx.record_step(Stage::Rl, 0, cfg.steps, m)
+    }
+
     /// Say, once per domain and error, when a reward could not judge responses (a ground truth it
     /// cannot read, no sandbox, a judge that fails to load): they scored 0, and without this the
     /// run would only show a flat reward.
     fn report_reward_errors(
         &mut self,
         ctx: &mut RunContext<'_>,
-        step: usize,
-        out: &StepRollout,
+        at: &str,
+        errors: impl Iterator<Item = (String, String)>,
     ) -> Result<(), RunError> {
         let mut new = vec![];
-        for g in &out.groups {
-            for s in &g.samples {
-                if let Some(e) = &s.outcome.error {
-                    // Said once per kind of error: a quoted sample text (a judge's garbage, say)
-                    // does not make it a new one.
-                    let kind = e.split('"').next().unwrap_or(e).trim_end().to_string();
-                    let key = (g.prompt.example.domain.clone(), kind);
-                    if self.reward_errors.insert(key) {
-                        new.push((g.prompt.example.domain.clone(), e.clone()));
-                    }
-                }
+        for (domain, e) in errors {
+            // Said once per kind of error: a quoted sample text (a judge's garbage, say) does not
+            // make it a new one.
+            let kind = e.split('"').next().unwrap_or(&e).trim_end().to_string();
+            if self.reward_errors.insert((domain.clone(), kind)) {
+                new.push((domain, e));
             }
         }
         for (domain, error) in new {
             ctx.warn(format!(
-                "rl step {step}: domain '{domain}': {error} (those responses scored 0; said once)"
+                "{at}: domain '{domain}': {error} (those responses scored 0; said once)"
             ))?;
         }
         Ok(())
@@ -561,20 +596,7 @@ fn sample_record(
         ground_truth: p.example.ground_truth.clone(),
         reward: s.outcome.score,
         correct: s.outcome.correct,
-        breakdown: [
-            ("correct", s.outcome.correct),
-            ("format_ok", s.outcome.format_ok),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), f64::from(u8::from(v))))
-        // A weighted reward's terms, each with its score.
-        .chain(
-            s.outcome
-                .components
-                .iter()
-                .map(|(k, v)| (k.clone(), f64::from(*v))),
-        )
-        .collect(),
+        breakdown: s.outcome.breakdown(),
         advantage,
         stage: Stage::Rl.as_str().into(),
         prompt_tokens: p.prompt_ids.len(),

@@ -196,6 +196,10 @@ impl Drive<'_> {
     ) -> Result<RunStatus, RunError> {
         let tok = self.tok;
         let detok = move |ids: &[u32]| tok.decode(ids);
+        let baseline = self.cfg.eval.as_ref().is_some_and(|e| e.before_training);
+        if baseline && learner.first_step == 1 {
+            learner.evaluate_before_training(ctx, self.cfg, sharing, self.infer)?;
+        }
         for step in learner.first_step..=self.cfg.steps {
             let t_step = Instant::now();
             let mut m = Metrics::new();

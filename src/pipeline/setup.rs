@@ -305,22 +305,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
                     .map_err(|e| RunError::Setup(format!("{where_}: ground_truth {e}")))?,
             };
         }
-        let reward = d
-            .reward
-            .resolve(&format!("domain '{}' reward", d.name))
-            .map_err(RunError::Setup)?;
-        // A judge directory that cannot be read stops the run here, naming its domain.
-        for judge in reward.judges() {
-            crate::model::read_model_config(&judge.model).map_err(|e| {
-                RunError::Setup(format!("domain '{}' reward llm_judge: {e}", d.name))
-            })?;
-        }
-        // Refuse before the first step rather than score every program 0.
-        if reward.runs_programs() {
-            crate::sandbox::Sandbox::shared().map_err(|e| {
-                RunError::Setup(format!("domain '{}' reward code_sandbox: {e}", d.name))
-            })?;
-        }
+        let reward = domain_reward(d)?;
         let (examples, val) = held_out(cfg, d, examples, tok, positions)?;
         domains.push(Domain {
             name: d.name.clone(),
@@ -337,8 +322,28 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
     })
 }
 
+/// Domain `d`'s reward, checked as far as set-up can: a judge directory that cannot be read,
+/// or programs to run without a sandbox, stop the run here, naming the domain.
+pub(super) fn domain_reward(d: &crate::config::DomainConfig) -> Result<Reward, RunError> {
+    let reward = d
+        .reward
+        .resolve(&format!("domain '{}' reward", d.name))
+        .map_err(RunError::Setup)?;
+    for judge in reward.judges() {
+        crate::model::read_model_config(&judge.model)
+            .map_err(|e| RunError::Setup(format!("domain '{}' reward llm_judge: {e}", d.name)))?;
+    }
+    // Refuse before the first step rather than score every program 0.
+    if reward.runs_programs() {
+        crate::sandbox::Sandbox::shared().map_err(|e| {
+            RunError::Setup(format!("domain '{}' reward code_sandbox: {e}", d.name))
+        })?;
+    }
+    Ok(reward)
+}
+
 /// A prompt the model can take: one the tokenizer reads whole, with room for a response.
-fn check_prompt(
+pub(super) fn check_prompt(
     tok: Tokenizing<'_>,
     where_: &str,
     prompt: &str,

@@ -597,19 +597,25 @@ pub fn entries(keys: &[Binding], scope: Scope) -> Vec<Entry> {
             if shadowed || !b.action.applies_in(scope) {
                 continue;
             }
-            match out.iter_mut().find(|e| e.action == b.action) {
+            let what = match b.action {
+                Action::View(1) => "view: runs",
+                Action::View(2) => "view: dashboard",
+                Action::View(3) => "view: samples",
+                Action::View(4) => "view: workers and devices",
+                Action::View(5) => "view: events and logs",
+                Action::View(6) => "view: agentic episodes",
+                Action::View(7) => "view: env debugger",
+                other => other.describe_in(scope),
+            };
+            // Two actions a view describes alike (Tab and Shift-Tab both cycling one filter) are
+            // one entry with both keys, not the same line twice.
+            match out
+                .iter_mut()
+                .find(|e| e.action == b.action || e.what == what)
+            {
                 Some(e) => e.keys = format!("{} {}", e.keys, key_name(b)),
                 None => out.push(Entry {
-                    what: match b.action {
-                        Action::View(1) => "view: runs",
-                        Action::View(2) => "view: dashboard",
-                        Action::View(3) => "view: samples",
-                        Action::View(4) => "view: workers and devices",
-                        Action::View(5) => "view: events and logs",
-                        Action::View(6) => "view: agentic episodes",
-                        Action::View(7) => "view: env debugger",
-                        other => other.describe_in(scope),
-                    },
+                    what,
                     keys: key_name(b),
                     action: b.action,
                 }),
@@ -704,5 +710,30 @@ mod tests {
                 .iter()
                 .any(|(_, w)| *w == "zoom in")
         );
+    }
+
+    #[test]
+    fn actions_a_view_describes_alike_are_one_line() {
+        // Tab and Shift-Tab both cycle the Events view's kind filter: one line, both keys.
+        let lines = help_lines(DEFAULT_KEYS, Scope::Events);
+        let kind: Vec<&String> = lines
+            .iter()
+            .filter(|(_, w)| *w == "kind filter")
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(kind, ["Tab Shift-Tab"]);
+        for scope in [
+            Scope::Samples,
+            Scope::Workers,
+            Scope::Episodes,
+            Scope::Debugger,
+        ] {
+            let lines = help_lines(DEFAULT_KEYS, scope);
+            let mut whats: Vec<&str> = lines.iter().map(|(_, w)| *w).collect();
+            let all = whats.len();
+            whats.sort_unstable();
+            whats.dedup();
+            assert_eq!(whats.len(), all, "{scope:?}: {lines:?}");
+        }
     }
 }

@@ -324,7 +324,15 @@ impl Dashboard {
     }
 
     fn window_in(&self, (x0, x1): (f64, f64)) -> Option<(f64, f64)> {
-        let span = (x1 - x0).max(1e-9);
+        // One step (or one instant) is no range to draw over: its axis would read `1 1 1`.
+        // Two units around it (never below 0, where steps and run times start) give it one.
+        let (x0, x1) = if x1 - x0 < 1.0 {
+            let left = (x0 - 1.0).max(0.0_f64.min(x0));
+            (left, left + 2.0)
+        } else {
+            (x0, x1)
+        };
+        let span = x1 - x0;
         let right = x0 + span * self.right.unwrap_or(1.0);
         let width = span * self.zoom;
         let left = (right - width).max(x0);
@@ -419,6 +427,18 @@ mod tests {
             series("rl", "actor/kl", &v),
         ]);
         d
+    }
+
+    #[test]
+    fn one_point_is_drawn_over_two_steps_around_it() {
+        // A live run's first RL step: one point at step 1, which alone spans nothing (its axis
+        // read `1 1 1`); it is drawn over steps 0 to 2. Two points keep their own range.
+        let mut d = Dashboard::new(RunId(1), "r".into(), true);
+        d.set_series(vec![series("rl", "reward/add/mean", &[0.5])]);
+        let lines = d.panels()[0].lines.clone();
+        assert_eq!(d.panel_window(&lines), Some((0.0, 2.0)));
+        d.set_series(vec![series("rl", "reward/add/mean", &[0.5, 0.6])]);
+        assert_eq!(d.panel_window(&lines), Some((1.0, 2.0)));
     }
 
     #[test]

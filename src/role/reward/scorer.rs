@@ -44,6 +44,15 @@ impl RewardScorer {
         RewardScorer::InProcess { judges: vec![] }
     }
 
+    /// Scoring in this process with the judge models `judges`, loaded now (a command outside a
+    /// run: `roll-tui eval`).
+    pub fn in_process_with(judges: &[PathBuf]) -> Result<RewardScorer, RunError> {
+        super::load_judges(judges).map_err(RunError::Setup)?;
+        Ok(RewardScorer::InProcess {
+            judges: judges.to_vec(),
+        })
+    }
+
     /// The reward role where `placement` puts it, holding the judge models `judges` (loaded now, so
     /// that a bad judge directory stops the run at setup).
     /// Each worker's judges compute on its share of the role's `device_mapping`.
@@ -53,10 +62,7 @@ impl RewardScorer {
     ) -> Result<RewardScorer, RunError> {
         let placement = &workers.reward;
         if placement.mode == PlacementMode::InProcess {
-            super::load_judges(judges).map_err(RunError::Setup)?;
-            return Ok(RewardScorer::InProcess {
-                judges: judges.to_vec(),
-            });
+            return RewardScorer::in_process_with(judges);
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)

@@ -181,16 +181,17 @@ pub fn render(frame: &mut Frame, area: Rect, view: &SamplesView, spinner: &str, 
         return say(frame, format!("{spinner} loading samples…"));
     }
     if view.steps().is_empty() {
-        let stages: Vec<&str> = Stage::ALL
+        let mut stages: Vec<&str> = Stage::ALL
             .into_iter()
             .filter(|s| s.records_samples())
             .map(Stage::as_str)
             .collect();
+        let last = stages.pop().unwrap_or_default();
         return say(
             frame,
             format!(
-                "This run has no samples yet: they appear as its {} steps are recorded.",
-                stages.join(" and ")
+                "No samples yet: they appear as the run's {} or {last} steps are recorded.",
+                stages.join(", ")
             ),
         );
     }

@@ -1,0 +1,283 @@
+//! `roll-tui eval` end to end: a run's checkpoint scored on a test file gives what the run's own
+//! `rl.eval` measured of the same policy on the same prompts, the stored evaluation run holds
+//! exactly those prompts' answers, and the options change what is evaluated.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+mod common;
+
+use std::path::Path;
+
+use common::{TINY_MODEL_AND_DATA, ok, refused, roll, stage_series, write_config};
+use serde_json::Value;
+
+/// Held-out addition prompts: their ground truths are right, so accuracy is the share the model
+/// gets right.
+const TEST_FILE: &str = r#"{"prompt": "1+2=", "ground_truth": "3"}
+{"prompt": "4+4=", "ground_truth": "8"}
+{"prompt": "7+5=", "ground_truth": "12"}
+{"prompt": "9+9=", "ground_truth": "18"}
+{"prompt": "6+3=", "ground_truth": "9"}
+"#;
+
+/// The tiny model and data with `add`'s held-out prompts in `test.jsonl`, evaluated greedily
+/// before RL and after its last step.
+fn evaluated_run(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let test = dir.join("test.jsonl");
+    std::fs::write(&test, TEST_FILE).unwrap();
+    let store = dir.join("eval.db");
+    let rest = r#"
+name: judged
+seed: 5
+sft: { steps: 20, batch_size: 16, optimizer: { lr: 0.01 } }
+rl:
+  steps: 4
+  prompts_per_step: 8
+  group_size: 4
+  sampling: { temperature: 1.0, max_new_tokens: 4 }
+  optimizer: { lr: 0.03 }
+  eval: { every: 4 }
+"#;
+    let cfg = write_config(dir, "judged", rest);
+    // The add domain's held-out prompts are the test file's.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "reward: math_rule }",
+        &format!("reward: math_rule, val_path: {} }}", test.display()),
+    );
+    assert!(text.contains("val_path"), "{TINY_MODEL_AND_DATA}");
+    std::fs::write(&cfg, text).unwrap();
+    ok(roll(&store, &["run", "--quiet", cfg.to_str().unwrap()]));
+    (store, test)
+}
+
+fn eval_json(store: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["eval"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    serde_json::from_str(&ok(roll(store, &all))).unwrap()
+}
+
+/// (prompt, domain) of every stored answer of `run`, sorted.
+fn answers(store: &Path, run: &str) -> Vec<(String, String)> {
+    let out = ok(roll(store, &["samples", run, "--json", "--limit", "0"]));
+    let all: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let mut rows: Vec<(String, String)> = all
+        .iter()
+        .map(|s| {
+            assert_eq!(s["stage"], "eval");
+            (
+                s["prompt"].as_str().unwrap().to_string(),
+                s["domain"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, test) = evaluated_run(dir.path());
+    // The run evaluated its policy before RL (step 0) and after step 4, greedily.
+    let in_run = stage_series(&store, "judged", "rl", "val/add/accuracy");
+    let lengths = stage_series(&store, "judged", "rl", "val/add/response_length");
+    assert_eq!(in_run.len(), 2, "{in_run:?}");
+    // RL moved the policy (its answers' lengths differ), so scoring the wrong one shows.
+    assert_ne!(lengths[0], lengths[1]);
+    let data = format!("add={}", test.display());
+    // The same policies scored outside the run, on the same prompts, greedily: the same
+    // answers, so the same accuracy. `@rl-0` is the policy RL started from (SFT's last).
+    for (at, spec) in ["judged@rl-0", "judged@rl-4"].into_iter().enumerate() {
+        let out = eval_json(&store, &[spec, "--data", &data]);
+        assert_eq!(out["evaluated"], spec);
+        let m = &out["metrics"];
+        assert_eq!(
+            m["val/add/accuracy"].as_f64().unwrap(),
+            in_run[at],
+            "{spec}"
+        );
+        let length = m["val/add/response_length"].as_f64().unwrap();
+        assert_eq!(length, lengths[at], "{spec}");
+        assert_eq!(m["val/add/prompts"].as_f64().unwrap(), 5.0);
+        // One greedy answer per prompt: mean@1 and pass@1 are its accuracy.
+        assert_eq!(m["val/add/pass@1"], m["val/add/accuracy"]);
+        // Only the domain the file was given to.
+        assert!(m.get("val/rev/accuracy").is_none(), "{m}");
+    }
+    // Stored as runs named after the checkpoints, tagged eval, holding each prompt's answer.
+    let runs: Vec<Value> = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    let eval_runs: Vec<&str> = runs
+        .iter()
+        .filter(|r| r["tags"].as_array().unwrap().iter().any(|t| t == "eval"))
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(eval_runs, ["eval-judged-rl-4", "eval-judged-rl-0"]);
+    let prompts: Vec<(String, String)> = TEST_FILE
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["prompt"].as_str().unwrap().to_string(), "add".to_string())
+        })
+        .collect();
+    let mut sorted = prompts.clone();
+    sorted.sort();
+    assert_eq!(answers(&store, "eval-judged-rl-4"), sorted);
+    assert_eq!(
+        stage_series(&store, "eval-judged-rl-4", "eval", "val/add/accuracy"),
+        [in_run[1]]
+    );
+
+    // k samples per prompt at a temperature: k answers each, and pass@k at least the accuracy.
+    let out = eval_json(
+        &store,
+        &[
+            "judged",
+            "--data",
+            &data,
+            "--samples",
+            "3",
+            "--temperature",
+            "1",
+            "--name",
+            "k3",
+        ],
+    );
+    assert_eq!(out["evaluated"], "judged@rl-4", "the latest checkpoint");
+    let m = &out["metrics"];
+    assert!(m["val/add/pass@3"].as_f64().unwrap() >= m["val/add/accuracy"].as_f64().unwrap());
+    let k3 = answers(&store, "k3");
+    assert_eq!(k3.len(), 15);
+    let mut thrice: Vec<(String, String)> = sorted
+        .iter()
+        .flat_map(|p| [p.clone(), p.clone(), p.clone()])
+        .collect();
+    thrice.sort();
+    assert_eq!(k3, thrice);
+    // --max-prompts takes each domain's first prompts.
+    eval_json(
+        &store,
+        &[
+            "judged",
+            "--data",
+            &data,
+            "--max-prompts",
+            "2",
+            "--name",
+            "two",
+        ],
+    );
+    let mut first_two = prompts[..2].to_vec();
+    first_two.sort();
+    assert_eq!(answers(&store, "two"), first_two);
+    // A name in use is refused unless replaced.
+    let err = refused(roll(
+        &store,
+        &["eval", "judged", "--data", &data, "--name", "two"],
+    ));
+    assert!(
+        err.contains("run 'two' already exists") && err.contains("--overwrite"),
+        "{err}"
+    );
+    ok(roll(
+        &store,
+        &[
+            "eval",
+            "judged",
+            "--data",
+            &data,
+            "--name",
+            "two",
+            "--overwrite",
+        ],
+    ));
+    // Without --data: the run's own held-out prompts (val_path).
+    let own = eval_json(&store, &["judged@rl-4"]);
+    assert_eq!(
+        own["metrics"]["val/add/accuracy"].as_f64().unwrap(),
+        in_run[1]
+    );
+}
+
+#[test]
+fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let cfg = write_config(
+        dir.path(),
+        "fresh",
+        "name: fresh\nseed: 1\nrl: { steps: 1, prompts_per_step: 2, group_size: 2 }\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    // Lines naming their domain go to it; a config's model is scored as it starts.
+    let mixed = file(
+        "mixed.jsonl",
+        "{\"prompt\": \"1+1=\", \"ground_truth\": \"2\", \"domain\": \"add\"}\n\
+         {\"prompt\": \"ab>\", \"ground_truth\": \"ba\", \"domain\": \"rev\"}\n\
+         {\"prompt\": \"ca>\", \"ground_truth\": \"ac\", \"domain\": \"rev\"}\n",
+    );
+    let out = eval_json(&store, &[cfg, "--data", &mixed]);
+    assert_eq!(out["run"], "eval-fresh");
+    assert_eq!(out["metrics"]["val/add/prompts"], 1.0);
+    assert_eq!(out["metrics"]["val/rev/prompts"], 2.0);
+    let bare = file(
+        "bare.jsonl",
+        "{\"prompt\": \"1+1=\", \"ground_truth\": \"2\"}\n",
+    );
+    let err = refused(roll(&store, &["eval", cfg, "--data", &bare]));
+    assert!(
+        err.contains("line 1 names no domain") && err.contains("--data DOMAIN="),
+        "{err}"
+    );
+    // DOMAIN=FILE counts every line towards DOMAIN, whatever the line says.
+    let out = eval_json(&store, &[cfg, "--data", &format!("rev={mixed}")]);
+    assert_eq!(out["run"], "eval-fresh-2", "numbered when taken");
+    assert_eq!(out["metrics"]["val/rev/prompts"], 3.0);
+    let err = refused(roll(
+        &store,
+        &["eval", cfg, "--data", &format!("mul={bare}")],
+    ));
+    assert!(
+        err.contains("no domain 'mul' (its domains: add, rev)"),
+        "{err}"
+    );
+    let other = file(
+        "other.jsonl",
+        "{\"prompt\": \"1+1=\", \"ground_truth\": \"2\", \"domain\": \"mul\"}\n",
+    );
+    let err = refused(roll(&store, &["eval", cfg, "--data", &other]));
+    assert!(
+        err.contains("line 1: domain 'mul' is not one of the config's (add, rev)"),
+        "{err}"
+    );
+    // A character the tokenizer does not know is refused with its place.
+    let odd = file(
+        "odd.jsonl",
+        "{\"prompt\": \"1+é=\", \"ground_truth\": \"2\", \"domain\": \"add\"}\n",
+    );
+    let err = refused(roll(&store, &["eval", cfg, "--data", &odd]));
+    assert!(err.contains("odd.jsonl' line 1"), "{err}");
+    // Greedy decoding gives one answer: k samples need a temperature.
+    let err = refused(roll(
+        &store,
+        &["eval", cfg, "--data", &mixed, "--samples", "2"],
+    ));
+    assert!(
+        err.contains("--samples is 2") && err.contains("--temperature"),
+        "{err}"
+    );
+    // The config holds nothing out and no file is given.
+    let err = refused(roll(&store, &["eval", cfg]));
+    assert!(
+        err.contains("holds out no prompts: pass --data FILE"),
+        "{err}"
+    );
+    // Failed evaluations stored nothing.
+    let runs: Vec<Value> = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+}
