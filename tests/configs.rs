@@ -153,3 +153,114 @@ fn a_fragments_dataset_path_is_relative_to_the_fragment() {
     let loaded = RunConfig::load(&cfg, &[]).unwrap();
     assert_eq!(loaded.data.domains[0].path, Some(exp.join("mine.jsonl")));
 }
+
+/// `configs/examples/qwen2.5-0.5b-instruct-gsm8k.yaml` as its comment says to use it, on a
+/// stand-in for the real model (none is downloaded here): a tiny model whose characters cover
+/// the text, with Qwen2.5-Instruct's chat template, and GSM8K lines converted by the example's
+/// script. One RL step with its evaluations runs, and `roll-tui eval` scores its checkpoint.
+#[test]
+fn the_real_model_example_runs_on_a_stand_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    // GSM8K's own format: a question, and a worked answer with calculator annotations ending
+    // in `#### <answer>` (thousands separated by commas).
+    let gsm8k = [
+        r#"{"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "answer": "He has 3+4=<<3+4=7>>7 apples.\n#### 7"}"#,
+        r#"{"question": "A box holds 12 pens. How many pens are in 2 boxes?", "answer": "2*12=<<2*12=24>>24 pens.\n#### 24"}"#,
+        r#"{"question": "Sara read 1,200 pages in 4 days, the same each day. How many a day?", "answer": "1200/4=<<1200/4=300>>300\n#### 1,200"}"#,
+    ];
+    let script = root().join("configs/examples/gsm8k_to_jsonl.py");
+    for (name, lines) in [("train", &gsm8k[..2]), ("test", &gsm8k[2..])] {
+        let raw = work.join(format!("{name}.jsonl"));
+        std::fs::write(&raw, lines.join("\n") + "\n").unwrap();
+        let out = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(&raw)
+            .arg(work.join(format!("data/gsm8k/{name}.jsonl")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let converted = std::fs::read_to_string(work.join("data/gsm8k/train.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = converted
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows[0]["ground_truth"], "7");
+    assert_eq!(
+        rows[1]["response"],
+        "2*12=24 pens.\nThe answer is \\boxed{24}."
+    );
+    let test = std::fs::read_to_string(work.join("data/gsm8k/test.jsonl")).unwrap();
+    assert!(test.contains(r#""ground_truth": "1200""#), "{test}");
+    // The stand-in model, where the config looks for the real one.
+    let model = work.join("models/Qwen2.5-0.5B-Instruct");
+    let chars: String = (' '..='~').chain(['\n']).collect();
+    roll::model::init_model_dir(
+        &model,
+        &roll::model::InitOptions {
+            arch: roll::model::Arch::Qwen2,
+            hidden: 16,
+            layers: 1,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 32,
+            head_dim: None,
+            tie_embeddings: true,
+            max_positions: 512,
+            rope_theta: 10_000.0,
+            chars,
+            dtype: "bfloat16".into(),
+            seed: 1,
+        },
+    )
+    .unwrap();
+    std::fs::copy(
+        root().join("tests/fixtures/chat_templates/qwen2.5-instruct.jinja"),
+        model.join("chat_template.jinja"),
+    )
+    .unwrap();
+    std::fs::copy(
+        root().join("configs/examples/qwen2.5-0.5b-instruct-gsm8k.yaml"),
+        work.join("qwen2.5-0.5b-instruct-gsm8k.yaml"),
+    )
+    .unwrap();
+    let roll_tui = |args: &[&str]| {
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("roll-tui"))
+            .current_dir(work)
+            .args(["--store", "runs.db"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let small = [
+        "rl.steps=1",
+        "rl.prompts_per_step=2",
+        "rl.group_size=2",
+        "rl.mini_batches=1",
+        "rl.micro_batch_size=2",
+        "rl.sampling.max_new_tokens=4",
+    ];
+    let mut args = vec!["run", "qwen2.5-0.5b-instruct-gsm8k.yaml"];
+    args.extend(small);
+    let out = roll_tui(&args);
+    // The baseline before RL and the evaluation after its one step, on the test file's prompt.
+    assert!(out.contains("rl      0/1  val pass@1 gsm8k="), "{out}");
+    assert!(
+        out.contains("rl      1/1") && out.contains("val pass@1 gsm8k="),
+        "{out}"
+    );
+    let out = roll_tui(&["eval", "qwen2.5-0.5b-instruct-gsm8k", "--max-tokens", "4"]);
+    assert!(out.contains("gsm8k                  1"), "{out}");
+}

@@ -281,3 +281,45 @@ fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
     let runs: Vec<Value> = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
     assert_eq!(runs.len(), 2, "{runs:?}");
 }
+
+#[test]
+fn answers_a_reward_cannot_judge_are_reported_and_stored_as_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    // ifeval reads its ground truth as a JSON list of instructions: "abc" is none, so every
+    // answer scores 0 with an error, which the evaluation must say rather than show a flat 0.
+    let data = dir.path().join("inst.jsonl");
+    std::fs::write(&data, "{\"prompt\": \"ab>\", \"ground_truth\": \"abc\"}\n").unwrap();
+    let cfg = dir.path().join("inst.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: inst\nseed: 1\nmodel:\n  init: {{ arch: qwen2, hidden: 16, layers: 1, heads: 2, \
+             kv_heads: 1, intermediate: 32, chars: \"0123456789+=abc>\" }}\ndata:\n  domains:\n    \
+             - {{ name: inst, path: {}, reward: ifeval }}\nrl: {{ steps: 1, prompts_per_step: 1, \
+             group_size: 2 }}\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let data_arg = data.display().to_string();
+    let out = roll(
+        &store,
+        &["eval", cfg.to_str().unwrap(), "--data", &data_arg],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    ok(out);
+    assert!(
+        err.contains("warning: domain 'inst': ") && err.contains("(1 answer scored 0)"),
+        "{err}"
+    );
+    let shown = ok(roll(&store, &["runs", "show", "eval-inst", "--json"]));
+    let run: Value = serde_json::from_str(&shown).unwrap();
+    let warnings: Vec<&Value> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "warning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{run}");
+}

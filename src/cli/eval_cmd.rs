@@ -162,7 +162,7 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
     bar.finish_and_clear();
     let seconds = t0.elapsed().as_secs_f64();
     for (domain, error, n) in &outcome.reward_errors {
-        eprintln!("warning: domain '{domain}': {error} ({n} answers scored 0)");
+        eprintln!("warning: domain '{domain}': {error} ({})", scored_zero(*n));
     }
     let notes = format!(
         "evaluates {} on {}{}: {} sample(s) per prompt, {how}, at most {} new tokens",
@@ -408,7 +408,7 @@ impl StoredResult<'_> {
         writer.metrics_blocking(id, Stage::Eval.as_str(), 1, seconds, points)?;
         writer.samples_blocking(id, outcome.samples.clone())?;
         for (domain, error, n) in &outcome.reward_errors {
-            let text = format!("domain '{domain}': {error} ({n} answers scored 0)");
+            let text = format!("domain '{domain}': {error} ({})", scored_zero(*n));
             writer.event_blocking(Some(id), EventRecord::message(EventKind::Warning, text))?;
         }
         writer.event_blocking(Some(id), EventRecord::message(EventKind::Info, notes))?;
@@ -422,6 +422,11 @@ impl StoredResult<'_> {
         })?;
         Ok(())
     }
+}
+
+/// `1 answer scored 0`, `3 answers scored 0`.
+fn scored_zero(n: usize) -> String {
+    format!("{n} answer{} scored 0", if n == 1 { "" } else { "s" })
 }
 
 fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
