@@ -20,10 +20,12 @@
 //! With no series at all no chart is drawn; `metrics.csv` is still written (header only) when CSV is
 //! requested, so scripts reading it always find the file.
 
+pub mod axis;
 mod chart;
 mod csv_io;
 mod glyphs;
 mod palette;
+pub use palette::curve_rgb;
 mod points;
 pub(crate) mod select;
 pub mod tensorboard;

@@ -115,10 +115,15 @@ fn draw<DB: DrawingBackend>(
         .y_label_area_size(84)
         .build_cartesian_2d(x_range, y_range)
         .map_err(err)?;
+    let weight = crate::smoothing::DEFAULT_WEIGHT;
     chart
         .configure_mesh()
-        .x_desc("step")
+        .x_desc(format!(
+            "step  (faint: each value; bold: their EMA, weight {weight})"
+        ))
         .y_desc(plan.y_label)
+        .y_label_formatter(&|v: &f64| super::axis::label(*v))
+        .x_label_formatter(&|x: &u64| x.to_string())
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 15))
         .bold_line_style(RGBColor(215, 215, 215))

@@ -6,25 +6,33 @@ use plotters::style::{Color, HSLColor, RGBColor, WHITE};
 
 pub(crate) const BACKGROUND: RGBColor = WHITE;
 
-/// Strong colours, distinct from each other and from the white background and grey grid.
+/// Strong colours, distinct from each other and from the white background and grey grid. The
+/// first six are the workbench's series colours in its order (blue, magenta, cyan, green, red,
+/// yellow — a dark yellow, readable on white), so an exported plot's lines match the screen's.
 const PALETTE: [RGBColor; 16] = [
     RGBColor(31, 119, 180),  // blue
-    RGBColor(214, 39, 40),   // red
+    RGBColor(190, 50, 170),  // magenta
+    RGBColor(23, 170, 190),  // cyan
     RGBColor(44, 160, 44),   // green
+    RGBColor(214, 39, 40),   // red
+    RGBColor(184, 150, 11),  // yellow (dark)
     RGBColor(255, 127, 14),  // orange
-    RGBColor(148, 103, 189), // purple
     RGBColor(140, 86, 75),   // brown
-    RGBColor(227, 119, 194), // pink
-    RGBColor(23, 190, 207),  // cyan
+    RGBColor(148, 103, 189), // purple
     RGBColor(188, 189, 34),  // olive
     RGBColor(0, 0, 128),     // navy
     RGBColor(0, 128, 128),   // teal
     RGBColor(128, 0, 0),     // maroon
-    RGBColor(199, 21, 133),  // deep pink
-    RGBColor(184, 134, 11),  // dark goldenrod
+    RGBColor(227, 119, 194), // pink
     RGBColor(85, 107, 47),   // dark olive
     RGBColor(0, 0, 0),       // black
 ];
+
+/// The `index`-th line's colour as red, green and blue.
+pub fn curve_rgb(index: usize) -> (u8, u8, u8) {
+    let RGBColor(r, g, b) = curve_color(index);
+    (r, g, b)
+}
 
 /// The colour of the `index`-th line of a chart: the palette, then dark saturated hues stepped by the
 /// golden angle, skipping any that look like a colour already handed out (past a few hundred lines

@@ -42,9 +42,13 @@ pub(crate) fn ranges(plan: &ChartPlan<'_>) -> (Range<u64>, Range<f64>) {
     (x, pad_y(y0, y1))
 }
 
-/// `lo..hi` with 5% room on each side; flat data gets 10% of its magnitude (or 1 around zero).
+/// `lo..hi` between round numbers, as the workbench draws it ([`super::axis::round_bounds`]);
+/// flat data gets 10% of its magnitude (or 1 around zero), spans too wide to round 5% room.
 /// Stays finite and non-empty even for values near `f64::MAX`.
 fn pad_y(lo: f64, hi: f64) -> Range<f64> {
+    if let Some((a, b)) = super::axis::round_bounds(lo, hi) {
+        return a..b;
+    }
     let span = hi - lo;
     let pad = if span == 0.0 {
         if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 }
@@ -83,11 +87,11 @@ mod tests {
     }
 
     #[test]
-    fn y_ranges_are_padded_finite_and_non_empty() {
-        // Flat data: 10% of the magnitude, or 1 around zero; otherwise 5% of the span.
+    fn y_ranges_are_round_finite_and_non_empty() {
+        // Flat data: 10% of the magnitude, or 1 around zero; otherwise round numbers.
         assert_eq!(pad_y(2.0, 2.0), 1.8..2.2);
         assert_eq!(pad_y(0.0, 0.0), -1.0..1.0);
-        assert_eq!(pad_y(0.0, 10.0), -0.5..10.5);
+        assert_eq!(pad_y(0.0, 9.3), 0.0..10.0);
         for (lo, hi) in [
             (f64::MAX, f64::MAX),
             (-f64::MAX, f64::MAX),

@@ -62,3 +62,48 @@ impl Theme {
         self.series[i % self.series.len()]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hue of an RGB colour, in degrees.
+    fn hue((r, g, b): (u8, u8, u8)) -> f64 {
+        let [r, g, b] = [r, g, b].map(|c| f64::from(c) / 255.0);
+        let (max, min) = (r.max(g).max(b), r.min(g).min(b));
+        let d = max - min;
+        let h = if max == r {
+            ((g - b) / d).rem_euclid(6.0)
+        } else if max == g {
+            (b - r) / d + 2.0
+        } else {
+            (r - g) / d + 4.0
+        };
+        h * 60.0
+    }
+
+    #[test]
+    fn exported_plots_colour_series_as_the_screen_does() {
+        // The terminal's named colours' hues; an exported line may be darker, not another hue.
+        let named = |c: Color| match c {
+            Color::Red => 0.0,
+            Color::Yellow => 60.0,
+            Color::Green => 120.0,
+            Color::Cyan => 180.0,
+            Color::Blue => 240.0,
+            Color::Magenta => 300.0,
+            other => panic!("{other:?} has no hue here"),
+        };
+        let theme = Theme::default();
+        for i in 0..theme.series.len() {
+            let want: f64 = named(theme.series_color(i));
+            let got = hue(crate::plot::curve_rgb(i));
+            let off = (got - want).abs().min(360.0 - (got - want).abs());
+            assert!(
+                off <= 40.0,
+                "series {i}: {:?} vs hue {got:.0}",
+                theme.series_color(i)
+            );
+        }
+    }
+}

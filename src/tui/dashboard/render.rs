@@ -148,35 +148,45 @@ fn render_readout(frame: &mut Frame, area: Rect, d: &Dashboard, theme: &Theme) {
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
-/// The y range drawn for values from `lo` to `hi`: 5% of room either side, a visible band around
-/// a flat series, and never across zero when the values do not cross it (a reward, an entropy or
-/// a time is drawn from 0 up, not from -0.05).
+/// The y range a panel draws for values from `lo` to `hi`: widened to round numbers, multiples
+/// of a step of 1, 2, 2.5 or 5 × 10^k with at most four steps between them, so that its three
+/// labels read as a person would write them (rewards from 0.08 to 1.0 are drawn from 0 to 1, a
+/// throughput of 45,300 to 49,800 from 44,000 to 50,000). It never crosses zero unless the values
+/// do. Flat values get a band of 10% around them, and zero up to rounding noise ±1.
 pub fn y_bounds(lo: f64, hi: f64) -> (f64, f64) {
     let magnitude = lo.abs().max(hi.abs());
-    let pad = if hi - lo > 1e-12 * magnitude.max(1.0) {
-        (hi - lo) * 0.05
-    } else if magnitude > 1e-9 {
-        magnitude * 0.1
-    } else {
-        // Zero up to rounding noise (a loss of all-flat groups): ±1, so the noise draws flat.
-        1.0
-    };
-    let low = if lo >= 0.0 {
-        (lo - pad).max(0.0)
-    } else {
-        lo - pad
-    };
-    let high = if hi <= 0.0 {
-        (hi + pad).min(0.0)
-    } else {
-        hi + pad
-    };
-    // A series that is all zeros still needs a range.
-    if high > low {
-        (low, high)
-    } else {
-        (low, low + 1.0)
+    if hi - lo <= 1e-12 * magnitude.max(1.0) {
+        let pad = if magnitude > 1e-9 {
+            magnitude * 0.1
+        } else {
+            // Zero up to rounding noise (a loss of all-flat groups): ±1, so the noise draws flat.
+            1.0
+        };
+        let low = if lo >= 0.0 {
+            (lo - pad).max(0.0)
+        } else {
+            lo - pad
+        };
+        let high = if hi <= 0.0 {
+            (hi + pad).min(0.0)
+        } else {
+            hi + pad
+        };
+        // A series that is all zeros still needs a range.
+        return if high > low {
+            (low, high)
+        } else {
+            (low, low + 1.0)
+        };
     }
+    // Spans too wide for round numbers (near f64::MAX) are drawn as they are.
+    crate::plot::axis::round_bounds(lo, hi).unwrap_or((lo, hi))
+}
+
+/// An axis label: [`short`] without the trailing zeros a round number leaves (`0.5`, not
+/// `0.500`).
+fn tick(v: f64) -> String {
+    crate::plot::axis::trim_zeros(short(v))
 }
 
 /// `names` less the `/`-separated parts they all begin or end with (`reward/add/mean`,
@@ -360,7 +370,7 @@ fn render_panel(
     } else {
         mid
     };
-    let y_labels = [short(lo), short(mid), short(hi)];
+    let y_labels = [tick(lo), tick(mid), tick(hi)];
     let chart = Chart::new(datasets)
         .block(block)
         .x_axis(
@@ -384,11 +394,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn y_ranges_do_not_cross_zero_unless_the_values_do() {
-        // 0..1 with 5% room: -0.05 would be drawn below a reward's floor.
-        assert_eq!(y_bounds(0.0, 1.0), (0.0, 1.05));
-        let (lo, hi) = y_bounds(-1.0, 1.0);
-        assert!((lo + 1.1).abs() < 1e-12 && (hi - 1.1).abs() < 1e-12);
+    fn y_ranges_are_round_and_do_not_cross_zero_unless_the_values_do() {
+        let close = |(a, b): (f64, f64), (c, d): (f64, f64)| {
+            assert!(
+                (a - c).abs() < 1e-9 && (b - d).abs() < 1e-9,
+                "{a} {b} vs {c} {d}"
+            );
+        };
+        // Rewards from 0.081 to 1.0: steps of 0.25 (0.2 would need 5), from 0 to 1; it was
+        // drawn from 0.035 to 1.046 and labelled so.
+        close(y_bounds(0.081, 1.0), (0.0, 1.0));
+        close(y_bounds(0.0, 1.0), (0.0, 1.0));
+        close(y_bounds(-1.0, 1.0), (-1.0, 1.0));
+        close(y_bounds(-2.0, -1.0), (-2.0, -1.0));
+        // The rounding itself: `plot::axis`'s tests.
         // A flat time series: a band of 10% around it, not ±1 (which went to -0.94).
         let (lo, hi) = y_bounds(0.06, 0.06);
         assert!(
@@ -399,8 +418,11 @@ mod tests {
         // Rounding noise around zero is not blown up to fill the panel.
         assert_eq!(y_bounds(-3e-17, 2e-17), (-1.0 - 3e-17, 1.0 + 2e-17));
         assert_eq!(y_bounds(0.0, 1e-13), (0.0, 1.0 + 1e-13));
-        let (lo, hi) = y_bounds(-2.0, -1.0);
-        assert!((lo + 2.05).abs() < 1e-12 && (hi + 0.95).abs() < 1e-12);
+        // Labels of round numbers without their trailing zeros.
+        assert_eq!(
+            [tick(0.0), tick(0.5), tick(1.0), tick(0.25), tick(44_000.0)],
+            ["0", "0.5", "1", "0.25", "4.4e4"]
+        );
     }
 
     #[test]
