@@ -154,6 +154,19 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
         .collect();
     thrice.sort();
     assert_eq!(k3, thrice);
+    // A page of text shows every prompt's first answer before any second; JSON keeps the
+    // recorded order (each prompt's three answers together).
+    let text = ok(roll(&store, &["samples", "k3", "--limit", "5"]));
+    let shown: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("  prompt:   "))
+        .map(|p| serde_json::from_str::<String>(p).unwrap())
+        .collect();
+    let in_file: Vec<String> = prompts.iter().map(|(p, _)| p.clone()).collect();
+    assert_eq!(shown, in_file);
+    let json = ok(roll(&store, &["samples", "k3", "--json", "--limit", "3"]));
+    let recorded: Vec<Value> = serde_json::from_str(&json).unwrap();
+    assert!(recorded.iter().all(|s| s["prompt"] == in_file[0].as_str()));
     // --max-prompts takes each domain's first prompts.
     eval_json(
         &store,

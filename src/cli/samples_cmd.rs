@@ -30,6 +30,8 @@ pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
             domain: args.domain.clone(),
             prompt: args.prompt.clone(),
             limit: page.map(|n| n + 1),
+            // A page of text shows many prompts' answers; JSON keeps the recorded order.
+            spread: !args.json,
         };
         let mut samples = store.samples(run.id, &filter).await?;
         let more = page.is_some_and(|n| samples.len() as u64 > n);
@@ -51,7 +53,11 @@ pub fn samples(path: &Path, args: SamplesArgs) -> Result<()> {
         if more {
             let n = samples.len();
             let noun = if n == 1 { "sample" } else { "samples" };
-            eprintln!("(the first {n} matching {noun}; --limit N shows N, --limit 0 all)");
+            eprintln!(
+                "(the first {n} matching {noun}, each prompt's first answer before its second; \
+                 --limit N shows N, --limit 0 all; --step N, --domain D and --prompt P narrow \
+                 them)"
+            );
         }
         Ok(())
     })

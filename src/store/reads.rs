@@ -19,6 +19,10 @@ pub struct SampleFilter {
     /// Only the samples of this exact prompt (to follow one prompt across steps).
     pub prompt: Option<String>,
     pub limit: Option<u64>,
+    /// Within each step, every prompt's first sample before any prompt's second (a page then
+    /// shows what the policy wrote to many prompts, not one group's samples); otherwise in the
+    /// order they were recorded.
+    pub spread: bool,
 }
 
 /// The samples of one stage and domain: their step range and count.
@@ -71,17 +75,30 @@ fn sample_from_row(r: &SqliteRow) -> SampleRecord {
 }
 
 impl Store {
-    /// Samples in the order they were recorded.
+    /// Samples in the order they were recorded, or spread over prompts ([`SampleFilter::spread`]).
     pub async fn samples(
         &self,
         run: RunId,
         f: &SampleFilter,
     ) -> Result<Vec<SampleRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM samples WHERE run_id = ?1 AND (?2 IS NULL OR stage = ?2) \
-             AND (?3 IS NULL OR step = ?3) AND (?4 IS NULL OR domain = ?4) \
-             AND (?6 IS NULL OR prompt = ?6) ORDER BY id LIMIT ?5",
-        )
+        // The same filter either way; spread orders a step's samples by their rank within their
+        // prompt (1, 2, …), each rank in recorded order, steps in the order they were recorded.
+        let sql = match f.spread {
+            false => concat!(
+                "SELECT * FROM samples s WHERE run_id = ?1 AND (?2 IS NULL OR stage = ?2) ",
+                "AND (?3 IS NULL OR step = ?3) AND (?4 IS NULL OR domain = ?4) ",
+                "AND (?6 IS NULL OR prompt = ?6) ORDER BY id LIMIT ?5"
+            ),
+            true => concat!(
+                "SELECT * FROM samples s WHERE run_id = ?1 AND (?2 IS NULL OR stage = ?2) ",
+                "AND (?3 IS NULL OR step = ?3) AND (?4 IS NULL OR domain = ?4) ",
+                "AND (?6 IS NULL OR prompt = ?6) ORDER BY ",
+                "(SELECT MIN(id) FROM samples f WHERE f.run_id = s.run_id AND f.stage = s.stage ",
+                "AND f.step = s.step), ",
+                "ROW_NUMBER() OVER (PARTITION BY stage, step, prompt ORDER BY id), id LIMIT ?5"
+            ),
+        };
+        let rows = sqlx::query(sql)
         .bind(run.0)
         .bind(&f.stage)
         .bind(f.step.map(|s| s as i64))
