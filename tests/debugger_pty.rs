@@ -29,13 +29,20 @@ fn walk_to_the_goal_undo_fork_save_and_find_it_in_the_store() {
             "legend=false",
         ],
     );
-    t.wait_for("Env debugger · frozen_lake · seed 0 · human · turn 0", 60);
+    t.wait_for(
+        "Env debugger · frozen_lake · seed 0 · human · 0 turns played",
+        60,
+    );
     for (n, key) in [DOWN, DOWN, RIGHT].into_iter().enumerate() {
         t.keys(key);
-        t.wait_for(&format!("turn {} · return 0.00", n + 1), 10);
+        let played = match n {
+            0 => "1 turn played".to_string(),
+            n => format!("{} turns played", n + 1),
+        };
+        t.wait_for(&format!("{played} · return 0.00"), 10);
     }
     t.keys(RIGHT);
-    let goal = t.wait_for("turn 4 · return 1.00 · done ✓", 10);
+    let goal = t.wait_for("4 turns played · return 1.00 · done ✓", 10);
     assert!(
         goal.contains("1.00  done"),
         "the turn's reward and done:\n{goal}"
@@ -43,9 +50,9 @@ fn walk_to_the_goal_undo_fork_save_and_find_it_in_the_store() {
 
     // Back two turns: the agent stands where it was after the second move.
     t.keys("u");
-    t.wait_for("turn 3 ·", 10);
+    t.wait_for("3 turns played ·", 10);
     t.keys("u");
-    let back = t.wait_for("turn 2 · return 0.00", 10);
+    let back = t.wait_for("2 turns played · return 0.00", 10);
     assert!(back.contains("│PFG"), "{back}");
 
     // Fork at the second turn (k selects it) and move Right instead: into the hole.
@@ -53,7 +60,7 @@ fn walk_to_the_goal_undo_fork_save_and_find_it_in_the_store() {
     t.keys("f");
     t.wait_for("forked at turn 2", 10);
     t.keys(RIGHT);
-    t.wait_for("turn 2 · return 0.00 · done", 10);
+    t.wait_for("2 turns played · return 0.00 · done", 10);
 
     t.keys("w");
     t.wait_for("saved as episode 0 of run 'debug-frozen_lake' step 1", 30);
@@ -192,7 +199,7 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
         ],
     );
     t.wait_for("from run lake · step 1 · group 1 episode 0", 60);
-    t.wait_for("turn 0 ·", 10);
+    t.wait_for("0 turns played ·", 10);
     // The model input offers the policy that played the episode: step 1's episodes were played
     // before the first update, by the run's initial model.
     t.keys("m");
@@ -203,7 +210,7 @@ fn a_stored_episode_opens_at_a_turn_and_its_checkpoint_resamples_and_plays() {
     dump("debugger_samples", &t.wait_for("32 draws of turn 1", 60));
     // A model turn: its output, parsed action and per-token log-probs.
     t.keys("s");
-    t.wait_for("turn 1 ·", 60);
+    t.wait_for("1 turn played ·", 60);
     dump("debugger_model_turn", &t.wait_for("tokens · log-prob", 10));
     t.keys("q");
     assert!(t.wait_exit(30).success());

@@ -215,6 +215,34 @@ pub(crate) fn plan_charts(series: &[Series]) -> Vec<ChartPlan<'_>> {
             });
         }
     }
+    // Series no chart kind draws (a workbench panel of metrics its filter found, exported on
+    // their own) still get a chart: one per stage, named by its keys.
+    if plans.is_empty() {
+        for stage in &stages {
+            let lines: Vec<&Series> = drawable
+                .iter()
+                .copied()
+                .filter(|s| s.stage == *stage && !KINDS.iter().any(|k| (k.matches)(&s.key)))
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let keys: Vec<&str> = lines.iter().map(|s| s.key.as_str()).collect();
+            let name = match keys.as_slice() {
+                [one] => one.to_string(),
+                _ => "metrics".to_string(),
+            };
+            plans.push(ChartPlan {
+                file_stem: match *stage == main {
+                    true => file_safe(&name),
+                    false => format!("{}_{}", file_safe(stage), file_safe(&name)),
+                },
+                title: format!("{} ({stage})", keys.join(", ")),
+                y_label: "value",
+                lines,
+            });
+        }
+    }
     plans
 }
 
@@ -253,6 +281,29 @@ mod tests {
         rows.iter()
             .map(|(f, keys)| (f.to_string(), keys.iter().map(|k| k.to_string()).collect()))
             .collect()
+    }
+
+    #[test]
+    fn series_no_chart_claims_are_drawn_when_nothing_else_is() {
+        // A workbench panel of what its filter found, exported alone: one chart, not none.
+        let input = vec![
+            series("rl", "group/frac_zero_std", &[0.5, 0.25]),
+            series("rl", "adv/mean", &[0.0, 0.1]),
+        ];
+        let plans = plan_charts(&input);
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].title, "group/frac_zero_std, adv/mean (rl)");
+        assert_eq!(plans[0].file_stem, "metrics");
+        let one = plan_charts(&input[..1]);
+        assert_eq!(one[0].file_stem, "group_frac_zero_std");
+        // Beside a chart of its own kind, such a series is left to the CSV as before.
+        let mut with_reward = input.clone();
+        with_reward.push(series("rl", "reward/add/mean", &[0.1, 0.2]));
+        let stems: Vec<String> = plan_charts(&with_reward)
+            .into_iter()
+            .map(|p| p.file_stem)
+            .collect();
+        assert_eq!(stems, ["reward"]);
     }
 
     #[test]

@@ -99,15 +99,15 @@ impl Store {
             ),
         };
         let rows = sqlx::query(sql)
-        .bind(run.0)
-        .bind(&f.stage)
-        .bind(f.step.map(|s| s as i64))
-        .bind(&f.domain)
-        .bind(f.limit.map(|l| l as i64).unwrap_or(-1))
-        .bind(&f.prompt)
-        .fetch_all(self.pool())
-        .await
-        .map_err(self.err("reading samples"))?;
+            .bind(run.0)
+            .bind(&f.stage)
+            .bind(f.step.map(|s| s as i64))
+            .bind(&f.domain)
+            .bind(f.limit.map(|l| l as i64).unwrap_or(-1))
+            .bind(&f.prompt)
+            .fetch_all(self.pool())
+            .await
+            .map_err(self.err("reading samples"))?;
         Ok(rows.iter().map(sample_from_row).collect())
     }
 

@@ -61,6 +61,8 @@ pub struct LaunchForm {
     taken: Vec<String>,
     /// The overrides were proposed by the form (and follow the selection) until the user types.
     proposed: bool,
+    /// What the selected config does: its opening comment and its stages, model and data.
+    pub summary: Vec<String>,
 }
 
 impl LaunchForm {
@@ -72,6 +74,7 @@ impl LaunchForm {
             error: None,
             taken,
             proposed: true,
+            summary: vec![],
         };
         form.propose();
         form
@@ -91,6 +94,7 @@ impl LaunchForm {
     /// Propose a free `name=` when the selected config's own name is taken.
     fn propose(&mut self) {
         self.error = None;
+        self.summary = self.selected_config().map(describe).unwrap_or_default();
         let Some(path) = self.selected_config() else {
             self.error = Some(format!(
                 "no configs found in {} (in the working directory)",
@@ -186,11 +190,53 @@ impl LaunchForm {
     }
 }
 
+/// What the config at `path` does, for the form: the first line of its opening comment, then
+/// its stages with their steps, its model and its domains (nothing more when it does not load:
+/// the form says why).
+pub fn describe(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut lines: Vec<String> = text
+        .lines()
+        .map_while(|l| l.strip_prefix('#'))
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    if let Ok(cfg) = RunConfig::load(path, &[]) {
+        let stages: Vec<String> = cfg
+            .stages()
+            .iter()
+            .map(|s| format!("{} {}", s.stage(), cfg.steps_of(s.stage())))
+            .collect();
+        let model = match (&cfg.model.path, &cfg.model.init) {
+            (Some(dir), _) => format!("'{}'", dir.display()),
+            (None, Some(i)) => format!(
+                "random {} ({} layer{}, hidden {})",
+                i.arch.model_type(),
+                i.layers,
+                if i.layers == 1 { "" } else { "s" },
+                i.hidden
+            ),
+            (None, None) => "no model".into(),
+        };
+        let domains: Vec<&str> = cfg.data.domains.iter().map(|d| d.name.as_str()).collect();
+        let agentic = cfg.rl.as_ref().and_then(|rl| rl.env.as_ref());
+        let data = match agentic {
+            Some(env) => format!("env {}", env.name),
+            None => format!("data {}", domains.join(", ")),
+        };
+        lines.push(format!("{} steps · {model} · {data}", stages.join(" → ")));
+    }
+    lines
+}
+
 pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
-    let size = (76, (form.configs.len() as u16 + 12).max(14));
+    let size = (76, (form.configs.len() as u16 + 16).max(18));
     let inner = super::ui::modal(frame, area, size, Flex::Center, " new run ".into(), theme);
-    let [list_area, label, input, error, hint] = Layout::vertical([
+    let [list_area, summary, label, input, error, hint] = Layout::vertical([
         Constraint::Min(1),
+        Constraint::Length(4),
         Constraint::Length(1),
         Constraint::Length(3),
         Constraint::Length(3),
@@ -209,6 +255,20 @@ pub fn render(frame: &mut Frame, area: Rect, form: &LaunchForm, theme: &Theme) {
             .highlight_symbol("▶ "),
         list_area,
         &mut state,
+    );
+    // The config's own words muted, what it runs plain.
+    let summary_lines: Vec<Line> = form
+        .summary
+        .iter()
+        .enumerate()
+        .map(|(n, l)| match n + 1 < form.summary.len() {
+            true => Line::styled(l.as_str(), theme.muted),
+            false => Line::raw(l.as_str()),
+        })
+        .collect();
+    frame.render_widget(
+        Paragraph::new(summary_lines).wrap(Wrap { trim: true }),
+        summary,
     );
     frame.render_widget(
         Paragraph::new(Span::styled(
@@ -284,6 +344,26 @@ sft: { steps: 2, batch_size: 4, optimizer: { lr: 0.01 } }
         )
         .unwrap();
         dir
+    }
+
+    #[test]
+    fn the_form_says_what_the_selected_config_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.yaml");
+        let text = format!("#\n# Tiny: adds digits.\n# More words.\n{CONFIG}");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            describe(&path),
+            [
+                "Tiny: adds digits.",
+                "sft 2 steps · random qwen2 (1 layer, hidden 32) · data add"
+            ]
+        );
+        let form = LaunchForm::new(vec![path.clone()], vec![]);
+        assert_eq!(form.summary.len(), 2);
+        // A broken config says only its comment; the form's error says why it cannot start.
+        std::fs::write(&path, "# Broken.\nname: x\nsft: 3\n").unwrap();
+        assert_eq!(describe(&path), ["Broken."]);
     }
 
     #[test]

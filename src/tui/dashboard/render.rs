@@ -222,6 +222,49 @@ fn legend_name(d: &Dashboard, i: usize) -> String {
     }
 }
 
+/// Which of a panel's legend entries its title shows, in what order: all in the panel's order
+/// when they fit in `width`; otherwise the picked one, then the largest latest values first
+/// (a timings panel names the phases that take the time, not the ones that take none), as many
+/// as fit beside a `+N` count of the rest.
+fn legend_order(
+    d: &Dashboard,
+    panel: &Panel,
+    entries: &[String],
+    picked: Option<usize>,
+    width: u16,
+) -> Vec<usize> {
+    let cost = |n: usize| entries[n].chars().count() + 3;
+    let room = usize::from(width).saturating_sub(panel.title.chars().count() + 4);
+    if (0..entries.len()).map(cost).sum::<usize>() <= room {
+        return (0..entries.len()).collect();
+    }
+    let size = |n: usize| match d.is_hidden(panel.lines[n]) {
+        true => -1.0,
+        false => d.value_now(panel.lines[n]).map_or(0.0, |(_, v)| v.abs()),
+    };
+    let mut ranked: Vec<usize> = (0..entries.len()).collect();
+    ranked.sort_by(|&a, &b| {
+        (Some(b) == picked)
+            .cmp(&(Some(a) == picked))
+            .then(size(b).total_cmp(&size(a)))
+    });
+    let room = room.saturating_sub(" +99 (e expands) ".len());
+    let mut used = 0;
+    let first = ranked[0];
+    let shown: Vec<usize> = ranked
+        .into_iter()
+        .take_while(|&n| {
+            used += cost(n);
+            used <= room
+        })
+        .collect();
+    // One entry at least, cut by the border if it must be, rather than only a count.
+    match shown.is_empty() {
+        true => vec![first],
+        false => shown,
+    }
+}
+
 fn render_panel(
     frame: &mut Frame,
     area: Rect,
@@ -251,7 +294,10 @@ fn render_panel(
         .collect();
     let mut title = vec![Span::styled(format!(" {} ", panel.title), theme.title)];
     let picked = if focused { d.picked() } else { None };
-    for (n, (entry, &i)) in entries.iter().zip(&panel.lines).enumerate() {
+    let order = legend_order(d, panel, &entries, picked, area.width);
+    let left_out = entries.len() - order.len();
+    for n in order {
+        let (entry, i) = (&entries[n], panel.lines[n]);
         // A hidden series stays in the title, crossed out, so `x` can bring it back.
         let (mark, mut style) = if d.is_hidden(i) {
             ("○", theme.muted.add_modifier(Modifier::CROSSED_OUT))
@@ -263,6 +309,12 @@ fn render_panel(
         }
         title.push(Span::styled(format!("{mark} {entry}"), style));
         title.push(Span::raw(" "));
+    }
+    if left_out > 0 {
+        title.push(Span::styled(
+            format!("+{left_out} (e expands) "),
+            theme.muted,
+        ));
     }
     let block = Block::default()
         .borders(Borders::ALL)
@@ -422,6 +474,51 @@ mod tests {
         assert_eq!(
             [tick(0.0), tick(0.5), tick(1.0), tick(0.25), tick(44_000.0)],
             ["0", "0.5", "1", "0.25", "4.4e4"]
+        );
+    }
+
+    #[test]
+    fn a_legend_too_long_for_its_title_names_the_largest_values_first() {
+        use crate::store::RunId;
+        let mut d = Dashboard::new(RunId(1), "r".into(), false);
+        let phases = [
+            ("adv", 7e-5),
+            ("offload", 7e-3),
+            ("ref", 2e-7),
+            ("reload", 8e-3),
+            ("rollout", 1.5),
+            ("step", 2.1),
+            ("train", 0.4),
+            ("weight_sync", 0.02),
+        ];
+        d.set_series(
+            phases
+                .iter()
+                .map(|(k, v)| super::super::tests::series("rl", &format!("time/{k}"), &[*v]))
+                .collect(),
+        );
+        let panel = d
+            .panels()
+            .into_iter()
+            .find(|p| p.title.starts_with("timings"))
+            .unwrap();
+        let entries: Vec<String> = phases.iter().map(|(k, _)| format!("{k} 0.000")).collect();
+        // Wide enough: every entry, in the panel's order.
+        assert_eq!(
+            legend_order(&d, &panel, &entries, None, 200),
+            (0..8).collect::<Vec<_>>()
+        );
+        // At 80 columns: step, rollout and train (the time is theirs), not adv and ref.
+        let names =
+            |order: Vec<usize>| -> Vec<&str> { order.into_iter().map(|n| phases[n].0).collect() };
+        assert_eq!(
+            names(legend_order(&d, &panel, &entries, None, 80)),
+            ["step", "rollout", "train"]
+        );
+        // The picked series comes first, however small.
+        assert_eq!(
+            names(legend_order(&d, &panel, &entries, Some(2), 80))[0],
+            "ref"
         );
     }
 

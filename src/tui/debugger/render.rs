@@ -50,12 +50,15 @@ fn header<'a>(view: &DebugView, s: Option<&Session>, theme: &Theme) -> Line<'a> 
             (true, false) => " · done",
             _ => "",
         };
+        // How many turns are played, not a turn number: the panels name turns by their number
+        // (`before turn 5`, `draws of turn 6`), and this must not read as a third one.
+        let played = s.turns.len();
         spans.push(Span::raw(format!(
-            " · {} · seed {} · {} · turn {} · return {:.2}{end}",
+            " · {} · seed {} · {} · {played} turn{} played · return {:.2}{end}",
             s.env_name,
             s.seed,
             policy_text(view),
-            s.turns.len(),
+            if played == 1 { "" } else { "s" },
             s.total_reward() + 0.0,
         )));
     }
