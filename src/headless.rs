@@ -276,22 +276,7 @@ pub fn run(
 /// `--store` unless the store is the one a bare command opens (`$ROLL_STORE`, else `roll.db`),
 /// every word quoted for the shell as needed.
 pub fn resume_command(store: &Path, name: &str) -> String {
-    store_command(store, &["resume", name])
-}
-
-/// `roll-tui [--store STORE] WORDS…` as a shell would take it: the store named when it is not
-/// the one the command would open by default, so a printed hint runs as printed.
-pub fn store_command(store: &Path, words: &[&str]) -> String {
-    let quote = |w: &str| shlex::try_quote(w).map_or_else(|_| w.to_string(), |q| q.into_owned());
-    let default = std::env::var_os(crate::store::STORE_ENV)
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::store::DEFAULT_STORE.into());
-    let mut line = vec!["roll-tui".to_string()];
-    if store != default {
-        line.extend(["--store".into(), quote(&store.display().to_string())]);
-    }
-    line.extend(words.iter().map(|w| quote(w)));
-    line.join(" ")
+    crate::store::command_line(store, &["resume", name])
 }
 
 #[cfg(test)]

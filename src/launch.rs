@@ -174,8 +174,20 @@ fn resume_point(
         |why: String| LaunchError::Refused(format!("cannot resume run '{}': {why}", info.name));
     match info.status {
         crate::store::RunStatus::Finished => {
+            // To train further is a new run from its last checkpoint, which is a model directory.
+            let from = rt
+                .block_on(store.checkpoints(info.id))?
+                .last()
+                .map(|c| {
+                    format!(
+                        "; to train on from it, start a new run from its last checkpoint: \
+                         model.path={} model.init=null name=…",
+                        c.path.display()
+                    )
+                })
+                .unwrap_or_default();
             return Err(refuse(format!(
-                "it already finished ({} step {}); nothing to run",
+                "it already finished ({} step {}); nothing to run{from}",
                 info.last_stage.as_deref().unwrap_or("?"),
                 info.last_step
             )));
@@ -200,12 +212,20 @@ fn resume_point(
     }
     let checkpoints = rt.block_on(store.checkpoints(info.id))?;
     let Some(last) = checkpoints.last() else {
-        return Err(refuse(
-            "it stopped before its first checkpoint, so there is nothing to resume from: run its \
-             config again with --overwrite, and to checkpoint during a stage set \
-             checkpoint.every (steps) or a shorter checkpoint.every_minutes"
+        // A run that failed at set-up (a model or dataset it could not read) has its reason;
+        // one killed early does not.
+        let why = match (info.last_step, &info.error) {
+            (0, Some(error)) => format!(
+                "it failed before its first step ({}), so there is nothing to resume from: fix \
+                 that and run its config again",
+                crate::text::clean(error, 200, false)
+            ),
+            _ => "it stopped before its first checkpoint, so there is nothing to resume from: run \
+                  its config again with --overwrite, and to checkpoint during a stage set \
+                  checkpoint.every (steps) or a shorter checkpoint.every_minutes"
                 .into(),
-        ));
+        };
+        return Err(refuse(why));
     };
     if !last.path.join("trainer_state.json").exists() {
         return Err(refuse(format!(

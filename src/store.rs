@@ -35,6 +35,22 @@ pub use runs::{NewRun, RunInfo};
 pub use sink::StoreSink;
 pub use writer::WriterHandle;
 
+/// `roll-tui [--store STORE] WORDS…` as a shell takes it: the store named when it is not the one
+/// a bare command opens (`$ROLL_STORE`, else [`DEFAULT_STORE`]), every word quoted as needed, so
+/// a printed hint runs as printed.
+pub fn command_line(store: &std::path::Path, words: &[&str]) -> String {
+    let quote = |w: &str| shlex::try_quote(w).map_or_else(|_| w.to_string(), |q| q.into_owned());
+    let default = std::env::var_os(STORE_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| DEFAULT_STORE.into());
+    let mut line = vec!["roll-tui".to_string()];
+    if store != default {
+        line.extend(["--store".into(), quote(&store.display().to_string())]);
+    }
+    line.extend(words.iter().map(|w| quote(w)));
+    line.join(" ")
+}
+
 /// The file used when neither `--store` nor [`STORE_ENV`] says otherwise.
 pub const DEFAULT_STORE: &str = "roll.db";
 /// Environment variable naming the store file.

@@ -264,3 +264,30 @@ fn the_real_model_example_runs_on_a_stand_in() {
     let out = roll_tui(&["eval", "qwen2.5-0.5b-instruct-gsm8k", "--max-tokens", "4"]);
     assert!(out.contains("gsm8k                  1"), "{out}");
 }
+
+#[test]
+fn override_mistakes_are_said_in_config_terms() {
+    let quickstart = root().join("experiments/quickstart.yaml");
+    let err = |overrides: &[&str]| {
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        RunConfig::load(&quickstart, &overrides)
+            .unwrap_err()
+            .to_string()
+    };
+    // Not serde's `integer `-1`, expected usize`.
+    assert_eq!(
+        err(&["rl.steps=-1"]),
+        "override 'rl.steps=-1': invalid value -1 for 'rl.steps', expected a whole number, 0 or \
+         more"
+    );
+    // A section an override creates, short of a field it needs: which section, which field.
+    let dpo = err(&["dpo.steps=1"]);
+    assert!(dpo.contains("'dpo' needs 'data' too"), "{dpo}");
+    // Both problems came from the command line, and both say so.
+    let both = err(&["rl.steps=0", "sft.steps=0"]);
+    assert_eq!(
+        both.matches("(set on the command line)").count(),
+        2,
+        "{both}"
+    );
+}

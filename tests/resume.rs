@@ -94,6 +94,11 @@ fn kill_9_then_resume_equals_an_uninterrupted_run() {
         err.contains("cannot resume run 'tiny': it already finished"),
         "{err}"
     );
+    // It says how to train on: a new run from its last checkpoint.
+    assert!(
+        err.contains("model.path=") && err.contains("rl-step14 model.init=null"),
+        "{err}"
+    );
 }
 
 #[test]

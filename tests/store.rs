@@ -258,6 +258,21 @@ async fn write_then_read_everything_back() {
         err.contains("run 'a' already exists") && err.contains("--overwrite"),
         "{err}"
     );
+    // A finished run is not offered a resume; one that stopped part-way is, with its store.
+    assert!(
+        err.contains("(finished at sft step 1)") && !err.contains("resume"),
+        "{err}"
+    );
+    if let Some(gone) = not_alive(&me) {
+        store.create_run(&new_run("c"), false, &gone).await.unwrap();
+        let err = store
+            .create_run(&new_run("c"), false, &me)
+            .await
+            .unwrap_err()
+            .to_string();
+        let resume = format!("`roll-tui --store {} resume c`", path.display());
+        assert!(err.contains(&resume), "{err}");
+    }
     let err = store.find_run("b").await.unwrap_err().to_string();
     assert!(err.contains("no run 'b'"), "{err}");
 }

@@ -487,4 +487,11 @@ fn the_runs_list_says_why_a_run_failed() {
         listed.contains("failed: model directory '/nonexistent/model': no such directory"),
         "{listed}"
     );
+    // Resuming it says why it failed, not how to checkpoint.
+    let err = fails(roll(&store).args(["resume", "small"]).output().unwrap());
+    assert!(
+        err.contains("it failed before its first step (model directory '/nonexistent/model'")
+            && !err.contains("checkpoint.every"),
+        "{err}"
+    );
 }

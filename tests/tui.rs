@@ -537,7 +537,7 @@ fn hiding_a_series_gives_the_others_the_whole_panel() {
     let mut app = quickstart_dashboard();
     let before = screen(&app, 80, 24);
     // The reward panel spans add's values (up to 0.950), rounded up to 1.
-    assert!(before.contains("│1  │"), "{before}");
+    assert!(before.contains("│  1│"), "{before}");
     app.update(ch('s')); // rev
     app.update(ch('s')); // round to add
     app.update(ch('x'));
@@ -546,7 +546,7 @@ fn hiding_a_series_gives_the_others_the_whole_panel() {
     // 0.5 - 0.5·e^(-1/10) = 0.048 to 0.499 (0.5 - 0.5·e^-6): a quarter of that span is 0.113,
     // rounded up to a step of 0.2, so 0 to 0.6 in three steps.
     assert!(shown.contains("○ add 0.950") && shown.contains("● rev 0.499"));
-    assert!(!shown.contains("│1  │"), "{shown}");
+    assert!(!shown.contains("│  1│"), "{shown}");
     assert!(
         shown.contains("│0.6│") && shown.contains("│0.3│"),
         "{shown}"

@@ -12,7 +12,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::StoreArg;
 use crate::config::{RlEval, RunConfig, Stage};
 use crate::debugger::open::{ModelSpec, run_model};
-use crate::headless::store_command;
 use crate::model::{LoadedModel, load_model_dir};
 use crate::pipeline::evaluate::{EvalFile, EvalOutcome, eval_domains, evaluate_model};
 use crate::store::liveness::ProcessIdentity;
@@ -201,7 +200,7 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
     print_table(&outcome, &counts, eval.samples);
     println!(
         "stored as run '{name}' in {seconds:.1} s; its answers: {}",
-        store_command(store_path, &["samples", &name])
+        crate::store::command_line(store_path, &["samples", &name])
     );
     Ok(0)
 }

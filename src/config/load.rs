@@ -85,7 +85,8 @@ pub fn validated_with<T: Validate>(
             problems: problems
                 .into_iter()
                 .map(|p| {
-                    let key = p.split([' ', ':']).next().unwrap_or("");
+                    // `rl.steps, rl.prompts_per_step … must be …`: the first key, without its comma.
+                    let key = p.split([' ', ':', ',']).next().unwrap_or("");
                     if !key.is_empty() && keys.iter().any(|k| related(k, key)) {
                         format!("{p} (set on the command line)")
                     } else {

@@ -203,9 +203,23 @@ fn humanize_json_error(msg: &str, key: &str) -> String {
             };
         }
     }
-    // `invalid type: string "x", expected u64`: say the expected type in config terms.
+    // `missing field `data``: a section the override creates lacks a field it needs.
+    if let Some(field) = msg
+        .strip_prefix("missing field ")
+        .and_then(|m| ticked(m).into_iter().next())
+    {
+        let section = key.rsplit_once('.').map_or(key, |(s, _)| s);
+        return format!(
+            "'{section}' needs '{field}' too: setting '{key}' alone leaves it incomplete (give \
+             the section whole, e.g. '{section}={{…, {field}: …}}', or set it in the file)"
+        );
+    }
+    // `invalid type: string "x", expected u64` (or `invalid value: integer `-1`, expected
+    // usize`): say the expected type in config terms.
     if let Some((what, ty)) = msg.rsplit_once(", expected ")
-        && let Some(found) = what.strip_prefix("invalid type: ")
+        && let Some(found) = what
+            .strip_prefix("invalid type: ")
+            .or_else(|| what.strip_prefix("invalid value: "))
     {
         let ty = ty.split(" at line").next().unwrap_or(ty);
         // `string "x"` says "x"; `floating point `1.5`` says 1.5; a list or map says what it is.

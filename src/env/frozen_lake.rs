@@ -44,6 +44,8 @@ pub struct FrozenLake {
 
 /// A map from `rows` joined by `/`: rectangular, letters S F H G only, one `S`, at least one `G`.
 fn parse_map(text: &str) -> Result<Vec<Vec<u8>>, String> {
+    // A map echoed in an error is cut: a 100 KB typo must not come back as a 100 KB message.
+    let shown = crate::text::clean(text, 80, false);
     let rows: Vec<Vec<u8>> = text
         .split('/')
         .map(|r| r.trim().bytes().collect())
@@ -51,19 +53,19 @@ fn parse_map(text: &str) -> Result<Vec<Vec<u8>>, String> {
     let width = rows.first().map_or(0, Vec::len);
     if width == 0 || rows.iter().any(|r| r.len() != width) {
         return Err(format!(
-            "map '{text}': rows must be non-empty and all the same length"
+            "map '{shown}': rows must be non-empty and all the same length"
         ));
     }
     if let Some(bad) = rows.iter().flatten().find(|c| !b"SFHG".contains(c)) {
         return Err(format!(
-            "map '{text}': '{}' is not one of S, F, H, G",
+            "map '{shown}': '{}' is not one of S, F, H, G",
             *bad as char
         ));
     }
     let count = |c: u8| rows.iter().flatten().filter(|x| **x == c).count();
     if count(b'S') != 1 || count(b'G') == 0 {
         return Err(format!(
-            "map '{text}': needs exactly one S and at least one G"
+            "map '{shown}': needs exactly one S and at least one G"
         ));
     }
     Ok(rows)
@@ -138,7 +140,10 @@ impl FrozenLake {
         let (mut size, mut p, mut map, mut slippery, mut max_steps) = (4, 0.8, None, false, 100);
         let mut legend = true;
         for (key, value) in params {
-            let bad = |what: &str| format!("frozen_lake: {key}={value}: {what}");
+            let bad = |what: &str| {
+                let value = crate::text::clean(value, 80, false);
+                format!("frozen_lake: {key}={value}: {what}")
+            };
             match key.as_str() {
                 "size" => {
                     size = value
@@ -465,6 +470,16 @@ mod tests {
         assert!(has_path(&sparse.map));
         // A map whose goal is walled off by holes has no path.
         assert!(!has_path(&parse_map("SH/HG").unwrap_or_default()));
+        // A huge bad map is named, not echoed whole (it was a 200 KB message).
+        let huge = "F".repeat(100_000);
+        let err = FrozenLake::from_params(&[("map".into(), huge)])
+            .err()
+            .unwrap_or_default();
+        assert!(
+            err.contains("needs exactly one S") && err.len() < 400,
+            "{}",
+            err.len()
+        );
         assert!(has_path(&parse_map("SF/HG").unwrap_or_default()));
     }
 

@@ -217,7 +217,10 @@ impl Sokoban {
     pub fn from_params(params: &[(String, String)]) -> Result<Sokoban, String> {
         let (mut dim, mut boxes, mut max_steps, mut levels) = (6usize, 1usize, 120usize, None);
         for (key, value) in params {
-            let bad = |what: &str| format!("sokoban: {key}={value}: {what}");
+            let bad = |what: &str| {
+                let value = crate::text::clean(value, 80, false);
+                format!("sokoban: {key}={value}: {what}")
+            };
             let int = |lo: usize, hi: usize| {
                 value
                     .parse::<usize>()

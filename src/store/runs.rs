@@ -218,14 +218,25 @@ impl Store {
                 )));
             }
             if !overwrite {
+                let at = match (&old.last_stage, old.stage_steps()) {
+                    (Some(stage), Some(total)) => format!(" at {stage} {}/{total}", old.last_step),
+                    (Some(stage), None) => format!(" at {stage} step {}", old.last_step),
+                    (None, _) => String::new(),
+                };
+                // Only a run that stopped part-way can be continued.
+                let resume = match old.status {
+                    RunStatus::Finished => String::new(),
+                    _ => format!(
+                        ", `{}` to continue it",
+                        super::command_line(self.path(), &["resume", &old.name])
+                    ),
+                };
                 return Err(StoreError::Run(format!(
-                    "run '{}' already exists in store '{}' (status {}, step {}); pass --overwrite to \
-                     replace it, 'roll-tui resume {}' to continue it, or set another 'name'",
+                    "run '{}' already exists in store '{}' ({}{at}); pass --overwrite to replace \
+                     it{resume}, or set another 'name'",
                     old.name,
                     self.path().display(),
                     old.status.as_str(),
-                    old.last_step,
-                    old.name
                 )));
             }
             return Ok(Some(old.id));

@@ -183,10 +183,17 @@ pub fn y_bounds(lo: f64, hi: f64) -> (f64, f64) {
     crate::plot::axis::round_bounds(lo, hi).unwrap_or((lo, hi))
 }
 
-/// An axis label: [`short`] without the trailing zeros a round number leaves (`0.5`, not
-/// `0.500`).
+/// An axis label as the exported plots write it (`0.5`, `-0.005`, `44000`, `1.0e-4`).
 fn tick(v: f64) -> String {
-    crate::plot::axis::trim_zeros(short(v))
+    crate::plot::axis::label(v)
+}
+
+/// The three y labels, right-aligned to one width: the axis is drawn where the widest ends, so
+/// a longer middle label cannot run into the curves (`0.021-3` on a narrow panel).
+fn y_labels(lo: f64, mid: f64, hi: f64) -> [String; 3] {
+    let labels = [tick(lo), tick(mid), tick(hi)];
+    let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    labels.map(|l| format!("{l:>width$}"))
 }
 
 /// `names` less the `/`-separated parts they all begin or end with (`reward/add/mean`,
@@ -422,7 +429,7 @@ fn render_panel(
     } else {
         mid
     };
-    let y_labels = [tick(lo), tick(mid), tick(hi)];
+    let y_labels = y_labels(lo, mid, hi);
     let chart = Chart::new(datasets)
         .block(block)
         .x_axis(
@@ -472,8 +479,18 @@ mod tests {
         assert_eq!(y_bounds(0.0, 1e-13), (0.0, 1.0 + 1e-13));
         // Labels of round numbers without their trailing zeros.
         assert_eq!(
-            [tick(0.0), tick(0.5), tick(1.0), tick(0.25), tick(44_000.0)],
-            ["0", "0.5", "1", "0.25", "4.4e4"]
+            [
+                tick(0.0),
+                tick(0.5),
+                tick(1.0),
+                tick(-0.005),
+                tick(44_000.0)
+            ],
+            ["0", "0.5", "1", "-0.005", "44000"]
+        );
+        assert_eq!(
+            y_labels(-0.03, -0.005, 0.02),
+            [" -0.03", "-0.005", "  0.02"]
         );
     }
 
