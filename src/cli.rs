@@ -674,8 +674,12 @@ pub struct InitArgs {
 
 #[derive(Args, Debug)]
 pub struct ScoreArgs {
-    /// A Hugging Face model directory.
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub at: StoreArg,
+    /// A Hugging Face model directory, or a run's checkpoint: `RUN@STEP`, `RUN@rl-STEP`, `RUN`
+    /// for its latest.
+    #[arg(value_name = "DIR|RUN@STEP")]
+    pub model: String,
     /// The prompt (not scored).
     #[arg(long)]
     pub prompt: String,
@@ -787,7 +791,9 @@ pub fn main_with(cli: Cli) -> Result<i32> {
         Command::Export(args) => store_cmd::export(&args.at.or(&store), args).map(|_| 0),
         Command::Devices(args) => devices_cmd::devices(args.check),
         Command::Model(ModelCommand::Init(args)) => model_cmd::init(args).map(|_| 0),
-        Command::Model(ModelCommand::Score(args)) => model_cmd::score(args).map(|_| 0),
+        Command::Model(ModelCommand::Score(args)) => {
+            model_cmd::score(&args.at.or(&store), args).map(|_| 0)
+        }
         Command::Model(ModelCommand::Bench(args)) => model_bench::bench(args).map(|_| 0),
         Command::Model(ModelCommand::Merge(args)) => model_cmd::merge(args).map(|_| 0),
         Command::Model(ModelCommand::Template(args)) => model_template::template(args).map(|_| 0),

@@ -498,7 +498,11 @@ impl Validate for RunConfig {
             (None, None) => {
                 p.push("model: set either 'path' (a Hugging Face directory) or 'init'".into())
             }
-            (Some(_), Some(_)) => p.push("model: set only one of 'path' and 'init'".into()),
+            (Some(_), Some(_)) => p.push(
+                "model: set only one of 'path' and 'init' (to use a directory instead of an \
+                 included init, add model.init=null)"
+                    .into(),
+            ),
             _ => {}
         }
         if let Some(c) = &self.cluster {

@@ -30,6 +30,17 @@ pub use params::ParamStore;
 pub use tape::Tape;
 pub use transformer::{Numerics, Transformer, attention_mask};
 
+/// The first few of `problems`, one per line, and how many more there are: a mismatched config
+/// makes one problem per tensor, and a 38-line error hides the one line that explains it.
+fn first_of(problems: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let mut lines: Vec<String> = problems.iter().take(SHOWN).cloned().collect();
+    if problems.len() > SHOWN {
+        lines.push(format!("… and {} more", problems.len() - SHOWN));
+    }
+    lines.join("\n  ")
+}
+
 /// Why a model directory could not be read or written. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -38,7 +49,10 @@ pub enum LoadError {
     /// The model directory itself is missing or not a directory.
     #[error("model directory '{}': {message}", path.display())]
     Dir { path: PathBuf, message: String },
-    #[error("model weights in '{origin}' do not match its config.json:\n  {}", problems.join("\n  "))]
+    #[error(
+        "model weights in '{origin}' do not match its config.json:\n  {}",
+        first_of(problems)
+    )]
     Weights {
         origin: String,
         problems: Vec<String>,

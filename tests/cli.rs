@@ -402,7 +402,6 @@ fn store_is_listed_only_by_the_commands_that_use_it() {
     };
     for args in [
         &["model", "init"][..],
-        &["model", "score"],
         &["reward", "score"],
         &["env", "serve"],
     ] {
@@ -415,6 +414,8 @@ fn store_is_listed_only_by_the_commands_that_use_it() {
         &["metrics"],
         &["samples"],
         &["export"],
+        &["model", "score"],
+        &["eval"],
     ] {
         assert!(help(args).contains("--store"), "{args:?}");
     }

@@ -283,6 +283,9 @@ fn override_mistakes_are_said_in_config_terms() {
     // A section an override creates, short of a field it needs: which section, which field.
     let dpo = err(&["dpo.steps=1"]);
     assert!(dpo.contains("'dpo' needs 'data' too"), "{dpo}");
+    // A directory instead of the quickstart's included init: the way to say it.
+    let both_models = err(&["model.path=/tmp"]);
+    assert!(both_models.contains("add model.init=null"), "{both_models}");
     // Both problems came from the command line, and both say so.
     let both = err(&["rl.steps=0", "sft.steps=0"]);
     assert_eq!(

@@ -204,6 +204,23 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
             "--overwrite",
         ],
     ));
+    // model score takes the checkpoint as RUN@STEP too, and scores as its directory does.
+    let score = |model: &str| {
+        ok(roll(
+            &store,
+            &[
+                "model",
+                "score",
+                model,
+                "--prompt",
+                "1+2=",
+                "--completion",
+                "3",
+            ],
+        ))
+    };
+    let checkpoint = dir.path().join("judged/checkpoints/rl-step4");
+    assert_eq!(score("judged@rl-4"), score(checkpoint.to_str().unwrap()));
     // Without --data: the run's own held-out prompts (val_path).
     let own = eval_json(&store, &["judged@rl-4"]);
     assert_eq!(

@@ -2,7 +2,9 @@
 
 use anyhow::{Result, bail};
 
+use super::store_cmd::with_store;
 use super::{InitArgs, MergeArgs, ScoreArgs};
+use crate::debugger::open::{ModelSpec, run_model};
 use crate::model::{InitOptions, init_model_dir, load_model_dir, save_model_dir};
 
 pub fn init(args: InitArgs) -> Result<()> {
@@ -45,12 +47,30 @@ pub fn init(args: InitArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn score(args: ScoreArgs) -> Result<()> {
-    let model = load_model_dir(
-        &args.dir,
-        Some(candle_core::DType::F32),
-        &crate::device::tool_device()?,
-    )?;
+pub fn score(store: &std::path::Path, args: ScoreArgs) -> Result<()> {
+    let model = match ModelSpec::parse(&args.model) {
+        ModelSpec::Dir(dir) => load_model_dir(
+            &dir,
+            Some(candle_core::DType::F32),
+            &crate::device::tool_device()?,
+        )?,
+        ModelSpec::Run { run, stage, step } => {
+            if !store.exists() {
+                bail!(
+                    "'{}' is not a model directory, and there is no store at '{}' to find it in \
+                     as a run",
+                    args.model,
+                    store.display()
+                );
+            }
+            with_store(store, |s| async move {
+                run_model(&s, &run, stage.as_deref(), step)
+                    .await
+                    .map(|found| found.model)
+                    .map_err(anyhow::Error::msg)
+            })?
+        }
+    };
     let tok = &model.tokenizer.tokenizer;
     let unk = tok.token_to_id("<unk>");
     let encode = |text: &str, what: &str| -> Result<Vec<u32>> {

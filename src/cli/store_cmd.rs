@@ -169,10 +169,12 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
             r.status.as_str(),
             step,
             format_time(r.updated_at),
+            // Cut to the column (`code=0.91 ifeval=0.88 math=0.61` pushed TAGS off); the
+            // JSON listing has them all.
             if rewards.is_empty() {
                 "-".into()
             } else {
-                rewards
+                crate::text::clean(&rewards, 27, false)
             },
             r.tags.join(",")
         )?;

@@ -189,7 +189,9 @@ impl ModelSpec {
 
     pub fn parse(text: &str) -> ModelSpec {
         let path = Path::new(text);
-        if path.is_dir() {
+        // A run's name holds no path separator, so a text with one is a directory even when it
+        // is missing (and its error says so, not that no run has that name).
+        if path.is_dir() || path.exists() || text.contains(['/', '\\']) {
             return ModelSpec::Dir(path.to_path_buf());
         }
         let whole = || ModelSpec::Run {
@@ -403,6 +405,11 @@ mod tests {
             );
         }
         assert_eq!(spec("r@12"), ("r".into(), None, Some(12)));
+        // A path is a directory, there or not: no run's name has a separator.
+        assert_eq!(
+            ModelSpec::parse("/no/such/model"),
+            ModelSpec::Dir("/no/such/model".into())
+        );
         // Not a stage: the whole text is the run's name.
         assert_eq!(spec("r@grpo-3"), ("r@grpo-3".into(), None, None));
         // What the debugger offers names the stage, and reads back as that checkpoint.

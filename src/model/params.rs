@@ -210,16 +210,53 @@ impl ParamStore {
     /// Check names and shapes against the architecture; every problem is reported, naming `origin`.
     pub fn check_against(&self, cfg: &ModelConfig, origin: &str) -> Result<(), LoadError> {
         let mut problems = vec![];
+        // (expected, found) of every differing dimension: the config field they point at.
+        let mut differing: BTreeMap<(usize, usize), usize> = BTreeMap::new();
         let expected = expected_tensors(cfg);
         for (name, shape, _) in &expected {
             match self.vars.get(name) {
                 None => problems.push(format!("missing tensor '{name}'")),
-                Some(v) if v.dims() != shape.as_slice() => problems.push(format!(
-                    "tensor '{name}' has shape {:?}, expected {:?}",
-                    v.dims(),
-                    shape
-                )),
+                Some(v) if v.dims() != shape.as_slice() => {
+                    if v.dims().len() == shape.len() {
+                        for (e, f) in shape.iter().zip(v.dims()).filter(|(e, f)| e != f) {
+                            *differing.entry((*e, *f)).or_default() += 1;
+                        }
+                    }
+                    problems.push(format!(
+                        "tensor '{name}' has shape {:?}, expected {:?}",
+                        v.dims(),
+                        shape
+                    ))
+                }
                 Some(_) => {}
+            }
+        }
+        // The most common difference first, in config.json's words: "hidden_size is 256 in
+        // config.json, but the weights have 128 (37 tensors)".
+        let mut by_count: Vec<((usize, usize), usize)> = differing.into_iter().collect();
+        by_count.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        if let Some(((e, f), n)) = by_count.first() {
+            let fields = [
+                ("hidden_size", cfg.hidden_size),
+                ("intermediate_size", cfg.intermediate_size),
+                ("vocab_size", cfg.vocab_size),
+                (
+                    "num_attention_heads × head_dim",
+                    cfg.num_attention_heads * cfg.head_dim,
+                ),
+                (
+                    "num_key_value_heads × head_dim",
+                    cfg.num_key_value_heads * cfg.head_dim,
+                ),
+            ];
+            if let Some((field, _)) = fields.iter().find(|(_, v)| v == e) {
+                problems.insert(
+                    0,
+                    format!(
+                        "{field} is {e} in config.json, but the weights have {f} ({n} tensor{})",
+                        if *n == 1 { "" } else { "s" }
+                    ),
+                );
             }
         }
         for name in self.vars.keys() {
@@ -374,6 +411,33 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+
+    /// config.json edited to another hidden size (B7 of the new-user trial): one line says which
+    /// field and what the weights have, a few tensors follow, and the rest are counted.
+    #[test]
+    fn a_config_that_does_not_fit_the_weights_names_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = crate::model::hf_dir::tiny_test_model("ab", 32, 1);
+        crate::model::save_model_dir(dir.path(), &model).unwrap();
+        let path = dir.path().join("config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        cfg["hidden_size"] = 32.into();
+        std::fs::write(&path, cfg.to_string()).unwrap();
+        let err = crate::model::load_model_dir(dir.path(), None, &Device::Cpu)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines[1].contains("hidden_size is 32 in config.json, but the weights have 16"),
+            "{err}"
+        );
+        assert!(
+            lines.len() <= 6 && lines.last().unwrap().contains("more"),
+            "{err}"
+        );
+    }
 
     /// Drawn in chunks (a short last one too), from a stream already moved on, the normals are
     /// the one-by-one draws of `StdRng` with the same seed, bit for bit, and the stream goes on
