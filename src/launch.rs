@@ -67,7 +67,8 @@ pub fn run_recorded(
     };
     let store = rt.block_on(Store::open(store_path, mode))?;
     let owner = ProcessIdentity::current();
-    let (cfg, run, resume, resumed_from) = match start {
+    // `_lock` holds the output directory for this run until it ends.
+    let (cfg, run, resume, resumed_from, _lock) = match start {
         Start::New { cfg, overwrite } => {
             let cfg = Box::new(cfg.with_absolute_paths());
             let new = NewRun {
@@ -89,16 +90,25 @@ pub fn run_recorded(
                     .is_some_and(|old| std::path::Path::new(&old.output_dir) == cfg.output_dir());
             // Check the store first: a refused run must not touch the output directory.
             rt.block_on(store.check_name_free(&cfg.name, replace))?;
+            // Locked before anything in it is replaced: a live run's files are never removed.
+            let lock = pipeline::lock_output_dir(&cfg.output_dir())?;
             pipeline::prepare_output_dir(&cfg.output_dir(), replace_dir)?;
             let id = rt.block_on(store.create_run(&new, replace, &owner))?;
-            (*cfg, id, None, None)
+            (*cfg, id, None, None, lock)
         }
         Start::Resume { run } => {
             let info = rt.block_on(store.find_run(&run))?;
             let (cfg, resume) = resume_point(&rt, &store, &info)?;
+            let lock = pipeline::lock_output_dir(&cfg.output_dir())?;
             let (stage, step) = (resume.state.stage.clone(), resume.state.step);
             let dropped = rt.block_on(store.begin_resume(&info, &stage, step as u64, &owner))?;
-            (cfg, info.id, Some(resume), Some((stage, step, dropped)))
+            (
+                cfg,
+                info.id,
+                Some(resume),
+                Some((stage, step, dropped)),
+                lock,
+            )
         }
     };
     let (writer, task) = {

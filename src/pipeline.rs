@@ -290,6 +290,50 @@ fn started_event(
 /// What a run writes into its output directory (and what `overwrite` removes).
 const RUN_FILES: [&str; 2] = ["resolved_config.json", "checkpoints"];
 
+/// The file in a run's output directory that its process holds locked while it runs.
+pub const OUTPUT_LOCK: &str = ".roll-tui.lock";
+
+/// Lock `dir` (created if missing) for this process's run, until the returned file is dropped or
+/// the process ends (the OS releases the lock even after kill -9). A directory a live run holds
+/// is refused, naming its process: `--overwrite` must never delete a running run's files, even
+/// one of another name or store.
+pub fn lock_output_dir(dir: &std::path::Path) -> Result<std::fs::File, RunError> {
+    let io =
+        |e: std::io::Error| RunError::Setup(format!("output directory '{}': {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let path = dir.join(OUTPUT_LOCK);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(RunError::Setup(format!(
+                "output directory '{}' is in use by a running run ({}); stop it first, or set \
+                 another 'output_dir'",
+                dir.display(),
+                crate::text::clean(holder.trim(), 200, false)
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    use std::io::Write as _;
+    file.set_len(0).map_err(io)?;
+    write!(
+        file,
+        "pid {} on {}",
+        std::process::id(),
+        crate::store::liveness::ProcessIdentity::current().host
+    )
+    .map_err(io)?;
+    Ok(file)
+}
+
 /// Create `dir` for a new run. A directory that already holds a run's results is refused unless
 /// `overwrite` is set, in which case only the files a run writes are removed — never anything else.
 pub fn prepare_output_dir(dir: &std::path::Path, overwrite: bool) -> Result<(), RunError> {

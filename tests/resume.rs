@@ -166,3 +166,39 @@ fn a_run_killed_before_its_first_checkpoint_says_how_to_start_again() {
         "{err}"
     );
 }
+
+/// A live run's output directory is its own: another run there, of another name and another
+/// store, is refused even with --overwrite, before anything in it is removed (--overwrite
+/// deleted a running run's checkpoints).
+#[test]
+fn overwrite_never_takes_the_output_directory_of_a_live_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), "tiny", REST);
+    let cfg = cfg.to_str().unwrap();
+    let store = dir.path().join("live.db");
+    // Long enough to be running while the others try.
+    let (mut child, _lines) = spawn_until(&store, ["run", cfg, "rl.steps=100000"], "rl      1/");
+    let out_dir = dir.path().join("tiny");
+    assert!(out_dir.join("resolved_config.json").exists());
+    let other = dir.path().join("other.db");
+    for args in [
+        vec!["run", cfg, "name=other", "--overwrite"],
+        vec!["run", cfg, "--overwrite"],
+    ] {
+        let err = refused(roll(&other, &args));
+        assert!(
+            err.contains("is in use by a running run (pid ") && err.contains("stop it first"),
+            "{args:?}: {err}"
+        );
+    }
+    // Its files are all there.
+    assert!(out_dir.join("resolved_config.json").exists());
+    let _ = child.kill();
+    let _ = child.wait();
+    // Once it is gone (even killed), the directory is free again.
+    let out = roll(
+        &other,
+        &["run", cfg, "rl.steps=1", "sft.steps=1", "--overwrite", "-q"],
+    );
+    ok(out);
+}
