@@ -224,8 +224,9 @@ fn resume_point(
     let Some(last) = checkpoints.last() else {
         // A run that failed at set-up (a model or dataset it could not read) has its reason;
         // one killed early does not.
-        let why = match (info.last_step, &info.error) {
-            (0, Some(error)) => format!(
+        let failed = info.status == crate::store::RunStatus::Failed;
+        let why = match (failed, info.last_step, &info.error) {
+            (true, 0, Some(error)) => format!(
                 "it failed before its first step ({}), so there is nothing to resume from: fix \
                  that and run its config again",
                 crate::text::clean(error, 200, false)

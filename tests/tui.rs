@@ -558,3 +558,45 @@ fn hiding_a_series_gives_the_others_the_whole_panel() {
     app.update(ch('a'));
     assert_eq!(screen(&app, 80, 24), before);
 }
+
+/// At 100x30 a dozen panels would be boxes of one braille row each: they are paged instead,
+/// the page holding the focused panel, and a line says which are shown.
+#[test]
+fn panels_too_short_to_read_are_paged_with_the_focus() {
+    let mut app = loaded_app();
+    app.update(ch('G'));
+    app.update(key(KeyCode::Enter));
+    let mut all = dashboard_series();
+    all.extend([
+        series("actor/grad_norm", |s| 1.0 / (1.0 + s)),
+        series("actor/kl", |s| s / 1000.0),
+        series("actor/clip_frac_low", |s| (s / 9.0).sin().abs() / 10.0),
+        series("critic/value_loss", |s| 1.0 / (1.0 + s)),
+        series("system/tokens_per_s", |s| 5000.0 + s),
+        series("async/staleness_mean", |s| s % 3.0),
+        series("reward/add/accuracy", |s| 1.0 - (-s / 30.0).exp()),
+    ]);
+    app.update(Msg::SeriesLoaded {
+        run: RunId(1),
+        since: None,
+        result: Ok(SeriesRead::whole(all)),
+    });
+    let panels = app.dashboard.as_ref().unwrap().panels().len();
+    assert!(panels > 8, "{panels}");
+    let first = screen(&app, 100, 30);
+    assert!(
+        first.contains(&format!("panels 1–8 of {panels} · j/k move")),
+        "{first}"
+    );
+    // Down to the last panel: the page with it.
+    for _ in 0..panels {
+        app.update(ch('j'));
+    }
+    let last = screen(&app, 100, 30);
+    assert!(
+        last.contains(&format!("panels 9–{panels} of {panels}")),
+        "{last}"
+    );
+    // Tall enough for all of them at once: no pages.
+    assert!(!screen(&app, 100, 80).contains("panels 1–"));
+}

@@ -105,18 +105,86 @@ pub fn render(frame: &mut Frame, area: Rect, d: &Dashboard, spinner: &str, theme
         render_panel(frame, body, d, &panels[focus], true, theme);
         return;
     }
-    let cols: usize = if body.width >= 150 { 3 } else { 2 };
-    let rows = panels.len().div_ceil(cols);
+    let grid = Grid::new(body, panels.len(), d.focus);
+    let body = match grid.paged() {
+        false => body,
+        true => {
+            let [body, note] =
+                Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(body);
+            let (first, last) = grid.shown();
+            let text = format!(
+                " panels {}–{last} of {} · j/k move between them · e expands one",
+                first + 1,
+                panels.len()
+            );
+            frame.render_widget(Paragraph::new(text).style(theme.muted), note);
+            body
+        }
+    };
+    let rows = grid.rows_shown;
     let row_areas = Layout::vertical(vec![Constraint::Ratio(1, rows as u32); rows]).split(body);
     for (r, row_area) in row_areas.iter().enumerate() {
-        let cells =
-            Layout::horizontal(vec![Constraint::Ratio(1, cols as u32); cols]).split(*row_area);
+        let cells = Layout::horizontal(vec![Constraint::Ratio(1, grid.cols as u32); grid.cols])
+            .split(*row_area);
         for (c, cell) in cells.iter().enumerate() {
-            let i = r * cols + c;
+            let i = (grid.first_row + r) * grid.cols + c;
             if let Some(p) = panels.get(i) {
                 render_panel(frame, *cell, d, p, i == d.focus, theme);
             }
         }
+    }
+}
+
+/// Rows a panel needs to be read: its borders, three rows of curve and the x labels.
+const MIN_PANEL_ROWS: u16 = 6;
+
+/// How the panels are laid out: `cols` wide, and when they would be too short to read all at
+/// once, a page of `rows_shown` rows holding the focused panel (j/k move it, and the page).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grid {
+    cols: usize,
+    rows: usize,
+    rows_shown: usize,
+    first_row: usize,
+    panels: usize,
+}
+
+impl Grid {
+    fn new(body: Rect, panels: usize, focus: usize) -> Grid {
+        let cols: usize = if body.width >= 150 { 3 } else { 2 };
+        let rows = panels.div_ceil(cols).max(1);
+        if body.height / MIN_PANEL_ROWS >= rows as u16 {
+            return Grid {
+                cols,
+                rows,
+                rows_shown: rows,
+                first_row: 0,
+                panels,
+            };
+        }
+        // One line goes to saying which panels are shown.
+        let fit = usize::from((body.height.saturating_sub(1) / MIN_PANEL_ROWS).max(1));
+        let focus_row = focus.min(panels.saturating_sub(1)) / cols;
+        Grid {
+            cols,
+            rows,
+            rows_shown: fit,
+            first_row: focus_row / fit * fit,
+            panels,
+        }
+    }
+
+    fn paged(&self) -> bool {
+        self.rows_shown < self.rows
+    }
+
+    /// The first panel shown and one past the last.
+    fn shown(&self) -> (usize, usize) {
+        let first = self.first_row * self.cols;
+        (
+            first,
+            (first + self.rows_shown * self.cols).min(self.panels),
+        )
     }
 }
 
@@ -537,6 +605,23 @@ mod tests {
             names(legend_order(&d, &panel, &entries, Some(2), 80))[0],
             "ref"
         );
+    }
+
+    #[test]
+    fn panels_too_short_to_read_are_paged_around_the_focus() {
+        let area = |h| Rect::new(0, 0, 100, h);
+        // 12 panels in 2 columns are 6 rows: 36 lines show them all at 6 rows each.
+        let all = Grid::new(area(36), 12, 0);
+        assert!(!all.paged());
+        assert_eq!((all.rows_shown, all.shown()), (6, (0, 12)));
+        // 27 lines (a 100x30 terminal's dashboard): 4 rows of 6, the note line below them.
+        let page = Grid::new(area(27), 12, 0);
+        assert!(page.paged());
+        assert_eq!(page.shown(), (0, 8));
+        // Focus on the 9th panel (row 4): the next page, which holds the last four.
+        assert_eq!(Grid::new(area(27), 12, 8).shown(), (8, 12));
+        // Even a tiny body shows one row.
+        assert_eq!(Grid::new(area(4), 12, 11).shown(), (10, 12));
     }
 
     #[test]
