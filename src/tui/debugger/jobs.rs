@@ -291,6 +291,9 @@ impl DebugView {
                 match result {
                     Ok(mut m) => {
                         self.overrides.apply(&mut m.sampling);
+                        // A model of a run of this env plays it with the run's settings (its
+                        // action pattern, penalty, turns, instruction), as `--model` does.
+                        let adopted = self.adopt_run_env(&m);
                         // The env may have changed while the model loaded.
                         match m.for_env(&self.env) {
                             Ok(()) => {
@@ -301,6 +304,9 @@ impl DebugView {
                             Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
                         }
                         self.changed();
+                        if adopted {
+                            return self.restart_with_run_env();
+                        }
                     }
                     Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
                 }
@@ -437,6 +443,47 @@ impl DebugView {
         }
     }
 
+    /// Take `m`'s run's settings for the env debugged (keeping the parameters chosen here, or
+    /// the run's when none were): whether they differ from the settings in use.
+    fn adopt_run_env(&mut self, m: &ModelPolicy) -> bool {
+        let Some(run) = m.run_env.as_ref().filter(|r| r.name == self.env.name) else {
+            return false;
+        };
+        let mut env = run.clone();
+        if !self.env.params.is_empty() {
+            env.params = self.env.params.clone();
+        }
+        if env == self.env {
+            return false;
+        }
+        self.env = env;
+        true
+    }
+
+    /// The episode from its seed again, under the settings just adopted, when no turn of it is
+    /// played yet; otherwise they wait for the next episode started with `c`, and a notice says so.
+    fn restart_with_run_env(&mut self) -> Vec<DebugJob> {
+        let Some(s) = &self.session else {
+            return vec![];
+        };
+        if !s.turns.is_empty() {
+            let notice = self.notice.take().unwrap_or_default();
+            self.notice = Some(format!(
+                "{notice}; its run's settings for '{}' apply to the next episode (c, Enter)",
+                self.env.name
+            ));
+            return vec![];
+        }
+        let seed = s.seed;
+        let job = self.job();
+        self.busy = Some((Work::Starting, job));
+        vec![DebugJob::StartEnv {
+            job,
+            env: Box::new(self.env.clone()),
+            seed,
+        }]
+    }
+
     /// The loaded model prompts for the env now debugged.
     fn reprompt(&mut self) {
         let env = self.env.clone();
@@ -453,6 +500,10 @@ fn model_notice(m: &ModelPolicy, env: &EnvConfig) -> String {
             "model {} loaded; it was trained on '{}', not '{}'",
             m.source, run.name, env.name
         ),
-        _ => format!("model {} loaded", m.source),
+        Some(_) => format!(
+            "model {} loaded, playing '{}' with its run's settings",
+            m.source, env.name
+        ),
+        None => format!("model {} loaded", m.source),
     }
 }

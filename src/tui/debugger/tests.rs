@@ -683,3 +683,54 @@ fn a_program_backed_env_steps_off_the_screens_thread() {
     assert_eq!(v.turns(), 0);
     assert_eq!(v.busy, None);
 }
+
+/// `m` with a model of a run of this env: the env is played with the run's settings (its
+/// penalty, turns, …), as `env debug --model` does, and an episode not yet begun restarts under
+/// them; one under way keeps its own and the notice says when they apply.
+#[test]
+fn a_run_s_model_plays_the_env_with_the_run_s_settings() {
+    let load = |v: &mut DebugView| {
+        let mut m = model(&v.env, 1.0);
+        m.run_env = Some(EnvConfig {
+            format_penalty: -0.5,
+            max_turns: 7,
+            params: Default::default(),
+            ..v.env.clone()
+        });
+        let DebugJob::LoadModel { job, .. } = v.load_model("lake@rl-3") else {
+            panic!("not a model load");
+        };
+        v.answer(DebugMsg::ModelLoaded {
+            job,
+            result: Ok(Box::new(m)),
+        })
+    };
+    let mut v = lake();
+    let jobs = load(&mut v);
+    assert_eq!((v.env.format_penalty, v.env.max_turns), (-0.5, 7));
+    // The map chosen here stays; the run's other settings come in.
+    assert_eq!(v.env.params["map"], "SFF/FHF/FFG");
+    let [job] = <[DebugJob; 1]>::try_from(jobs).ok().unwrap();
+    assert!(matches!(job, DebugJob::StartEnv { seed: 0, .. }));
+    assert!(run_job(&mut v, job).is_empty());
+    assert!(v.session.as_ref().unwrap().turns.is_empty());
+    assert!(
+        v.notice
+            .as_deref()
+            .unwrap()
+            .contains("with its run's settings")
+    );
+    // A turn already played: nothing restarts.
+    let mut v = lake();
+    v.act(Action::MoveDown);
+    let played = v.session.as_ref().unwrap().turns.len();
+    assert!(played > 0);
+    assert!(load(&mut v).is_empty());
+    assert_eq!(v.session.as_ref().unwrap().turns.len(), played);
+    assert!(
+        v.notice
+            .as_deref()
+            .unwrap()
+            .contains("apply to the next episode")
+    );
+}
