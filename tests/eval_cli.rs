@@ -301,6 +301,23 @@ fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
         err.contains("--samples is 2") && err.contains("--temperature"),
         "{err}"
     );
+    // An agentic config is evaluated on episodes, and says how.
+    let lake = dir.path().join("lake.yaml");
+    std::fs::write(
+        &lake,
+        std::fs::read_to_string(cfg)
+            .unwrap()
+            .replace("rl: {", "rl: { env: { name: frozen_lake }, "),
+    )
+    .unwrap();
+    let err = refused(roll(
+        &store,
+        &["eval", lake.to_str().unwrap(), "--data", &mixed],
+    ));
+    assert!(
+        err.contains("evaluated on episodes") && err.contains("env play"),
+        "{err}"
+    );
     // The config holds nothing out and no file is given.
     let err = refused(roll(&store, &["eval", cfg]));
     assert!(

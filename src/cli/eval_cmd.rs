@@ -96,6 +96,16 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
     }
     let store = rt.block_on(Store::open(store_path, OpenMode::Create))?;
     let target = rt.block_on(target(&store, &args))?;
+    if let Some(env) = target.cfg.rl.as_ref().and_then(|rl| rl.env.as_ref()) {
+        bail!(
+            "'{}' trains on the environment '{}': its policy is evaluated on episodes, not on \
+             prompts (rl.env.eval during the run; afterwards `roll-tui env play {} --policy \
+             model:RUN@STEP --samples N`)",
+            args.target,
+            env.name,
+            env.name
+        );
+    }
     let name = rt.block_on(run_name(&store, &args, &target.label))?;
     let files = args
         .data
