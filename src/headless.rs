@@ -37,7 +37,7 @@ impl HeadlessObserver {
     fn warn(&self, line: &str) {
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => eprintln!("{line}"),
+            _ => print_line(&mut std::io::stderr(), line),
         }
     }
 
@@ -47,9 +47,16 @@ impl HeadlessObserver {
         }
         match &self.bar {
             Some(bar) if !bar.is_hidden() => bar.println(line),
-            _ => println!("{line}"),
+            _ => print_line(&mut std::io::stdout(), line),
         }
     }
+}
+
+/// `line` on `out`, whose reader may have gone away (`roll-tui run … | head`): a run that can
+/// no longer print goes on to its end and its checkpoints, unprinted, instead of dying with
+/// them unwritten.
+fn print_line(out: &mut impl std::io::Write, line: &str) {
+    let _ = writeln!(out, "{line}");
 }
 
 impl Observer for HeadlessObserver {
@@ -138,9 +145,12 @@ impl Observer for HeadlessObserver {
                 stage,
                 step,
                 recomputed,
-            } => println!(
-                "resumed run '{run}' from {stage} step {step} ({recomputed} metric points \
-                 recorded after that checkpoint are recomputed)"
+            } => print_line(
+                &mut std::io::stdout(),
+                &format!(
+                    "resumed run '{run}' from {stage} step {step} ({recomputed} metric points \
+                     recorded after that checkpoint are recomputed)"
+                ),
             ),
         }
     }
@@ -253,21 +263,26 @@ pub fn run(
         RunStatus::Finished => "finished",
         RunStatus::Interrupted => "interrupted",
     };
-    println!(
-        "run '{}' (id {}) {verb}; metrics and samples in store '{}', checkpoints in '{}'",
-        rec.name,
-        rec.run,
-        store.display(),
-        rec.outcome.output_dir.display()
+    let mut out = std::io::stdout();
+    print_line(
+        &mut out,
+        &format!(
+            "run '{}' (id {}) {verb}; metrics and samples in store '{}', checkpoints in '{}'",
+            rec.name,
+            rec.run,
+            store.display(),
+            rec.outcome.output_dir.display()
+        ),
     );
     // Without --quiet the checkpoint's own line was the last one printed before this.
     if let Some(ckpt) = &rec.outcome.last_checkpoint
         && quiet
     {
-        println!("last checkpoint: '{}'", ckpt.display());
+        print_line(&mut out, &format!("last checkpoint: '{}'", ckpt.display()));
     }
     if rec.outcome.status == RunStatus::Interrupted {
-        println!("continue it with: {}", resume_command(store, &rec.name));
+        let resume = resume_command(store, &rec.name);
+        print_line(&mut out, &format!("continue it with: {resume}"));
     }
     Ok(rec)
 }

@@ -60,3 +60,28 @@ fn printing_commands_end_quietly_when_their_reader_is_gone() {
         );
     }
 }
+
+/// `roll-tui run CONFIG | head -3`: the run outlives its reader and ends as it would have,
+/// checkpoint and all (it was killed at its next line, with status 0 and no checkpoint).
+#[test]
+fn a_run_outlives_the_reader_of_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("roll.db");
+    let cfg = write_config(
+        dir.path(),
+        "headless",
+        "name: headless\nsft: { steps: 3, batch_size: 4 }\nrl: { steps: 2, prompts_per_step: 2, group_size: 2 }",
+    );
+    let out = with_closed_stdout(&store, &["run", cfg.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: serde_json::Value =
+        serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
+    assert_eq!(runs[0]["status"], "finished", "{runs}");
+    assert_eq!(runs[0]["last_step"], 2);
+    assert!(dir.path().join("headless/checkpoints/rl-step2").is_dir());
+}

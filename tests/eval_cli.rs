@@ -221,6 +221,24 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
     };
     let checkpoint = dir.path().join("judged/checkpoints/rl-step4");
     assert_eq!(score("judged@rl-4"), score(checkpoint.to_str().unwrap()));
+    // --overwrite replaces an evaluation, never a training run (it deleted the run evaluated).
+    let err = refused(roll(
+        &store,
+        &[
+            "eval",
+            "judged",
+            "--data",
+            &data,
+            "--name",
+            "judged",
+            "--overwrite",
+        ],
+    ));
+    assert!(err.contains("is not an evaluation (it trains)"), "{err}");
+    assert_eq!(
+        stage_series(&store, "judged", "rl", "val/add/accuracy"),
+        in_run
+    );
     // Without --data: the run's own held-out prompts (val_path).
     let own = eval_json(&store, &["judged@rl-4"]);
     assert_eq!(
@@ -292,6 +310,33 @@ fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
     );
     let err = refused(roll(&store, &["eval", cfg, "--data", &odd]));
     assert!(err.contains("odd.jsonl' line 1"), "{err}");
+    // Answers that cannot fit beside a prompt in the model's positions: refused before any
+    // generation (the engine failed at the first such request), and a run's before its SFT.
+    let err = refused(roll(
+        &store,
+        &["eval", cfg, "--data", &mixed, "--max-tokens", "1000"],
+    ));
+    assert!(
+        err.contains("answers may take 1000 more") && err.contains("new tokens or fewer"),
+        "{err}"
+    );
+    let out = roll(
+        &store,
+        &[
+            "run",
+            cfg,
+            "name=room",
+            "rl.sampling.max_new_tokens=1000",
+            "sft={steps: 40, batch_size: 4}",
+        ],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let err = refused(out);
+    assert!(
+        err.contains("rl.sampling.max_new_tokens 1000 more"),
+        "{err}"
+    );
+    assert!(!printed.contains("sft      1/"), "{printed}");
     // Greedy decoding gives one answer: k samples need a temperature.
     let err = refused(roll(
         &store,
@@ -324,9 +369,11 @@ fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
         err.contains("holds out no prompts: pass --data FILE"),
         "{err}"
     );
-    // Failed evaluations stored nothing.
+    // Failed evaluations stored nothing (the run refused at set-up keeps its failed row, as such
+    // a run does, replaced by the next of its name).
     let runs: Vec<Value> = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
-    assert_eq!(runs.len(), 2, "{runs:?}");
+    let names: Vec<&str> = runs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["room", "eval-fresh-2", "eval-fresh"], "{runs:?}");
 }
 
 #[test]

@@ -61,9 +61,15 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
+/// The tag of the runs `eval` stores: the only runs its `--overwrite` replaces.
+pub const EVAL_TAG: &str = "eval";
+
 /// The model to score, what it is called, and the config whose data and rewards score it.
 struct Target {
     label: String,
+    /// What the evaluation run is named after: the config's run name, the checkpoint
+    /// (`quickstart@rl-150`) or the directory's name.
+    stem: String,
     cfg: RunConfig,
     model: LoadedModel,
 }
@@ -95,6 +101,7 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
         bail!("override '{o}': the model to score is the target's, or --model's");
     }
     let store = rt.block_on(Store::open(store_path, OpenMode::Create))?;
+    rt.block_on(check_name(&store, &args))?;
     let target = rt.block_on(target(&store, &args))?;
     if let Some(env) = target.cfg.rl.as_ref().and_then(|rl| rl.env.as_ref()) {
         bail!(
@@ -106,7 +113,7 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
             env.name
         );
     }
-    let name = rt.block_on(run_name(&store, &args, &target.label))?;
+    let name = rt.block_on(run_name(&store, &args, &target.stem))?;
     let files = args
         .data
         .iter()
@@ -224,10 +231,10 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
     if yaml && !path.is_file() {
         bail!("config file '{}' does not exist", args.target);
     }
-    let (label, cfg, model) = if path.is_file() {
+    let (label, stem, cfg, model) = if path.is_file() {
         let cfg = RunConfig::load(path, &args.overrides)?;
         let label = format!("the model of '{}'", args.target);
-        (label, cfg, None)
+        (label, cfg.name.clone(), cfg, None)
     } else {
         let ModelSpec::Run { run, stage, step } = ModelSpec::parse(&args.target) else {
             bail!("'{}' is a directory, not a config or a run", args.target);
@@ -237,16 +244,37 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
             .map_err(anyhow::Error::msg)?;
         let origin = format!("run '{run}'");
         let cfg = found.cfg.with_overrides(&origin, &args.overrides)?;
-        (found.source, cfg, Some(found.model))
+        let source = found.source;
+        (source.clone(), source, cfg, Some(found.model))
     };
-    let (label, model) = match &args.model {
-        Some(spec) => replacement_model(store, spec, &cfg).await?,
+    let (label, stem, model) = match &args.model {
+        Some(spec) => {
+            let (label, model) = replacement_model(store, spec, &cfg).await?;
+            let stem = Path::new(&label)
+                .file_name()
+                .map_or(label.clone(), |n| n.to_string_lossy().into_owned());
+            (label, stem, model)
+        }
         None => match model {
-            Some(model) => (label, model),
-            None => (label, crate::pipeline::setup::load_policy(&cfg)?),
+            Some(model) => (label, stem, model),
+            None => {
+                if cfg.model.path.is_none() {
+                    eprintln!(
+                        "note: '{}' makes its model from model.init: a random initialisation \
+                         is scored (--model DIR|RUN@STEP scores another)",
+                        args.target
+                    );
+                }
+                (label, stem, crate::pipeline::setup::load_policy(&cfg)?)
+            }
         },
     };
-    Ok(Target { label, cfg, model })
+    Ok(Target {
+        label,
+        stem,
+        cfg,
+        model,
+    })
 }
 
 /// `--model`: a Hugging Face directory (in the config's dtype) or a run's checkpoint.
@@ -327,27 +355,52 @@ fn eval_settings(cfg: &RunConfig, args: &EvalArgs) -> Result<RlEval> {
     Ok(eval)
 }
 
-/// `--name`, or `eval-<label>` with the first free number after it when that is taken.
-async fn run_name(store: &Store, args: &EvalArgs, label: &str) -> Result<String> {
+/// `--name`, checked before anything loads: a name a run could have, free unless replaced.
+async fn check_name(store: &Store, args: &EvalArgs) -> Result<()> {
+    let Some(name) = &args.name else {
+        return Ok(());
+    };
+    let chars = name.chars().count();
+    if name.trim().is_empty()
+        || name.contains(['/', '\\'])
+        || name.chars().any(char::is_control)
+        || chars > crate::config::MAX_NAME_CHARS
+    {
+        bail!(
+            "--name '{}': a run's name is non-empty, at most {} characters, with no path \
+             separators or control characters",
+            crate::text::clean(name, 40, false),
+            crate::config::MAX_NAME_CHARS
+        );
+    }
+    let existing = store.find_run(name).await.ok().filter(|r| &r.name == name);
+    // --overwrite replaces an evaluation, never a training run (or the one being evaluated).
+    if let Some(run) = &existing
+        && !run.tags.iter().any(|t| t == EVAL_TAG)
+    {
+        bail!(
+            "run '{name}' in store '{}' is not an evaluation (it trains): eval never replaces \
+             it; choose another --name",
+            store.path().display()
+        );
+    }
+    let taken = existing.is_some();
+    if taken && !args.overwrite {
+        bail!(
+            "run '{name}' already exists in store '{}': pass --overwrite to replace it, or \
+             another --name",
+            store.path().display()
+        );
+    }
+    store.check_name_free(name, args.overwrite).await?;
+    Ok(())
+}
+
+/// `--name`, or `eval-<stem>` with the first free number after it when that is taken.
+async fn run_name(store: &Store, args: &EvalArgs, stem: &str) -> Result<String> {
     if let Some(name) = &args.name {
-        let taken = store.find_run(name).await.is_ok_and(|r| &r.name == name);
-        if taken && !args.overwrite {
-            bail!(
-                "run '{name}' already exists in store '{}': pass --overwrite to replace it, or \
-                 another --name",
-                store.path().display()
-            );
-        }
-        store.check_name_free(name, args.overwrite).await?;
         return Ok(name.clone());
     }
-    let stem = Path::new(
-        label
-            .trim_start_matches("the model of '")
-            .trim_end_matches('\''),
-    )
-    .file_stem()
-    .map_or(label.to_string(), |s| s.to_string_lossy().into_owned());
     let slug: String = stem
         .chars()
         .map(|c| match c {
@@ -426,7 +479,7 @@ impl StoredResult<'_> {
         drop(writer);
         rt.block_on(task).context("the store's writer stopped")?;
         rt.block_on(async {
-            store.add_tags(id, &["eval".to_string()]).await?;
+            store.add_tags(id, &[EVAL_TAG.to_string()]).await?;
             store.set_notes(id, notes).await
         })?;
         Ok(())

@@ -210,10 +210,23 @@ impl<'a> Evaluation<'a> {
         };
         let k = eval.samples;
         let prompts = self.prompts(eval);
+        let positions = self.tok.model.config().max_position_embeddings;
         for (p, (_, example)) in prompts.iter().enumerate() {
             let ids = self.tok.prompt_ids(&example.prompt).map_err(|e| {
                 RunError::Setup(format!("held-out prompt '{}': {e}", example.prompt))
             })?;
+            // Refused before any generation: the engine would stop at the first such prompt.
+            if ids.len() + params.max_new_tokens > positions {
+                return Err(RunError::Setup(format!(
+                    "held-out prompt '{}' is {} tokens and answers may take {} more \
+                     (max_new_tokens), but the model holds {positions} positions: allow {} \
+                     new tokens or fewer",
+                    crate::text::clean(&example.prompt, 60, false),
+                    ids.len(),
+                    params.max_new_tokens,
+                    positions.saturating_sub(ids.len())
+                )));
+            }
             for i in 0..k {
                 engine.submit(Request {
                     id: (p * k + i) as u64,

@@ -259,6 +259,8 @@ pub(super) const MAX_PROMPT_BYTES_PER_POSITION: usize = 64;
 pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, RunError> {
     let mut domains = vec![];
     let positions = model.config().max_position_embeddings;
+    // The longest prompt (its tokens and where it is), which RL's answers must fit beside.
+    let mut longest: Option<(usize, String)> = None;
     for d in &cfg.data.domains {
         // Where each example came from, for errors: a file's line, or the generator's ordinal.
         let mut lines: Vec<usize> = vec![];
@@ -292,7 +294,8 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
                 }
                 _ => format!("domain '{}' example {}", d.name, i + 1),
             };
-            check_prompt(tok, &where_, &ex.prompt, positions)?;
+            let tokens = check_prompt(tok, &where_, &ex.prompt, positions)?;
+            longer(&mut longest, tokens, &where_);
             // SFT imitates the response, or the ground truth where there is none; a ground truth
             // beside a response is only read by the reward (tests JSON, instructions), never
             // tokenized, so its characters need not be in the vocabulary.
@@ -306,7 +309,7 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
             };
         }
         let reward = domain_reward(d)?;
-        let (examples, val) = held_out(cfg, d, examples, tok, positions)?;
+        let (examples, val) = held_out(cfg, d, examples, tok, positions, &mut longest)?;
         domains.push(Domain {
             name: d.name.clone(),
             examples,
@@ -315,6 +318,8 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
             reward,
         });
     }
+    let longest = longest.as_ref().map(|(n, w)| (*n, w.as_str()));
+    check_room(cfg, longest, positions)?;
     Ok(Domains {
         domains,
         chat_template: cfg.data.chat_template,
@@ -343,12 +348,13 @@ pub(super) fn domain_reward(d: &crate::config::DomainConfig) -> Result<Reward, R
 }
 
 /// A prompt the model can take: one the tokenizer reads whole, with room for a response.
+/// Returns the prompt's tokens.
 pub(super) fn check_prompt(
     tok: Tokenizing<'_>,
     where_: &str,
     prompt: &str,
     positions: usize,
-) -> Result<(), RunError> {
+) -> Result<usize, RunError> {
     // Refused before tokenizing: a tokenizer on a 50 MB prompt takes minutes and gigabytes, and
     // no token holds more than a few dozen bytes.
     if prompt.len() > positions * MAX_PROMPT_BYTES_PER_POSITION {
@@ -368,6 +374,38 @@ pub(super) fn check_prompt(
             ids.len()
         )));
     }
+    Ok(ids.len())
+}
+
+/// Keep `tokens` at `where_` if it is the longest prompt so far.
+fn longer(longest: &mut Option<(usize, String)>, tokens: usize, where_: &str) {
+    if longest.as_ref().is_none_or(|(n, _)| tokens > *n) {
+        *longest = Some((tokens, where_.to_string()));
+    }
+}
+
+/// The RL stage's answers must fit beside every prompt: checked at set-up, not when the first
+/// rollout reaches the prompt after a whole SFT stage. `longest` is the longest prompt's tokens.
+fn check_room(
+    cfg: &RunConfig,
+    longest: Option<(usize, &str)>,
+    positions: usize,
+) -> Result<(), RunError> {
+    let Some(rl) = cfg.rl.as_ref().filter(|rl| rl.env.is_none()) else {
+        return Ok(());
+    };
+    let Some((tokens, where_)) = longest else {
+        return Ok(());
+    };
+    let room = rl.sampling.max_new_tokens;
+    if tokens + room > positions {
+        return Err(RunError::Setup(format!(
+            "{where_}: the prompt is {tokens} tokens and rl.sampling.max_new_tokens {room} more, \
+             but the model holds {positions} positions: lower max_new_tokens to {} or less, or \
+             shorten the prompt",
+            positions.saturating_sub(tokens)
+        )));
+    }
     Ok(())
 }
 
@@ -379,6 +417,7 @@ fn held_out(
     examples: Vec<Example>,
     tok: Tokenizing<'_>,
     positions: usize,
+    longest: &mut Option<(usize, String)>,
 ) -> Result<(Vec<Example>, Vec<Example>), RunError> {
     if let Some(fraction) = d.val_split {
         let name = crate::seed::fnv1a(d.name.as_bytes());
@@ -393,7 +432,8 @@ fn held_out(
     for (line, mut e) in crate::data::jsonl::load_jsonl_numbered(path, &d.name)? {
         let where_ = format!("domain '{}' ('{}' line {line})", d.name, path.display());
         e.domain = d.name.clone();
-        check_prompt(tok, &where_, &e.prompt, positions)?;
+        let tokens = check_prompt(tok, &where_, &e.prompt, positions)?;
+        longer(longest, tokens, &where_);
         val.push(e);
     }
     let train = super::rl_eval::without_held_out(examples, &val);
