@@ -239,6 +239,14 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
         stage_series(&store, "judged", "rl", "val/add/accuracy"),
         in_run
     );
+    // What cannot be evaluated says why: an evaluation has no model, a step must be a number.
+    let err = refused(roll(&store, &["eval", "eval-judged-rl-4"]));
+    assert!(
+        err.contains("none: it is an evaluation, which trains nothing"),
+        "{err}"
+    );
+    let err = refused(roll(&store, &["eval", "judged@abc"]));
+    assert!(err.contains("(a checkpoint is RUN@STEP"), "{err}");
     // Without --data: the run's own held-out prompts (val_path).
     let own = eval_json(&store, &["judged@rl-4"]);
     assert_eq!(
@@ -346,6 +354,59 @@ fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
         err.contains("--samples is 2") && err.contains("--temperature"),
         "{err}"
     );
+    // One prompt with two ground truths is a mistake, not a choice of the first.
+    let twice = file(
+        "twice.jsonl",
+        "{\"prompt\": \"3+4=\", \"ground_truth\": \"8\", \"domain\": \"add\"}\n\
+         {\"prompt\": \"3+4=\", \"ground_truth\": \"7\", \"domain\": \"add\"}\n",
+    );
+    let err = refused(roll(&store, &["eval", cfg, "--data", &twice]));
+    assert!(
+        err.contains("line 2: prompt '3+4=' is already in domain 'add' with ground truth '8'"),
+        "{err}"
+    );
+    // Held-out files alone: the training data is not read (it may be elsewhere now).
+    let train = file(
+        "train.jsonl",
+        "{\"prompt\": \"1+1=\", \"ground_truth\": \"2\"}\n",
+    );
+    let held = file(
+        "held.jsonl",
+        "{\"prompt\": \"2+2=\", \"ground_truth\": \"4\"}\n",
+    );
+    let own = dir.path().join("own.yaml");
+    std::fs::write(
+        &own,
+        std::fs::read_to_string(cfg).unwrap().replace(
+            "- { name: add, synthetic: { task: addition, count: 40, digits: 1, demo_noise: 0.5 }, reward: math_rule }",
+            &format!("- {{ name: add, path: {train}, val_path: {held}, reward: math_rule }}"),
+        ),
+    )
+    .unwrap();
+    std::fs::remove_file(&train).unwrap();
+    let out = eval_json(&store, &[own.to_str().unwrap(), "--name", "own"]);
+    assert_eq!(out["metrics"]["val/add/prompts"], 1.0);
+    // A long name widens the runs table's column instead of pushing the rest of its row.
+    let long = "an-evaluation-named-at-some-length";
+    eval_json(&store, &[own.to_str().unwrap(), "--name", long]);
+    let table = ok(roll(&store, &["runs"]));
+    let status_at = |line: &str| {
+        ["STATUS", "finished", "failed"]
+            .iter()
+            .filter_map(|w| line.find(w))
+            .min()
+    };
+    // The header and the runs' rows (not a failed run's reason under its row).
+    let rows = table.lines().filter(|l| {
+        l.trim_start()
+            .starts_with(|c: char| c.is_ascii_digit() || c == 'I')
+    });
+    let columns: Vec<Option<usize>> = rows.map(status_at).collect();
+    assert!(
+        columns.iter().all(|c| *c == columns[0] && c.is_some()),
+        "{table}"
+    );
+    ok(roll(&store, &["runs", "rm", long, "--yes"]));
     // An agentic config is evaluated on episodes, and says how.
     let lake = dir.path().join("lake.yaml");
     std::fs::write(
@@ -373,7 +434,11 @@ fn data_lines_go_to_their_domains_and_bad_ones_are_refused_by_name() {
     // a run does, replaced by the next of its name).
     let runs: Vec<Value> = serde_json::from_str(&ok(roll(&store, &["runs", "--json"]))).unwrap();
     let names: Vec<&str> = runs.iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["room", "eval-fresh-2", "eval-fresh"], "{runs:?}");
+    assert_eq!(
+        names,
+        ["own", "room", "eval-fresh-2", "eval-fresh"],
+        "{runs:?}"
+    );
 }
 
 #[test]

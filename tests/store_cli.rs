@@ -213,7 +213,7 @@ fn store_commands_on_a_real_run() {
         (&["--stage", "foo"][..], "--stage foo: its stages are rl"),
         (
             &["--step", "9999"][..],
-            "--step 9999: its sampled steps are rl 1..=4",
+            "--step 9999: its sampled steps are rl 1 to 4",
         ),
     ] {
         let err = fails(

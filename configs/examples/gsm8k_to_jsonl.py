@@ -38,22 +38,28 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     source, target = sys.argv[1], sys.argv[2]
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-    count = 0
-    with open(source, encoding="utf-8") as inp, open(target, "w", encoding="utf-8") as out:
+    if not os.path.isfile(source):
+        print(f"{source}: no such file (GSM8K's train.jsonl or test.jsonl)", file=sys.stderr)
+        return 1
+    rows = []
+    with open(source, encoding="utf-8") as inp:
         for number, line in enumerate(inp, 1):
             if not line.strip():
                 continue
             try:
-                out.write(json.dumps(convert(line), ensure_ascii=False) + "\n")
+                rows.append(convert(line))
             except KeyError as e:
                 print(f"{source} line {number}: no field {e}", file=sys.stderr)
                 return 1
             except ValueError as e:  # JSONDecodeError is one
                 print(f"{source} line {number}: {e}", file=sys.stderr)
                 return 1
-            count += 1
-    print(f"wrote {count} examples to {target}")
+    # Written whole once every line converted: a bad line leaves no partial file behind.
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    with open(target, "w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"wrote {len(rows)} example{'' if len(rows) == 1 else 's'} to {target}")
     return 0
 
 

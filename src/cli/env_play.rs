@@ -176,9 +176,10 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
     if !args.json {
         let invalid = session.turns.iter().filter(|t| !t.valid()).count();
         println!(
-            "return {} over {} steps ({invalid} invalid){}",
+            "return {} over {} step{} ({invalid} invalid){}",
             crate::text::reward(session.total_reward()),
             session.turns.len(),
+            if session.turns.len() == 1 { "" } else { "s" },
             if session.done() { "" } else { ", not done" }
         );
         if !unused.is_empty() {

@@ -21,7 +21,7 @@ use crate::store::{EventKind, EventRecord, NewRun, OpenMode, RunStatus, Store};
 #[command(after_help = "Examples:\n  \
 roll-tui eval quickstart@rl-150 --data test.jsonl    a run's checkpoint, with the run's rewards\n  \
 roll-tui eval quickstart                              its latest checkpoint, on the run's held-out prompts\n  \
-roll-tui eval experiments/quickstart.yaml --model ~/models/Qwen2.5-0.5B-Instruct --data gsm8k=test.jsonl")]
+roll-tui eval configs/examples/qwen2.5-0.5b-instruct-gsm8k.yaml --model ~/models/Qwen2.5-0.5B-Instruct --data gsm8k=test.jsonl")]
 pub struct EvalArgs {
     #[command(flatten)]
     pub at: StoreArg,
@@ -155,8 +155,9 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
         format!("temperature {}", eval.temperature)
     };
     eprintln!(
-        "evaluating {} on {prompts} prompts ({}): {} sample{} each, {how}, at most {} new tokens",
+        "evaluating {} on {prompts} prompt{} ({}): {} sample{} each, {how}, at most {} new tokens",
         target.label,
+        if prompts == 1 { "" } else { "s" },
         counts
             .iter()
             .map(|(d, n)| format!("{d} {n}"))
@@ -343,14 +344,36 @@ fn eval_settings(cfg: &RunConfig, args: &EvalArgs) -> Result<RlEval> {
     }
     let problems = eval.problems();
     if !problems.is_empty() {
-        let flags = problems
-            .join("; ")
-            .replace("rl.eval.every, ", "")
-            .replace("rl.eval.samples", "--samples")
-            .replace("rl.eval.temperature", "--temperature")
-            .replace("rl.eval.max_prompts", "--max-prompts")
-            .replace("samples: 1", "--samples 1");
-        bail!("{flags}");
+        // A value is named by where it came from (the flag, or the config's rl.eval); what to
+        // do about it by the flags.
+        let mut text = problems.join("; ").replace("rl.eval.every, ", "");
+        for (key, flag, given) in [
+            ("rl.eval.samples", "--samples", args.samples.is_some()),
+            (
+                "rl.eval.temperature",
+                "--temperature",
+                args.temperature.is_some(),
+            ),
+            (
+                "rl.eval.max_prompts",
+                "--max-prompts",
+                args.max_prompts.is_some(),
+            ),
+        ] {
+            if !given {
+                // Marked (\u{1}) so the flag's replacement below leaves it as the key.
+                let marked = key.replace('.', "\u{1}");
+                for verb in [" is ", " must "] {
+                    let at = format!("{key}{verb}");
+                    text = text.replace(&at, &format!("the config's {marked}{verb}"));
+                }
+            }
+            text = text.replace(key, flag);
+        }
+        let text = text
+            .replace('\u{1}', ".")
+            .replace("or samples: 1", "or --samples 1");
+        bail!("{text}");
     }
     Ok(eval)
 }

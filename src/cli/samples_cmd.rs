@@ -121,7 +121,7 @@ fn no_samples(run: &str, args: &SamplesArgs, coverage: &[SampleCoverage]) -> Str
                 let of = coverage.iter().filter(|c| c.stage == *s);
                 let first = of.clone().map(|c| c.first_step).min().unwrap_or(0);
                 let last = of.map(|c| c.last_step).max().unwrap_or(0);
-                format!("{s} {first}..={last}")
+                format!("{s} {first} to {last}")
             })
             .collect();
         said.push(format!(

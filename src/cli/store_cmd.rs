@@ -144,9 +144,16 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
         )?;
         return Ok(());
     }
+    // As wide as the longest name (names are typed back: never cut), 20 at least.
+    let width = runs
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(20);
     writeln!(
         out,
-        "{:>4}  {:<20}  {:<11}  {:>15}  {:<19}  {:<28}  TAGS",
+        "{:>4}  {:<width$}  {:<11}  {:>15}  {:<19}  {:<28}  TAGS",
         "ID", "NAME", "STATUS", "STEP", "UPDATED", "LAST REWARD"
     )?;
     for r in &runs {
@@ -163,7 +170,7 @@ async fn list_runs(store: &Store, json: bool) -> Result<()> {
             .join(" ");
         writeln!(
             out,
-            "{:>4}  {:<20}  {:<11}  {:>15}  {:<19}  {:<28}  {}",
+            "{:>4}  {:<width$}  {:<11}  {:>15}  {:<19}  {:<28}  {}",
             r.id.0,
             r.name,
             r.status.as_str(),
@@ -249,12 +256,16 @@ async fn show_run(store: &Store, reference: &str, json: bool, tail: Option<usize
         format_time(run.created_at),
         format_time(run.updated_at)
     );
+    // An evaluation run writes no files.
+    let output = match run.output_dir.as_str() {
+        "" => "-".to_string(),
+        dir => format!("'{dir}'"),
+    };
     println!(
-        "  seed {}  config {}  git {}  output '{}'",
+        "  seed {}  config {}  git {}  output {output}",
         run.seed,
         run.config_hash,
         run.git_revision.as_deref().unwrap_or("-"),
-        run.output_dir
     );
     if !run.tags.is_empty() {
         println!("  tags: {}", run.tags.join(", "));

@@ -267,10 +267,14 @@ pub async fn run_model(
     stage: Option<&str>,
     step: Option<usize>,
 ) -> Result<RunModel, String> {
-    let info = store
-        .find_run(run)
-        .await
-        .map_err(|e| format!("'{run}' is neither a model directory nor a run in the store: {e}"))?;
+    let info = store.find_run(run).await.map_err(|e| {
+        // `qs@abc`: a step that is not a number leaves the whole text as the run's name.
+        let form = match run.contains('@') {
+            true => " (a checkpoint is RUN@STEP: RUN@12, RUN@rl-12, RUN@sft-40)",
+            false => "",
+        };
+        format!("'{run}' is neither a model directory nor a run in the store: {e}{form}")
+    })?;
     let cfg: RunConfig = serde_json::from_str(&info.config_json)
         .map_err(|e| format!("run '{}': its stored config cannot be read: {e}", info.name))?;
     let checkpoints = store
@@ -284,32 +288,42 @@ pub async fn run_model(
         let source = format!("{}@rl-0", info.name);
         return Ok(RunModel { source, model, cfg });
     }
+    // A periodic save replaces the one before it: only those still on disk can be loaded.
+    let (kept, replaced): (Vec<_>, Vec<_>) = checkpoints.iter().partition(|c| c.path.is_dir());
+    let matches = |c: &&crate::metrics::CheckpointRecord| {
+        step.is_none_or(|s| c.step == s) && stage.is_none_or(|st| c.stage == st)
+    };
     let chosen = match step {
-        Some(s) => checkpoints
+        Some(_) => kept
             .iter()
-            .filter(|c| c.step == s && stage.is_none_or(|st| c.stage == st))
+            .copied()
+            .filter(matches)
             .max_by_key(|c| c.stage == "rl"),
-        None => checkpoints.last(),
+        None => kept.last().copied(),
     };
     let Some(checkpoint) = chosen else {
-        let steps: Vec<String> = checkpoints
+        let on_disk: Vec<String> = kept
             .iter()
             .map(|c| ModelSpec::of_checkpoint(&info.name, &c.stage, c.step))
             .collect();
+        let why = if replaced.iter().any(matches) && step.is_some() {
+            " any more: a later checkpoint replaced it".to_string()
+        } else {
+            String::new()
+        };
+        let list = match (on_disk.is_empty(), info.tags.iter().any(|t| t == "eval")) {
+            (false, _) => on_disk.join(", "),
+            (true, true) => "none: it is an evaluation, which trains nothing".into(),
+            (true, false) => "none; it stopped before writing one".into(),
+        };
         return Err(format!(
-            "run '{}' has no checkpoint{} (checkpoints: {})",
+            "run '{}' has no checkpoint{}{why} (checkpoints on disk: {list})",
             info.name,
             step.map(|s| format!(
                 " at {}step {s}",
                 stage.map(|st| format!("{st} ")).unwrap_or_default()
             ))
             .unwrap_or_default(),
-            if steps.is_empty() {
-                "none; checkpoint.every or checkpoint.every_minutes writes them during a stage"
-                    .to_string()
-            } else {
-                steps.join(", ")
-            }
         ));
     };
     let model = crate::pipeline::setup::load_checkpoint_policy(&cfg, &checkpoint.path)

@@ -39,12 +39,30 @@ pub fn eval_domains(
     model: &LoadedModel,
     files: &[EvalFile],
 ) -> Result<Domains, RunError> {
+    // Held-out files alone need no training data (a val_split does: it is cut from it).
+    let val_files: Option<Vec<EvalFile>> = cfg
+        .data
+        .domains
+        .iter()
+        .filter(|d| d.val_path.is_some() || d.val_split.is_some())
+        .map(|d| {
+            d.val_path.as_ref().map(|p| EvalFile {
+                domain: Some(d.name.clone()),
+                path: p.clone(),
+            })
+        })
+        .collect();
+    if files.is_empty()
+        && let Some(val_files) = val_files.filter(|f| !f.is_empty())
+    {
+        return eval_domains(cfg, model, &val_files);
+    }
     if files.is_empty() {
         let domains = load_domains(cfg, model)?;
         if domains.domains.iter().all(|d| d.val.is_empty()) {
             return Err(RunError::Setup(format!(
-                "config '{}' holds out no prompts: pass --data FILE (a JSONL file of prompts and \
-                 ground truths), or give a domain 'val_path' or 'val_split'",
+                "the config of '{}' holds out no prompts: pass --data FILE (a JSONL file of \
+                 prompts and ground truths), or give a domain 'val_path' or 'val_split'",
                 cfg.name
             )));
         }
@@ -98,6 +116,20 @@ pub fn eval_domains(
                 positions,
             )?;
             e.domain = domain.to_string();
+            // The same prompt twice is evaluated once; with two answers it is a mistake.
+            if let Some(other) = val
+                .get(domain)
+                .and_then(|v| v.iter().find(|o| o.prompt == e.prompt))
+                && other.ground_truth != e.ground_truth
+            {
+                return Err(RunError::Setup(format!(
+                    "{at}: prompt '{}' is already in domain '{domain}' with ground truth '{}', \
+                     and here with '{}': keep one",
+                    crate::text::clean(&e.prompt, 60, false),
+                    crate::text::clean(&other.ground_truth, 40, false),
+                    crate::text::clean(&e.ground_truth, 40, false)
+                )));
+            }
             val.entry(domain).or_default().push(e);
         }
     }

@@ -43,15 +43,20 @@ pub(crate) fn ranges(plan: &ChartPlan<'_>) -> (Range<u64>, Range<f64>) {
 }
 
 /// `lo..hi` between round numbers, as the workbench draws it ([`super::axis::round_bounds`]);
-/// flat data gets 10% of its magnitude (or 1 around zero), spans too wide to round 5% room.
+/// flat data gets 10% of its magnitude (0..1 at zero), spans too wide to round 5% room.
 /// Stays finite and non-empty even for values near `f64::MAX`.
 fn pad_y(lo: f64, hi: f64) -> Range<f64> {
     if let Some((a, b)) = super::axis::round_bounds(lo, hi) {
         return a..b;
     }
     let span = hi - lo;
+    // Flat at zero (a reward of 0, an evaluation's one point): 0..1, as the workbench draws it,
+    // not -1..1 below a floor the values never cross.
+    if span == 0.0 && lo == 0.0 {
+        return 0.0..1.0;
+    }
     let pad = if span == 0.0 {
-        if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 }
+        lo.abs() * 0.1
     } else {
         span * 0.05
     };
@@ -88,9 +93,9 @@ mod tests {
 
     #[test]
     fn y_ranges_are_round_finite_and_non_empty() {
-        // Flat data: 10% of the magnitude, or 1 around zero; otherwise round numbers.
+        // Flat data: 10% of the magnitude, or 0..1 at zero; otherwise round numbers.
         assert_eq!(pad_y(2.0, 2.0), 1.8..2.2);
-        assert_eq!(pad_y(0.0, 0.0), -1.0..1.0);
+        assert_eq!(pad_y(0.0, 0.0), 0.0..1.0);
         assert_eq!(pad_y(0.0, 9.3), 0.0..10.0);
         for (lo, hi) in [
             (f64::MAX, f64::MAX),
