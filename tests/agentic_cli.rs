@@ -56,6 +56,8 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
     let err = refused(roll(&store, &["env", "replay", "lake", "--group", "9"]));
     assert!(err.contains("no stored episodes matching"), "{err}");
     // A step past the last one: refused, saying where the episodes are.
+    let err = refused(roll(&store, &["trajectories", "lake", "--group", "99"]));
+    assert!(err.contains("no group 99: its groups are 0 to 1"), "{err}");
     let err = refused(roll(&store, &["trajectories", "lake", "--step", "9"]));
     assert!(err.contains("its episodes are at steps 1 to 1"), "{err}");
     let text = ok(roll(&store, &["trajectories", "lake", "--group", "1"]));
@@ -65,6 +67,18 @@ fn an_agentic_run_records_episodes_that_the_trajectories_command_prints() {
     );
     assert!(!text.contains("group 0 "), "{text}");
     assert!(text.contains("turn 1: observation\n      PFG\n"), "{text}");
+    // An invalid output's reason, as the JSON holds it, is in the text too.
+    let reasons: Vec<String> = episodes
+        .iter()
+        .flat_map(|e| e["turns"].as_array().unwrap().clone())
+        .filter_map(|t| t["info"]["invalid_reason"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        !reasons.is_empty(),
+        "a random tiny model's outputs include invalid ones"
+    );
+    let all = ok(roll(&store, &["trajectories", "lake", "--limit", "0"]));
+    assert!(all.contains(&format!(": {})", reasons[0])), "{all}");
     // Text is paged (10 episodes unless --limit says), and says what it left out.
     let out = roll(&store, &["trajectories", "lake", "--limit", "1"]);
     let hint = String::from_utf8_lossy(&out.stderr).to_string();

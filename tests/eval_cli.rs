@@ -239,6 +239,19 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
         stage_series(&store, "judged", "rl", "val/add/accuracy"),
         in_run
     );
+    // Where a directory has the run's name (its output, here), the run is named by its id.
+    let out = common::bin()
+        .current_dir(dir.path())
+        .arg("--store")
+        .arg(&store)
+        .args(["eval", "judged"])
+        .output()
+        .unwrap();
+    let err = refused(out);
+    assert!(
+        err.contains("a run 'judged' is in the store too: #1 names it"),
+        "{err}"
+    );
     // What cannot be evaluated says why: an evaluation has no model, a step must be a number.
     let err = refused(roll(&store, &["eval", "eval-judged-rl-4"]));
     assert!(

@@ -84,9 +84,16 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
         .context("starting the async runtime")?;
     let target_path = Path::new(&args.target);
     if target_path.is_dir() {
+        let hint = match store_path.exists() {
+            true => {
+                let store = rt.block_on(Store::open(store_path, OpenMode::Read))?;
+                rt.block_on(run_of_that_name(&store, &args.target))
+            }
+            false => String::new(),
+        };
         bail!(
             "'{}' is a directory: a model directory is scored with a config's data and rewards \
-             (roll-tui eval CONFIG --model {0})",
+             (roll-tui eval CONFIG --model {0}){hint}",
             args.target
         );
     }
@@ -233,7 +240,10 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
         bail!("config file '{}' does not exist", args.target);
     }
     let (label, stem, cfg, model) = if path.is_file() {
-        let cfg = RunConfig::load(path, &args.overrides)?;
+        let cfg = match RunConfig::load(path, &args.overrides) {
+            Ok(cfg) => cfg,
+            Err(e) => bail!("{e}{}", run_of_that_name(store, &args.target).await),
+        };
         let label = format!("the model of '{}'", args.target);
         (label, cfg.name.clone(), cfg, None)
     } else {
@@ -276,6 +286,17 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
         cfg,
         model,
     })
+}
+
+/// When `text`, read as a path, hides a run of that name: how to name the run instead.
+async fn run_of_that_name(store: &Store, text: &str) -> String {
+    match store.find_run(text).await {
+        Ok(run) if run.name == text => format!(
+            "; a run '{text}' is in the store too: #{} names it rather than the file here",
+            run.id
+        ),
+        _ => String::new(),
+    }
 }
 
 /// `--model`: a Hugging Face directory (in the config's dtype) or a run's checkpoint.

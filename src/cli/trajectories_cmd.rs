@@ -15,8 +15,18 @@ pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
     with_store(path, |store| async move {
         let run = store.find_run(&args.run).await?;
         let mut all = store.trajectories(run.id, args.step).await?;
+        let groups = all.iter().map(|t| t.group).max();
         if let Some(g) = args.group {
             all.retain(|t| t.group == g);
+            if let (true, Some(last)) = (all.is_empty(), groups) {
+                bail!(
+                    "run '{}' has no group {g}{}: its groups are 0 to {last}",
+                    run.name,
+                    args.step
+                        .map(|s| format!(" at step {s}"))
+                        .unwrap_or_default()
+                );
+            }
         }
         // Text shows a page unless asked for more (`--limit 0`: all); JSON lines, read by
         // programs, are whole unless limited.
@@ -76,10 +86,18 @@ pub fn trajectories(path: &Path, args: TrajectoriesArgs) -> Result<()> {
                 }
                 let invalid =
                     u.info.get("action_is_valid") == Some(&serde_json::Value::Bool(false));
-                let action = match (&u.parsed_action, invalid) {
-                    (Some(a), false) => a.clone(),
-                    (Some(a), true) => format!("{a} (not a valid action)"),
-                    (None, _) => "(no action found)".into(),
+                // Why, as the env said it (`'Dop' is not an action (one of Left, …)`).
+                let why = u
+                    .info
+                    .get("invalid_reason")
+                    .and_then(|r| r.as_str())
+                    .map(|r| crate::text::clean(r, 200, false));
+                let action = match (&u.parsed_action, invalid, why) {
+                    (Some(a), false, _) => a.clone(),
+                    (Some(a), true, Some(why)) => format!("{a} (not a valid action: {why})"),
+                    (Some(a), true, None) => format!("{a} (not a valid action)"),
+                    (None, _, Some(why)) => format!("(no action found: {why})"),
+                    (None, _, None) => "(no action found)".into(),
                 };
                 writeln!(
                     out,
