@@ -286,7 +286,7 @@ async fn show_run(store: &Store, reference: &str, json: bool, tail: Option<usize
         // Timed checkpoints are replaced by the next one (`checkpoint.every_minutes`).
         let gone = if c.path.exists() { "" } else { " (removed)" };
         println!(
-            "  {} step {:>6}  {:>9.1} MB  '{}'{gone}",
+            "  {:<7} step {:>6}  {:>9.1} MB  '{}'{gone}",
             c.stage,
             c.step,
             c.bytes as f64 / 1e6,
@@ -304,8 +304,9 @@ async fn show_run(store: &Store, reference: &str, json: bool, tail: Option<usize
             ) => format!("{w}: "),
             _ => String::new(),
         };
+        // The widest kind (`run_marked_interrupted`) still leaves a gap before the message.
         println!(
-            "  {}  {:<14} {worker}{}",
+            "  {}  {:<22}  {worker}{}",
             format_time(e.at),
             e.event.kind.as_str(),
             e.event.message

@@ -170,11 +170,27 @@ fn message_line<'a>(view: &DebugView, spinner: &str, theme: &Theme) -> Line<'a> 
     if let Some(n) = &view.notice {
         return Line::styled(one_line(n, LINE_CHARS), theme.good);
     }
-    Line::styled(
-        "←↓→↑ act · a pick · i type · p policy · s step · e to the end · u undo · f fork · \
-         d resample · n/N new/restart · m model · t sampling · c env · w save · x export",
-        theme.muted,
-    )
+    // Each key and its word held together (no-break spaces): a narrow footer wraps between
+    // items, never inside one (`x` on one line, `export` on the next).
+    let items = [
+        "←↓→↑ act",
+        "a pick",
+        "i type",
+        "p policy",
+        "s step",
+        "e to the end",
+        "u undo",
+        "f fork",
+        "d resample",
+        "n/N new/restart",
+        "m model",
+        "t sampling",
+        "c env",
+        "w save",
+        "x export",
+    ];
+    let text: Vec<String> = items.iter().map(|i| i.replace(' ', "\u{a0}")).collect();
+    Line::styled(text.join(" · "), theme.muted)
 }
 
 fn action_cell(t: &DebugTurn) -> String {
