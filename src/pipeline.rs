@@ -320,6 +320,9 @@ pub fn lock_output_dir(dir: &std::path::Path) -> Result<std::fs::File, RunError>
                 crate::text::clean(holder.trim(), 200, false)
             )));
         }
+        // A filesystem without locks (some network mounts) cannot hold it: the run goes on
+        // unguarded rather than not at all.
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {}
         Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
     }
     use std::io::Write as _;

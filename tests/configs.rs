@@ -282,7 +282,7 @@ fn override_mistakes_are_said_in_config_terms() {
     );
     // A section an override creates, short of a field it needs: which section, which field.
     let dpo = err(&["dpo.steps=1"]);
-    assert!(dpo.contains("'dpo' needs 'data' too"), "{dpo}");
+    assert!(dpo.contains("lacks 'data' (likely 'dpo')"), "{dpo}");
     // A directory instead of the quickstart's included init: the way to say it.
     let both_models = err(&["model.path=/tmp"]);
     assert!(both_models.contains("add model.init=null"), "{both_models}");

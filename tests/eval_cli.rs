@@ -235,6 +235,22 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
         ],
     ));
     assert!(err.contains("is not an evaluation (it trains)"), "{err}");
+    // A tag alone does not make a training run an evaluation.
+    ok(roll(&store, &["runs", "tag", "judged", "eval"]));
+    let err = refused(roll(
+        &store,
+        &[
+            "eval",
+            "judged",
+            "--data",
+            &data,
+            "--name",
+            "judged",
+            "--overwrite",
+        ],
+    ));
+    assert!(err.contains("is not an evaluation (it trains)"), "{err}");
+    ok(roll(&store, &["runs", "tag", "judged", "eval", "--remove"]));
     assert_eq!(
         stage_series(&store, "judged", "rl", "val/add/accuracy"),
         in_run

@@ -104,12 +104,17 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
             store_path.display()
         );
     }
-    if let Some(o) = args.overrides.iter().find(|o| o.starts_with("model.")) {
+    // The model scored is the target's or --model's; its dtype may be chosen.
+    if let Some(o) = args
+        .overrides
+        .iter()
+        .find(|o| o.starts_with("model.") && !o.starts_with("model.dtype="))
+    {
         bail!("override '{o}': the model to score is the target's, or --model's");
     }
     let store = rt.block_on(Store::open(store_path, OpenMode::Create))?;
     rt.block_on(check_name(&store, &args))?;
-    let target = rt.block_on(target(&store, &args))?;
+    let mut target = rt.block_on(target(&store, &args))?;
     if let Some(env) = target.cfg.rl.as_ref().and_then(|rl| rl.env.as_ref()) {
         bail!(
             "'{}' trains on the environment '{}': its policy is evaluated on episodes, not on \
@@ -120,7 +125,6 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
             env.name
         );
     }
-    let name = rt.block_on(run_name(&store, &args, &target.stem))?;
     let files = args
         .data
         .iter()
@@ -135,6 +139,10 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
         .unwrap_or_default();
     if let Some(n) = args.max_tokens {
         sampling.max_new_tokens = n;
+        // Set-up checks answers' room against the config's sampling: this evaluation's.
+        if let Some(rl) = target.cfg.rl.as_mut() {
+            rl.sampling.max_new_tokens = n;
+        }
     }
     let mut problems = vec![];
     sampling.validate("sampling", &mut problems);
@@ -174,7 +182,7 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
         if eval.samples == 1 { "" } else { "s" },
         sampling.max_new_tokens
     );
-    let bar = progress_bar(args.json, (prompts * eval.samples) as u64);
+    let bar = progress_bar(args.json, prompts.saturating_mul(eval.samples) as u64);
     let outcome = evaluate_model(
         &target.cfg,
         &target.model,
@@ -203,14 +211,14 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
         sampling.max_new_tokens
     );
     let result = StoredResult {
-        name: &name,
+        stem: &target.stem,
         cfg: &target.cfg,
         outcome: &outcome,
         notes: &notes,
         seconds,
         overwrite: args.overwrite,
     };
-    result.store(&rt, &store)?;
+    let name = result.store(&rt, &store, &args)?;
     rt.block_on(store.close());
     if args.json {
         let out = serde_json::json!({
@@ -239,7 +247,7 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
     if yaml && !path.is_file() {
         bail!("config file '{}' does not exist", args.target);
     }
-    let (label, stem, cfg, model) = if path.is_file() {
+    let (label, stem, mut cfg, model) = if path.is_file() {
         let cfg = match RunConfig::load(path, &args.overrides) {
             Ok(cfg) => cfg,
             Err(e) => bail!("{e}{}", run_of_that_name(store, &args.target).await),
@@ -248,7 +256,10 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
         (label, cfg.name.clone(), cfg, None)
     } else {
         let ModelSpec::Run { run, stage, step } = ModelSpec::parse(&args.target) else {
-            bail!("'{}' is a directory, not a config or a run", args.target);
+            bail!(
+                "'{}': no such config file (and a run's name has no path separator)",
+                args.target
+            );
         };
         let found = run_model(store, &run, stage.as_deref(), step)
             .await
@@ -261,6 +272,12 @@ async fn target(store: &Store, args: &EvalArgs) -> Result<Target> {
     let (label, stem, model) = match &args.model {
         Some(spec) => {
             let (label, model) = replacement_model(store, spec, &cfg).await?;
+            // The stored config names the directory scored, not the config's own model.
+            if let ModelSpec::Dir(dir) = ModelSpec::parse(spec) {
+                cfg.model.path = Some(dir);
+                cfg.model.init = None;
+                cfg.model.lora = None;
+            }
             let stem = Path::new(&label)
                 .file_name()
                 .map_or(label.clone(), |n| n.to_string_lossy().into_owned());
@@ -418,9 +435,14 @@ async fn check_name(store: &Store, args: &EvalArgs) -> Result<()> {
         );
     }
     let existing = store.find_run(name).await.ok().filter(|r| &r.name == name);
-    // --overwrite replaces an evaluation, never a training run (or the one being evaluated).
+    // --overwrite replaces an evaluation, never a training run (or the one being evaluated):
+    // one that recorded its step as stage eval and carries the tag.
+    let is_eval = |r: &crate::store::RunInfo| {
+        r.tags.iter().any(|t| t == EVAL_TAG)
+            && r.last_stage.as_deref() == Some(Stage::Eval.as_str())
+    };
     if let Some(run) = &existing
-        && !run.tags.iter().any(|t| t == EVAL_TAG)
+        && !is_eval(run)
     {
         bail!(
             "run '{name}' in store '{}' is not an evaluation (it trains): eval never replaces \
@@ -467,7 +489,8 @@ async fn run_name(store: &Store, args: &EvalArgs, stem: &str) -> Result<String> 
 
 /// An evaluation to store as a finished run.
 struct StoredResult<'a> {
-    name: &'a str,
+    /// What the run is named after, without `--name`.
+    stem: &'a str,
     cfg: &'a RunConfig,
     outcome: &'a EvalOutcome,
     notes: &'a str,
@@ -478,54 +501,72 @@ struct StoredResult<'a> {
 impl StoredResult<'_> {
     /// The run: its config, its metrics and answers as stage `eval` step 1, the rewards' errors
     /// as warnings, tagged `eval`.
-    fn store(&self, rt: &tokio::runtime::Runtime, store: &Store) -> Result<()> {
-        let StoredResult {
-            name,
-            cfg,
-            outcome,
-            notes,
-            seconds,
-            overwrite,
-        } = *self;
+    fn store(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        store: &Store,
+        args: &EvalArgs,
+    ) -> Result<String> {
+        // Checked again now, after the evaluation: another process may have taken the name.
+        rt.block_on(check_name(store, args))?;
+        let name = rt.block_on(run_name(store, args, self.stem))?;
         let cfg = RunConfig {
-            name: name.to_string(),
-            ..cfg.clone()
+            name: name.clone(),
+            ..self.cfg.clone()
         }
         .with_absolute_paths();
         let new = NewRun {
-            name: name.to_string(),
+            name: name.clone(),
             config_json: serde_json::to_string(&cfg).context("encoding the config")?,
             config_hash: cfg.hash(),
             git_revision: None,
             seed: cfg.seed,
             output_dir: String::new(),
         };
-        let id = rt.block_on(store.create_run(&new, overwrite, &ProcessIdentity::current()))?;
+        let id =
+            rt.block_on(store.create_run(&new, self.overwrite, &ProcessIdentity::current()))?;
+        // Tagged at once, and deleted whole if any write fails: a half-stored evaluation must
+        // not be left to pass for a run of another kind.
+        let written = self.write(rt, store, id);
+        if let Err(e) = written {
+            let _ = rt.block_on(store.delete_run(id));
+            return Err(e.context(format!("storing the evaluation as run '{name}' (not kept)")));
+        }
+        Ok(name)
+    }
+
+    fn write(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        store: &Store,
+        id: crate::store::RunId,
+    ) -> Result<()> {
+        rt.block_on(async {
+            store.add_tags(id, &[EVAL_TAG.to_string()]).await?;
+            store.set_notes(id, self.notes).await
+        })?;
         let (writer, task) = {
             let _in_runtime = rt.enter();
             store.spawn_writer()
         };
-        let mut points: Vec<(String, f64)> = outcome
+        let mut points: Vec<(String, f64)> = self
+            .outcome
             .metrics
             .iter()
             .map(|(k, v)| (k.clone(), *v))
             .collect();
-        points.push(("time/eval".into(), seconds));
-        writer.metrics_blocking(id, Stage::Eval.as_str(), 1, seconds, points)?;
-        writer.samples_blocking(id, outcome.samples.clone())?;
-        for (domain, error, n) in &outcome.reward_errors {
+        points.push(("time/eval".into(), self.seconds));
+        writer.metrics_blocking(id, Stage::Eval.as_str(), 1, self.seconds, points)?;
+        writer.samples_blocking(id, self.outcome.samples.clone())?;
+        for (domain, error, n) in &self.outcome.reward_errors {
             let text = format!("domain '{domain}': {error} ({})", scored_zero(*n));
             writer.event_blocking(Some(id), EventRecord::message(EventKind::Warning, text))?;
         }
-        writer.event_blocking(Some(id), EventRecord::message(EventKind::Info, notes))?;
+        writer.event_blocking(Some(id), EventRecord::message(EventKind::Info, self.notes))?;
         writer.status_blocking(id, RunStatus::Finished, None)?;
         writer.flush_blocking()?;
         drop(writer);
         rt.block_on(task).context("the store's writer stopped")?;
-        rt.block_on(async {
-            store.add_tags(id, &[EVAL_TAG.to_string()]).await?;
-            store.set_notes(id, notes).await
-        })?;
         Ok(())
     }
 }

@@ -208,10 +208,12 @@ fn humanize_json_error(msg: &str, key: &str) -> String {
         .strip_prefix("missing field ")
         .and_then(|m| ticked(m).into_iter().next())
     {
+        // Which section lacks it, serde does not say: the one the override creates is the
+        // likeliest, named as a guess.
         let section = key.rsplit_once('.').map_or(key, |(s, _)| s);
         return format!(
-            "'{section}' needs '{field}' too: setting '{key}' alone leaves it incomplete (give \
-             the section whole, e.g. '{section}={{…, {field}: …}}', or set it in the file)"
+            "setting '{key}' creates a section that lacks '{field}' (likely '{section}'): give \
+             the section whole, e.g. '{section}={{…, {field}: …}}', or set it in the file"
         );
     }
     // `invalid type: string "x", expected u64` (or `invalid value: integer `-1`, expected

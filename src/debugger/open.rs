@@ -311,10 +311,22 @@ pub async fn run_model(
         } else {
             String::new()
         };
-        let list = match (on_disk.is_empty(), info.tags.iter().any(|t| t == "eval")) {
-            (false, _) => on_disk.join(", "),
-            (true, true) => "none: it is an evaluation, which trains nothing".into(),
-            (true, false) => "none; it stopped before writing one".into(),
+        let list = match (
+            on_disk.is_empty(),
+            info.tags.iter().any(|t| t == "eval"),
+            replaced.len(),
+        ) {
+            (false, _, _) => on_disk.join(", "),
+            (true, true, _) => "none: it is an evaluation, which trains nothing".into(),
+            (true, false, 0) => "none; it stopped before writing one".into(),
+            (true, false, 1) => "none; its recorded checkpoint is no longer on disk (moved or \
+                                   deleted)"
+                .into(),
+            (true, false, n) => {
+                format!(
+                    "none; its {n} recorded checkpoints are no longer on disk (moved or deleted)"
+                )
+            }
         };
         return Err(format!(
             "run '{}' has no checkpoint{}{why} (checkpoints on disk: {list})",

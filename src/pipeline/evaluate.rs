@@ -70,6 +70,8 @@ pub fn eval_domains(
     }
     let known: Vec<&str> = cfg.data.domains.iter().map(|d| d.name.as_str()).collect();
     let mut val: BTreeMap<&str, Vec<Example>> = BTreeMap::new();
+    // (domain, prompt) → its ground truth, to find a prompt given twice with two answers.
+    let mut truths: std::collections::HashMap<(String, String), String> = Default::default();
     let tok = Tokenizing {
         model,
         chat_template: cfg.data.chat_template,
@@ -117,18 +119,21 @@ pub fn eval_domains(
             )?;
             e.domain = domain.to_string();
             // The same prompt twice is evaluated once; with two answers it is a mistake.
-            if let Some(other) = val
-                .get(domain)
-                .and_then(|v| v.iter().find(|o| o.prompt == e.prompt))
-                && other.ground_truth != e.ground_truth
-            {
-                return Err(RunError::Setup(format!(
-                    "{at}: prompt '{}' is already in domain '{domain}' with ground truth '{}', \
-                     and here with '{}': keep one",
-                    crate::text::clean(&e.prompt, 60, false),
-                    crate::text::clean(&other.ground_truth, 40, false),
-                    crate::text::clean(&e.ground_truth, 40, false)
-                )));
+            let key = (domain.to_string(), e.prompt.clone());
+            match truths.get(&key) {
+                Some(first) if *first != e.ground_truth => {
+                    return Err(RunError::Setup(format!(
+                        "{at}: prompt '{}' is already in domain '{domain}' with ground truth \
+                         '{}', and here with '{}': keep one",
+                        crate::text::clean(&e.prompt, 60, false),
+                        crate::text::clean(first, 40, false),
+                        crate::text::clean(&e.ground_truth, 40, false)
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    truths.insert(key, e.ground_truth.clone());
+                }
             }
             val.entry(domain).or_default().push(e);
         }

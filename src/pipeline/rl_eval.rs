@@ -131,18 +131,21 @@ impl Scored<'_> {
         m
     }
 
-    /// The rewards' errors (a ground truth the reward cannot read, no sandbox): (domain, error)
-    /// with how many samples each made score 0, each error once per domain.
+    /// The rewards' errors (a ground truth the reward cannot read, no sandbox): (domain, the
+    /// first error of its kind, how many samples errors of that kind made score 0), once per
+    /// domain and kind — the text before any quoted sample text, as training reports them (a
+    /// judge's errors quote its output, and would otherwise be one per answer).
     pub fn reward_errors(&self) -> Vec<(String, String, usize)> {
-        let mut errors: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        let mut errors: BTreeMap<(&str, &str), (&str, usize)> = BTreeMap::new();
         for s in &self.samples {
             if let Some(e) = &s.outcome.error {
-                *errors.entry((s.domain, e.as_str())).or_default() += 1;
+                let kind = e.split('"').next().unwrap_or(e).trim_end();
+                errors.entry((s.domain, kind)).or_insert((e.as_str(), 0)).1 += 1;
             }
         }
         errors
             .into_iter()
-            .map(|((d, e), n)| (d.to_string(), e.to_string(), n))
+            .map(|((d, _), (e, n))| (d.to_string(), e.to_string(), n))
             .collect()
     }
 }
@@ -216,7 +219,7 @@ impl<'a> Evaluation<'a> {
                 RunError::Setup(format!("held-out prompt '{}': {e}", example.prompt))
             })?;
             // Refused before any generation: the engine would stop at the first such prompt.
-            if ids.len() + params.max_new_tokens > positions {
+            if ids.len().saturating_add(params.max_new_tokens) > positions {
                 return Err(RunError::Setup(format!(
                     "held-out prompt '{}' is {} tokens and answers may take {} more \
                      (max_new_tokens), but the model holds {positions} positions: allow {} \

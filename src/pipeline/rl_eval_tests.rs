@@ -87,3 +87,41 @@ fn metrics_of_k_samples_per_prompt_by_hand() {
     assert_eq!(m.len(), 5);
     assert!(val_metrics("add", 2, &[]).is_empty());
 }
+
+#[test]
+fn reward_errors_are_counted_once_per_domain_and_kind() {
+    // A judge's errors quote its output: three answers, two kinds once the quotes are set
+    // aside, counted per kind (two of the first), in two domains.
+    let example = example(0);
+    let scored = |domain: &'static str, error: &str| ScoredSample {
+        domain,
+        example: &example,
+        prompt: 0,
+        completion: Completion {
+            id: 0,
+            prompt_ids: vec![1],
+            token_ids: vec![2],
+            logprobs: vec![0.0],
+            finish: crate::rollout::FinishReason::Eos,
+        },
+        response: String::new(),
+        outcome: RewardOutcome {
+            error: Some(error.to_string()),
+            ..RewardOutcome::unformatted()
+        },
+    };
+    let all = Scored {
+        k: 1,
+        samples: vec![
+            scored("a", "llm_judge: no verdict in \"maybe\""),
+            scored("a", "llm_judge: no verdict in \"perhaps\""),
+            scored("a", "regex_match: 'x(' is not a regular expression"),
+            scored("b", "llm_judge: no verdict in \"no\""),
+        ],
+    };
+    let errors = all.reward_errors();
+    let counts: Vec<(&str, usize)> = errors.iter().map(|(d, _, n)| (d.as_str(), *n)).collect();
+    assert_eq!(counts, [("a", 2), ("a", 1), ("b", 1)]);
+    // The first of its kind is the one shown.
+    assert_eq!(errors[0].1, "llm_judge: no verdict in \"maybe\"");
+}

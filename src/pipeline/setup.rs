@@ -309,7 +309,14 @@ pub fn load_domains(cfg: &RunConfig, model: &LoadedModel) -> Result<Domains, Run
             };
         }
         let reward = domain_reward(d)?;
-        let (examples, val) = held_out(cfg, d, examples, tok, positions, &mut longest)?;
+        // Held-out prompts are generated from only when rl.eval scores them.
+        let mut val_longest = None;
+        let (examples, val) = held_out(cfg, d, examples, tok, positions, &mut val_longest)?;
+        if cfg.rl.as_ref().is_some_and(|rl| rl.eval.is_some())
+            && let Some((tokens, where_)) = val_longest
+        {
+            longer(&mut longest, tokens, &where_);
+        }
         domains.push(Domain {
             name: d.name.clone(),
             examples,
@@ -398,7 +405,7 @@ fn check_room(
         return Ok(());
     };
     let room = rl.sampling.max_new_tokens;
-    if tokens + room > positions {
+    if tokens.saturating_add(room) > positions {
         return Err(RunError::Setup(format!(
             "{where_}: the prompt is {tokens} tokens and rl.sampling.max_new_tokens {room} more, \
              but the model holds {positions} positions: lower max_new_tokens to {} or less, or \

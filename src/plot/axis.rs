@@ -18,7 +18,13 @@ pub fn round_bounds(lo: f64, hi: f64) -> Option<(f64, f64)> {
         // A value a billionth of a step past a round number (an EMA's rounding) is on it.
         let low = (lo / step + 1e-9).floor() * step;
         let high = ((hi / step - 1e-9).ceil() * step).max(low + step);
-        if !(low.is_finite() && high.is_finite()) {
+        // A span below the resolution of its values (1e15 + 0.1) rounds to nothing.
+        let slack = step * 1e-6;
+        if !(low.is_finite() && high.is_finite())
+            || high <= low
+            || low > lo + slack
+            || high < hi - slack
+        {
             return None;
         }
         if (high - low) / step <= 4.0 + 1e-9 {
@@ -92,6 +98,8 @@ mod tests {
         assert_eq!(round_bounds(2.0, 2.0), None);
         assert_eq!(round_bounds(-f64::MAX, f64::MAX), None);
         assert_eq!(round_bounds(0.0, f64::NAN), None);
+        // A span under the resolution of its values: left to the caller, not an empty range.
+        assert_eq!(round_bounds(1e15, 1e15 + 0.125), None);
     }
 
     #[test]

@@ -324,9 +324,9 @@ impl Dashboard {
     }
 
     fn window_in(&self, (x0, x1): (f64, f64)) -> Option<(f64, f64)> {
-        // One step (or one instant) is no range to draw over: its axis would read `1 1 1`.
+        // One point is no range to draw over: its axis would read `1 1 1`.
         // Two units around it (never below 0, where steps and run times start) give it one.
-        let (x0, x1) = if x1 - x0 < 1.0 {
+        let (x0, x1) = if x1 <= x0 {
             let left = (x0 - 1.0).max(0.0_f64.min(x0));
             (left, left + 2.0)
         } else {

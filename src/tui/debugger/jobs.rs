@@ -293,6 +293,7 @@ impl DebugView {
                         self.overrides.apply(&mut m.sampling);
                         // A model of a run of this env plays it with the run's settings (its
                         // action pattern, penalty, turns, instruction), as `--model` does.
+                        let before = self.env.clone();
                         let adopted = self.adopt_run_env(&m);
                         // The env may have changed while the model loaded.
                         match m.for_env(&self.env) {
@@ -300,12 +301,17 @@ impl DebugView {
                                 self.notice = Some(model_notice(&m, &self.env));
                                 self.model = Some(*m);
                                 self.policy = PolicyKind::Model;
+                                self.changed();
+                                if adopted {
+                                    return self.restart_with_run_env();
+                                }
                             }
-                            Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
-                        }
-                        self.changed();
-                        if adopted {
-                            return self.restart_with_run_env();
+                            Err(e) => {
+                                // Not this model's env after all: the settings stay as they were.
+                                self.env = before;
+                                self.fail(format!("model '{}': {e}", self.model_spec));
+                                self.changed();
+                            }
                         }
                     }
                     Err(e) => self.fail(format!("model '{}': {e}", self.model_spec)),
@@ -467,11 +473,14 @@ impl DebugView {
             return vec![];
         };
         if !s.turns.is_empty() {
-            let notice = self.notice.take().unwrap_or_default();
-            self.notice = Some(format!(
-                "{notice}; its run's settings for '{}' apply to the next episode (c, Enter)",
+            let later = format!(
+                "its run's settings for '{}' apply to the next episode (c, Enter)",
                 self.env.name
-            ));
+            );
+            self.notice = Some(match self.notice.take() {
+                Some(notice) => format!("{notice}; {later}"),
+                None => later,
+            });
             return vec![];
         }
         let seed = s.seed;
