@@ -222,9 +222,8 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
     let checkpoint = dir.path().join("judged/checkpoints/rl-step4");
     assert_eq!(score("judged@rl-4"), score(checkpoint.to_str().unwrap()));
     // --overwrite replaces an evaluation, never a training run (it deleted the run evaluated).
-    let err = refused(roll(
-        &store,
-        &[
+    let overwrite_judged = || {
+        let args = [
             "eval",
             "judged",
             "--data",
@@ -232,23 +231,14 @@ fn a_checkpoint_scores_as_the_run_evaluated_it_and_is_stored_as_a_run() {
             "--name",
             "judged",
             "--overwrite",
-        ],
-    ));
+        ];
+        refused(roll(&store, &args))
+    };
+    let err = overwrite_judged();
     assert!(err.contains("is not an evaluation (it trains)"), "{err}");
     // A tag alone does not make a training run an evaluation.
     ok(roll(&store, &["runs", "tag", "judged", "eval"]));
-    let err = refused(roll(
-        &store,
-        &[
-            "eval",
-            "judged",
-            "--data",
-            &data,
-            "--name",
-            "judged",
-            "--overwrite",
-        ],
-    ));
+    let err = overwrite_judged();
     assert!(err.contains("is not an evaluation (it trains)"), "{err}");
     ok(roll(&store, &["runs", "tag", "judged", "eval", "--remove"]));
     assert_eq!(
