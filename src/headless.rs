@@ -78,7 +78,7 @@ impl Observer for HeadlessObserver {
                 let plan: Vec<String> = stages
                     .iter()
                     .map(|(stage, steps)| {
-                        format!("{stage} {steps} step{}", if *steps == 1 { "" } else { "s" })
+                        format!("{stage} {steps} step{}", crate::text::plural_s(*steps))
                     })
                     .collect();
                 self.say(&format!(

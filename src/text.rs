@@ -79,6 +79,12 @@ pub fn reward(x: f64) -> String {
     format!("{}", if r == 0.0 { 0.0 } else { r })
 }
 
+/// The plural ending of a count's noun: `""` for 1, `"s"` otherwise (`3 steps`, `1 step`,
+/// `0 steps`).
+pub fn plural_s<N: PartialEq + From<u8>>(n: N) -> &'static str {
+    if n == N::from(1) { "" } else { "s" }
+}
+
 /// Bytes with a binary unit: `512 B`, `1.5 KiB`, `3.0 GiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -128,6 +134,17 @@ mod tests {
         assert_eq!(super::reward(0.97), "0.97");
         assert_eq!(super::reward(-1e-9), "0");
         assert_eq!(super::reward(10.0 - 0.1 * 7.0), "9.3");
+    }
+
+    #[test]
+    fn only_one_of_a_thing_is_singular() {
+        let steps = |n: usize| format!("{n} step{}", super::plural_s(n));
+        assert_eq!(
+            [steps(0), steps(1), steps(2)],
+            ["0 steps", "1 step", "2 steps"]
+        );
+        assert_eq!(super::plural_s(1u64), "");
+        assert_eq!(super::plural_s(-1i64), "s");
     }
 
     use super::*;

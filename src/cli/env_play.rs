@@ -179,7 +179,7 @@ pub fn play(store: &Path, args: EnvPlayArgs) -> Result<()> {
             "return {} over {} step{} ({invalid} invalid){}",
             crate::text::reward(session.total_reward()),
             session.turns.len(),
-            if session.turns.len() == 1 { "" } else { "s" },
+            crate::text::plural_s(session.turns.len()),
             if session.done() { "" } else { ", not done" }
         );
         if !unused.is_empty() {

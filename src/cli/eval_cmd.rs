@@ -172,14 +172,14 @@ pub fn eval(store_path: &Path, args: EvalArgs) -> Result<i32> {
     eprintln!(
         "evaluating {} on {prompts} prompt{} ({}): {} sample{} each, {how}, at most {} new tokens",
         target.label,
-        if prompts == 1 { "" } else { "s" },
+        crate::text::plural_s(prompts),
         counts
             .iter()
             .map(|(d, n)| format!("{d} {n}"))
             .collect::<Vec<_>>()
             .join(", "),
         eval.samples,
-        if eval.samples == 1 { "" } else { "s" },
+        crate::text::plural_s(eval.samples),
         sampling.max_new_tokens
     );
     let bar = progress_bar(args.json, prompts.saturating_mul(eval.samples) as u64);
@@ -573,7 +573,7 @@ impl StoredResult<'_> {
 
 /// `1 answer scored 0`, `3 answers scored 0`.
 fn scored_zero(n: usize) -> String {
-    format!("{n} answer{} scored 0", if n == 1 { "" } else { "s" })
+    format!("{n} answer{} scored 0", crate::text::plural_s(n))
 }
 
 fn progress_bar(quiet: bool, total: u64) -> ProgressBar {

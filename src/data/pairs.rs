@@ -62,7 +62,7 @@ fn parse_pair(text: &str) -> Result<PreferencePair, String> {
         return Err(format!(
             "unknown field{} {} (a preference pair has 'prompt', 'chosen', 'rejected' and an \
              optional 'domain')",
-            if unknown.len() == 1 { "" } else { "s" },
+            crate::text::plural_s(unknown.len()),
             quoted.join(", ")
         ));
     }

@@ -56,29 +56,34 @@ pub struct WebShop {
 
 impl WebShop {
     /// `catalogue` (a JSON-lines file; default: the generated catalogue that
-    /// `envs/webshop/catalogue.jsonl` holds), `max_steps` (15).
+    /// `envs/webshop/catalogue.jsonl` holds), `products` (use only the catalogue's first N, as
+    /// WebShop's `num_products` does: a smaller shop, shorter result lists), `max_steps` (15).
     pub fn from_params(params: &[(String, String)]) -> Result<WebShop, String> {
+        const KNOWN: [&str; 3] = ["catalogue", "products", "max_steps"];
         let mut products = None;
+        let mut keep = None;
         let mut max_steps = 15;
         for (k, v) in params {
             match k.as_str() {
                 "catalogue" => products = Some(catalogue::load(std::path::Path::new(v))?),
-                "max_steps" => {
-                    max_steps =
-                        v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                            format!("max_steps '{v}' must be a whole number >= 1")
-                        })?;
-                }
+                "max_steps" => max_steps = whole_number(k, v)?,
+                "products" => keep = Some(whole_number(k, v)?),
                 other => {
                     return Err(format!(
-                        "unknown parameter '{other}'{} (known: catalogue, max_steps)",
-                        crate::text::suggestion_suffix(other, ["catalogue", "max_steps"])
+                        "unknown parameter '{other}'{} (known: {})",
+                        crate::text::suggestion_suffix(other, KNOWN),
+                        KNOWN.join(", ")
                     ));
                 }
             }
         }
-        let products =
-            products.unwrap_or_else(|| catalogue::generate(0, catalogue::DEFAULT_PRODUCTS));
+        // The generated catalogue's first N products are `generate(0, N)`: its random stream
+        // draws product after product, so a prefix needs no more than N of them.
+        let mut products = products
+            .unwrap_or_else(|| catalogue::generate(0, keep.unwrap_or(catalogue::DEFAULT_PRODUCTS)));
+        if let Some(n) = keep {
+            products.truncate(n);
+        }
         let goal = draw_goal(&products, 0);
         let index = products
             .iter()
@@ -391,6 +396,14 @@ impl Env for WebShop {
         );
         stable_hash(key.as_bytes())
     }
+}
+
+/// `v` as a whole number >= 1, or an error naming parameter `k`.
+fn whole_number(k: &str, v: &str) -> Result<usize, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{k} '{v}' must be a whole number >= 1"))
 }
 
 /// A random product of `products` and a goal drawn from it, as WebShop's instructions are.

@@ -254,7 +254,7 @@ impl ParamStore {
                     0,
                     format!(
                         "{field} is {e} in config.json, but the weights have {f} ({n} tensor{})",
-                        if *n == 1 { "" } else { "s" }
+                        crate::text::plural_s(*n)
                     ),
                 );
             }

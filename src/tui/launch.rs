@@ -215,7 +215,7 @@ pub fn describe(path: &Path) -> Vec<String> {
                 "random {} ({} layer{}, hidden {})",
                 i.arch.model_type(),
                 i.layers,
-                if i.layers == 1 { "" } else { "s" },
+                crate::text::plural_s(i.layers),
                 i.hidden
             ),
             (None, None) => "no model".into(),

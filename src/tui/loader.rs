@@ -293,7 +293,7 @@ impl Loader {
 
 /// What an export says it did.
 fn wrote(files: usize, out: &std::path::Path) -> String {
-    let plural = if files == 1 { "" } else { "s" };
+    let plural = crate::text::plural_s(files);
     format!("wrote {files} file{plural} to '{}'", out.display())
 }
 

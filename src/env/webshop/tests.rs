@@ -221,3 +221,35 @@ fn the_step_limit_ends_an_episode_without_a_reward() {
     assert!(err(&[("max_steps", "0")]).contains(">= 1"));
     assert!(err(&[("catalogue", "/no/such.jsonl")]).contains("/no/such.jsonl"));
 }
+
+#[test]
+fn products_keeps_the_first_n_of_the_catalogue() {
+    let small = WebShop::from_params(&[("products".into(), "40".into())]).unwrap();
+    // The generated catalogue draws product after product from one stream, so the small shop
+    // is the default one's first 40 (the same products, not another draw).
+    assert_eq!(small.products.as_slice(), &shop().products[..40]);
+    // A file is cut the same way.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.jsonl");
+    std::fs::write(&path, catalogue::write(&catalogue::generate(5, 12))).unwrap();
+    let cut = WebShop::from_params(&[
+        ("catalogue".into(), path.display().to_string()),
+        ("products".into(), "3".into()),
+    ])
+    .unwrap();
+    assert_eq!(cut.products.as_slice(), &catalogue::generate(5, 3)[..]);
+    // Every goal is drawn from the products kept.
+    let mut env = small;
+    for seed in 0..30 {
+        env.reset(seed).unwrap();
+        let target: usize = env.goal.target_id[1..].parse().unwrap();
+        assert!((1..=40).contains(&target), "{}", env.goal.target_id);
+    }
+    let err = WebShop::from_params(&[("products".into(), "0".into())])
+        .err()
+        .unwrap_or_default();
+    assert!(
+        err.contains("products '0' must be a whole number >= 1"),
+        "{err}"
+    );
+}

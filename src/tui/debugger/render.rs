@@ -58,7 +58,7 @@ fn header<'a>(view: &DebugView, s: Option<&Session>, theme: &Theme) -> Line<'a> 
             s.env_name,
             s.seed,
             policy_text(view),
-            if played == 1 { "" } else { "s" },
+            crate::text::plural_s(played),
             s.total_reward() + 0.0,
         )));
     }
