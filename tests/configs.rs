@@ -294,3 +294,64 @@ fn override_mistakes_are_said_in_config_terms() {
         "{both}"
     );
 }
+
+/// Every character the WebShop experiment's shop can show is one of its tokenizer's: an agentic
+/// prompt refuses a character outside it, so a page holding one would fail the rollout that
+/// reached it. The pages walked: every episode's (40 seeds) from the search page three actions
+/// deep, and every product of the shop through a search that lists them all, page by page.
+#[test]
+fn the_webshop_experiments_tokenizer_covers_every_page_its_shop_shows() {
+    use roll::env::{Env, make, webshop::catalogue};
+    use std::collections::{BTreeSet, HashSet};
+
+    fn walk(env: &dyn Env, depth: usize, seen: &mut HashSet<u64>, text: &mut String) {
+        text.push_str(&env.render_text());
+        if depth == 0 || !seen.insert(env.state_hash()) {
+            return;
+        }
+        for action in env.actions() {
+            let mut next = env.clone_box();
+            if next.step(&action).is_ok_and(|s| !s.done) {
+                walk(next.as_ref(), depth - 1, seen, text);
+            }
+        }
+    }
+
+    let cfg = RunConfig::load(&root().join("experiments/agentic_webshop.yaml"), &[]).unwrap();
+    let known: HashSet<char> = cfg.model.init.as_ref().unwrap().chars.chars().collect();
+    let shop = cfg.rl.as_ref().unwrap().env.as_ref().unwrap();
+    let mut env = make(&shop.name, &shop.param_pairs()).unwrap();
+    let (mut seen, mut text) = (HashSet::new(), String::new());
+    for seed in 0..40 {
+        env.reset(seed).unwrap();
+        walk(env.as_ref(), 3, &mut seen, &mut text);
+    }
+    // A query of every word of every title lists the whole shop over several pages.
+    let products = shop.params["products"].as_u64().unwrap() as usize;
+    let words: BTreeSet<String> = catalogue::generate(0, products)
+        .iter()
+        .flat_map(|p| {
+            p.title
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    env.reset(0).unwrap();
+    let query = words.into_iter().collect::<Vec<_>>().join(" ");
+    env.step(&format!("search[{query}]")).unwrap();
+    let mut pages = 1;
+    loop {
+        walk(env.as_ref(), 1, &mut HashSet::new(), &mut text);
+        if env.step("click[next >]").is_err() {
+            break;
+        }
+        pages += 1;
+    }
+    assert!(
+        pages >= products / 10,
+        "{pages} pages of {products} products"
+    );
+    let missing: BTreeSet<char> = text.chars().filter(|c| !known.contains(c)).collect();
+    assert!(missing.is_empty(), "not in model.init.chars: {missing:?}");
+}
