@@ -243,7 +243,8 @@ pub const ENVS: [(&str, &str, &str); 4] = [
         "WebShop-style shopping over a local catalogue: search, open a product, pick its options, \
          buy what the instruction asks for (scored as the WebShop paper does)",
         "catalogue (a JSON-lines product file; default: the generated catalogue in \
-         envs/webshop/catalogue.jsonl), products (its first N; without a file, a generated shop of N), max_steps (15)",
+         envs/webshop/catalogue.jsonl), products (its first N; without a file, a generated \
+         shop of N), max_steps (15)",
     ),
     (
         "external",

@@ -136,18 +136,18 @@ mod tests {
         assert_eq!(super::reward(10.0 - 0.1 * 7.0), "9.3");
     }
 
+    use super::*;
+
     #[test]
     fn only_one_of_a_thing_is_singular() {
-        let steps = |n: usize| format!("{n} step{}", super::plural_s(n));
+        let steps = |n: usize| format!("{n} step{}", plural_s(n));
         assert_eq!(
             [steps(0), steps(1), steps(2)],
             ["0 steps", "1 step", "2 steps"]
         );
-        assert_eq!(super::plural_s(1u64), "");
-        assert_eq!(super::plural_s(-1i64), "s");
+        assert_eq!(plural_s(1u64), "");
+        assert_eq!(plural_s(-1i64), "s");
     }
-
-    use super::*;
 
     #[test]
     fn text_is_made_safe_character_by_character() {

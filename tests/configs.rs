@@ -295,63 +295,87 @@ fn override_mistakes_are_said_in_config_terms() {
     );
 }
 
-/// Every character the WebShop experiment's shop can show is one of its tokenizer's: an agentic
-/// prompt refuses a character outside it, so a page holding one would fail the rollout that
-/// reached it. The pages walked: every episode's (40 seeds) from the search page three actions
-/// deep, and every product of the shop through a search that lists them all, page by page.
+/// Every page the WebShop experiment's shop can show fits its tokenizer and its positions: an
+/// agentic prompt refuses a character outside `model.init.chars`, and a step-wise prompt is the
+/// page alone, which with the longest answer must fit `max_positions` (or the episode is cut).
+/// The pages walked: every episode's (40 seeds) from the search page three actions deep, and
+/// every product of the shop through a search that lists them all, page by page.
 #[test]
-fn the_webshop_experiments_tokenizer_covers_every_page_its_shop_shows() {
+fn the_webshop_experiments_model_takes_every_page_its_shop_shows() {
     use roll::env::{Env, make, webshop::catalogue};
     use std::collections::{BTreeSet, HashSet};
 
-    fn walk(env: &dyn Env, depth: usize, seen: &mut HashSet<u64>, text: &mut String) {
-        text.push_str(&env.render_text());
+    fn walk(env: &dyn Env, depth: usize, seen: &mut HashSet<u64>, pages: &mut Vec<String>) {
+        pages.push(env.render_text());
         if depth == 0 || !seen.insert(env.state_hash()) {
             return;
         }
         for action in env.actions() {
             let mut next = env.clone_box();
             if next.step(&action).is_ok_and(|s| !s.done) {
-                walk(next.as_ref(), depth - 1, seen, text);
+                walk(next.as_ref(), depth - 1, seen, pages);
             }
         }
     }
 
     let cfg = RunConfig::load(&root().join("experiments/agentic_webshop.yaml"), &[]).unwrap();
-    let known: HashSet<char> = cfg.model.init.as_ref().unwrap().chars.chars().collect();
-    let shop = cfg.rl.as_ref().unwrap().env.as_ref().unwrap();
+    let init = cfg.model.init.as_ref().unwrap();
+    let known: HashSet<char> = init.chars.chars().collect();
+    let rl = cfg.rl.as_ref().unwrap();
+    let shop = rl.env.as_ref().unwrap();
     let mut env = make(&shop.name, &shop.param_pairs()).unwrap();
-    let (mut seen, mut text) = (HashSet::new(), String::new());
+    let (mut seen, mut pages) = (HashSet::new(), vec![]);
     for seed in 0..40 {
         env.reset(seed).unwrap();
-        walk(env.as_ref(), 3, &mut seen, &mut text);
+        walk(env.as_ref(), 3, &mut seen, &mut pages);
     }
-    // A query of every word of every title lists the whole shop over several pages.
+    // A query of every word of every title lists the whole shop, ten products a page.
     let products = shop.params["products"].as_u64().unwrap() as usize;
-    let words: BTreeSet<String> = catalogue::generate(0, products)
+    let shelf = catalogue::generate(0, products);
+    let words: BTreeSet<&str> = shelf
         .iter()
-        .flat_map(|p| {
-            p.title
-                .split_whitespace()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|p| p.title.split_whitespace())
         .collect();
     env.reset(0).unwrap();
     let query = words.into_iter().collect::<Vec<_>>().join(" ");
     env.step(&format!("search[{query}]")).unwrap();
-    let mut pages = 1;
-    loop {
-        walk(env.as_ref(), 1, &mut HashSet::new(), &mut text);
-        if env.step("click[next >]").is_err() {
-            break;
-        }
-        pages += 1;
-    }
     assert!(
-        pages >= products / 10,
-        "{pages} pages of {products} products"
+        env.render_text()
+            .contains(&format!(", {products} products)")),
+        "{}",
+        env.render_text()
     );
+    let (mut listed, mut full) = (1, vec![]);
+    loop {
+        walk(env.as_ref(), 1, &mut HashSet::new(), &mut full);
+        match env.step("click[next >]") {
+            Ok(step) if !step.done => listed += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(listed, products.div_ceil(10));
+    let text = pages.concat() + &full.concat();
     let missing: BTreeSet<char> = text.chars().filter(|c| !known.contains(c)).collect();
     assert!(missing.is_empty(), "not in model.init.chars: {missing:?}");
+    // Characters are tokens; the prompt is the page and a newline. A full results page shows its
+    // query, which the policy writes in at most `answer - 8` characters (`search[…]`), not the
+    // whole vocabulary this search used.
+    let answer = shop
+        .max_tokens_per_turn
+        .unwrap_or(rl.sampling.max_new_tokens);
+    let longest_query = answer - "search[]".len();
+    let longest = pages
+        .iter()
+        .map(|p| p.chars().count() + 1)
+        .chain(full.iter().map(|p| match p.contains(&query) {
+            true => p.chars().count() + 1 - query.chars().count() + longest_query,
+            false => p.chars().count() + 1,
+        }))
+        .max()
+        .unwrap();
+    assert!(
+        longest + answer <= init.max_positions,
+        "a {longest}-token page and a {answer}-token answer exceed {} positions",
+        init.max_positions
+    );
 }

@@ -57,7 +57,8 @@ pub struct WebShop {
 impl WebShop {
     /// `catalogue` (a JSON-lines file; default: the generated catalogue that
     /// `envs/webshop/catalogue.jsonl` holds), `products` (use only the catalogue's first N, as
-    /// WebShop's `num_products` does: a smaller shop, shorter result lists), `max_steps` (15).
+    /// WebShop's `num_products` does: a smaller shop, shorter result lists; a file must hold N,
+    /// the generated catalogue is drawn to N), `max_steps` (15).
     pub fn from_params(params: &[(String, String)]) -> Result<WebShop, String> {
         const KNOWN: [&str; 3] = ["catalogue", "products", "max_steps"];
         let mut products = None;
@@ -82,6 +83,12 @@ impl WebShop {
         let mut products = products
             .unwrap_or_else(|| catalogue::generate(0, keep.unwrap_or(catalogue::DEFAULT_PRODUCTS)));
         if let Some(n) = keep {
+            if n > products.len() {
+                return Err(format!(
+                    "products {n}: the catalogue has only {} products",
+                    products.len()
+                ));
+            }
             products.truncate(n);
         }
         let goal = draw_goal(&products, 0);

@@ -238,6 +238,13 @@ fn products_keeps_the_first_n_of_the_catalogue() {
     ])
     .unwrap();
     assert_eq!(cut.products.as_slice(), &catalogue::generate(5, 3)[..]);
+    let over = WebShop::from_params(&[
+        ("catalogue".into(), path.display().to_string()),
+        ("products".into(), "13".into()),
+    ])
+    .err()
+    .unwrap_or_default();
+    assert_eq!(over, "products 13: the catalogue has only 12 products");
     // Every goal is drawn from the products kept.
     let mut env = small;
     for seed in 0..30 {
