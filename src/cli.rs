@@ -2,6 +2,8 @@
 
 #[cfg(feature = "cuda")]
 mod device_check;
+#[cfg(feature = "cuda")]
+mod device_transfer;
 mod devices_cmd;
 mod env_cmd;
 mod env_debug;

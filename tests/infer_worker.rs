@@ -69,6 +69,17 @@ fn a_worker_process_actor_infer_computes_the_same_and_time_shares_device_0() {
         of_kind(&ev_there, "worker_failed").is_empty(),
         "{ev_there:#?}"
     );
+    // How weight sync reaches the worker is said once (on the CPU: the host copy).
+    let said: Vec<&str> = of_kind(&ev_there, "info")
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.starts_with("weight sync to actor_infer"))
+        .collect();
+    assert_eq!(
+        said,
+        ["weight sync to actor_infer goes through the host copy in shared memory"],
+        "{ev_there:#?}"
+    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `roll-tui devices --check` on one GPU: our CUDA kernels (log-probs, AdamW) against candle's
-//! ops there, and small
-//! models of each architecture computed on the GPU (the device-generic path plus our kernels)
-//! against the same weights on the CPU (the fused kernels), through `crate::parity`.
+//! ops there, host-copy offloads and reloads by DMA bit for bit and their GB/s
+//! (`device_transfer.rs`), and small models of each architecture computed on the GPU (the
+//! device-generic path plus our kernels) against the same weights on the CPU (the fused
+//! kernels), through `crate::parity`.
 
 use anyhow::Result;
 use candle_core::{D, Tensor, Var};
@@ -136,6 +137,10 @@ pub fn check(device: DeviceSpec) -> Result<usize> {
     for f in logprob_kernel(&dev)?.iter().chain(&adamw_kernel(&dev)?) {
         failed += report(device, "kernel", f);
     }
+    for f in super::device_transfer::round_trip(&dev)? {
+        failed += report(device, "host copy", &f);
+    }
+    println!("{device} {}", super::device_transfer::bandwidth(&dev)?);
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
         let cpu = small_model(arch)?;
         let reference = outputs(&cpu)?;

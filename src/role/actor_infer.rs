@@ -30,13 +30,22 @@ pub enum InferCall {
     /// Apply `ops` in order, then run one engine step; replies with what finished.
     Step { ops: Vec<InferOp> },
     /// Take the weights in the host copy at `path` (weight sync); under LoRA `path` holds the
-    /// frozen base and `adapter` the adapter directory to merge into it.
+    /// frozen base and `adapter` the adapter directory to merge into it. With `ipc`, the weights
+    /// are in the trainer's GPU buffer that handle names, laid out as the host copy (whose header
+    /// gives the offsets), and are copied device to device; the host copy is then behind.
     SetWeights {
         path: PathBuf,
         adapter: Option<PathBuf>,
+        #[serde(default)]
+        ipc: Option<crate::device::IpcHandle>,
     },
-    /// Free the weights, which the host copy at `path` holds already (weight sync writes it).
-    Offload { path: PathBuf },
+    /// Free the weights, which the host copy at `path` holds already (weight sync writes it),
+    /// or, with `write` (the last sync went by CUDA IPC), once they are written to it.
+    Offload {
+        path: PathBuf,
+        #[serde(default)]
+        write: bool,
+    },
     /// Load them back from the host copy at `path` (and under LoRA the adapter at `adapter`).
     Reload {
         path: PathBuf,

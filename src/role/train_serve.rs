@@ -30,7 +30,9 @@ use super::{RunError, setup_err};
 use crate::model::lora::{LoraSettings, LoraVars};
 use crate::model::{ModelConfig, ParamStore, Transformer};
 use crate::scheduler::host_copy::HostArea;
-use crate::scheduler::host_copy::{overwrite_tensors, read_tensors, read_variables, tensor_bytes};
+use crate::scheduler::host_copy::{
+    overwrite_tensors, read_host_copy, read_tensors, read_variables, tensor_bytes,
+};
 use crate::train::AdamW;
 use crate::train::checkpoint::{load_moments, save_moments, save_vars};
 use crate::train::optim::MOMENT_PREFIXES;
@@ -284,7 +286,7 @@ pub(crate) fn reload_transformer(
     device: &Device,
     path: &Path,
 ) -> Result<(Transformer, u64), String> {
-    let tensors = read_tensors(path, device).map_err(err)?;
+    let tensors = read_host_copy(path, device).map_err(err)?;
     let bytes = tensors.values().map(tensor_bytes).sum();
     let model = build_transformer(config, tensors.into_iter().collect(), path)?;
     Ok((model, bytes))
@@ -381,7 +383,7 @@ fn reload(base: &Base, path: &Path, steps: usize) -> Result<(Resident, u64), Str
         if base.device.is_cpu() {
             read_variables(path).map_err(err)
         } else {
-            read_tensors(path, &base.device).map_err(err)
+            read_host_copy(path, &base.device).map_err(err)
         }
     };
     let mut tensors = read(path)?;

@@ -103,7 +103,7 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
         &mut worker,
         &area,
         &tensors,
-        |path| InferCall::Offload { path },
+        |path| InferCall::Offload { path, write: false },
         |path| InferCall::Reload {
             path,
             adapter: None,

@@ -9,7 +9,11 @@
 //! call says so, after it was written, and a half-written one is never read after its writer died
 //! (the parent's death ends the run; a trainer worker's stops it). A worker whose copy holds its
 //! weights already offloads without writing ([`check_holds`]). Tensors go to and come from the
-//! files without copies in between (`host_copy/in_place.rs`).
+//! files without copies in between: a CPU tensor's storage is written and read in place
+//! (`host_copy/in_place.rs`); a GPU tensor moves by DMA straight between its device memory and
+//! the file's mapping, page-locked with the driver once a process (`crate::device::move_pinned`),
+//! where that applies, else staged through host memory. A copy written anew (not in place) is
+//! staged; the offloads after it rewrite it in place, pinned.
 
 mod in_place;
 
@@ -18,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor, Var};
 use rayon::prelude::*;
+
+use crate::device::Way;
 
 #[derive(Debug, thiserror::Error)]
 #[error("host copy '{path}': {source}")]
@@ -97,7 +103,7 @@ impl HostArea {
         name: &str,
         device: &Device,
     ) -> Result<HashMap<String, Tensor>, HostCopyError> {
-        read_tensors(&self.path(name), device)
+        read_host_copy(&self.path(name), device)
     }
 
     /// Read the copy called `name` into existing variables (every variable must be in it, with its
@@ -116,9 +122,40 @@ impl HostArea {
     }
 
     pub fn remove(&self, name: &str) {
+        let path = self.path(name);
+        crate::device::forget_pinned(&path);
         // Already gone is fine: the copy is only a cache of state that lives elsewhere.
-        let _ = std::fs::remove_file(self.path(name));
+        let _ = std::fs::remove_file(path);
     }
+}
+
+impl Drop for HostArea {
+    /// Before the directory goes: this process's page-locked mappings of its copies are let go
+    /// of, or their memory would stay taken after the files are removed.
+    fn drop(&mut self) {
+        crate::device::forget_pinned(self.dir.path());
+    }
+}
+
+/// Move `tensors` between their GPU memory and their bytes in `copy` (the file at `path`) by DMA
+/// through the file's page-locked mapping (`crate::device::move_pinned`); the bytes moved, or
+/// `None` where that does not apply (a tensor on the CPU, a build without CUDA, ...) and the
+/// caller moves them itself.
+fn moved_pinned<'t>(
+    path: &Path,
+    copy: &in_place::Opened,
+    tensors: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
+    way: Way,
+) -> Result<Option<u64>, String> {
+    let tensors: Vec<(&str, &Tensor)> = tensors.into_iter().collect();
+    if tensors.is_empty() || tensors.iter().any(|(_, t)| t.device().is_cpu()) {
+        return Ok(None);
+    }
+    let mut parts = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        parts.push((copy.place(name, t)?.0, t));
+    }
+    Ok(crate::device::move_pinned(path, &parts, way)?.map(|m| m.bytes))
 }
 
 pub use crate::model::params::tensor_bytes;
@@ -148,6 +185,10 @@ pub fn overwrite_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u6
     let Some(copy) = in_place::Opened::rewritable(path, tensors).map_err(err)? else {
         return write_tensors(path, tensors);
     };
+    let named = tensors.iter().map(|(name, t)| (name.as_str(), t));
+    if let Some(bytes) = moved_pinned(path, &copy, named, Way::ToHost).map_err(err)? {
+        return Ok(bytes);
+    }
     // One tensor after another: writes to one file take its inode's lock, so threads would only
     // queue (measured: the same time), where reads run side by side.
     let mut bytes = 0;
@@ -155,6 +196,62 @@ pub fn overwrite_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u6
         bytes += copy.write_from(name, t).map_err(err)?;
     }
     Ok(bytes)
+}
+
+/// Weight sync by CUDA IPC, the sender's side: `tensors`, which the host copy at `path` holds
+/// (names, dtypes, shapes), copied into `stage` at their offsets in that file; the handle for the
+/// receiver ([`read_into_tensors_by_ipc`]), or `None` where IPC does not apply (a tensor on the
+/// CPU, a build without CUDA, a copy that holds other tensors). The file itself is not written:
+/// [`write_back_from_ipc`] brings it up to date when something is about to read it.
+pub fn stage_for_ipc(
+    stage: &mut crate::device::IpcStage,
+    path: &Path,
+    tensors: &[(String, Tensor)],
+) -> Result<Option<crate::device::IpcHandle>, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    if tensors.is_empty() || tensors.iter().any(|(_, t)| t.device().is_cpu()) {
+        return Ok(None);
+    }
+    let Some(copy) = in_place::Opened::rewritable(path, tensors).map_err(err)? else {
+        return Ok(None);
+    };
+    let mut parts = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        parts.push((copy.place(name, t).map_err(err)?.0, t));
+    }
+    let (start, len) = copy.data();
+    stage.send(start + len as u64, &parts).map_err(err)
+}
+
+/// Weight sync by CUDA IPC, the receiver's side: each target (named as in the host copy at
+/// `path`, whose header gives the offsets the sender staged them at) copied out of the buffer
+/// `handle` names, device to device; the bytes copied.
+pub fn read_into_tensors_by_ipc<'t>(
+    path: &Path,
+    handle: &crate::device::IpcHandle,
+    targets: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
+) -> Result<u64, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    let copy = in_place::Opened::open(path).map_err(err)?;
+    let mut parts = vec![];
+    for (name, t) in targets {
+        parts.push((copy.place(name, t).map_err(err)?.0, t));
+    }
+    crate::device::ipc_receive(handle, &parts)
+        .map_err(err)?
+        .ok_or_else(|| err("CUDA IPC cannot fill these tensors (not all on the GPU)".into()))
+}
+
+/// Bring the host copy at `path` up to date from the weights last sent through `stage`, by DMA
+/// into its page-locked mapping; `false` where nothing was sent or the file could not be
+/// page-locked.
+pub fn write_back_from_ipc(
+    stage: &crate::device::IpcStage,
+    path: &Path,
+) -> Result<bool, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    let copy = in_place::Opened::open(path).map_err(err)?;
+    stage.write_back(path, &[copy.data()]).map_err(err)
 }
 
 /// Check that the host copy at `path` holds `tensors` (names, dtypes and shapes; the data is the
@@ -179,25 +276,50 @@ pub fn read_tensors(
     path: &Path,
     device: &Device,
 ) -> Result<HashMap<String, Tensor>, HostCopyError> {
-    read_new(path, device, false)
+    read_new(path, device, false, false)
+}
+
+/// [`read_tensors`] of a host copy that is read again and again (a role's offloaded state, read
+/// back at every reload): onto a GPU it moves through the file's page-locked mapping, which this
+/// process keeps for the next reload. One-off files (step files, checkpoints) are read with
+/// [`read_tensors`], whose staged reads keep no mapping.
+pub fn read_host_copy(
+    path: &Path,
+    device: &Device,
+) -> Result<HashMap<String, Tensor>, HostCopyError> {
+    read_new(path, device, false, true)
 }
 
 /// [`read_tensors`] onto the CPU, each tensor made a variable as it is read: a network to train is
 /// built from them without another copy (candle makes a variable of a plain tensor by copying it).
 pub fn read_variables(path: &Path) -> Result<HashMap<String, Tensor>, HostCopyError> {
-    read_new(path, &crate::device::host(), true)
+    read_new(path, &crate::device::host(), true, false)
 }
 
 fn read_new(
     path: &Path,
     device: &Device,
     variables: bool,
+    pinned: bool,
 ) -> Result<HashMap<String, Tensor>, HostCopyError> {
     let err = |msg| HostCopyError::new(path, msg);
+    let copy = in_place::Opened::open(path).map_err(err)?;
     if device.is_cpu() {
-        let copy = in_place::Opened::open(path).map_err(err)?;
         if let Some(tensors) = copy.read_all(variables).map_err(err)? {
             return Ok(tensors);
+        }
+    } else if let Some(blanks) = pinned
+        .then(|| copy.blanks(device, variables))
+        .transpose()
+        .map_err(err)?
+        .flatten()
+    {
+        let named = blanks.iter().map(|(name, t)| (name.as_str(), t));
+        if moved_pinned(path, &copy, named, Way::ToDevice)
+            .map_err(err)?
+            .is_some()
+        {
+            return Ok(blanks.into_iter().collect());
         }
     }
     candle_core::safetensors::load(path, device).map_err(|source| HostCopyError {
@@ -225,6 +347,11 @@ pub fn read_into_tensors<'t>(
     let err = |msg| HostCopyError::new(path, msg);
     let copy = in_place::Opened::open(path).map_err(err)?;
     let targets: Vec<(&str, &Tensor)> = targets.into_iter().collect();
+    if let Some(bytes) =
+        moved_pinned(path, &copy, targets.iter().copied(), Way::ToDevice).map_err(err)?
+    {
+        return Ok(bytes);
+    }
     // Each tensor from its own range of the file, on every core (a move is bound by copying).
     let bytes: Result<Vec<u64>, String> = targets
         .par_iter()

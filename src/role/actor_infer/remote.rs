@@ -12,6 +12,14 @@
 //! version, whatever it was doing. Under LoRA the host copy holds the frozen base, written once,
 //! and weight sync writes only the adapter (`actor_infer-adapter/`, PEFT's format), which the
 //! worker merges into the base whenever it takes weights.
+//!
+//! When the trainer and the worker compute on one GPU, weight sync goes by CUDA IPC instead: the
+//! trainer copies the weights into a GPU buffer of its own laid out as the host copy and the
+//! worker copies them out of it, device to device (`crate::device::IpcStage`). The host copy is
+//! then behind until something reads it: an offload asks the worker to write its weights to it
+//! first, and a replacement worker finds it brought up to date from the trainer's buffer. Which
+//! way sync goes is decided at the start ([`route`]) and said in the run's events; a refusal of
+//! IPC by the driver falls back to the host copy, also said.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,11 +28,14 @@ use super::{
     InferCall as Call, InferInit, InferOp, InferProtocol, InferReply as Reply, PolicyUpdate,
 };
 use crate::config::Dtype;
+use crate::device::{DeviceKind, DeviceSpec, IpcStage};
+use crate::metrics::WorkerNotice;
 use crate::model::{LoadedModel, save_model_dir};
+use crate::names::Role;
 use crate::role::remote::{RemoteWorker, worker_lost};
 use crate::role::{RunError, WorkerNote, setup_err};
 use crate::rollout::{Completion, Request};
-use crate::scheduler::host_copy::HostArea;
+use crate::scheduler::host_copy::{HostArea, stage_for_ipc, write_back_from_ipc};
 use crate::worker::WorkerError;
 
 /// A generation step or a host-copy move that takes longer than this is a hung worker.
@@ -42,6 +53,64 @@ pub struct RemoteInfer {
     offloaded: bool,
     /// Under LoRA, the adapter directory weight sync writes.
     adapter: Option<PathBuf>,
+    route: Route,
+    /// The last sync went by CUDA IPC: the host copy is behind the worker's weights.
+    host_copy_behind: bool,
+    /// What this side has to say in the run's events (the route), drained with the worker's.
+    notes: Vec<WorkerNote>,
+    /// The trainer's GPU buffer CUDA IPC sends from; last, so that it is freed after the worker
+    /// (which may have it open) is stopped.
+    ipc: IpcStage,
+}
+
+/// How weight sync reaches the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The host copy in shared memory is written, and the worker reads it.
+    HostCopy,
+    /// Device to device through a buffer of the trainer's on their one GPU.
+    CudaIpc,
+}
+
+/// The way weight sync goes from a policy computing on `policy` to a worker on `worker`, and the
+/// sentence that says so in the run's events.
+pub fn route(policy: DeviceSpec, worker: DeviceSpec, lora: bool) -> (Route, String) {
+    let host = "weight sync to actor_infer goes through the host copy in shared memory";
+    if lora {
+        return (
+            Route::HostCopy,
+            format!("{host}: under LoRA only the adapter moves"),
+        );
+    }
+    match (worker.kind, policy == worker) {
+        (DeviceKind::Cuda, true) if crate::device::CUDA_BUILT => (
+            Route::CudaIpc,
+            format!(
+                "weight sync to actor_infer goes by CUDA IPC on {worker}, the trainer's GPU: \
+                 device to device, no host round trip"
+            ),
+        ),
+        (DeviceKind::Cuda, false) => (
+            Route::HostCopy,
+            format!(
+                "{host}: the trainer computes on {policy} and the worker on {worker} (no \
+                 GPU-to-GPU route is built: NCCL is not)"
+            ),
+        ),
+        _ => (Route::HostCopy, host.to_string()),
+    }
+}
+
+fn note(text: String) -> WorkerNote {
+    WorkerNote {
+        role: Role::ActorInfer,
+        index: 0,
+        pid: None,
+        notice: WorkerNotice::Log,
+        phase: Some("weight_sync"),
+        node: None,
+        text,
+    }
 }
 
 impl RemoteInfer {
@@ -83,6 +152,8 @@ impl RemoteInfer {
         };
         let worker =
             RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads, (area.dir(), &[]))?;
+        let policy = crate::device::spec_of(model.transformer.device());
+        let (route, said) = route(policy, device, adapter.is_some());
         Ok(RemoteInfer {
             worker,
             area,
@@ -90,6 +161,10 @@ impl RemoteInfer {
             ops: vec![],
             offloaded: false,
             adapter,
+            route,
+            host_copy_behind: false,
+            notes: vec![note(said)],
+            ipc: IpcStage::default(),
         })
     }
 
@@ -100,9 +175,25 @@ impl RemoteInfer {
             "; {} requests in flight submitted again",
             self.in_flight.len()
         );
+        // The fresh worker loads the host copy: after a sync by CUDA IPC it is brought up to date
+        // from the trainer's buffer first (the lost worker's weights died with it).
+        if self.host_copy_behind {
+            let path = self.area.path(HOST_COPY);
+            if !write_back_from_ipc(&self.ipc, &path).map_err(setup_err)? {
+                return Err(RunError::Setup(format!(
+                    "actor_infer's worker was lost after a weight sync by CUDA IPC, and its host \
+                     copy {} could not be brought up to date from the trainer's GPU buffer",
+                    path.display()
+                )));
+            }
+            self.host_copy_behind = false;
+        }
         let offloaded = self.offloaded.then(|| self.area.path(HOST_COPY));
         self.worker
-            .revive(lost, &carried, offloaded, |path| Call::Offload { path })?;
+            .revive(lost, &carried, offloaded, |path| Call::Offload {
+                path,
+                write: false,
+            })?;
         // The fresh worker knows nothing: everything still in flight (sent or queued) starts again
         // with the next step, whichever call found the worker lost.
         self.ops = self
@@ -190,12 +281,15 @@ impl RemoteInfer {
         Ok(out)
     }
 
-    /// Offload: the worker frees its weights, which the host copy holds. Returns their bytes.
+    /// Offload: the worker frees its weights, which the host copy holds (after a sync by CUDA
+    /// IPC, once the worker wrote them to it). Returns their bytes.
     pub fn offload(&mut self) -> Result<u64, RunError> {
         let reply = self.call(|s| Call::Offload {
             path: s.area.path(HOST_COPY),
+            write: s.host_copy_behind,
         })?;
         self.offloaded = true;
+        self.host_copy_behind = false;
         moved(reply)
     }
 
@@ -214,6 +308,12 @@ impl RemoteInfer {
     /// one at its next reload. Copies are rewritten in place: the worker reads them only when a
     /// call (behind this handle's lock) tells it to, after the write.
     pub fn set_weights(&mut self, update: &PolicyUpdate) -> Result<(), RunError> {
+        if let (PolicyUpdate::Weights(params), Route::CudaIpc, false) =
+            (update, self.route, self.offloaded)
+            && self.sync_by_ipc(&params.named_tensors())?
+        {
+            return Ok(());
+        }
         match (update, &self.adapter) {
             (PolicyUpdate::Weights(params), None) => {
                 self.area
@@ -234,15 +334,48 @@ impl RemoteInfer {
             let reply = self.call(|s| Call::SetWeights {
                 path: s.area.path(HOST_COPY),
                 adapter: s.adapter.clone(),
+                ipc: None,
             })?;
             moved(reply)?;
         }
+        self.host_copy_behind = false;
         Ok(())
+    }
+
+    /// Weight sync by CUDA IPC; `false` (and the host copy from now on, said in the events)
+    /// where the driver refused or IPC does not apply to these tensors.
+    fn sync_by_ipc(&mut self, tensors: &[(String, candle_core::Tensor)]) -> Result<bool, RunError> {
+        let path = self.area.path(HOST_COPY);
+        let handle = match stage_for_ipc(&mut self.ipc, &path, tensors) {
+            Ok(Some(handle)) => handle,
+            refused => {
+                let why = match refused {
+                    Err(e) => e.to_string(),
+                    _ => "the weights are not all on the GPU".into(),
+                };
+                self.route = Route::HostCopy;
+                self.notes.push(note(format!(
+                    "weight sync to actor_infer: CUDA IPC failed ({why}); it goes through the \
+                     host copy from now on"
+                )));
+                return Ok(false);
+            }
+        };
+        let reply = self.call(|s| Call::SetWeights {
+            path: s.area.path(HOST_COPY),
+            adapter: None,
+            ipc: Some(handle.clone()),
+        })?;
+        moved(reply)?;
+        self.host_copy_behind = true;
+        Ok(true)
     }
 
     /// Worker events since the last call, as (worker name, notice, text).
     pub fn drain_events(&mut self) -> Vec<WorkerNote> {
-        self.worker.drain_events()
+        let mut notes = std::mem::take(&mut self.notes);
+        notes.extend(self.worker.drain_events());
+        notes
     }
 
     /// Stop the worker (asking first); returns the events not yet drained, its exit included.
@@ -258,5 +391,36 @@ fn moved(reply: Reply) -> Result<u64, RunError> {
         other => Err(RunError::Setup(format!(
             "actor_infer answered a host-copy move with {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weight_sync_goes_by_cuda_ipc_only_on_the_trainers_own_gpu_without_lora() {
+        let (cpu, gpu0, gpu1) = (DeviceSpec::CPU, DeviceSpec::cuda(0), DeviceSpec::cuda(1));
+        assert_eq!(route(cpu, cpu, false).0, Route::HostCopy);
+        let ipc = if crate::device::CUDA_BUILT {
+            Route::CudaIpc
+        } else {
+            Route::HostCopy
+        };
+        let (same, said) = route(gpu0, gpu0, false);
+        assert_eq!(same, ipc, "{said}");
+        // Under LoRA the adapter moves, kilobytes: the host copy, whatever the devices.
+        let (lora, said) = route(gpu0, gpu0, true);
+        assert_eq!(lora, Route::HostCopy);
+        assert!(
+            said.ends_with("under LoRA only the adapter moves"),
+            "{said}"
+        );
+        // Two GPUs: no route between them is built; the sentence names both.
+        let (two, said) = route(gpu0, gpu1, false);
+        assert_eq!(two, Route::HostCopy);
+        assert!(said.contains("cuda:0") && said.contains("cuda:1"), "{said}");
+        // A policy on the CPU and a worker on a GPU: the host copy.
+        assert_eq!(route(cpu, gpu0, false).0, Route::HostCopy);
     }
 }

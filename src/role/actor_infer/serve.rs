@@ -20,7 +20,10 @@ use crate::model::{ModelConfig, ParamStore, Transformer, load_model_dir};
 use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::rollout::{Completion, Engine, FinishReason};
-use crate::scheduler::host_copy::{check_holds, read_into_vars, read_tensors, tensor_bytes};
+use crate::scheduler::host_copy::{
+    check_holds, overwrite_tensors, read_host_copy, read_into_tensors_by_ipc, read_into_vars,
+    tensor_bytes,
+};
 use crate::worker::serve::CallQueue;
 
 /// What to load: config and tokenizer from `model_dir`, the weights from the host copy `weights`
@@ -193,6 +196,19 @@ fn take_weights(params: &ParamStore, path: &Path, adapter: Option<&Path>) -> Res
     Ok(bytes)
 }
 
+/// Weight sync by CUDA IPC: `params` copied device to device out of the trainer's buffer `handle`
+/// names, at the offsets of the host copy at `path` (which holds the same tensors). Returns the
+/// bytes copied.
+fn take_weights_by_ipc(
+    params: &ParamStore,
+    path: &Path,
+    handle: &crate::device::IpcHandle,
+) -> Result<u64, String> {
+    let vars = params.named_vars();
+    let targets = vars.iter().map(|(name, v)| (name.as_str(), v.as_tensor()));
+    read_into_tensors_by_ipc(path, handle, targets).map_err(|e| e.to_string())
+}
+
 fn merge_adapter(params: &ParamStore, dir: &Path) -> Result<(), String> {
     let device = params
         .iter()
@@ -209,7 +225,7 @@ fn merge_adapter(params: &ParamStore, dir: &Path) -> Result<(), String> {
 }
 
 fn reload(base: &Base, path: &Path, adapter: Option<&Path>) -> Result<(Transformer, u64), String> {
-    let tensors = read_tensors(path, &base.device).map_err(|e| e.to_string())?;
+    let tensors = read_host_copy(path, &base.device).map_err(|e| e.to_string())?;
     let bytes = tensors.values().map(tensor_bytes).sum();
     let params = ParamStore::from_tensors(tensors.into_iter().collect())
         .map_err(|e| format!("host copy '{}': {e}", path.display()))?;
@@ -247,12 +263,15 @@ fn run_engine(
         };
         match request {
             Request::Step { ops } => reply(id, step(&mut engine, ops)),
-            Request::SetWeights { path, adapter } => {
-                let result = take_weights(model.params(), &path, adapter.as_deref());
+            Request::SetWeights { path, adapter, ipc } => {
+                let result = match ipc {
+                    Some(handle) => take_weights_by_ipc(model.params(), &path, &handle),
+                    None => take_weights(model.params(), &path, adapter.as_deref()),
+                };
                 engine.forget_prefixes();
                 reply(id, result.map(|bytes| Reply::Moved { bytes }));
             }
-            Request::Offload { path } => {
+            Request::Offload { path, write } => {
                 if !engine.is_idle() {
                     let busy = engine.running() + engine.queued();
                     reply(
@@ -262,8 +281,15 @@ fn run_engine(
                     continue;
                 }
                 // The copy at `path` holds the weights already (the parent writes it before each
-                // load and weight sync), so the worker only lets go of them.
-                match check_holds(&path, &model.params().named_tensors()) {
+                // load and weight sync), so the worker only lets go of them; after a sync by CUDA
+                // IPC it is behind, and the worker writes them first.
+                let tensors = model.params().named_tensors();
+                let kept = if write {
+                    overwrite_tensors(&path, &tensors)
+                } else {
+                    check_holds(&path, &tensors)
+                };
+                match kept {
                     Ok(bytes) => {
                         reply(id, Ok(Reply::Moved { bytes }));
                         return Leave::Offload;

@@ -16,7 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Storage, StorageRef, Tensor, Var};
+use candle_core::{
+    CpuStorage, DType, Device, InplaceOp1, Layout, Storage, StorageRef, Tensor, Var,
+};
 use rayon::prelude::*;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, View};
@@ -191,27 +193,40 @@ impl Opened {
         })
     }
 
-    /// Read the tensor called `name` into `dst`'s own memory: same dtype and shape, contiguous, on
-    /// the CPU. Returns the bytes read.
-    pub(super) fn read_into(&self, name: &str, dst: &Tensor) -> Result<u64, String> {
+    /// Where the tensors' bytes lie in the file: (first byte, length), all of them one after
+    /// another (safetensors leaves no gaps).
+    pub(super) fn data(&self) -> (u64, usize) {
+        (self.data_start, self.metadata.data_len())
+    }
+
+    /// Where the tensor called `name` lies in the file: its first byte and its length, checked
+    /// against `t`'s dtype and shape.
+    pub(super) fn place(&self, name: &str, t: &Tensor) -> Result<(u64, usize), String> {
         let info = self
             .metadata
             .info(name)
             .ok_or_else(|| format!("tensor '{name}' is missing"))?;
-        let dtype: Dtype = dst.dtype().into();
-        if info.dtype != dtype || info.shape != dst.dims() {
+        let dtype: Dtype = t.dtype().into();
+        if info.dtype != dtype || info.shape != t.dims() {
             return Err(format!(
                 "tensor '{name}' is {:?} {:?} in the copy, {dtype:?} {:?} where it goes",
                 info.dtype,
                 info.shape,
-                dst.dims()
+                t.dims()
             ));
         }
         let (start, end) = info.data_offsets;
+        Ok((self.data_start + start as u64, end - start))
+    }
+
+    /// Read the tensor called `name` into `dst`'s own memory: same dtype and shape, contiguous, on
+    /// the CPU. Returns the bytes read.
+    pub(super) fn read_into(&self, name: &str, dst: &Tensor) -> Result<u64, String> {
+        let (at, len) = self.place(name, dst)?;
         let op = ReadAt {
             file: &self.file,
-            at: self.data_start + start as u64,
-            len: end - start,
+            at,
+            len,
         };
         if dst.device().is_cpu() {
             dst.inplace_op1(&op)
@@ -219,7 +234,7 @@ impl Opened {
         } else {
             read_staged(&op, dst).map_err(|e| format!("tensor '{name}': {e}"))?;
         }
-        Ok((end - start) as u64)
+        Ok(len as u64)
     }
 }
 
@@ -238,13 +253,14 @@ fn read_staged(op: &ReadAt<'_>, dst: &Tensor) -> candle_core::Result<()> {
 }
 
 impl Opened {
-    /// Every tensor of the copy, each read into new CPU storage of its own (made as a variable's
-    /// with `variables`); `None` where a dtype is not whole bytes an element (the small floats:
+    /// Zeroed tensors of the copy's names, dtypes and shapes on `device` (made as variables' with
+    /// `variables`); `None` where a dtype is not whole bytes an element (the small floats:
     /// candle's reader handles them).
-    pub(super) fn read_all(
+    pub(super) fn blanks(
         &self,
+        device: &Device,
         variables: bool,
-    ) -> Result<Option<HashMap<String, Tensor>>, String> {
+    ) -> Result<Option<Vec<(String, Tensor)>>, String> {
         let mut fresh = Vec::new();
         for (name, info) in self.metadata.tensors() {
             let Some(dtype) = DType::try_from(info.dtype).ok().filter(|d| whole_bytes(*d)) else {
@@ -253,13 +269,25 @@ impl Opened {
             // Zeros from memory the OS hands over zeroed are not written twice (mimalloc knows).
             let shape = info.shape.as_slice();
             let t = if variables {
-                Var::zeros(shape, dtype, &crate::device::host()).map(|v| v.as_tensor().clone())
+                Var::zeros(shape, dtype, device).map(|v| v.as_tensor().clone())
             } else {
-                Tensor::zeros(shape, dtype, &crate::device::host())
+                Tensor::zeros(shape, dtype, device)
             };
             let t = t.map_err(|e| format!("tensor '{name}': {e}"))?;
             fresh.push((name, t));
         }
+        Ok(Some(fresh))
+    }
+
+    /// Every tensor of the copy, each read into new CPU storage of its own (made as a variable's
+    /// with `variables`); `None` where a dtype is not whole bytes an element.
+    pub(super) fn read_all(
+        &self,
+        variables: bool,
+    ) -> Result<Option<HashMap<String, Tensor>>, String> {
+        let Some(fresh) = self.blanks(&crate::device::host(), variables)? else {
+            return Ok(None);
+        };
         fresh
             .par_iter()
             .try_for_each(|(name, t)| self.read_into(name, t).map(drop))?;
