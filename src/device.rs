@@ -401,6 +401,15 @@ impl IpcStage {
         }
     }
 
+    /// Free the buffer (after the receiver closed it): what it held is in the host copy now,
+    /// and a time-shared GPU needs the memory. The next send makes a new one.
+    pub fn release(&mut self) {
+        #[cfg(feature = "cuda")]
+        {
+            self.inner = None;
+        }
+    }
+
     /// Bring the host-copy file at `path` up to date from the last weights sent: each
     /// `(offset, bytes)` range by DMA into the file's page-locked mapping. `Ok(false)` where
     /// nothing was sent or the driver would not page-lock the file.
@@ -440,6 +449,13 @@ pub fn ipc_receive(
         let _ = (handle, parts);
         Err(NOT_BUILT.into())
     }
+}
+
+/// Close the CUDA IPC buffer this process opened last, if any ([`ipc_receive`] keeps it open
+/// between syncs): a receiver letting go of its weights, after which the sender frees it.
+pub fn ipc_close() {
+    #[cfg(feature = "cuda")]
+    ipc::close();
 }
 
 /// Let go of the page-locked mappings of the host copies under `dir` (a host area being

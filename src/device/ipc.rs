@@ -231,6 +231,12 @@ impl Drop for Opened {
 
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 
+/// Close the handle this process opened, if any (a worker letting go of its weights: the sender
+/// frees its buffer after that).
+pub fn close() {
+    *OPENED.lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
 /// Copy each `(offset, tensor)` out of the sender's staging buffer that `handle` names into the
 /// tensor's memory, device to device; the bytes copied. The tensors must be on the handle's GPU.
 pub fn receive(handle: &IpcHandle, tensors: &[(u64, &Tensor)]) -> Result<Option<u64>, String> {

@@ -18,8 +18,9 @@
 //! Registrations are kept (the point of pinning is to pay for it once) and checked against the
 //! file's identity (device, inode, length) at every use: a copy written anew under its name is
 //! mapped anew. [`forget_under`] lets go of the mappings of a host area that is being removed.
-//! Where the driver refuses to register a mapping, the path is remembered as unpinnable and the
-//! caller's staged path moves it (said once on stderr).
+//! Only files in shared memory (tmpfs) are pinned; a file elsewhere, or one the driver refuses to
+//! register (said once on stderr), is remembered as unpinnable and the caller's staged path moves
+//! it.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -86,6 +87,13 @@ fn mapping(path: &Path, context: &Arc<CudaContext>) -> Result<Option<Arc<Mapped>
         Err(()) => return Ok(None),
         Ok(Some(m)) => return Ok(Some(m)),
         Ok(None) => {}
+    }
+    // Only files in shared memory (tmpfs): a page-locked mapping of a network file system's file
+    // (a cluster's `shared_dir`) would keep pages the other hosts never see written.
+    let fs = nix::sys::statfs::statfs(path).map_err(|e| e.to_string())?;
+    if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
+        with_registry(|r| r.unpinnable.insert(path.to_path_buf()));
+        return Ok(None);
     }
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -137,6 +137,16 @@ impl Drop for HostArea {
     }
 }
 
+/// Mark the file at `path` as modified now: writes by DMA into a mapping leave its modification
+/// time as it was, and a cluster's worker mirror tells a changed copy by that time.
+fn touch(path: &Path) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+        .map_err(|e| format!("marking it modified: {e}"))
+}
+
 /// Move `tensors` between their GPU memory and their bytes in `copy` (the file at `path`) by DMA
 /// through the file's page-locked mapping (`crate::device::move_pinned`); the bytes moved, or
 /// `None` where that does not apply (a tensor on the CPU, a build without CUDA, ...) and the
@@ -164,6 +174,8 @@ pub use crate::model::params::tensor_bytes;
 /// never sees half of one); returns the bytes of tensor data written. Worker processes use this
 /// with paths their parent hands them.
 pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u64, HostCopyError> {
+    // A page-locked mapping of the file this one replaces would keep its memory taken.
+    crate::device::forget_pinned(path);
     let bytes = tensors.iter().map(|(_, t)| tensor_bytes(t)).sum();
     let views = tensors
         .iter()
@@ -187,6 +199,7 @@ pub fn overwrite_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<u6
     };
     let named = tensors.iter().map(|(name, t)| (name.as_str(), t));
     if let Some(bytes) = moved_pinned(path, &copy, named, Way::ToHost).map_err(err)? {
+        touch(path).map_err(err)?;
         return Ok(bytes);
     }
     // One tensor after another: writes to one file take its inode's lock, so threads would only
@@ -251,7 +264,11 @@ pub fn write_back_from_ipc(
 ) -> Result<bool, HostCopyError> {
     let err = |msg| HostCopyError::new(path, msg);
     let copy = in_place::Opened::open(path).map_err(err)?;
-    stage.write_back(path, &[copy.data()]).map_err(err)
+    let written = stage.write_back(path, &[copy.data()]).map_err(err)?;
+    if written {
+        touch(path).map_err(err)?;
+    }
+    Ok(written)
 }
 
 /// Check that the host copy at `path` holds `tensors` (names, dtypes and shapes; the data is the
@@ -303,23 +320,21 @@ fn read_new(
     pinned: bool,
 ) -> Result<HashMap<String, Tensor>, HostCopyError> {
     let err = |msg| HostCopyError::new(path, msg);
-    let copy = in_place::Opened::open(path).map_err(err)?;
     if device.is_cpu() {
+        let copy = in_place::Opened::open(path).map_err(err)?;
         if let Some(tensors) = copy.read_all(variables).map_err(err)? {
             return Ok(tensors);
         }
-    } else if let Some(blanks) = pinned
-        .then(|| copy.blanks(device, variables))
-        .transpose()
-        .map_err(err)?
-        .flatten()
-    {
-        let named = blanks.iter().map(|(name, t)| (name.as_str(), t));
-        if moved_pinned(path, &copy, named, Way::ToDevice)
-            .map_err(err)?
-            .is_some()
-        {
-            return Ok(blanks.into_iter().collect());
+    } else if pinned {
+        let copy = in_place::Opened::open(path).map_err(err)?;
+        if let Some(blanks) = copy.blanks(device, variables).map_err(err)? {
+            let named = blanks.iter().map(|(name, t)| (name.as_str(), t));
+            if moved_pinned(path, &copy, named, Way::ToDevice)
+                .map_err(err)?
+                .is_some()
+            {
+                return Ok(blanks.into_iter().collect());
+            }
         }
     }
     candle_core::safetensors::load(path, device).map_err(|source| HostCopyError {

@@ -72,14 +72,26 @@ pub enum Route {
     CudaIpc,
 }
 
-/// The way weight sync goes from a policy computing on `policy` to a worker on `worker`, and the
-/// sentence that says so in the run's events.
-pub fn route(policy: DeviceSpec, worker: DeviceSpec, lora: bool) -> (Route, String) {
+/// The way weight sync goes from a policy computing on `policy` to a worker on `worker` (on this
+/// machine or, with `elsewhere`, on a cluster's other host), and the sentence that says so in the
+/// run's events.
+pub fn route(
+    policy: DeviceSpec,
+    worker: DeviceSpec,
+    lora: bool,
+    elsewhere: bool,
+) -> (Route, String) {
     let host = "weight sync to actor_infer goes through the host copy in shared memory";
     if lora {
         return (
             Route::HostCopy,
             format!("{host}: under LoRA only the adapter moves"),
+        );
+    }
+    if elsewhere {
+        return (
+            Route::HostCopy,
+            format!("{host}: the worker runs on another host"),
         );
     }
     match (worker.kind, policy == worker) {
@@ -153,7 +165,10 @@ impl RemoteInfer {
         let worker =
             RemoteWorker::start(Call::Init(init), CALL_TIMEOUT, threads, (area.dir(), &[]))?;
         let policy = crate::device::spec_of(model.transformer.device());
-        let (route, said) = route(policy, device, adapter.is_some());
+        // CUDA IPC only reaches processes on this machine; with a cluster launcher the worker
+        // may be on any of its hosts.
+        let elsewhere = crate::worker::launch::remote_hosts().is_some();
+        let (route, said) = route(policy, device, adapter.is_some(), elsewhere);
         Ok(RemoteInfer {
             worker,
             area,
@@ -290,6 +305,9 @@ impl RemoteInfer {
         })?;
         self.offloaded = true;
         self.host_copy_behind = false;
+        // The worker closed the IPC buffer and the host copy holds what it held: its memory
+        // goes back to the time-shared GPU until the next sync makes a new one.
+        self.ipc.release();
         moved(reply)
     }
 
@@ -354,6 +372,7 @@ impl RemoteInfer {
                     _ => "the weights are not all on the GPU".into(),
                 };
                 self.route = Route::HostCopy;
+                self.ipc.release();
                 self.notes.push(note(format!(
                     "weight sync to actor_infer: CUDA IPC failed ({why}); it goes through the \
                      host copy from now on"
@@ -361,12 +380,24 @@ impl RemoteInfer {
                 return Ok(false);
             }
         };
-        let reply = self.call(|s| Call::SetWeights {
-            path: s.area.path(HOST_COPY),
-            adapter: None,
-            ipc: Some(handle.clone()),
-        })?;
-        moved(reply)?;
+        let taken = self
+            .call(|s| Call::SetWeights {
+                path: s.area.path(HOST_COPY),
+                adapter: None,
+                ipc: Some(handle.clone()),
+            })
+            .and_then(moved);
+        if let Err(e) = taken {
+            // The worker could not take them (its driver would not open the handle, say): the
+            // host copy from now on, which rewrites every weight the worker holds.
+            self.route = Route::HostCopy;
+            self.ipc.release();
+            self.notes.push(note(format!(
+                "weight sync to actor_infer: the worker could not take the weights by CUDA IPC \
+                 ({e}); it goes through the host copy from now on"
+            )));
+            return Ok(false);
+        }
         self.host_copy_behind = true;
         Ok(true)
     }
@@ -399,28 +430,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn weight_sync_goes_by_cuda_ipc_only_on_the_trainers_own_gpu_without_lora() {
+    fn weight_sync_goes_by_cuda_ipc_only_on_the_trainers_own_gpu_on_this_host_without_lora() {
         let (cpu, gpu0, gpu1) = (DeviceSpec::CPU, DeviceSpec::cuda(0), DeviceSpec::cuda(1));
-        assert_eq!(route(cpu, cpu, false).0, Route::HostCopy);
+        assert_eq!(route(cpu, cpu, false, false).0, Route::HostCopy);
         let ipc = if crate::device::CUDA_BUILT {
             Route::CudaIpc
         } else {
             Route::HostCopy
         };
-        let (same, said) = route(gpu0, gpu0, false);
+        let (same, said) = route(gpu0, gpu0, false, false);
         assert_eq!(same, ipc, "{said}");
         // Under LoRA the adapter moves, kilobytes: the host copy, whatever the devices.
-        let (lora, said) = route(gpu0, gpu0, true);
+        let (lora, said) = route(gpu0, gpu0, true, false);
         assert_eq!(lora, Route::HostCopy);
         assert!(
             said.ends_with("under LoRA only the adapter moves"),
             "{said}"
         );
         // Two GPUs: no route between them is built; the sentence names both.
-        let (two, said) = route(gpu0, gpu1, false);
+        let (two, said) = route(gpu0, gpu1, false, false);
         assert_eq!(two, Route::HostCopy);
         assert!(said.contains("cuda:0") && said.contains("cuda:1"), "{said}");
         // A policy on the CPU and a worker on a GPU: the host copy.
-        assert_eq!(route(cpu, gpu0, false).0, Route::HostCopy);
+        assert_eq!(route(cpu, gpu0, false, false).0, Route::HostCopy);
+        // A worker on a cluster's other host cannot open a handle of this machine's GPU.
+        let (remote, said) = route(gpu0, gpu0, false, true);
+        assert_eq!(remote, Route::HostCopy);
+        assert!(said.ends_with("the worker runs on another host"), "{said}");
     }
 }

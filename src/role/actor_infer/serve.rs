@@ -291,6 +291,8 @@ fn run_engine(
                 };
                 match kept {
                     Ok(bytes) => {
+                        // The trainer frees its IPC buffer once this worker let go of it.
+                        crate::device::ipc_close();
                         reply(id, Ok(Reply::Moved { bytes }));
                         return Leave::Offload;
                     }
