@@ -115,6 +115,64 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
     );
 }
 
+/// After a weight sync by CUDA IPC the host copy is behind the worker's weights: an offload with
+/// `write` puts the worker's own weights into it (here over zeros), where one without it would
+/// leave the zeros for the reload. An IPC sync the worker cannot take (tensors on the CPU) is
+/// refused and leaves its weights as they were.
+#[test]
+fn actor_infer_writes_its_weights_into_a_host_copy_that_is_behind_before_letting_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let area = HostArea::new().unwrap();
+    let tensors = model.transformer.params().named_tensors();
+    area.write(HOST_COPY, &tensors).unwrap();
+    let mut worker = InMemory::start(super::actor_infer::serve::serve);
+    let init = InferInit {
+        model_dir: dir.path().to_path_buf(),
+        weights: area.path(HOST_COPY),
+        adapter: None,
+        dtype: Dtype::Float32,
+        max_batch: 4,
+        multi_turn: false,
+        device: crate::device::DeviceSpec::CPU,
+    };
+    let _: InferReply = worker.call(&InferCall::Init(init)).unwrap();
+    let path = area.path(HOST_COPY);
+    let handle = crate::device::IpcHandle {
+        handle: vec![0; 64],
+        device: 0,
+        len: std::fs::metadata(&path).unwrap().len(),
+    };
+    let sync = InferCall::SetWeights {
+        path: path.clone(),
+        adapter: None,
+        ipc: Some(handle),
+    };
+    let refused = worker.call::<_, InferReply>(&sync).unwrap_err();
+    assert!(refused.contains("CUDA"), "{refused}");
+    // The copy falls behind: zeros where the worker holds the weights.
+    let zeros: Vec<(String, candle_core::Tensor)> = tensors
+        .iter()
+        .map(|(name, t)| (name.clone(), t.zeros_like().unwrap()))
+        .collect();
+    area.overwrite(HOST_COPY, &zeros).unwrap();
+    let offload = InferCall::Offload {
+        path: path.clone(),
+        write: true,
+    };
+    assert_eq!(
+        worker.call::<_, InferReply>(&offload).unwrap(),
+        InferReply::Moved {
+            bytes: weight_bytes(&model),
+        }
+    );
+    let copy = read_tensors(&path, &candle_core::Device::Cpu).unwrap();
+    for (name, t) in &tensors {
+        let diff = (&copy[name] - t).unwrap().abs().unwrap().max_all().unwrap();
+        assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{name}");
+    }
+}
+
 #[test]
 fn the_reference_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
     let dir = tempfile::tempdir().unwrap();
