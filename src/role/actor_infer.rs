@@ -3,6 +3,7 @@
 
 mod remote;
 pub mod serve;
+mod sync_route;
 mod update;
 
 use std::path::PathBuf;

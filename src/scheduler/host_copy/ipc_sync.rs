@@ -1,0 +1,70 @@
+//! Weight sync by CUDA IPC through a host copy's layout: the sender stages tensors at their
+//! offsets in the receiver's host-copy file (`crate::device::IpcStage`), the receiver copies them
+//! out at the offsets its copy's header gives, and the file is brought up to date from the
+//! sender's buffer when something is about to read it.
+
+use std::path::Path;
+
+use candle_core::Tensor;
+
+use super::{HostCopyError, in_place, touch};
+
+/// Weight sync by CUDA IPC, the sender's side: `tensors`, which the host copy at `path` holds
+/// (names, dtypes, shapes), copied into `stage` at their offsets in that file; the handle for the
+/// receiver ([`read_into_tensors_by_ipc`]), or `None` where IPC does not apply (a tensor on the
+/// CPU, a build without CUDA, a copy that holds other tensors). The file itself is not written:
+/// [`write_back_from_ipc`] brings it up to date when something is about to read it.
+pub fn stage_for_ipc(
+    stage: &mut crate::device::IpcStage,
+    path: &Path,
+    tensors: &[(String, Tensor)],
+) -> Result<Option<crate::device::IpcHandle>, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    if tensors.is_empty() || tensors.iter().any(|(_, t)| t.device().is_cpu()) {
+        return Ok(None);
+    }
+    let Some(copy) = in_place::Opened::rewritable(path, tensors).map_err(err)? else {
+        return Ok(None);
+    };
+    let mut parts = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        parts.push((copy.place(name, t).map_err(err)?.0, t));
+    }
+    let (start, len) = copy.data();
+    stage.send(start + len as u64, &parts).map_err(err)
+}
+
+/// Weight sync by CUDA IPC, the receiver's side: each target (named as in the host copy at
+/// `path`, whose header gives the offsets the sender staged them at) copied out of the buffer
+/// `handle` names, device to device; the bytes copied.
+pub fn read_into_tensors_by_ipc<'t>(
+    path: &Path,
+    handle: &crate::device::IpcHandle,
+    targets: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
+) -> Result<u64, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    let copy = in_place::Opened::open(path).map_err(err)?;
+    let mut parts = vec![];
+    for (name, t) in targets {
+        parts.push((copy.place(name, t).map_err(err)?.0, t));
+    }
+    crate::device::ipc_receive(handle, &parts)
+        .map_err(err)?
+        .ok_or_else(|| err("CUDA IPC cannot fill these tensors (not all on the GPU)".into()))
+}
+
+/// Bring the host copy at `path` up to date from the weights last sent through `stage`, by DMA
+/// into its page-locked mapping; `false` where nothing was sent or the file could not be
+/// page-locked.
+pub fn write_back_from_ipc(
+    stage: &crate::device::IpcStage,
+    path: &Path,
+) -> Result<bool, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    let copy = in_place::Opened::open(path).map_err(err)?;
+    let written = stage.write_back(path, &[copy.data()]).map_err(err)?;
+    if written {
+        touch(path).map_err(err)?;
+    }
+    Ok(written)
+}
