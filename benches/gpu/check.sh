@@ -20,8 +20,9 @@
 #      samples);
 #   3. Hugging Face log-prob parity with roll-tui scoring on cuda:0 (tests/hf_compat.py, f32);
 #   4. the quickstart on cuda:0 beside the same run on the CPU (it must learn as on the CPU), and
-#      again with actor_train and actor_infer in worker processes time-sharing cuda:0 (offloads
-#      and reloads by DMA, weight sync by CUDA IPC: its events say so, with each move's MB and s);
+#      again with actor_infer in a worker process time-sharing cuda:0 with the trainer (offloads
+#      and reloads by DMA; weight sync by CUDA IPC, taken at actor_infer's reload: the events say
+#      so, with each move's MB and seconds);
 #   5. the Qwen2.5-0.5B shape in bf16: generation (64 x 128 new tokens) and forward+backward
 #      (16 x 512) tokens/s and peak device memory, roll-tui against transformers on the same GPU.
 # Not in it yet: NCCL weight sync between GPUs (not built), the time-shared RL step against
@@ -57,8 +58,7 @@ Q="experiments/quickstart.yaml"
 step quickstart-cpu 240 "$BIN" --store "$OUT/q.db" run "$Q" --overwrite name=q-cpu "output_dir=$OUT/q-cpu"
 step quickstart-cuda 240 "$BIN" --store "$OUT/q.db" run "$Q" --overwrite name=q-cuda "output_dir=$OUT/q-cuda" workers.devices.kind=cuda
 step quickstart-cuda-workers 300 "$BIN" --store "$OUT/q.db" run "$Q" --overwrite name=q-cuda-workers \
-    "output_dir=$OUT/q-cuda-workers" workers.devices.kind=cuda workers.actor_train.mode=process \
-    workers.actor_infer.mode=process
+    "output_dir=$OUT/q-cuda-workers" workers.devices.kind=cuda workers.actor_infer.mode=process
 step quickstart-cuda-workers-events 30 "$BIN" --store "$OUT/q.db" runs show q-cuda-workers --events 40
 step quickstart-compare 30 bash -c "'$BIN' --store '$OUT/q.db' runs; '$BIN' --store '$OUT/q.db' metrics q-cpu | tail -n 30; '$BIN' --store '$OUT/q.db' metrics q-cuda | tail -n 30; '$BIN' --store '$OUT/q.db' metrics q-cuda-workers | tail -n 30"
 step bench-roll 300 env ROLL_DEVICE=cuda:0 "$BIN" model bench --shape qwen2.5-0.5b --dtype bf16 \

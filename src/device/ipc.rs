@@ -190,13 +190,13 @@ impl Stage {
     }
 
     /// Bring the host-copy file at `path` up to date from the buffer: each `(offset, bytes)`
-    /// range (the file's tensors) by DMA into its page-locked mapping. `Ok(false)` where the
-    /// driver would not page-lock the file.
+    /// range (the file's tensors) by DMA into its page-locked mapping, or, where the file cannot
+    /// be page-locked, staged through host memory a chunk at a time.
     pub fn write_back(
         &self,
         path: &std::path::Path,
         ranges: &[(u64, usize)],
-    ) -> Result<bool, String> {
+    ) -> Result<(), String> {
         let spans: Vec<(u64, u64, usize)> = ranges
             .iter()
             .map(|&(offset, len)| (offset, self.address + offset, len))
@@ -207,7 +207,47 @@ impl Stage {
                 self.len
             ));
         }
-        Ok(move_spans(path, &self.stream, &spans, Way::ToHost)?.is_some())
+        if move_spans(path, &self.stream, &spans, Way::ToHost)?.is_some() {
+            return Ok(());
+        }
+        self.write_back_staged(path, &spans)
+    }
+
+    /// [`Stage::write_back`] through a host buffer of at most 64 MiB.
+    fn write_back_staged(
+        &self,
+        path: &std::path::Path,
+        spans: &[(u64, u64, usize)],
+    ) -> Result<(), String> {
+        use std::os::unix::fs::FileExt;
+        const CHUNK: usize = 64 << 20;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| e.to_string())?;
+        let context = self.stream.context();
+        context.bind_to_thread().map_err(|e| e.to_string())?;
+        self.stream.synchronize().map_err(|e| e.to_string())?;
+        let longest = spans.iter().map(|(_, _, l)| *l).max().unwrap_or(0);
+        let mut buffer = vec![0u8; longest.min(CHUNK)];
+        for (offset, address, len) in spans {
+            let mut done = 0;
+            while done < *len {
+                let n = (len - done).min(CHUNK);
+                // SAFETY: `address + done .. + n` lies inside the staging buffer (the caller
+                // checked each span against its length) and `buffer` holds at least `n` bytes;
+                // the copy is synchronous.
+                #[allow(unsafe_code)]
+                let r = unsafe {
+                    sys::cuMemcpyDtoH_v2(buffer.as_mut_ptr().cast(), address + done as u64, n)
+                };
+                driver("staged copy of the IPC buffer", r)?;
+                file.write_all_at(&buffer[..n], offset + done as u64)
+                    .map_err(|e| e.to_string())?;
+                done += n;
+            }
+        }
+        Ok(())
     }
 }
 

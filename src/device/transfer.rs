@@ -1,7 +1,8 @@
 //! Moving tensors between a GPU and host memory or another process, the seam's side of it: a
 //! role's host copy moved by DMA through page-locked memory ([`move_pinned`], `pinned.rs`) and
 //! weight sync by CUDA IPC ([`IpcStage`], [`ipc_receive`], `ipc.rs`). In a build without CUDA
-//! each says it does not apply (`Ok(None)`), and the callers move tensors as on the CPU.
+//! the moves say they do not apply (`Ok(None)`) and the callers move tensors as on the CPU;
+//! only [`ipc_receive`], which no CPU run is sent, says the build has no CUDA.
 
 #[cfg(feature = "cuda")]
 use super::{ipc, pinned};
@@ -119,8 +120,8 @@ impl IpcStage {
     }
 
     /// Bring the host-copy file at `path` up to date from the last weights sent: each
-    /// `(offset, bytes)` range by DMA into the file's page-locked mapping. `Ok(false)` where
-    /// nothing was sent or the driver would not page-lock the file.
+    /// `(offset, bytes)` range by DMA into the file's page-locked mapping (staged where it cannot
+    /// be page-locked). `Ok(false)` where nothing was sent (or it was released).
     pub fn write_back(
         &self,
         path: &std::path::Path,
@@ -129,7 +130,7 @@ impl IpcStage {
         #[cfg(feature = "cuda")]
         {
             match &self.inner {
-                Some(stage) => stage.write_back(path, ranges),
+                Some(stage) => stage.write_back(path, ranges).map(|()| true),
                 None => Ok(false),
             }
         }

@@ -48,9 +48,13 @@ pub enum InferCall {
         write: bool,
     },
     /// Load them back from the host copy at `path` (and under LoRA the adapter at `adapter`).
+    /// With `ipc`, the weights are in the trainer's GPU buffer that handle names, laid out as the
+    /// host copy (which gives names, dtypes, shapes and offsets), and are copied device to device.
     Reload {
         path: PathBuf,
         adapter: Option<PathBuf>,
+        #[serde(default)]
+        ipc: Option<crate::device::IpcHandle>,
     },
 }
 

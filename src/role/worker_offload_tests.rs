@@ -80,16 +80,18 @@ fn offloads_without_writing<Req: serde::Serialize, Rep>(
     assert_eq!(worker.call::<_, Rep>(&reload(path)).unwrap(), moved);
 }
 
-#[test]
-fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
-    let area = HostArea::new().unwrap();
+/// An actor_infer worker (in memory) loaded with the tiny policy from its host copy in `area`;
+/// the policy and its tensors.
+fn infer_worker(
+    dir: &Path,
+    area: &HostArea,
+) -> (InMemory, LoadedModel, Vec<(String, candle_core::Tensor)>) {
+    let model = tiny(dir);
     let tensors = model.transformer.params().named_tensors();
     area.write(HOST_COPY, &tensors).unwrap();
     let mut worker = InMemory::start(super::actor_infer::serve::serve);
     let init = InferInit {
-        model_dir: dir.path().to_path_buf(),
+        model_dir: dir.to_path_buf(),
         weights: area.path(HOST_COPY),
         adapter: None,
         dtype: Dtype::Float32,
@@ -99,6 +101,14 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
     };
     let loaded: InferReply = worker.call(&InferCall::Init(init)).unwrap();
     assert!(matches!(loaded, InferReply::Loaded { .. }), "{loaded:?}");
+    (worker, model, tensors)
+}
+
+#[test]
+fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = HostArea::new().unwrap();
+    let (mut worker, model, tensors) = infer_worker(dir.path(), &area);
     offloads_without_writing(
         &mut worker,
         &area,
@@ -107,6 +117,7 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
         |path| InferCall::Reload {
             path,
             adapter: None,
+            ipc: None,
         },
         InferReply::Moved {
             bytes: weight_bytes(&model),
@@ -122,21 +133,8 @@ fn actor_infer_offloads_by_letting_go_of_the_weights_its_host_copy_holds() {
 #[test]
 fn actor_infer_writes_its_weights_into_a_host_copy_that_is_behind_before_letting_go() {
     let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
     let area = HostArea::new().unwrap();
-    let tensors = model.transformer.params().named_tensors();
-    area.write(HOST_COPY, &tensors).unwrap();
-    let mut worker = InMemory::start(super::actor_infer::serve::serve);
-    let init = InferInit {
-        model_dir: dir.path().to_path_buf(),
-        weights: area.path(HOST_COPY),
-        adapter: None,
-        dtype: Dtype::Float32,
-        max_batch: 4,
-        multi_turn: false,
-        device: crate::device::DeviceSpec::CPU,
-    };
-    let _: InferReply = worker.call(&InferCall::Init(init)).unwrap();
+    let (mut worker, model, tensors) = infer_worker(dir.path(), &area);
     let path = area.path(HOST_COPY);
     let handle = crate::device::IpcHandle {
         handle: vec![0; 64],

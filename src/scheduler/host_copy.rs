@@ -26,7 +26,9 @@ use rayon::prelude::*;
 
 use crate::device::Way;
 
-pub use ipc_sync::{read_into_tensors_by_ipc, stage_for_ipc, write_back_from_ipc};
+pub use ipc_sync::{
+    read_host_copy_by_ipc, read_into_tensors_by_ipc, stage_for_ipc, write_back_from_ipc,
+};
 
 #[derive(Debug, thiserror::Error)]
 #[error("host copy '{path}': {source}")]

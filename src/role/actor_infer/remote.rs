@@ -6,20 +6,21 @@
 //! is started from the host copy and those requests are submitted again with their own seeds —
 //! nothing is lost, and nothing finished is generated twice.
 //!
-//! The host copy (`actor_infer.safetensors` in this run's shared-memory area) always holds the
-//! current weights: weight sync writes it before telling the worker, so an offload is the worker
-//! letting go of its weights, without writing them. A restarted worker therefore loads the right
-//! version, whatever it was doing. Under LoRA the host copy holds the frozen base, written once,
-//! and weight sync writes only the adapter (`actor_infer-adapter/`, PEFT's format), which the
-//! worker merges into the base whenever it takes weights.
+//! The host copy (`actor_infer.safetensors` in this run's shared-memory area) holds the current
+//! weights whenever something may read it: weight sync through it writes it before telling the
+//! worker, so an offload is the worker letting go of its weights, without writing them, and a
+//! restarted worker loads the right version, whatever it was doing. Under LoRA the host copy holds
+//! the frozen base, written once, and weight sync writes only the adapter (`actor_infer-adapter/`,
+//! PEFT's format), which the worker merges into the base whenever it takes weights.
 //!
 //! When the trainer and the worker compute on one GPU, weight sync goes by CUDA IPC instead: the
-//! trainer copies the weights into a GPU buffer of its own laid out as the host copy and the
-//! worker copies them out of it, device to device (`crate::device::IpcStage`). The host copy is
-//! then behind until something reads it: an offload asks the worker to write its weights to it
-//! first, and a replacement worker finds it brought up to date from the trainer's buffer. Which
-//! way sync goes is decided at the start ([`route`]) and said in the run's events; a refusal of
-//! IPC by the driver falls back to the host copy, also said.
+//! trainer copies the weights into a GPU buffer of its own laid out as the host copy, and the
+//! worker copies them out of it device to device, at once if it is resident, else at its reload
+//! (time-sharing: the sync happens while training has the GPU). The host copy is then behind: an
+//! offload asks the worker to write its weights to it first (after which the buffer is freed for
+//! training), and a replacement worker finds it brought up to date from the buffer. Which way sync
+//! goes is decided at the start ([`route`]) and said in the run's events; IPC refused by the
+//! driver or the worker falls back to the host copy, also said.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,7 +54,9 @@ pub struct RemoteInfer {
     /// Under LoRA, the adapter directory weight sync writes.
     adapter: Option<PathBuf>,
     route: Route,
-    /// The last sync went by CUDA IPC: the host copy is behind the worker's weights.
+    /// The handle of the trainer's IPC buffer while it holds the last weights sent.
+    staged: Option<crate::device::IpcHandle>,
+    /// The last sync went by CUDA IPC: the host copy is behind the weights staged for the worker.
     host_copy_behind: bool,
     /// What this side has to say in the run's events (the route), drained with the worker's.
     notes: Vec<WorkerNote>,
@@ -114,6 +117,7 @@ impl RemoteInfer {
             offloaded: false,
             adapter,
             route,
+            staged: None,
             host_copy_behind: false,
             notes: vec![note(said)],
             ipc: IpcStage::default(),
@@ -233,6 +237,44 @@ impl RemoteInfer {
         Ok(out)
     }
 
+    /// A call that survives one lost worker ([`RemoteInfer::call`]), telling a refusal by the
+    /// worker (`Ok(Err(message))`) from a failure to reach it.
+    fn call_or_refused(
+        &mut self,
+        make: impl Fn(&Self) -> Call,
+    ) -> Result<Result<Reply, String>, RunError> {
+        let result = match self.call_once(make(self)) {
+            Err(e) if worker_lost(&e) => {
+                self.revive(&e)?;
+                self.call_once(make(self))
+            }
+            other => other,
+        };
+        match result {
+            Ok(reply) => Ok(Ok(reply)),
+            Err(e) if worker_lost(&e) => Err(setup_err(e)),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+
+    /// From now on weight sync goes through the host copy, said in the events with `why`; the
+    /// host copy is brought up to date from the IPC buffer first where it is behind, and the
+    /// buffer is freed.
+    fn give_up_ipc(&mut self, why: &str) -> Result<(), RunError> {
+        if self.host_copy_behind {
+            let path = self.area.path(HOST_COPY);
+            write_back_from_ipc(&self.ipc, &path).map_err(setup_err)?;
+            self.host_copy_behind = false;
+        }
+        self.route = Route::HostCopy;
+        self.staged = None;
+        self.ipc.release();
+        self.notes.push(note(format!(
+            "weight sync to actor_infer: {why}; it goes through the host copy from now on"
+        )));
+        Ok(())
+    }
+
     /// Offload: the worker frees its weights, which the host copy holds (after a sync by CUDA
     /// IPC, once the worker wrote them to it). Returns their bytes.
     pub fn offload(&mut self) -> Result<u64, RunError> {
@@ -244,15 +286,34 @@ impl RemoteInfer {
         self.host_copy_behind = false;
         // The worker closed the IPC buffer and the host copy holds what it held: its memory
         // goes back to the time-shared GPU until the next sync makes a new one.
+        self.staged = None;
         self.ipc.release();
         moved(reply)
     }
 
-    /// Reload the weights from the host copy. Returns bytes.
+    /// Reload the weights: from the trainer's IPC buffer where the last sync staged them there,
+    /// else from the host copy. Returns bytes.
     pub fn reload(&mut self) -> Result<u64, RunError> {
+        if let Some(handle) = self.staged.clone() {
+            let taken = self.call_or_refused(|s| Call::Reload {
+                path: s.area.path(HOST_COPY),
+                adapter: None,
+                ipc: Some(handle.clone()),
+            })?;
+            match taken {
+                Ok(reply) => {
+                    self.offloaded = false;
+                    return moved(reply);
+                }
+                Err(e) => self.give_up_ipc(&format!(
+                    "the worker could not reload the weights by CUDA IPC ({e})"
+                ))?,
+            }
+        }
         let reply = self.call(|s| Call::Reload {
             path: s.area.path(HOST_COPY),
             adapter: s.adapter.clone(),
+            ipc: None,
         })?;
         self.offloaded = false;
         moved(reply)
@@ -261,10 +322,10 @@ impl RemoteInfer {
     /// Weight sync: the host copy gets the new weights (under LoRA the adapter directory gets the
     /// adapter, and the base stays); a resident worker then takes them from there, an offloaded
     /// one at its next reload. Copies are rewritten in place: the worker reads them only when a
-    /// call (behind this handle's lock) tells it to, after the write.
+    /// call (behind this handle's lock) tells it to, after the write. By CUDA IPC see
+    /// [`RemoteInfer::sync_by_ipc`].
     pub fn set_weights(&mut self, update: &PolicyUpdate) -> Result<(), RunError> {
-        if let (PolicyUpdate::Weights(params), Route::CudaIpc, false) =
-            (update, self.route, self.offloaded)
+        if let (PolicyUpdate::Weights(params), Route::CudaIpc) = (update, self.route)
             && self.sync_by_ipc(&params.named_tensors())?
         {
             return Ok(());
@@ -274,6 +335,7 @@ impl RemoteInfer {
                 self.area
                     .overwrite(HOST_COPY, &params.named_tensors())
                     .map_err(setup_err)?;
+                self.host_copy_behind = false;
             }
             // The worker does not read the base's name: it merges into the base it holds.
             (PolicyUpdate::Adapter(adapter), Some(dir)) => adapter.save(dir, "")?,
@@ -293,50 +355,51 @@ impl RemoteInfer {
             })?;
             moved(reply)?;
         }
-        self.host_copy_behind = false;
         Ok(())
     }
 
-    /// Weight sync by CUDA IPC; `false` (and the host copy from now on, said in the events)
-    /// where the driver refused or IPC does not apply to these tensors.
+    /// Weight sync by CUDA IPC: the weights copied into the trainer's buffer (the host copy is
+    /// then behind), and taken from it by a resident worker now, by an offloaded one at its
+    /// reload. `false` (and the host copy from now on, said in the events) where the driver or
+    /// the worker refused, or IPC does not apply to these tensors.
     fn sync_by_ipc(&mut self, tensors: &[(String, candle_core::Tensor)]) -> Result<bool, RunError> {
         let path = self.area.path(HOST_COPY);
         let handle = match stage_for_ipc(&mut self.ipc, &path, tensors) {
             Ok(Some(handle)) => handle,
-            refused => {
-                let why = match refused {
-                    Err(e) => e.to_string(),
-                    _ => "the weights are not all on the GPU".into(),
-                };
-                self.route = Route::HostCopy;
-                self.ipc.release();
-                self.notes.push(note(format!(
-                    "weight sync to actor_infer: CUDA IPC failed ({why}); it goes through the \
-                     host copy from now on"
-                )));
+            Ok(None) => {
+                self.give_up_ipc(
+                    "CUDA IPC does not apply to these weights (not all contiguous GPU tensors \
+                     as the host copy holds them)",
+                )?;
+                return Ok(false);
+            }
+            Err(e) => {
+                self.give_up_ipc(&format!("CUDA IPC failed ({e})"))?;
                 return Ok(false);
             }
         };
-        let taken = self
-            .call(|s| Call::SetWeights {
-                path: s.area.path(HOST_COPY),
-                adapter: None,
-                ipc: Some(handle.clone()),
-            })
-            .and_then(moved);
-        if let Err(e) = taken {
-            // The worker could not take them (its driver would not open the handle, say): the
-            // host copy from now on, which rewrites every weight the worker holds.
-            self.route = Route::HostCopy;
-            self.ipc.release();
-            self.notes.push(note(format!(
-                "weight sync to actor_infer: the worker could not take the weights by CUDA IPC \
-                 ({e}); it goes through the host copy from now on"
-            )));
-            return Ok(false);
-        }
+        self.staged = Some(handle.clone());
         self.host_copy_behind = true;
-        Ok(true)
+        if self.offloaded {
+            return Ok(true);
+        }
+        let taken = self.call_or_refused(|s| Call::SetWeights {
+            path: s.area.path(HOST_COPY),
+            adapter: None,
+            ipc: Some(handle.clone()),
+        })?;
+        match taken {
+            Ok(reply) => {
+                moved(reply)?;
+                Ok(true)
+            }
+            Err(e) => {
+                self.give_up_ipc(&format!(
+                    "the worker could not take the weights by CUDA IPC ({e})"
+                ))?;
+                Ok(false)
+            }
+        }
     }
 
     /// Worker events since the last call, as (worker name, notice, text).
@@ -348,7 +411,9 @@ impl RemoteInfer {
 
     /// Stop the worker (asking first); returns the events not yet drained, its exit included.
     pub fn shutdown(&mut self) -> Vec<WorkerNote> {
-        self.worker.shutdown()
+        let mut notes = std::mem::take(&mut self.notes);
+        notes.extend(self.worker.shutdown());
+        notes
     }
 }
 

@@ -21,8 +21,8 @@ use crate::role::Calls;
 use crate::role::RoleCall;
 use crate::rollout::{Completion, Engine, FinishReason};
 use crate::scheduler::host_copy::{
-    check_holds, overwrite_tensors, read_host_copy, read_into_tensors_by_ipc, read_into_vars,
-    tensor_bytes,
+    check_holds, overwrite_tensors, read_host_copy, read_host_copy_by_ipc,
+    read_into_tensors_by_ipc, read_into_vars, tensor_bytes,
 };
 use crate::worker::serve::CallQueue;
 
@@ -136,8 +136,8 @@ pub fn serve(queue: CallQueue) {
                 }
                 Err(e) => reply(id, Err(e)),
             },
-            Request::Reload { path, adapter } => match &base {
-                Some(b) => match reload(b, &path, adapter.as_deref()) {
+            Request::Reload { path, adapter, ipc } => match &base {
+                Some(b) => match reload(b, &path, adapter.as_deref(), ipc.as_ref()) {
                     Ok((m, bytes)) => {
                         reply(id, Ok(Reply::Moved { bytes }));
                         model = Some(m);
@@ -224,8 +224,19 @@ fn merge_adapter(params: &ParamStore, dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("merging the adapter at {origin}: {e}"))
 }
 
-fn reload(base: &Base, path: &Path, adapter: Option<&Path>) -> Result<(Transformer, u64), String> {
-    let tensors = read_host_copy(path, &base.device).map_err(|e| e.to_string())?;
+/// The weights back from the host copy at `path`, or with `ipc` from the trainer's GPU buffer
+/// laid out as that copy (device to device; the copy gives names, dtypes, shapes and offsets).
+fn reload(
+    base: &Base,
+    path: &Path,
+    adapter: Option<&Path>,
+    ipc: Option<&crate::device::IpcHandle>,
+) -> Result<(Transformer, u64), String> {
+    let tensors = match ipc {
+        Some(handle) => read_host_copy_by_ipc(path, &base.device, handle),
+        None => read_host_copy(path, &base.device),
+    }
+    .map_err(|e| e.to_string())?;
     let bytes = tensors.values().map(tensor_bytes).sum();
     let params = ParamStore::from_tensors(tensors.into_iter().collect())
         .map_err(|e| format!("host copy '{}': {e}", path.display()))?;

@@ -37,20 +37,24 @@ pub fn route(
             format!("{host}: the worker runs on another host"),
         );
     }
-    match (worker.kind, policy == worker) {
-        (DeviceKind::Cuda, true) if crate::device::CUDA_BUILT => (
+    match (policy.kind, worker.kind) {
+        (DeviceKind::Cuda, DeviceKind::Cuda) if policy == worker && crate::device::CUDA_BUILT => (
             Route::CudaIpc,
             format!(
                 "weight sync to actor_infer goes by CUDA IPC on {worker}, the trainer's GPU: \
-                 device to device, no host round trip"
+                 device to device"
             ),
         ),
-        (DeviceKind::Cuda, false) => (
+        (DeviceKind::Cuda, DeviceKind::Cuda) => (
             Route::HostCopy,
             format!(
                 "{host}: the trainer computes on {policy} and the worker on {worker} (no \
                  GPU-to-GPU route is built: NCCL is not)"
             ),
+        ),
+        (DeviceKind::Cpu, DeviceKind::Cuda) => (
+            Route::HostCopy,
+            format!("{host}: the trainer's weights are in host memory"),
         ),
         _ => (Route::HostCopy, host.to_string()),
     }
@@ -96,7 +100,12 @@ mod tests {
         assert_eq!(two, Route::HostCopy);
         assert!(said.contains("cuda:0") && said.contains("cuda:1"), "{said}");
         // A policy on the CPU and a worker on a GPU: the host copy.
-        assert_eq!(route(cpu, gpu0, false, false).0, Route::HostCopy);
+        let (cpu_policy, said) = route(cpu, gpu0, false, false);
+        assert_eq!(cpu_policy, Route::HostCopy);
+        assert!(
+            said.ends_with("the trainer's weights are in host memory"),
+            "{said}"
+        );
         // A worker on a cluster's other host cannot open a handle of this machine's GPU.
         let (remote, said) = route(gpu0, gpu0, false, true);
         assert_eq!(remote, Route::HostCopy);

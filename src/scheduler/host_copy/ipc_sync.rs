@@ -3,9 +3,10 @@
 //! out at the offsets its copy's header gives, and the file is brought up to date from the
 //! sender's buffer when something is about to read it.
 
+use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use super::{HostCopyError, in_place, touch};
 
@@ -53,9 +54,33 @@ pub fn read_into_tensors_by_ipc<'t>(
         .ok_or_else(|| err("CUDA IPC cannot fill these tensors (not all on the GPU)".into()))
 }
 
+/// Weight sync by CUDA IPC into new tensors on `device` (a receiver's reload): one for each tensor
+/// of the host copy at `path` (its names, dtypes and shapes), filled device to device from the
+/// buffer `handle` names at the copy's offsets.
+pub fn read_host_copy_by_ipc(
+    path: &Path,
+    device: &Device,
+    handle: &crate::device::IpcHandle,
+) -> Result<HashMap<String, Tensor>, HostCopyError> {
+    let err = |msg| HostCopyError::new(path, msg);
+    let copy = in_place::Opened::open(path).map_err(err)?;
+    let blanks = copy
+        .blanks(device, false)
+        .map_err(err)?
+        .ok_or_else(|| err("a tensor of elements smaller than a byte: no CUDA IPC".into()))?;
+    let mut parts = Vec::with_capacity(blanks.len());
+    for (name, t) in &blanks {
+        parts.push((copy.place(name, t).map_err(err)?.0, t));
+    }
+    crate::device::ipc_receive(handle, &parts)
+        .map_err(err)?
+        .ok_or_else(|| err("CUDA IPC cannot fill these tensors (not all on the GPU)".into()))?;
+    Ok(blanks.into_iter().collect())
+}
+
 /// Bring the host copy at `path` up to date from the weights last sent through `stage`, by DMA
-/// into its page-locked mapping; `false` where nothing was sent or the file could not be
-/// page-locked.
+/// into its page-locked mapping (staged where it cannot be page-locked); `false` where nothing was
+/// sent.
 pub fn write_back_from_ipc(
     stage: &crate::device::IpcStage,
     path: &Path,
