@@ -3,10 +3,12 @@
 //! candle's tensors live in CUDA's stream-ordered pool, whose allocations `cuIpcGetMemHandle`
 //! cannot export. So the sending process keeps one staging buffer of its own from plain
 //! `cuMemAlloc`, laid out byte for byte as the receiver's host-copy file (each tensor at its
-//! offset in the file; the header's bytes unused), exported once: a sync copies each tensor into
-//! it device to device and hands the receiver the handle; the receiver opens the handle once
-//! (kept while the handle stays the same) and copies each tensor out of it device to device, at
-//! the offsets its own copy of the file's header gives. No byte goes through host memory.
+//! offset in the file; the header's bytes unused), exported when it is made: a sync copies each
+//! tensor into it device to device and hands the receiver the handle; the receiver opens the
+//! handle (kept open while it stays the same) and copies each tensor out of it device to device,
+//! at the offsets its own copy of the file's header gives. No byte goes through host memory. The
+//! receiver closes the handle when it lets go of its weights, and the sender then frees the
+//! buffer (`IpcStage::release`): a time-shared GPU needs the memory for training.
 //!
 //! The buffer also holds the last weights sent, so the host copy can be brought up to date from
 //! it by one DMA into the file's page-locked mapping ([`Stage::write_back`]) when something is
@@ -251,8 +253,8 @@ impl Stage {
     }
 }
 
-/// The handle this process opened last, and where its memory is mapped here: a sender keeps one
-/// buffer for a whole run, so it is opened once.
+/// The handle this process opened last, and where its memory is mapped here: a sender keeps its
+/// buffer from one sync to the receiver's next offload, so one handle serves several copies.
 struct Opened {
     handle: Vec<u8>,
     address: sys::CUdeviceptr,
