@@ -16,10 +16,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use candle_core::Tensor;
 use candle_core::cuda_backend::cudarc::driver::{CudaContext, CudaStream, sys};
-use candle_core::{Storage, Tensor};
 
-use super::pinned::{device_span, move_spans};
+use super::pinned::{move_spans, one_gpu, spans_of};
 use super::{IpcHandle, Way};
 
 /// A staging buffer of device memory exported for IPC.
@@ -53,23 +53,6 @@ fn driver(what: &str, r: sys::CUresult) -> Result<(), String> {
     }
 }
 
-/// The CUDA device and stream of tensors on one GPU; `None` where one is not on a GPU or two are
-/// on different ones.
-fn gpu_of(tensors: &[(u64, &Tensor)]) -> Option<(usize, Arc<CudaStream>)> {
-    let (_, first) = tensors.first()?;
-    let candle_core::Device::Cuda(device) = first.device() else {
-        return None;
-    };
-    if tensors
-        .iter()
-        .any(|(_, t)| !t.device().same_device(first.device()))
-    {
-        return None;
-    }
-    let ordinal = super::spec_of(first.device()).index;
-    Some((ordinal, device.cuda_stream()))
-}
-
 /// Queue a device-to-device copy of each `(offset, tensor)` between the tensor's memory and
 /// `base + offset` (into the tensor with `into_tensors`), and wait for them. `Ok(None)` where a
 /// tensor is not a contiguous GPU tensor of whole-byte elements.
@@ -84,31 +67,25 @@ fn copy_spans(
         .iter()
         .map(|(_, t)| t.storage_and_layout())
         .collect();
-    let mut spans = Vec::with_capacity(tensors.len());
-    for ((offset, t), (storage, _)) in tensors.iter().zip(&guards) {
-        let Storage::Cuda(cuda) = &**storage else {
-            return Ok(None);
-        };
-        let Some((address, len)) = device_span(&cuda.slice, stream, t) else {
-            return Ok(None);
-        };
-        if *offset as usize + len > limit {
-            return Err(format!(
-                "{len} bytes at {offset} run past the staging buffer's {limit}"
-            ));
-        }
-        spans.push((base + offset, address, len));
+    let Some(spans) = spans_of(tensors, &guards, stream) else {
+        return Ok(None);
+    };
+    if let Some((offset, _, len)) = spans.iter().find(|(o, _, l)| *o as usize + l > limit) {
+        return Err(format!(
+            "{len} bytes at {offset} run past the staging buffer's {limit}"
+        ));
     }
     stream
         .context()
         .bind_to_thread()
         .map_err(|e| e.to_string())?;
     let mut bytes = 0;
-    for (staged, address, len) in &spans {
+    for (offset, address, len) in &spans {
+        let staged = base + offset;
         let (dst, src) = if into_tensors {
-            (*address, *staged)
+            (*address, staged)
         } else {
-            (*staged, *address)
+            (staged, *address)
         };
         // SAFETY: both ranges lie inside live device memory (the tensor's span from its layout,
         // the staging buffer's range checked against its length above); the storages' guards
@@ -135,7 +112,7 @@ impl Stage {
         file_len: u64,
         tensors: &[(u64, &Tensor)],
     ) -> Result<Option<IpcHandle>, String> {
-        let Some((ordinal, stream)) = gpu_of(tensors) else {
+        let Some((ordinal, stream)) = one_gpu(tensors) else {
             return Ok(None);
         };
         let len = file_len as usize;
@@ -152,11 +129,16 @@ impl Stage {
         if copy_spans(s.address, s.len, &s.stream, tensors, false)?.is_none() {
             return Ok(None);
         }
-        Ok(Some(IpcHandle {
-            handle: s.handle.clone(),
-            device: s.ordinal,
-            len: s.len as u64,
-        }))
+        Ok(Some(s.handle()))
+    }
+
+    /// What a receiver opens the buffer by.
+    pub fn handle(&self) -> IpcHandle {
+        IpcHandle {
+            handle: self.handle.clone(),
+            device: self.ordinal,
+            len: self.len as u64,
+        }
     }
 
     fn new(len: usize, ordinal: usize, stream: Arc<CudaStream>) -> Result<Stage, String> {
@@ -282,7 +264,7 @@ pub fn close() {
 /// Copy each `(offset, tensor)` out of the sender's staging buffer that `handle` names into the
 /// tensor's memory, device to device; the bytes copied. The tensors must be on the handle's GPU.
 pub fn receive(handle: &IpcHandle, tensors: &[(u64, &Tensor)]) -> Result<Option<u64>, String> {
-    let Some((ordinal, stream)) = gpu_of(tensors) else {
+    let Some((ordinal, stream)) = one_gpu(tensors) else {
         return Ok(None);
     };
     if ordinal != handle.device {

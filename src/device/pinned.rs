@@ -151,11 +151,7 @@ pub fn forget_under(dir: &Path) {
 
 /// The device address and byte length of a contiguous GPU tensor's elements; `None` where it is
 /// not one, or its elements are not whole bytes each.
-pub(super) fn device_span(
-    slice: &CudaStorageSlice,
-    stream: &CudaStream,
-    t: &Tensor,
-) -> Option<(u64, usize)> {
+fn device_span(slice: &CudaStorageSlice, stream: &CudaStream, t: &Tensor) -> Option<(u64, usize)> {
     use CudaStorageSlice as S;
     let (base, size) = match slice {
         S::U8(s) => (s.device_ptr(stream).0, 1),
@@ -176,6 +172,43 @@ pub(super) fn device_span(
     Some((base + (start * size) as u64, (end - start) * size))
 }
 
+/// The ordinal and candle's stream of a GPU that holds every one of `parts`; `None` where there
+/// are none, or one is off the GPUs, or two are on different ones.
+pub(super) fn one_gpu(parts: &[(u64, &Tensor)]) -> Option<(usize, Arc<CudaStream>)> {
+    let (_, first) = parts.first()?;
+    let candle_core::Device::Cuda(device) = first.device() else {
+        return None;
+    };
+    if parts
+        .iter()
+        .any(|(_, t)| !t.device().same_device(first.device()))
+    {
+        return None;
+    }
+    Some((super::spec_of(first.device()).index, device.cuda_stream()))
+}
+
+/// Each part as `(offset, device address, bytes)`, read under the storage guards the caller holds
+/// (`guards[i]` of `parts[i]`) until the copies of them are waited for; `None` where a tensor is
+/// not a contiguous GPU tensor of whole-byte elements.
+pub(super) fn spans_of<G: std::ops::Deref<Target = Storage>>(
+    parts: &[(u64, &Tensor)],
+    guards: &[(G, &candle_core::Layout)],
+    stream: &CudaStream,
+) -> Option<Vec<(u64, u64, usize)>> {
+    parts
+        .iter()
+        .zip(guards)
+        .map(|((offset, t), (storage, _))| {
+            let Storage::Cuda(cuda) = &**storage else {
+                return None;
+            };
+            let (address, len) = device_span(&cuda.slice, stream, t)?;
+            Some((*offset, address, len))
+        })
+        .collect()
+}
+
 /// Move each `(offset, tensor)` between the tensor's device memory and its bytes at `offset` of
 /// the file at `path`. `Ok(None)` where this does not apply (a tensor off the GPUs or of
 /// sub-byte elements, tensors on two devices, no tensors, a file the driver would not page-lock):
@@ -185,30 +218,13 @@ pub fn move_tensors(
     parts: &[(u64, &Tensor)],
     way: Way,
 ) -> Result<Option<Moved>, String> {
-    let Some((_, first)) = parts.first() else {
+    let Some((_, stream)) = one_gpu(parts) else {
         return Ok(None);
     };
-    let candle_core::Device::Cuda(device) = first.device() else {
-        return Ok(None);
-    };
-    if parts
-        .iter()
-        .any(|(_, t)| !t.device().same_device(first.device()))
-    {
-        return Ok(None);
-    }
-    let stream = device.cuda_stream();
     let guards: Vec<_> = parts.iter().map(|(_, t)| t.storage_and_layout()).collect();
-    let mut spans = Vec::with_capacity(parts.len());
-    for ((offset, t), (storage, _)) in parts.iter().zip(&guards) {
-        let Storage::Cuda(cuda) = &**storage else {
-            return Ok(None);
-        };
-        let Some((address, len)) = device_span(&cuda.slice, &stream, t) else {
-            return Ok(None);
-        };
-        spans.push((*offset, address, len));
-    }
+    let Some(spans) = spans_of(parts, &guards, &stream) else {
+        return Ok(None);
+    };
     let moved = move_spans(path, &stream, &spans, way)?;
     drop(guards);
     Ok(moved)

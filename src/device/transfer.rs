@@ -110,6 +110,16 @@ impl IpcStage {
         }
     }
 
+    /// The handle of the buffer while it holds the last weights sent (until released).
+    pub fn handle(&self) -> Option<IpcHandle> {
+        #[cfg(feature = "cuda")]
+        {
+            self.inner.as_ref().map(ipc::Stage::handle)
+        }
+        #[cfg(not(feature = "cuda"))]
+        None
+    }
+
     /// Free the buffer (after the receiver closed it): what it held is in the host copy now,
     /// and a time-shared GPU needs the memory. The next send makes a new one.
     pub fn release(&mut self) {

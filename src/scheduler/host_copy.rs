@@ -166,10 +166,7 @@ fn moved_pinned<'t>(
     if tensors.is_empty() || tensors.iter().any(|(_, t)| t.device().is_cpu()) {
         return Ok(None);
     }
-    let mut parts = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        parts.push((copy.place(name, t)?.0, t));
-    }
+    let parts = copy.offsets(tensors)?;
     Ok(crate::device::move_pinned(path, &parts, way)?.map(|m| m.bytes))
 }
 

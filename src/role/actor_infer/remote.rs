@@ -54,8 +54,6 @@ pub struct RemoteInfer {
     /// Under LoRA, the adapter directory weight sync writes.
     adapter: Option<PathBuf>,
     route: Route,
-    /// The handle of the trainer's IPC buffer while it holds the last weights sent.
-    staged: Option<crate::device::IpcHandle>,
     /// The last sync went by CUDA IPC: the host copy is behind the weights staged for the worker.
     host_copy_behind: bool,
     /// What this side has to say in the run's events (the route), drained with the worker's.
@@ -117,7 +115,6 @@ impl RemoteInfer {
             offloaded: false,
             adapter,
             route,
-            staged: None,
             host_copy_behind: false,
             notes: vec![note(said)],
             ipc: IpcStage::default(),
@@ -267,7 +264,6 @@ impl RemoteInfer {
             self.host_copy_behind = false;
         }
         self.route = Route::HostCopy;
-        self.staged = None;
         self.ipc.release();
         self.notes.push(note(format!(
             "weight sync to actor_infer: {why}; it goes through the host copy from now on"
@@ -286,7 +282,6 @@ impl RemoteInfer {
         self.host_copy_behind = false;
         // The worker closed the IPC buffer and the host copy holds what it held: its memory
         // goes back to the time-shared GPU until the next sync makes a new one.
-        self.staged = None;
         self.ipc.release();
         moved(reply)
     }
@@ -294,7 +289,7 @@ impl RemoteInfer {
     /// Reload the weights: from the trainer's IPC buffer where the last sync staged them there,
     /// else from the host copy. Returns bytes.
     pub fn reload(&mut self) -> Result<u64, RunError> {
-        if let Some(handle) = self.staged.clone() {
+        if let Some(handle) = self.ipc.handle() {
             let taken = self.call_or_refused(|s| Call::Reload {
                 path: s.area.path(HOST_COPY),
                 adapter: None,
@@ -378,7 +373,6 @@ impl RemoteInfer {
                 return Ok(false);
             }
         };
-        self.staged = Some(handle.clone());
         self.host_copy_behind = true;
         if self.offloaded {
             return Ok(true);

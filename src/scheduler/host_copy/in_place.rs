@@ -219,6 +219,18 @@ impl Opened {
         Ok((self.data_start + start as u64, end - start))
     }
 
+    /// Each tensor's first byte in the file, beside the tensor ([`Opened::place`] of each): the
+    /// offsets a move by DMA or CUDA IPC copies at.
+    pub(super) fn offsets<'t>(
+        &self,
+        tensors: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
+    ) -> Result<Vec<(u64, &'t Tensor)>, String> {
+        tensors
+            .into_iter()
+            .map(|(name, t)| Ok((self.place(name, t)?.0, t)))
+            .collect()
+    }
+
     /// Read the tensor called `name` into `dst`'s own memory: same dtype and shape, contiguous, on
     /// the CPU. Returns the bytes read.
     pub(super) fn read_into(&self, name: &str, dst: &Tensor) -> Result<u64, String> {

@@ -27,10 +27,8 @@ pub fn stage_for_ipc(
     let Some(copy) = in_place::Opened::rewritable(path, tensors).map_err(err)? else {
         return Ok(None);
     };
-    let mut parts = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        parts.push((copy.place(name, t).map_err(err)?.0, t));
-    }
+    let named = tensors.iter().map(|(name, t)| (name.as_str(), t));
+    let parts = copy.offsets(named).map_err(err)?;
     let (start, len) = copy.data();
     stage.send(start + len as u64, &parts).map_err(err)
 }
@@ -45,10 +43,7 @@ pub fn read_into_tensors_by_ipc<'t>(
 ) -> Result<u64, HostCopyError> {
     let err = |msg| HostCopyError::new(path, msg);
     let copy = in_place::Opened::open(path).map_err(err)?;
-    let mut parts = vec![];
-    for (name, t) in targets {
-        parts.push((copy.place(name, t).map_err(err)?.0, t));
-    }
+    let parts = copy.offsets(targets).map_err(err)?;
     crate::device::ipc_receive(handle, &parts)
         .map_err(err)?
         .ok_or_else(|| err("CUDA IPC cannot fill these tensors (not all on the GPU)".into()))
@@ -68,10 +63,8 @@ pub fn read_host_copy_by_ipc(
         .blanks(device, false)
         .map_err(err)?
         .ok_or_else(|| err("a tensor of elements smaller than a byte: no CUDA IPC".into()))?;
-    let mut parts = Vec::with_capacity(blanks.len());
-    for (name, t) in &blanks {
-        parts.push((copy.place(name, t).map_err(err)?.0, t));
-    }
+    let named = blanks.iter().map(|(name, t)| (name.as_str(), t));
+    let parts = copy.offsets(named).map_err(err)?;
     crate::device::ipc_receive(handle, &parts)
         .map_err(err)?
         .ok_or_else(|| err("CUDA IPC cannot fill these tensors (not all on the GPU)".into()))?;
